@@ -1,0 +1,137 @@
+/* Tokenizer front end: picks the implementation by Megatron's type name and owns
+ * what every implementation shares (config copies, id buffers, vocab padding). */
+#include "io/tok_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int mg_ids_reserve(mg_ids *ids, size_t cap, mg_error *err) {
+    if (cap <= ids->cap) return MG_OK;
+    size_t nc = ids->cap ? ids->cap : 256;
+    while (nc < cap) nc *= 2;
+    int32_t *nd = realloc(ids->data, nc * sizeof *nd);
+    if (!nd) return mg_error_set(err, MG_ERR_NOMEM, "out of memory growing a token buffer to %zu ids", nc);
+    ids->data = nd;
+    ids->cap = nc;
+    return MG_OK;
+}
+
+int mg_ids_push(mg_ids *ids, int32_t id, mg_error *err) {
+    if (ids->len == ids->cap) {
+        int rc = mg_ids_reserve(ids, ids->len + 1, err);
+        if (rc) return rc;
+    }
+    ids->data[ids->len++] = id;
+    return MG_OK;
+}
+
+void mg_ids_free(mg_ids *ids) {
+    free(ids->data);
+    ids->data = NULL;
+    ids->len = ids->cap = 0;
+}
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+static void tok_release(mg_tokenizer *t) {
+    if (t->ops && t->impl) t->ops->destroy(t->impl);
+    free(t->vocab_file);
+    free(t->merge_file);
+    free(t->model_file);
+    free(t);
+}
+
+int mg_tokenizer_open(const mg_tokenizer_config *cfg, mg_tokenizer **out, mg_error *err) {
+    *out = NULL;
+    const char *type = cfg && cfg->type ? cfg->type : "ByteLevelTokenizer";
+    mg_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return mg_error_set(err, MG_ERR_NOMEM, "out of memory opening a tokenizer");
+    if (cfg) {
+        t->vocab_file = dup_or_null(cfg->vocab_file);
+        t->merge_file = dup_or_null(cfg->merge_file);
+        t->model_file = dup_or_null(cfg->model_file);
+    }
+    t->eod = t->bos = -1;
+    int rc;
+    if (strcmp(type, "GPT2BPETokenizer") == 0) {
+        t->type = "GPT2BPETokenizer";
+        if (!t->vocab_file || !t->merge_file)
+            rc = mg_error_set(err, MG_ERR_INVALID,
+                              "GPT2BPETokenizer needs --vocab-file (vocab.json) and --merge-file (merges.txt)");
+        else
+            rc = mg_tok_gpt2_init(t, err);
+    } else if (strcmp(type, "SentencePieceTokenizer") == 0) {
+        t->type = "SentencePieceTokenizer";
+        if (!t->model_file)
+            rc = mg_error_set(err, MG_ERR_INVALID, "SentencePieceTokenizer needs --tokenizer-model (tokenizer.model)");
+        else
+            rc = mg_tok_sp_init(t, err);
+    } else if (strcmp(type, "ByteLevelTokenizer") == 0) {
+        t->type = "ByteLevelTokenizer";
+        rc = mg_tok_bytes_init(t, err);
+    } else {
+        rc = mg_error_set(err, MG_ERR_UNSUPPORTED,
+                          "unknown tokenizer type '%s' (supported: GPT2BPETokenizer, SentencePieceTokenizer, "
+                          "ByteLevelTokenizer)",
+                          type);
+    }
+    if (rc) {
+        tok_release(t);
+        return rc;
+    }
+    *out = t;
+    return MG_OK;
+}
+
+int mg_tokenizer_clone(const mg_tokenizer *tok, mg_tokenizer **out, mg_error *err) {
+    mg_tokenizer_config cfg = {tok->type, tok->vocab_file, tok->merge_file, tok->model_file};
+    return mg_tokenizer_open(&cfg, out, err);
+}
+
+void mg_tokenizer_free(mg_tokenizer *tok) {
+    if (tok) tok_release(tok);
+}
+
+const char *mg_tokenizer_type(const mg_tokenizer *tok) { return tok->type; }
+int64_t mg_tokenizer_vocab_size(const mg_tokenizer *tok) { return tok->vocab; }
+int32_t mg_tokenizer_eod(const mg_tokenizer *tok) { return tok->eod; }
+int32_t mg_tokenizer_bos(const mg_tokenizer *tok) { return tok->bos; }
+
+int mg_tokenizer_encode_append(mg_tokenizer *tok, const char *text, size_t len, mg_ids *out,
+                               mg_error *err) {
+    if (!text && len) return mg_error_set(err, MG_ERR_INVALID, "encode: NULL text with length %zu", len);
+    return tok->ops->encode(tok, text ? text : "", len, out, err);
+}
+
+int mg_tokenizer_encode(mg_tokenizer *tok, const char *text, size_t len, int32_t **ids, size_t *n,
+                        mg_error *err) {
+    mg_ids buf = {0};
+    *ids = NULL;
+    *n = 0;
+    int rc = mg_tokenizer_encode_append(tok, text, len, &buf, err);
+    if (rc) {
+        mg_ids_free(&buf);
+        return rc;
+    }
+    if (buf.len == 0) mg_ids_free(&buf);
+    *ids = buf.data;
+    *n = buf.len;
+    return MG_OK;
+}
+
+int mg_tokenizer_decode(const mg_tokenizer *tok, const int32_t *ids, size_t n, char **text, size_t *len,
+                        mg_error *err) {
+    *text = NULL;
+    *len = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= tok->vocab)
+            return mg_error_set(err, MG_ERR_INVALID, "decode: id %d at position %zu is outside the vocabulary [0, %lld)",
+                                ids[i], i, (long long)tok->vocab);
+    return tok->ops->decode(tok, ids, n, text, len, err);
+}
+
+int64_t mg_vocab_padded(int64_t vocab, int divisible_by, int tp) {
+    if (vocab <= 0 || divisible_by <= 0 || tp <= 0) return -1;
+    int64_t m = (int64_t)divisible_by * tp;
+    return (vocab + m - 1) / m * m;
+}
