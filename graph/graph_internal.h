@@ -1,0 +1,40 @@
+/* The graph's private state (graph/ only). */
+#ifndef MG_GRAPH_INTERNAL_H
+#define MG_GRAPH_INTERNAL_H
+
+#include "mgraph/graph.h"
+
+/* Open-addressing map name -> tensor, for unique names and lookups. */
+typedef struct mg_name_map {
+    size_t cap, len;
+    mg_tensor **slots;
+} mg_name_map;
+
+int mg_name_map_put(mg_name_map *m, mg_tensor *t);       /* 0, or MG_ERR_INVALID if taken */
+mg_tensor *mg_name_map_get(const mg_name_map *m, const char *name);
+void mg_name_map_del(mg_name_map *m, const char *name);
+void mg_name_map_free(mg_name_map *m);
+
+#define MG_SCOPE_MAX 16
+
+struct mg_graph {
+    mg_tensor **tensors;
+    int n_tensors, cap_tensors;
+    mg_node **nodes;
+    int n_nodes, cap_nodes;
+    mg_name_map names;
+    char *scopes[MG_SCOPE_MAX];   /* full scope strings, innermost last */
+    int n_scopes;
+    mg_phase phase;
+    int mb;
+    mg_error error;
+    mg_node **order;              /* cached topological order */
+    int order_valid;
+};
+
+/* Creates a tensor named "<scope>.<name>" (unique; ".N" appended on a clash when
+ * uniquify is set). */
+mg_tensor *mg_tensor_new(mg_graph *g, const char *name, bool uniquify, mg_dtype dt, mg_role role,
+                         int ndim, const int64_t *shape);
+
+#endif

@@ -1,0 +1,247 @@
+/* mgraph logical dataflow graph: tensors, op nodes, name scopes, checks.
+ *
+ * Dimension order: outermost first (row-major, like PyTorch). shape[ndim-1] is the
+ * contiguous dimension. Transformer activations use Megatron's [seq, batch, hidden]
+ * order, so that sequence (SP/CP) shards are contiguous blocks.
+ *
+ * Ownership: a graph owns every tensor and node created in it; pointers stay valid
+ * until mg_graph_free. Builder functions (include/mgraph/ops.h) return NULL on error
+ * and record the first error in the graph (mg_graph_error); passing NULL into another
+ * builder call propagates it without a crash, so a model is built and checked once.
+ *
+ * The graph holds no data: storage and placement live in the executors
+ * (scheduler/) and in the memory plan (mg_memplan).
+ */
+#ifndef MGRAPH_GRAPH_H
+#define MGRAPH_GRAPH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mgraph/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MG_MAX_DIMS 6
+#define MG_MAX_SPLIT 16
+#define MG_ALL_AXES (-1000)
+
+typedef enum mg_dtype { MG_F32, MG_BF16, MG_F16, MG_I32, MG_DTYPE_COUNT } mg_dtype;
+
+/* What a tensor is for. Drives autodiff (what needs a gradient), the memory plan
+ * (what is persistent), the optimizer rewrite and DOT colours. */
+typedef enum mg_role {
+    MG_ROLE_INPUT,      /* fed each step (token ids, targets, positions) */
+    MG_ROLE_PARAM,      /* trained weight: persistent */
+    MG_ROLE_ACT,        /* forward activation */
+    MG_ROLE_GRAD,       /* gradient (of an activation or a parameter) */
+    MG_ROLE_OPT_STATE,  /* optimizer state (Adam moments, lr, clip coefficient): persistent or per step */
+    MG_ROLE_LOSS,       /* a scalar loss */
+    MG_ROLE_COUNT
+} mg_role;
+
+typedef enum mg_op {
+#define MG_OP(e, s) MG_OP_##e,
+#include "mgraph/op_list.h"
+#undef MG_OP
+    MG_OP_COUNT
+} mg_op;
+
+/* Parallel dimensions, in Megatron's rank order (tp innermost). */
+typedef enum mg_group { MG_GROUP_NONE = -1, MG_GROUP_TP, MG_GROUP_CP, MG_GROUP_EP, MG_GROUP_DP,
+                        MG_GROUP_PP, MG_GROUP_WORLD, MG_GROUP_COUNT } mg_group;
+
+/* How a physical tensor relates to its logical tensor across a group of ranks. */
+typedef enum mg_shard_kind { MG_SHARD_FULL, MG_SHARD_SPLIT, MG_SHARD_PARTIAL } mg_shard_kind;
+typedef struct mg_sharding {
+    mg_shard_kind kind;   /* FULL: every rank of the group holds all of it (replicated)    */
+    int dim;              /* SPLIT: the dimension cut into contiguous blocks             */
+    mg_group group;       /* the group across which it is split or partially summed       */
+} mg_sharding;
+
+/* Logical identity: what a tensor *is*, independent of how a plan partitions it.
+ * A logical graph's tensors have offset 0 and shape == their own shape. A partitioned
+ * tensor keeps the key and logical shape and records the block it holds; the RNG
+ * (weights, dropout masks) is a function of (seed, key, logical element index), so
+ * any partition reproduces the serial values exactly. */
+typedef struct mg_logical {
+    uint64_t key;                      /* 64-bit hash of the logical name */
+    int ndim;
+    int64_t shape[MG_MAX_DIMS];        /* logical shape */
+    int64_t offset[MG_MAX_DIMS];       /* start of this tensor's block in it */
+} mg_logical;
+
+/* Initial value of a parameter or state tensor. */
+typedef enum mg_init_kind { MG_INIT_NONE, MG_INIT_ZEROS, MG_INIT_ONES, MG_INIT_NORMAL } mg_init_kind;
+typedef struct mg_init { mg_init_kind kind; float std; } mg_init;
+
+typedef struct mg_node mg_node;
+typedef struct mg_graph mg_graph;
+
+typedef struct mg_tensor {
+    int id;                       /* dense index in its graph, creation order */
+    char *name;                   /* unique in its graph, e.g. "h.3.attn.c_attn.weight" */
+    mg_dtype dtype;
+    mg_role role;
+    int ndim;
+    int64_t shape[MG_MAX_DIMS];
+    mg_logical logical;
+    mg_sharding shard;
+    mg_init init;                 /* for parameters and persistent state */
+    mg_node *src;                 /* producing node; NULL for leaves (input, param, state) */
+    int src_slot;                 /* which output of src */
+    /* This tensor is the new value of `updates` and is written into its storage
+     * (optimizer updates of parameters and moments). Keeps the graph single-assignment
+     * while the step is in place. */
+    struct mg_tensor *updates;
+    struct mg_tensor *grad;       /* set by autodiff on tensors that got a gradient */
+    bool requires_grad;           /* parameters (and anything a test marks) */
+    bool no_weight_decay;         /* norms and biases, as Megatron */
+    bool persistent;              /* lives across steps (params, grads accumulators, moments) */
+    int n_uses;                   /* number of node inputs that read it */
+} mg_tensor;
+
+/* Typed attributes, one struct per op family (no untyped int arrays). */
+typedef struct mg_attr_matmul { bool trans_a, trans_b; } mg_attr_matmul;
+typedef struct mg_attr_scale { float value; } mg_attr_scale;
+typedef struct mg_attr_norm { float eps; } mg_attr_norm;
+typedef struct mg_attr_attention {
+    float scale;        /* usually 1/sqrt(head_dim) */
+    bool causal;
+    float dropout_p;    /* attention-probability dropout */
+    uint64_t rng_key;   /* dropout stream, from the logical name */
+} mg_attr_attention;
+typedef struct mg_attr_embedding {
+    int64_t vocab_offset; /* ids outside [offset, offset + rows) give zero rows (vocab-parallel) */
+} mg_attr_embedding;
+typedef struct mg_attr_xent { int32_t ignore_index; } mg_attr_xent;
+typedef struct mg_attr_rope { float theta; bool inverse; } mg_attr_rope;
+typedef struct mg_attr_dropout { float p; uint64_t rng_key; } mg_attr_dropout;
+typedef struct mg_attr_shape { int ndim; int64_t shape[MG_MAX_DIMS]; } mg_attr_shape;
+typedef struct mg_attr_transpose { int perm[MG_MAX_DIMS]; } mg_attr_transpose;
+typedef struct mg_attr_split { int dim; int n; int64_t sizes[MG_MAX_SPLIT]; } mg_attr_split;
+typedef struct mg_attr_slice { int dim; int64_t start, len; } mg_attr_slice; /* pad: len = padded size */
+typedef struct mg_attr_axis { int dim; bool keepdim; } mg_attr_axis;  /* dim may be MG_ALL_AXES */
+typedef struct mg_attr_adamw { float beta1, beta2, eps, weight_decay; } mg_attr_adamw;
+typedef struct mg_attr_clip { float max_norm; } mg_attr_clip;
+
+typedef enum mg_lr_decay { MG_LR_CONSTANT, MG_LR_LINEAR, MG_LR_COSINE } mg_lr_decay;
+typedef struct mg_lr_schedule {
+    float lr, min_lr;
+    int64_t warmup_iters, decay_iters;
+    mg_lr_decay style;
+} mg_lr_schedule;
+
+typedef enum mg_reduce_op { MG_REDUCE_SUM, MG_REDUCE_MAX } mg_reduce_op;
+typedef struct mg_attr_comm {
+    mg_group group;     /* communicator */
+    int64_t seq;        /* position in that communicator's order: every rank issues in this order */
+    mg_reduce_op op;
+    int dim;            /* gather / scatter dimension */
+    int peer;           /* send/recv: rank in the group; broadcast: root */
+    int tag;
+} mg_attr_comm;
+
+typedef union mg_attrs {
+    mg_attr_matmul matmul;
+    mg_attr_scale scale;
+    mg_attr_norm norm;
+    mg_attr_attention attention;
+    mg_attr_embedding embedding;
+    mg_attr_xent xent;
+    mg_attr_rope rope;
+    mg_attr_dropout dropout;
+    mg_attr_shape shape;
+    mg_attr_transpose transpose;
+    mg_attr_split split;
+    mg_attr_slice slice;
+    mg_attr_axis axis;
+    mg_attr_adamw adamw;
+    mg_attr_clip clip;
+    mg_lr_schedule lr;
+    mg_attr_comm comm;
+} mg_attrs;
+
+/* Which part of the training step a node belongs to (set by the passes that emit it). */
+typedef enum mg_phase { MG_PHASE_FORWARD, MG_PHASE_BACKWARD, MG_PHASE_OPTIMIZER } mg_phase;
+
+struct mg_node {
+    int id;                 /* dense index, creation order: stable across identical builds */
+    mg_op op;
+    mg_attrs attrs;
+    int n_in, n_out;
+    mg_tensor **in;         /* owned array of n_in pointers */
+    mg_tensor **out;        /* owned array of n_out pointers */
+    char *scope;            /* name scope at creation ("h.3.attn"): DOT clusters */
+    mg_phase phase;
+    int mb;                 /* micro-batch index, -1 when the node is not per micro-batch */
+    int stage;              /* pipeline stage (0 until the pipeline pass) */
+    double priority;        /* critical-path bottom level, set by mg_graph_priorities */
+};
+
+/* ---- graph lifetime --------------------------------------------------------- */
+mg_graph *mg_graph_new(void);
+void mg_graph_free(mg_graph *g);
+
+/* First error recorded while building (code MG_OK if none). */
+const mg_error *mg_graph_error(const mg_graph *g);
+int mg_graph_fail(mg_graph *g, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+int mg_graph_n_tensors(const mg_graph *g);
+int mg_graph_n_nodes(const mg_graph *g);
+mg_tensor *mg_graph_tensor(const mg_graph *g, int id);
+mg_node *mg_graph_node(const mg_graph *g, int id);
+mg_tensor *mg_graph_find(const mg_graph *g, const char *name);
+
+/* ---- name scopes ------------------------------------------------------------ */
+/* Names of tensors created inside a scope are prefixed "scope." (printf format). */
+void mg_scope_push(mg_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void mg_scope_pop(mg_graph *g);
+const char *mg_scope_current(const mg_graph *g);
+/* Per-node context the builder stamps on every node it creates. */
+void mg_graph_set_phase(mg_graph *g, mg_phase phase);
+void mg_graph_set_mb(mg_graph *g, int mb);
+
+/* ---- leaves ----------------------------------------------------------------- */
+mg_tensor *mg_input(mg_graph *g, const char *name, mg_dtype dt, int ndim, const int64_t *shape);
+mg_tensor *mg_param(mg_graph *g, const char *name, int ndim, const int64_t *shape, mg_init init);
+/* Persistent optimizer state with the shape of `like`. */
+mg_tensor *mg_state(mg_graph *g, const char *name, mg_dtype dt, int ndim, const int64_t *shape, mg_init init);
+/* Renames t to "<scope>.<name>" (unique: a clash gets an error). Returns t. */
+mg_tensor *mg_set_name(mg_graph *g, mg_tensor *t, const char *name);
+
+/* ---- generic node creation (ops.h wraps this per op) ------------------------- */
+/* Creates a node, runs the op's shape rule, creates its outputs. `name` (may be NULL)
+ * names the first output; others get ".1", ".2"... NULL on error (recorded). */
+mg_node *mg_node_new(mg_graph *g, mg_op op, const mg_attrs *attrs, int n_in, mg_tensor *const *in,
+                     const char *name);
+
+/* ---- checks and order ------------------------------------------------------- */
+/* Acyclic, every input from this graph, each tensor produced at most once, shapes
+ * re-inferred and equal. */
+int mg_graph_validate(const mg_graph *g, mg_error *err);
+/* Deterministic topological order (Kahn, ties by node id). Returned array is owned by
+ * the graph and valid until the graph changes. */
+int mg_graph_topo(mg_graph *g, mg_node ***order, int *n, mg_error *err);
+/* Critical-path priorities: bottom level by each op's cost. */
+int mg_graph_priorities(mg_graph *g, mg_error *err);
+
+/* ---- small helpers ---------------------------------------------------------- */
+int64_t mg_numel(const mg_tensor *t);
+size_t mg_dtype_size(mg_dtype dt);
+const char *mg_dtype_name(mg_dtype dt);
+const char *mg_role_name(mg_role r);
+const char *mg_op_name(mg_op op);
+const char *mg_group_name(mg_group grp);
+/* "[4, 64, 768]" into buf. */
+const char *mg_shape_str(const mg_tensor *t, char *buf, size_t len);
+uint64_t mg_hash_name(const char *s);
+bool mg_same_shape(const mg_tensor *a, const mg_tensor *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

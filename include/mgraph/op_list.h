@@ -1,0 +1,58 @@
+/* The list of op kinds: the single place an op is named.
+ *
+ * X-macro: MG_OP(enum suffix, "name"). The enum (graph.h), the op table
+ * (ops/registry.c) and the DOT labels are all generated from this list, so adding
+ * an op is: one line here, one mg_op_def in ops/<family>.c, one entry in the table.
+ */
+/* forward ops: each has a gradient rule */
+MG_OP(MATMUL, "matmul")
+MG_OP(ADD, "add")
+MG_OP(SUB, "sub")
+MG_OP(MUL, "mul")
+MG_OP(SCALE, "scale")
+MG_OP(BIAS_ADD, "bias_add")
+MG_OP(LAYERNORM, "layernorm")
+MG_OP(RMSNORM, "rmsnorm")
+MG_OP(GELU, "gelu")
+MG_OP(SILU, "silu")
+MG_OP(SWIGLU, "swiglu")
+MG_OP(SOFTMAX, "softmax")
+MG_OP(ATTENTION, "attention")
+MG_OP(EMBEDDING, "embedding")
+MG_OP(CROSS_ENTROPY, "cross_entropy")
+MG_OP(ROPE, "rope")
+MG_OP(DROPOUT, "dropout")
+MG_OP(RESHAPE, "reshape")
+MG_OP(TRANSPOSE, "transpose")
+MG_OP(SPLIT, "split")
+MG_OP(CONCAT, "concat")
+MG_OP(SLICE, "slice")
+MG_OP(SUM, "sum")
+MG_OP(MEAN, "mean")
+MG_OP(EXPAND, "expand")
+MG_OP(SUM_TO, "sum_to")
+MG_OP(PAD, "pad")
+/* ops emitted by gradient rules (no gradient rule of their own) */
+MG_OP(ZEROS, "zeros")
+MG_OP(LAYERNORM_BWD, "layernorm_bwd")
+MG_OP(RMSNORM_BWD, "rmsnorm_bwd")
+MG_OP(GELU_BWD, "gelu_bwd")
+MG_OP(SILU_BWD, "silu_bwd")
+MG_OP(SWIGLU_BWD, "swiglu_bwd")
+MG_OP(SOFTMAX_BWD, "softmax_bwd")
+MG_OP(ATTENTION_BWD, "attention_bwd")
+MG_OP(EMBEDDING_BWD, "embedding_bwd")
+MG_OP(CROSS_ENTROPY_BWD, "cross_entropy_bwd")
+/* optimizer step */
+MG_OP(SUMSQ, "sumsq")
+MG_OP(CLIP_COEF, "clip_coef")
+MG_OP(LR_SCHEDULE, "lr_schedule")
+MG_OP(ADAMW, "adamw")
+/* communication: inserted by partitioners, executed by scheduler/comm */
+MG_OP(ALLREDUCE, "allreduce")
+MG_OP(ALLGATHER, "allgather")
+MG_OP(REDUCE_SCATTER, "reduce_scatter")
+MG_OP(BROADCAST, "broadcast")
+MG_OP(ALLTOALL, "alltoall")
+MG_OP(SEND, "send")
+MG_OP(RECV, "recv")

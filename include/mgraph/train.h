@@ -1,0 +1,47 @@
+/* Training rewrites: autodiff and the optimizer step, both as graph construction. */
+#ifndef MGRAPH_TRAIN_H
+#define MGRAPH_TRAIN_H
+
+#include "mgraph/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Appends the backward pass of scalar `loss` ([1]) to g. Only nodes on a path from a
+ * tensor with requires_grad to the loss are differentiated; a tensor used several
+ * times gets the sum of its gradients (in reverse topological order, deterministic).
+ * Afterwards t->grad is set for every requires_grad tensor that reaches the loss,
+ * named "<name>.grad". Backward nodes inherit the scope and micro-batch of the
+ * forward node they differentiate. */
+int mg_graph_backward(mg_graph *g, mg_tensor *loss, mg_error *err);
+
+typedef struct mg_adamw_config {
+    float beta1, beta2, eps, weight_decay;
+    float clip_grad;             /* global-norm clipping threshold; <= 0 disables */
+    mg_lr_schedule lr;
+} mg_adamw_config;
+
+/* Megatron's defaults: betas 0.9/0.999, eps 1e-8, weight decay 0.01, clip 1.0. */
+mg_adamw_config mg_adamw_defaults(void);
+
+typedef struct mg_optimizer_outputs {
+    mg_tensor *lr;               /* [1] learning rate used this step */
+    mg_tensor *grad_norm;        /* [1] global gradient norm before clipping */
+} mg_optimizer_outputs;
+
+/* Appends the optimizer step for every parameter with a gradient: the global gradient
+ * norm (sum of squares of all gradients), the clipping coefficient, the learning rate
+ * of this iteration, and one AdamW node per parameter that writes the parameter and
+ * its two moments in place (decoupled weight decay, bias correction; no decay on
+ * tensors marked no_weight_decay). */
+int mg_graph_add_adamw(mg_graph *g, const mg_adamw_config *cfg, mg_optimizer_outputs *out, mg_error *err);
+
+/* Megatron's learning rate at 1-based iteration `step`: linear warmup, then
+ * constant / linear / cosine decay to min_lr over decay_iters. */
+float mg_lr_at(const mg_lr_schedule *s, int64_t step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,5 @@
+/* PLACEHOLDER: attention ops not implemented yet (mg_node_new reports it). */
+#include "ops/op.h"
+
+const mg_op_def mg_opdef_ATTENTION = {.name = "attention"};
+const mg_op_def mg_opdef_ATTENTION_BWD = {.name = "attention_bwd"};

@@ -1,0 +1,5 @@
+/* PLACEHOLDER: embedding ops not implemented yet (mg_node_new reports it). */
+#include "ops/op.h"
+
+const mg_op_def mg_opdef_EMBEDDING = {.name = "embedding"};
+const mg_op_def mg_opdef_EMBEDDING_BWD = {.name = "embedding_bwd"};

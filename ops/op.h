@@ -1,0 +1,83 @@
+/* The op table's entry type and the kernel calling convention (library-internal).
+ *
+ * Every op is defined once, by one mg_op_def in ops/<family>.c, listed in
+ * include/mgraph/op_list.h and gathered in ops/registry.c. An entry holds everything
+ * the rest of the system asks about an op: arity, shape rule, gradient rule (as graph
+ * construction), cost, CPU kernel, and the CUDA kernel slot.
+ */
+#ifndef MG_OPS_OP_H
+#define MG_OPS_OP_H
+
+#include "mgraph/exec.h"
+#include "mgraph/graph.h"
+#include "mgraph/ops.h"
+
+#define MG_MAX_OUT MG_MAX_SPLIT
+
+typedef struct mg_tensor_desc {
+    mg_dtype dtype;
+    int ndim;
+    int64_t shape[MG_MAX_DIMS];
+} mg_tensor_desc;
+
+/* A kernel's view of one node execution. Buffers are dense row-major arrays of
+ * the tensors' own (physical) shapes; out[i] may alias in[j] for in-place updates. */
+typedef struct mg_kernel_args {
+    const mg_node *node;
+    void *const *in;
+    void *const *out;
+    const mg_exec_info *info;
+} mg_kernel_args;
+
+typedef int (*mg_kernel_fn)(const mg_kernel_args *a, mg_error *err);
+
+enum {
+    MG_OPF_COMM = 1u << 0,        /* a collective or point-to-point transfer */
+    MG_OPF_NO_GRAD = 1u << 1,     /* emitted by gradient rules / optimizer: not differentiable */
+};
+
+typedef struct mg_op_def {
+    const char *name;
+    int min_in, max_in;           /* max_in < 0: variadic */
+    unsigned flags;
+    /* Shape rule: fills out[0..n) and returns n >= 1, or a negative status with a
+     * message naming the op and the shapes. n->out is not set yet. */
+    int (*infer)(const mg_node *n, mg_tensor_desc *out, mg_error *err);
+    /* Gradient rule: builds nodes computing din[i] (for inputs with need[i]) from the
+     * output gradients dout[j] (NULL when output j gets none). Leaves din[i] NULL for
+     * inputs that are not differentiable. Returns a status. */
+    int (*grad)(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const bool *need,
+                mg_tensor **din);
+    /* FLOPs and bytes moved by one execution (NULL: 0 FLOPs, inputs + outputs bytes). */
+    void (*cost)(const mg_node *n, double *flops, double *bytes);
+    mg_kernel_fn cpu;
+    mg_kernel_fn cuda;            /* filled by the CUDA backend; NULL: CPU only */
+} mg_op_def;
+
+const mg_op_def *mg_op_def_get(mg_op op);
+/* Cost with the default applied. */
+void mg_op_cost(const mg_node *n, double *flops, double *bytes);
+
+/* The defs, one per op kind (defined in the family files). */
+#define MG_OP(e, s) extern const mg_op_def mg_opdef_##e;
+#include "mgraph/op_list.h"
+#undef MG_OP
+
+/* ---- helpers shared by shape rules and kernels ------------------------------ */
+static inline void mg_desc_of(const mg_tensor *t, mg_tensor_desc *d) {
+    d->dtype = t->dtype;
+    d->ndim = t->ndim;
+    for (int i = 0; i < MG_MAX_DIMS; i++) d->shape[i] = i < t->ndim ? t->shape[i] : 1;
+}
+/* Product of shape[from..to). */
+static inline int64_t mg_dims_prod(const int64_t *shape, int from, int to) {
+    int64_t p = 1;
+    for (int i = from; i < to; i++) p *= shape[i];
+    return p;
+}
+/* "[2, 3]" of a desc/shape. */
+const char *mg_dims_str(int ndim, const int64_t *shape, char *buf, size_t len);
+/* Records "<op>: <msg> (shapes a=[..], b=[..])" for node n. */
+int mg_shape_error(mg_error *err, const mg_node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

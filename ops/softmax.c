@@ -1,0 +1,5 @@
+/* PLACEHOLDER: softmax ops not implemented yet (mg_node_new reports it). */
+#include "ops/op.h"
+
+const mg_op_def mg_opdef_SOFTMAX = {.name = "softmax"};
+const mg_op_def mg_opdef_SOFTMAX_BWD = {.name = "softmax_bwd"};
