@@ -19,7 +19,7 @@ static int g_failures;
     } while (0)
 
 /* Reads a whole file; NULL on failure. */
-static char *read_file(const char *path, size_t *len) {
+static inline char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
@@ -36,6 +36,6 @@ static char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
-static void path_join(char *out, size_t cap, const char *a, const char *b) { snprintf(out, cap, "%s/%s", a, b); }
+static inline void path_join(char *out, size_t cap, const char *a, const char *b) { snprintf(out, cap, "%s/%s", a, b); }
 
 #endif
