@@ -80,11 +80,29 @@ int mg_graph_topo(mg_graph *g, mg_node ***order, int *n, mg_error *err) {
         rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory ordering the graph");
         goto out;
     }
-    for (int i = 0; i < g->n_nodes; i++) {
-        for (int j = 0; j < g->nodes[i]->n_in; j++)
-            if (g->nodes[i]->in[j]->src) pending[i]++;
-        if (!pending[i]) heap_push(&h, i);
+    /* In-place updates: a node writing t' into t's storage (t'->updates == t) must
+     * follow every other reader of t, or a reader would see the new value. These
+     * write-after-read edges are implicit in the graph; the order makes them real. */
+    int *writer = malloc(((size_t)g->n_tensors + 1) * sizeof *writer);
+    if (!writer) {
+        rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory ordering the graph");
+        goto out;
     }
+    for (int t = 0; t < g->n_tensors; t++) writer[t] = -1;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int o = 0; o < g->nodes[i]->n_out; o++) {
+            const mg_tensor *root = g->nodes[i]->out[o]->updates;
+            if (root) writer[root->id] = i;
+        }
+    for (int i = 0; i < g->n_nodes; i++) {
+        for (int j = 0; j < g->nodes[i]->n_in; j++) {
+            int t = g->nodes[i]->in[j]->id;
+            if (g->nodes[i]->in[j]->src) pending[i]++;
+            if (writer[t] >= 0 && writer[t] != i) pending[writer[t]]++;
+        }
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!pending[i]) heap_push(&h, i);
     int k = 0;
     while (h.n) {
         mg_node *nd = g->nodes[heap_pop(&h)];
@@ -94,7 +112,12 @@ int mg_graph_topo(mg_graph *g, mg_node ***order, int *n, mg_error *err) {
             for (int e = u.start[t]; e < u.start[t + 1]; e++)
                 if (--pending[u.node[e]] == 0) heap_push(&h, u.node[e]);
         }
+        for (int j = 0; j < nd->n_in; j++) {
+            int w = writer[nd->in[j]->id];
+            if (w >= 0 && w != nd->id && --pending[w] == 0) heap_push(&h, w);
+        }
     }
+    free(writer);
     if (k != g->n_nodes) {
         rc = mg_error_set(err, MG_ERR_INVALID, "graph has a cycle (%d of %d nodes orderable)", k, g->n_nodes);
         goto out;

@@ -1,6 +1,97 @@
-/* PLACEHOLDER: optimizer ops not implemented yet (mg_node_new reports it). */
+/* Optimizer-step ops: learning-rate schedule, gradient-clipping coefficient, AdamW.
+ * They are graph nodes like any other so partitioners can shard the step and the
+ * scheduler can overlap it with communication. */
+#include <math.h>
+
+#include "mgraph/train.h"
 #include "ops/op.h"
 
-const mg_op_def mg_opdef_CLIP_COEF = {.name = "clip_coef"};
-const mg_op_def mg_opdef_LR_SCHEDULE = {.name = "lr_schedule"};
-const mg_op_def mg_opdef_ADAMW = {.name = "adamw"};
+static void scalar_desc(mg_tensor_desc *d) {
+    d->dtype = MG_F32;
+    d->ndim = 1;
+    for (int i = 0; i < MG_MAX_DIMS; i++) d->shape[i] = 1;
+}
+
+/* ---- lr_schedule: () -> lr [1] at this iteration --------------------------------- */
+static int infer_lr(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
+    const mg_lr_schedule *s = &n->attrs.lr;
+    if (!(s->lr >= 0) || !(s->min_lr >= 0) || s->warmup_iters < 0 || s->decay_iters < 0)
+        return mg_shape_error(err, n, "invalid schedule (lr %g, min %g, warmup %lld, decay %lld)", s->lr, s->min_lr,
+                              (long long)s->warmup_iters, (long long)s->decay_iters);
+    scalar_desc(&out[0]);
+    return 1;
+}
+
+static int lr_cpu(const mg_kernel_args *a, mg_error *err) {
+    (void)err;
+    ((float *)a->out[0])[0] = mg_lr_at(&a->node->attrs.lr, a->info->iteration + 1);
+    return MG_OK;
+}
+
+const mg_op_def mg_opdef_LR_SCHEDULE = {"lr_schedule", 0, 0, MG_OPF_NO_GRAD, infer_lr, NULL, NULL, lr_cpu, NULL};
+
+/* ---- clip_coef: sum of squares [1] -> (coefficient [1], norm [1]) ------------------ */
+static int infer_clip(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
+    if (mg_numel(n->in[0]) != 1 || n->in[0]->dtype != MG_F32)
+        return mg_shape_error(err, n, "input must be an f32 scalar (a sum of squares)");
+    scalar_desc(&out[0]);
+    scalar_desc(&out[1]);
+    return 2;
+}
+
+/* Megatron: coefficient max_norm / (norm + 1e-6), applied only when below one. */
+static int clip_cpu(const mg_kernel_args *a, mg_error *err) {
+    (void)err;
+    double norm = sqrt((double)((const float *)a->in[0])[0]);
+    double max = a->node->attrs.clip.max_norm, c = 1.0;
+    if (max > 0) {
+        double k = max / (norm + 1e-6);
+        if (k < 1.0) c = k;
+    }
+    ((float *)a->out[0])[0] = (float)c;
+    ((float *)a->out[1])[0] = (float)norm;
+    return MG_OK;
+}
+
+const mg_op_def mg_opdef_CLIP_COEF = {"clip_coef", 1, 1, MG_OPF_NO_GRAD, infer_clip, NULL, NULL, clip_cpu, NULL};
+
+/* ---- adamw: (p, g, m, v, lr, coef) -> (p', m', v') written in place ----------------- */
+static int infer_adamw(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
+    const mg_tensor *p = n->in[0];
+    for (int i = 1; i < 4; i++)
+        if (!mg_same_shape(p, n->in[i]) || n->in[i]->dtype != MG_F32)
+            return mg_shape_error(err, n, "parameter, gradient and moments must share one f32 shape");
+    for (int i = 4; i < 6; i++)
+        if (mg_numel(n->in[i]) != 1) return mg_shape_error(err, n, "lr and clip coefficient must be scalars");
+    for (int i = 0; i < 3; i++) mg_desc_of(p, &out[i]);
+    return 3;
+}
+
+static int adamw_cpu(const mg_kernel_args *a, mg_error *err) {
+    (void)err;
+    const mg_attr_adamw *c = &a->node->attrs.adamw;
+    const float *p = a->in[0], *g = a->in[1], *m = a->in[2], *v = a->in[3];
+    float lr = ((const float *)a->in[4])[0], coef = ((const float *)a->in[5])[0];
+    float *po = a->out[0], *mo = a->out[1], *vo = a->out[2];
+    double t = (double)(a->info->iteration + 1);
+    float bc1 = (float)(1.0 - pow(c->beta1, t)), bc2 = (float)(1.0 - pow(c->beta2, t));
+    int64_t n = mg_numel(a->node->in[0]);
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i] * coef;
+        float mi = c->beta1 * m[i] + (1.0f - c->beta1) * gi;
+        float vi = c->beta2 * v[i] + (1.0f - c->beta2) * gi * gi;
+        float upd = (mi / bc1) / (sqrtf(vi / bc2) + c->eps);
+        po[i] = p[i] - lr * (upd + c->weight_decay * p[i]);
+        mo[i] = mi;
+        vo[i] = vi;
+    }
+    return MG_OK;
+}
+
+static void cost_adamw(const mg_node *n, double *flops, double *bytes) {
+    double e = (double)mg_numel(n->in[0]);
+    *flops = 12 * e;
+    *bytes = 4 * 7 * e;
+}
+
+const mg_op_def mg_opdef_ADAMW = {"adamw", 6, 6, MG_OPF_NO_GRAD, infer_adamw, NULL, cost_adamw, adamw_cpu, NULL};

@@ -1,0 +1,115 @@
+/* The optimizer step as a graph rewrite: global gradient norm, clipping, learning
+ * rate and one AdamW node per parameter, appended after the backward pass. */
+#include <math.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "graph/graph_internal.h"
+#include "mgraph/ops.h"
+#include "mgraph/train.h"
+
+mg_adamw_config mg_adamw_defaults(void) {
+    mg_adamw_config c = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .clip_grad = 1.0f};
+    c.lr = (mg_lr_schedule){.lr = 1e-4f, .min_lr = 0.0f, .warmup_iters = 0, .decay_iters = 0, .style = MG_LR_CONSTANT};
+    return c;
+}
+
+/* Megatron's OptimizerParamScheduler.get_lr, with `step` the 1-based iteration. */
+float mg_lr_at(const mg_lr_schedule *s, int64_t step) {
+    if (s->warmup_iters > 0 && step <= s->warmup_iters) return (float)((double)s->lr * (double)step / (double)s->warmup_iters);
+    if (s->style == MG_LR_CONSTANT) return s->lr;
+    if (step > s->decay_iters) return s->min_lr;
+    double span = (double)(s->decay_iters - s->warmup_iters);
+    double progress = span > 0 ? (double)(step - s->warmup_iters) / span : 1.0;
+    double coeff = s->style == MG_LR_COSINE ? 0.5 * (cos(M_PI * progress) + 1.0) : 1.0 - progress;
+    return (float)(s->min_lr + coeff * ((double)s->lr - s->min_lr));
+}
+
+static mg_tensor *moment(mg_graph *g, const mg_tensor *p, const char *which) {
+    char nm[512];
+    snprintf(nm, sizeof nm, "%s.%s", p->name, which);
+    mg_tensor *t = mg_tensor_new(g, nm, false, MG_F32, MG_ROLE_OPT_STATE, p->ndim, p->shape);
+    if (t) {
+        t->init.kind = MG_INIT_ZEROS;
+        t->persistent = true;
+        t->logical = p->logical; /* a moment is sharded exactly like its parameter */
+        t->logical.key = mg_hash_name(nm);
+        t->shard = p->shard;
+    }
+    return t;
+}
+
+int mg_graph_add_adamw(mg_graph *g, const mg_adamw_config *cfg, mg_optimizer_outputs *out, mg_error *err) {
+    if (g->error.code) return mg_error_set(err, g->error.code, "%s", g->error.msg);
+    int n_t = g->n_tensors, n_params = 0;
+    for (int i = 0; i < n_t; i++) n_params += g->tensors[i]->requires_grad && g->tensors[i]->grad;
+    if (!n_params) return mg_error_set(err, MG_ERR_INVALID, "optimizer: no parameter has a gradient (run backward first)");
+    mg_tensor **grads = malloc((size_t)n_params * sizeof *grads);
+    mg_tensor **params = malloc((size_t)n_params * sizeof *params);
+    if (!grads || !params) {
+        free(grads);
+        free(params);
+        return mg_error_set(err, MG_ERR_NOMEM, "optimizer: out of memory");
+    }
+    int k = 0;
+    for (int i = 0; i < n_t; i++)
+        if (g->tensors[i]->requires_grad && g->tensors[i]->grad) {
+            params[k] = g->tensors[i];
+            grads[k++] = g->tensors[i]->grad;
+        }
+    mg_phase saved_phase = g->phase;
+    int saved_mb = g->mb, saved_scopes = g->n_scopes;
+    char *outer[MG_SCOPE_MAX];
+    memcpy(outer, g->scopes, sizeof outer); /* the optimizer scope is top-level */
+    g->phase = MG_PHASE_OPTIMIZER;
+    g->mb = -1;
+    g->n_scopes = 0;
+    mg_scope_push(g, "optimizer");
+
+    /* One sum-of-squares node per gradient (so each can start as soon as its gradient
+     * is final), then their sum. */
+    mg_tensor *total = NULL;
+    for (int i = 0; i < k; i++) {
+        mg_node *sq = mg_node_new(g, MG_OP_SUMSQ, NULL, 1, &grads[i], "grad_sumsq");
+        mg_tensor *s = sq ? sq->out[0] : NULL;
+        total = total ? mg_add(g, total, s) : s;
+    }
+    mg_attrs clip = {.clip = {cfg->clip_grad}};
+    mg_node *cn = mg_node_new(g, MG_OP_CLIP_COEF, &clip, 1, &total, "clip_coef");
+    mg_attrs lra = {.lr = cfg->lr};
+    mg_node *ln = mg_node_new(g, MG_OP_LR_SCHEDULE, &lra, 0, NULL, "lr");
+    if (cn && ln) {
+        mg_set_name(g, cn->out[1], "grad_norm");
+        cn->out[0]->persistent = cn->out[1]->persistent = ln->out[0]->persistent = true; /* read by the host */
+        if (out) {
+            out->lr = ln->out[0];
+            out->grad_norm = cn->out[1];
+        }
+    }
+    for (int i = 0; i < k && cn && ln && !g->error.code; i++) {
+        mg_tensor *p = params[i];
+        mg_tensor *in[6] = {p, grads[i], moment(g, p, "exp_avg"), moment(g, p, "exp_avg_sq"), ln->out[0], cn->out[0]};
+        mg_attrs at = {.adamw = {cfg->beta1, cfg->beta2, cfg->eps, p->no_weight_decay ? 0.0f : cfg->weight_decay}};
+        char nm[512];
+        snprintf(nm, sizeof nm, "%s.new", p->name);
+        int saved = g->n_scopes;
+        g->n_scopes = 0; /* names derive from the parameter's absolute name */
+        mg_node *an = mg_node_new(g, MG_OP_ADAMW, &at, 6, in, nm);
+        g->n_scopes = saved;
+        if (an) {
+            an->out[0]->updates = p;
+            an->out[1]->updates = in[2];
+            an->out[2]->updates = in[3];
+        }
+    }
+    mg_scope_pop(g);
+    memcpy(g->scopes, outer, sizeof outer);
+    g->n_scopes = saved_scopes;
+    g->phase = saved_phase;
+    g->mb = saved_mb;
+    free(grads);
+    free(params);
+    if (g->error.code) return mg_error_set(err, g->error.code, "optimizer: %s", g->error.msg);
+    return MG_OK;
+}
