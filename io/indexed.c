@@ -128,9 +128,9 @@ int mg_indexed_open(const char *prefix, mg_indexed_dataset **out, mg_error *err)
     if (ds->nseq > ds->idx_size / 12 || ds->ndoc_idx > ds->idx_size / 8 ||
         IDX_HEADER_BYTES + ds->nseq * 12 + ds->ndoc_idx * 8 > ds->idx_size) {
         rc = mg_error_set(err, MG_ERR_IO,
-                          "%s: truncated index: %llu sequences and %llu document entries need %llu bytes, file has %zu",
-                          idx, (unsigned long long)ds->nseq, (unsigned long long)ds->ndoc_idx,
-                          (unsigned long long)(IDX_HEADER_BYTES + ds->nseq * 12 + ds->ndoc_idx * 8), ds->idx_size);
+                          "%s: truncated index: the header claims %llu sequences and %llu document entries, "
+                          "more than %zu bytes can hold",
+                          idx, (unsigned long long)ds->nseq, (unsigned long long)ds->ndoc_idx, ds->idx_size);
         goto fail;
     }
     if (ds->ndoc_idx < 1) {
