@@ -18,22 +18,22 @@
 static const char IDX_MAGIC[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
 #define IDX_HEADER_BYTES 34 /* 9 + 8 + 1 + 8 + 8 */
 
-size_t mg_dtype_size(int dtype) {
+size_t mg_indexed_dtype_size(int dtype) {
     switch (dtype) {
-    case MG_DTYPE_U8: case MG_DTYPE_I8: return 1;
-    case MG_DTYPE_I16: case MG_DTYPE_U16: return 2;
-    case MG_DTYPE_I32: case MG_DTYPE_F32: return 4;
-    case MG_DTYPE_I64: case MG_DTYPE_F64: return 8;
+    case MG_IDX_U8: case MG_IDX_I8: return 1;
+    case MG_IDX_I16: case MG_IDX_U16: return 2;
+    case MG_IDX_I32: case MG_IDX_F32: return 4;
+    case MG_IDX_I64: case MG_IDX_F64: return 8;
     default: return 0;
     }
 }
 
-const char *mg_dtype_name(int dtype) {
+const char *mg_indexed_dtype_name(int dtype) {
     static const char *names[] = {"?", "uint8", "int8", "int16", "int32", "int64", "float64", "float32", "uint16"};
     return dtype >= 1 && dtype <= 8 ? names[dtype] : "invalid";
 }
 
-int mg_dtype_for_vocab(int64_t vocab) { return vocab < 65500 ? MG_DTYPE_U16 : MG_DTYPE_I32; }
+int mg_indexed_dtype_for_vocab(int64_t vocab) { return vocab < 65500 ? MG_IDX_U16 : MG_IDX_I32; }
 
 /* ---- reader ---- */
 
@@ -118,7 +118,7 @@ int mg_indexed_open(const char *prefix, mg_indexed_dataset **out, mg_error *err)
         goto fail;
     }
     ds->dtype = p[17];
-    if (mg_dtype_size(ds->dtype) == 0) {
+    if (mg_indexed_dtype_size(ds->dtype) == 0) {
         rc = mg_error_set(err, MG_ERR_IO, "%s: invalid dtype code %d (valid: 1..8)", idx, ds->dtype);
         goto fail;
     }
@@ -147,7 +147,7 @@ int mg_indexed_open(const char *prefix, mg_indexed_dataset **out, mg_error *err)
     memcpy(ds->lens, p + IDX_HEADER_BYTES, ds->nseq * 4);
     memcpy(ds->offsets, p + IDX_HEADER_BYTES + ds->nseq * 4, ds->nseq * 8);
     memcpy(ds->docidx, p + IDX_HEADER_BYTES + ds->nseq * 12, ds->ndoc_idx * 8);
-    size_t isz = mg_dtype_size(ds->dtype);
+    size_t isz = mg_indexed_dtype_size(ds->dtype);
     for (uint64_t i = 0; i < ds->nseq; i++) {
         int64_t off = ds->offsets[i];
         int32_t len = ds->lens[i];
@@ -206,27 +206,27 @@ int mg_indexed_read_tokens(const mg_indexed_dataset *ds, uint64_t seq, uint64_t 
                             (unsigned long long)offset, (unsigned long long)(offset + count),
                             (unsigned long long)seq, ds->lens[seq]);
     const unsigned char *p = (const unsigned char *)ds->bin_map + ds->offsets[seq];
-    size_t isz = mg_dtype_size(ds->dtype);
+    size_t isz = mg_indexed_dtype_size(ds->dtype);
     p += offset * isz;
     switch (ds->dtype) {
-    case MG_DTYPE_U16:
+    case MG_IDX_U16:
         for (uint64_t i = 0; i < count; i++) {
             uint16_t v;
             memcpy(&v, p + 2 * i, 2);
             out[i] = v;
         }
         break;
-    case MG_DTYPE_I32: memcpy(out, p, count * 4); break;
-    case MG_DTYPE_U8: for (uint64_t i = 0; i < count; i++) out[i] = p[i]; break;
-    case MG_DTYPE_I8: for (uint64_t i = 0; i < count; i++) out[i] = (int8_t)p[i]; break;
-    case MG_DTYPE_I16:
+    case MG_IDX_I32: memcpy(out, p, count * 4); break;
+    case MG_IDX_U8: for (uint64_t i = 0; i < count; i++) out[i] = p[i]; break;
+    case MG_IDX_I8: for (uint64_t i = 0; i < count; i++) out[i] = (int8_t)p[i]; break;
+    case MG_IDX_I16:
         for (uint64_t i = 0; i < count; i++) {
             int16_t v;
             memcpy(&v, p + 2 * i, 2);
             out[i] = v;
         }
         break;
-    case MG_DTYPE_I64:
+    case MG_IDX_I64:
         for (uint64_t i = 0; i < count; i++) {
             int64_t v;
             memcpy(&v, p + 8 * i, 8);
@@ -236,7 +236,7 @@ int mg_indexed_read_tokens(const mg_indexed_dataset *ds, uint64_t seq, uint64_t 
         }
         break;
     default:
-        return mg_error_set(err, MG_ERR_INVALID, "cannot read %s items as token ids", mg_dtype_name(ds->dtype));
+        return mg_error_set(err, MG_ERR_INVALID, "cannot read %s items as token ids", mg_indexed_dtype_name(ds->dtype));
     }
     return MG_OK;
 }
@@ -261,7 +261,7 @@ struct mg_indexed_writer {
 
 int mg_indexed_writer_open(const char *prefix, int dtype, mg_indexed_writer **out, mg_error *err) {
     *out = NULL;
-    if (mg_dtype_size(dtype) == 0) return mg_error_set(err, MG_ERR_INVALID, "invalid dtype code %d", dtype);
+    if (mg_indexed_dtype_size(dtype) == 0) return mg_error_set(err, MG_ERR_INVALID, "invalid dtype code %d", dtype);
     mg_indexed_writer *w = calloc(1, sizeof *w);
     size_t plen = strlen(prefix);
     if (!w || !(w->idx_path = malloc(plen + 5)) || !(w->bin_path = malloc(plen + 5))) {
@@ -271,7 +271,7 @@ int mg_indexed_writer_open(const char *prefix, int dtype, mg_indexed_writer **ou
     sprintf(w->idx_path, "%s.idx", prefix);
     sprintf(w->bin_path, "%s.bin", prefix);
     w->dtype = dtype;
-    w->isz = mg_dtype_size(dtype);
+    w->isz = mg_indexed_dtype_size(dtype);
     w->finalized = 1; /* nothing to remove if opening fails */
     w->bin = fopen(w->bin_path, "wb");
     if (!w->bin) {
@@ -319,26 +319,26 @@ int mg_indexed_writer_add_raw(mg_indexed_writer *w, const void *items, size_t n,
 }
 
 int mg_indexed_writer_add_tokens(mg_indexed_writer *w, const int32_t *ids, size_t n, mg_error *err) {
-    if (w->dtype == MG_DTYPE_I32) return mg_indexed_writer_add_raw(w, ids, n, err);
+    if (w->dtype == MG_IDX_I32) return mg_indexed_writer_add_raw(w, ids, n, err);
     if (grow((void **)&w->conv, &w->conv_cap, n * w->isz + 1, 1)) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     long long lo, hi;
     switch (w->dtype) {
-    case MG_DTYPE_U8: lo = 0; hi = 255; break;
-    case MG_DTYPE_I8: lo = -128; hi = 127; break;
-    case MG_DTYPE_I16: lo = INT16_MIN; hi = INT16_MAX; break;
-    case MG_DTYPE_U16: lo = 0; hi = UINT16_MAX; break;
+    case MG_IDX_U8: lo = 0; hi = 255; break;
+    case MG_IDX_I8: lo = -128; hi = 127; break;
+    case MG_IDX_I16: lo = INT16_MIN; hi = INT16_MAX; break;
+    case MG_IDX_U16: lo = 0; hi = UINT16_MAX; break;
     default: lo = INT32_MIN; hi = INT32_MAX; break;
     }
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < lo || ids[i] > hi)
-            return mg_error_set(err, MG_ERR_INVALID, "token id %d does not fit dtype %s", ids[i], mg_dtype_name(w->dtype));
+            return mg_error_set(err, MG_ERR_INVALID, "token id %d does not fit dtype %s", ids[i], mg_indexed_dtype_name(w->dtype));
         unsigned char *d = w->conv + i * w->isz;
         switch (w->dtype) {
-        case MG_DTYPE_U8: case MG_DTYPE_I8: d[0] = (unsigned char)ids[i]; break;
-        case MG_DTYPE_I16: case MG_DTYPE_U16: { uint16_t v = (uint16_t)ids[i]; memcpy(d, &v, 2); } break;
-        case MG_DTYPE_I64: { int64_t v = ids[i]; memcpy(d, &v, 8); } break;
-        case MG_DTYPE_F32: { float v = (float)ids[i]; memcpy(d, &v, 4); } break;
-        case MG_DTYPE_F64: { double v = ids[i]; memcpy(d, &v, 8); } break;
+        case MG_IDX_U8: case MG_IDX_I8: d[0] = (unsigned char)ids[i]; break;
+        case MG_IDX_I16: case MG_IDX_U16: { uint16_t v = (uint16_t)ids[i]; memcpy(d, &v, 2); } break;
+        case MG_IDX_I64: { int64_t v = ids[i]; memcpy(d, &v, 8); } break;
+        case MG_IDX_F32: { float v = (float)ids[i]; memcpy(d, &v, 4); } break;
+        case MG_IDX_F64: { double v = ids[i]; memcpy(d, &v, 8); } break;
         }
     }
     return mg_indexed_writer_add_raw(w, w->conv, n, err);

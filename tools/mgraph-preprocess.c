@@ -472,7 +472,7 @@ int main(int argc, char **argv) {
             goto done;
         }
     }
-    int dtype = mg_dtype_for_vocab(mg_tokenizer_vocab_size(tok0));
+    int dtype = mg_indexed_dtype_for_vocab(mg_tokenizer_vocab_size(tok0));
     for (int k = 0; k < o.nkeys; k++) {
         char path[8192];
         snprintf(path, sizeof path, "%s_%s_document", o.prefix, o.keys[k]);

@@ -25,21 +25,21 @@ extern "C" {
 
 /* Megatron's dtype codes (DType in indexed_dataset.py). */
 enum {
-    MG_DTYPE_U8 = 1,
-    MG_DTYPE_I8 = 2,
-    MG_DTYPE_I16 = 3,
-    MG_DTYPE_I32 = 4,
-    MG_DTYPE_I64 = 5,
-    MG_DTYPE_F64 = 6,
-    MG_DTYPE_F32 = 7,
-    MG_DTYPE_U16 = 8,
+    MG_IDX_U8 = 1,
+    MG_IDX_I8 = 2,
+    MG_IDX_I16 = 3,
+    MG_IDX_I32 = 4,
+    MG_IDX_I64 = 5,
+    MG_IDX_F64 = 6,
+    MG_IDX_F32 = 7,
+    MG_IDX_U16 = 8,
 };
 
 /* Item size in bytes of a dtype code, 0 if the code is invalid. */
-size_t mg_dtype_size(int dtype);
-const char *mg_dtype_name(int dtype);
+size_t mg_indexed_dtype_size(int dtype);
+const char *mg_indexed_dtype_name(int dtype);
 /* Megatron's choice for token ids: uint16 when vocab < 65500, else int32. */
-int mg_dtype_for_vocab(int64_t vocab);
+int mg_indexed_dtype_for_vocab(int64_t vocab);
 
 typedef struct mg_indexed_dataset mg_indexed_dataset;
 

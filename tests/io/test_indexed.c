@@ -43,15 +43,15 @@ static void all_dtypes(void) {
         CHECK(mg_indexed_num_sequences(ds) == 4 && mg_indexed_num_documents(ds) == 3, "counts");
         const int64_t *di = mg_indexed_document_indices(ds);
         CHECK(di[0] == 0 && di[1] == 2 && di[2] == 2 && di[3] == 4, "document indices");
-        size_t isz = mg_dtype_size(dt);
+        size_t isz = mg_indexed_dtype_size(dt);
         CHECK(mg_indexed_sequence_offset(ds, 1) == (int64_t)(5 * isz) && mg_indexed_sequence_offset(ds, 3) == (int64_t)(7 * isz),
               "offsets");
         CHECK(mg_indexed_sequence_length(ds, 2) == 0 && mg_indexed_sequence_length(ds, 3) == 3, "lengths");
         int32_t got[5];
-        if (dt == MG_DTYPE_F32 || dt == MG_DTYPE_F64) {
+        if (dt == MG_IDX_F32 || dt == MG_IDX_F64) {
             CHECK(mg_indexed_read_tokens(ds, 0, 0, 5, got, &err) == MG_ERR_INVALID, "float read refused");
             double v = 0;
-            if (dt == MG_DTYPE_F64) memcpy(&v, mg_indexed_sequence_data(ds, 3), 8);
+            if (dt == MG_IDX_F64) memcpy(&v, mg_indexed_sequence_data(ds, 3), 8);
             else { float f; memcpy(&f, mg_indexed_sequence_data(ds, 3), 4); v = f; }
             CHECK(v == 3.0, "float item");
         } else {
@@ -67,13 +67,13 @@ static void all_dtypes(void) {
     snprintf(prefix, sizeof prefix, "%s/range", g_dir);
     mg_indexed_writer *w;
     mg_error err = {0};
-    CHECK(mg_indexed_writer_open(prefix, MG_DTYPE_U16, &w, &err) == 0, "open");
+    CHECK(mg_indexed_writer_open(prefix, MG_IDX_U16, &w, &err) == 0, "open");
     int32_t big = 70000;
     CHECK(mg_indexed_writer_add_tokens(w, &big, 1, &err) == MG_ERR_INVALID, "70000 does not fit uint16");
     mg_indexed_writer_free(w); /* not finalized: files removed */
     snprintf(prefix, sizeof prefix, "%s/range.bin", g_dir);
     CHECK(access(prefix, F_OK) != 0, "unfinalized output removed");
-    CHECK(mg_dtype_for_vocab(50257) == MG_DTYPE_U16 && mg_dtype_for_vocab(65500) == MG_DTYPE_I32, "dtype choice");
+    CHECK(mg_indexed_dtype_for_vocab(50257) == MG_IDX_U16 && mg_indexed_dtype_for_vocab(65500) == MG_IDX_I32, "dtype choice");
 }
 
 /* A valid 2-sequence index to corrupt: uint16, lengths {3, 2}, offsets {0, 6}, docs {0,1,2}. */
