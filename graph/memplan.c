@@ -1,0 +1,240 @@
+/* Memory plan: buffers for every tensor, reused by liveness along the topo order.
+ *
+ * Unit of sharing: an "alias class" = a root tensor plus every tensor that (through a
+ * chain of `updates`) writes into its storage. A class gets exactly one buffer.
+ *
+ *  - Persistent classes (any member persistent, a parameter/input/loss, or a leaf the
+ *    host fills) get a buffer of their own, never shared with another class.
+ *  - Transient classes are live from the node that produces their root to the last
+ *    node that reads or writes any member. They are packed, ggml-alloc style, by a
+ *    best-fit free list: smallest free buffer that is large enough, else the largest
+ *    free buffer grown to fit, else a new buffer.
+ *
+ * Per node, in topo order: allocate the outputs, then release the inputs whose last
+ * use this was, then release outputs nobody reads. Allocating before releasing is what
+ * guarantees that an output never lands in a buffer an input of the same node held
+ * (kernels need not be in-place safe), and that two outputs of one node never share.
+ *
+ * Everything is a function of the topo order (deterministic) and of tensor ids; ties
+ * are broken by the lowest buffer index, so identical graphs get identical plans.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgraph/memplan.h"
+
+typedef struct planner {
+    mg_graph *g;
+    mg_memplan *p;
+    int cap_buffers;
+    int *root;        /* [n_tensors] alias-class root of each tensor */
+    int *last;        /* [n_tensors] per root: topo position of the last use (-1: none) */
+    bool *persist;    /* [n_tensors] per root: class is persistent */
+    int *free_list;   /* transient buffers free right now (indices), unordered */
+    int n_free;
+} planner;
+
+static size_t tensor_bytes(const mg_tensor *t) { return (size_t)mg_numel(t) * mg_dtype_size(t->dtype); }
+
+/* Tensors the host reads or writes across steps never share storage. A leaf (no
+ * producer) is filled by the host or by mg_storage_init, so it is persistent too. */
+static bool is_persistent(const mg_tensor *t) {
+    return t->persistent || t->role == MG_ROLE_PARAM || t->role == MG_ROLE_INPUT || t->role == MG_ROLE_LOSS ||
+           !t->src;
+}
+
+static int new_buffer(planner *pl, size_t bytes, bool persistent, mg_error *err) {
+    mg_memplan *p = pl->p;
+    if (p->n_buffers == pl->cap_buffers) {
+        int cap = pl->cap_buffers ? 2 * pl->cap_buffers : 64;
+        size_t *b = realloc(p->buffer_bytes, (size_t)cap * sizeof *b);
+        if (b) p->buffer_bytes = b;
+        bool *q = realloc(p->buffer_persistent, (size_t)cap * sizeof *q);
+        if (q) p->buffer_persistent = q;
+        if (!b || !q) return mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d buffers", cap);
+        pl->cap_buffers = cap;
+    }
+    p->buffer_bytes[p->n_buffers] = bytes;
+    p->buffer_persistent[p->n_buffers] = persistent;
+    return p->n_buffers++;
+}
+
+/* Best fit from the free list; removes the chosen buffer from it. -1: none free. */
+static int take_free(planner *pl, size_t need) {
+    int best = -1, largest = -1;
+    for (int i = 0; i < pl->n_free; i++) {
+        int b = pl->free_list[i];
+        size_t sz = pl->p->buffer_bytes[b];
+        if (sz >= need && (best < 0 || sz < pl->p->buffer_bytes[pl->free_list[best]] ||
+                           (sz == pl->p->buffer_bytes[pl->free_list[best]] && b < pl->free_list[best])))
+            best = i;
+        if (largest < 0 || sz > pl->p->buffer_bytes[pl->free_list[largest]] ||
+            (sz == pl->p->buffer_bytes[pl->free_list[largest]] && b < pl->free_list[largest]))
+            largest = i;
+    }
+    int pick = best >= 0 ? best : largest;
+    if (pick < 0) return -1;
+    int b = pl->free_list[pick];
+    pl->free_list[pick] = pl->free_list[--pl->n_free];
+    if (pl->p->buffer_bytes[b] < need) pl->p->buffer_bytes[b] = need; /* grow: size = max of its tensors */
+    return b;
+}
+
+/* Root of t's alias class; fails on an `updates` cycle (the graph would be broken). */
+static int find_root(const mg_graph *g, const mg_tensor *t, int *root, mg_error *err) {
+    const mg_tensor *r = t;
+    int steps = 0, n = mg_graph_n_tensors(g);
+    while (r->updates) {
+        r = r->updates;
+        if (++steps > n) return mg_error_set(err, MG_ERR_INVALID, "tensor '%s': `updates` chain has a cycle", t->name);
+    }
+    *root = r->id;
+    return MG_OK;
+}
+
+/* An in-place update overwrites its target: every other reader of the old value must
+ * run before the writer in topo order, or executors would hand it the new value.
+ * upd[x] = topo position of the node writing x in place (-1: none); scratch of n_tensors. */
+static int check_update_order(const mg_graph *g, mg_node **ord, int n, int *upd, mg_error *err) {
+    for (int i = 0; i < mg_graph_n_tensors(g); i++) upd[i] = -1;
+    for (int k = 0; k < n; k++)
+        for (int o = 0; o < ord[k]->n_out; o++)
+            if (ord[k]->out[o]->updates) upd[ord[k]->out[o]->updates->id] = k;
+    for (int k = 0; k < n; k++)
+        for (int j = 0; j < ord[k]->n_in; j++) {
+            const mg_tensor *x = ord[k]->in[j];
+            int w = upd[x->id];
+            if (w >= 0 && w < k)
+                return mg_error_set(err, MG_ERR_INVALID,
+                                    "%s node %d reads '%s' after node %d (%s) overwrote it in place",
+                                    mg_op_name(ord[k]->op), ord[k]->id, x->name, ord[w]->id, mg_op_name(ord[w]->op));
+        }
+    return MG_OK;
+}
+
+void mg_memplan_free(mg_memplan *p) {
+    if (!p) return;
+    free(p->buffer_bytes);
+    free(p->buffer_persistent);
+    free(p->buffer_of);
+    free(p);
+}
+
+static int plan(planner *pl, bool reuse, mg_error *err) {
+    mg_graph *g = pl->g;
+    mg_memplan *p = pl->p;
+    int nt = p->n_tensors, n;
+    mg_node **ord;
+    int rc = mg_graph_topo(g, &ord, &n, err);
+    if (rc) return rc;
+    if ((rc = check_update_order(g, ord, n, p->buffer_of /* scratch, reset below */, err))) return rc;
+
+    /* Alias classes, their persistence and their last use. */
+    for (int i = 0; i < nt; i++) {
+        pl->last[i] = -1;
+        pl->persist[i] = false;
+        p->buffer_of[i] = -1;
+    }
+    for (int i = 0; i < nt; i++) {
+        const mg_tensor *t = mg_graph_tensor(g, i);
+        if ((rc = find_root(g, t, &pl->root[i], err))) return rc;
+        if (is_persistent(t)) pl->persist[pl->root[i]] = true;
+    }
+    for (int k = 0; k < n; k++) {
+        const mg_node *nd = ord[k];
+        for (int j = 0; j < nd->n_in; j++) pl->last[pl->root[nd->in[j]->id]] = k;
+        for (int o = 0; o < nd->n_out; o++) {
+            int r = pl->root[nd->out[o]->id];
+            if (pl->last[r] < k) pl->last[r] = k; /* writing into the class keeps it live */
+        }
+    }
+
+    /* Persistent classes first, in tensor-id order: their buffer indices do not depend
+     * on the activations, which keeps checkpoints' buffer layout stable. */
+    for (int i = 0; i < nt; i++) {
+        if (pl->root[i] != i || !pl->persist[i]) continue;
+        int b = new_buffer(pl, tensor_bytes(mg_graph_tensor(g, i)), true, err);
+        if (b < 0) return b;
+        p->buffer_of[i] = b;
+        p->persistent_bytes += p->buffer_bytes[b];
+    }
+
+    /* Transient classes by liveness. */
+    for (int k = 0; k < n; k++) {
+        const mg_node *nd = ord[k];
+        for (int o = 0; o < nd->n_out; o++) {
+            const mg_tensor *t = nd->out[o];
+            int r = pl->root[t->id];
+            if (r != t->id || pl->persist[r]) continue; /* members: assigned below; persistent: done */
+            size_t need = tensor_bytes(t);
+            p->unshared_bytes += need;
+            int b = reuse ? take_free(pl, need) : -1;
+            if (b < 0 && (b = new_buffer(pl, need, false, err)) < 0) return b;
+            p->buffer_of[r] = b;
+        }
+        if (!reuse) continue;
+        /* Release classes whose last use is this node: inputs, then unread outputs. */
+        for (int s = 0; s < nd->n_in + nd->n_out; s++) {
+            const mg_tensor *t = s < nd->n_in ? nd->in[s] : nd->out[s - nd->n_in];
+            int r = pl->root[t->id];
+            if (pl->persist[r] || pl->last[r] != k || p->buffer_of[r] < 0) continue;
+            int b = p->buffer_of[r];
+            bool dup = false; /* the same class may appear twice in one node (mul(x, x)) */
+            for (int f = 0; f < pl->n_free; f++) dup |= pl->free_list[f] == b;
+            if (!dup) pl->free_list[pl->n_free++] = b;
+        }
+    }
+
+    /* Members of a class share the root's buffer. */
+    for (int i = 0; i < nt; i++) {
+        p->buffer_of[i] = p->buffer_of[pl->root[i]];
+        if (p->buffer_of[i] < 0) /* a tensor no node produces nor any node reaches */
+            return mg_error_set(err, MG_ERR_INVALID, "tensor '%s' got no buffer", mg_graph_tensor(g, i)->name);
+    }
+    for (int b = 0; b < p->n_buffers; b++)
+        if (!p->buffer_persistent[b]) p->transient_bytes += p->buffer_bytes[b];
+    return MG_OK;
+}
+
+int mg_memplan_build(mg_graph *g, bool reuse, mg_memplan **out, mg_error *err) {
+    *out = NULL;
+    if (!g) return mg_error_set(err, MG_ERR_INVALID, "mg_memplan_build: NULL graph");
+    if (mg_graph_error(g)->code)
+        return mg_error_set(err, MG_ERR_INVALID, "mg_memplan_build: graph has an error: %s", mg_graph_error(g)->msg);
+    int nt = mg_graph_n_tensors(g);
+    size_t cnt = (size_t)nt + 1;
+    planner pl = {.g = g};
+    mg_memplan *p = calloc(1, sizeof *p);
+    pl.p = p;
+    if (p) {
+        p->n_tensors = nt;
+        p->buffer_of = malloc(cnt * sizeof *p->buffer_of);
+    }
+    pl.root = malloc(cnt * sizeof *pl.root);
+    pl.last = malloc(cnt * sizeof *pl.last);
+    pl.persist = malloc(cnt * sizeof *pl.persist);
+    pl.free_list = malloc(cnt * sizeof *pl.free_list);
+    int rc;
+    if (!p || !p->buffer_of || !pl.root || !pl.last || !pl.persist || !pl.free_list)
+        rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
+    else
+        rc = plan(&pl, reuse, err);
+    free(pl.root);
+    free(pl.last);
+    free(pl.persist);
+    free(pl.free_list);
+    if (rc) {
+        mg_memplan_free(p);
+        return rc;
+    }
+    *out = p;
+    return MG_OK;
+}
+
+void mg_memplan_summary(const mg_memplan *p, char *buf, size_t len) {
+    const double mib = 1024.0 * 1024.0;
+    snprintf(buf, len, "persistent %.2f MiB, activations %.2f MiB (%.2f MiB without reuse), %d buffers",
+             (double)p->persistent_bytes / mib, (double)p->transient_bytes / mib, (double)p->unshared_bytes / mib,
+             p->n_buffers);
+}

@@ -1,0 +1,66 @@
+/* StarPU engine internals shared by scheduler/starpu_*.c (not installed). */
+#ifndef MG_SCHEDULER_STARPU_INTERNAL_H
+#define MG_SCHEDULER_STARPU_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <starpu.h>
+
+#include "mgraph/engine.h"
+
+/* Per node, built once in mg_engine_new and passed as the task's cl_arg: the
+ * trampoline needs the node (kernel, shapes), the engine (exec info, stats, errors)
+ * and where each kernel argument sits among the task's deduplicated buffers. */
+typedef struct mg_task_arg {
+    mg_engine *e;
+    const mg_node *node;
+    int nbuf;                               /* distinct handles this task accesses */
+    int *slot;                              /* [n_in + n_out]: index into the task's buffers */
+    void **ptrs;                            /* [n_in + n_out] scratch: a node runs once per step */
+    starpu_data_handle_t *handles;          /* [nbuf] */
+    enum starpu_data_access_mode *modes;    /* [nbuf] */
+    int priority;                           /* StarPU priority, from mg_graph_priorities */
+} mg_task_arg;
+
+struct mg_engine {
+    mg_graph *g;
+    mg_storage *s;
+    int n_nodes;
+    mg_node **order;                        /* own copy of the topo order at creation */
+    int n_handles;
+    starpu_data_handle_t *handles;          /* one per storage buffer, registered once */
+    mg_task_arg *args;                      /* [n_nodes], in topo order */
+    mg_exec_info info;                      /* the running step's info, read by kernels */
+    bool use_priorities;
+    /* first kernel error wins; `failed` lets later tasks skip their kernels */
+    pthread_mutex_t err_lock;
+    atomic_int failed;
+    mg_error kerr;
+    /* stats of the running step: each worker adds only to its own busy slot */
+    atomic_llong tasks;
+    double busy[STARPU_NMAXWORKERS];
+    mg_engine_stats stats;
+};
+
+/* ---- starpu_runtime.c: one StarPU per process, shared by engines ------------ */
+/* Starts StarPU on first use (policy: requested, else $STARPU_SCHED, else the
+ * measured default; CPU workers: ncpus, else all cores, capped by the build) or
+ * joins the running instance, which must then use the same policy. */
+int mg_starpu_acquire(const char *policy, int ncpus, mg_error *err);
+void mg_starpu_release(void);
+/* Brackets one step: workers are paused while no engine runs (see the file). */
+void mg_starpu_step_begin(void);
+void mg_starpu_step_end(void);
+const char *mg_starpu_policy(void);
+
+/* ---- starpu_codelets.c: one codelet per op kind ------------------------------ */
+struct starpu_codelet *mg_starpu_codelet(mg_op op);
+
+/* ---- starpu_priority.c -------------------------------------------------------- */
+/* Maps the nodes' critical-path priorities (doubles) onto StarPU's integer range. */
+int mg_starpu_map_priorities(mg_node *const *order, int n, int min_prio, int max_prio, int *out, mg_error *err);
+
+/* Records a kernel failure (first one wins). */
+void mg_engine_record_error(mg_engine *e, const mg_node *n, int rc, const mg_error *kerr);
+
+#endif

@@ -1,0 +1,129 @@
+/* One StarPU instance per process, reference-counted across engines.
+ *
+ * StarPU can only be initialised once at a time, with one scheduling policy and one
+ * set of workers. The first engine starts it; later engines join it (and must ask for
+ * the same policy); the last engine shuts it down, after which a new engine may start
+ * it again with other settings (the tests compare policies this way).
+ *
+ * Policy: mg_engine_options.sched_policy, else $STARPU_SCHED, else MG_DEFAULT_POLICY.
+ * We resolve the name ourselves and hand StarPU the policy struct, so an explicit
+ * option wins over the environment (StarPU's own name lookup lets $STARPU_SCHED win).
+ *
+ * Workers: STARPU_NCPU (StarPU lets the environment win), else ncpus, else every core
+ * hwloc sees, capped by the build's STARPU_MAXCPUS (4 on Debian).
+ *
+ * OpenBLAS runs single-threaded while StarPU runs: StarPU provides the parallelism,
+ * and a threaded sgemm inside each worker would oversubscribe the cores.
+ */
+#include <hwloc.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheduler/starpu_internal.h"
+
+/* Chosen by measurement (bench/bench_engine.c, 2-core EPYC, matmul-heavy MLP graph;
+ * see the table in scheduler/README or the report): */
+#define MG_DEFAULT_POLICY "lws"
+
+void openblas_set_num_threads(int);
+int openblas_get_num_threads(void);
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_refs;
+static int g_running;          /* engines inside a step */
+static int g_saved_blas_threads;
+static char g_policy[64];
+
+const char *mg_starpu_policy(void) { return g_policy; }
+
+static int hwloc_cores(void) {
+    hwloc_topology_t topo;
+    int n = 0;
+    if (hwloc_topology_init(&topo) == 0) {
+        if (hwloc_topology_load(topo) == 0) n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+        hwloc_topology_destroy(topo);
+    }
+    return n > 0 ? n : 1;
+}
+
+static struct starpu_sched_policy *find_policy(const char *name, mg_error *err) {
+    struct starpu_sched_policy **all = starpu_sched_get_predefined_policies();
+    char names[512] = "";
+    size_t o = 0;
+    for (int i = 0; all && all[i]; i++) {
+        if (strcmp(all[i]->policy_name, name) == 0) return all[i];
+        if (o < sizeof names) o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? " " : "", all[i]->policy_name);
+    }
+    mg_error_set(err, MG_ERR_INVALID, "unknown StarPU scheduling policy '%s' (available: %s)", name, names);
+    return NULL;
+}
+
+int mg_starpu_acquire(const char *policy, int ncpus, mg_error *err) {
+    const char *env = getenv("STARPU_SCHED");
+    const char *name = policy && *policy ? policy : env && *env ? env : MG_DEFAULT_POLICY;
+    int rc = MG_OK;
+    pthread_mutex_lock(&g_lock);
+    if (g_refs > 0) {
+        if (strcmp(name, g_policy) != 0)
+            rc = mg_error_set(err, MG_ERR_UNSUPPORTED,
+                              "StarPU already runs with policy '%s' for another engine; '%s' needs all engines "
+                              "of the process freed first", g_policy, name);
+        else
+            g_refs++;
+        pthread_mutex_unlock(&g_lock);
+        return rc;
+    }
+    struct starpu_sched_policy *pol = find_policy(name, err);
+    if (!pol) {
+        pthread_mutex_unlock(&g_lock);
+        return MG_ERR_INVALID;
+    }
+    struct starpu_conf conf;
+    starpu_conf_init(&conf);
+    conf.sched_policy = pol;
+    int n = ncpus > 0 ? ncpus : hwloc_cores();
+    conf.ncpus = n < STARPU_MAXCPUS ? n : STARPU_MAXCPUS;
+    int src = starpu_init(&conf);
+    if (src != 0) {
+        pthread_mutex_unlock(&g_lock);
+        return mg_error_set(err, MG_ERR_RUNTIME, "starpu_init failed (%d: %s)", src, strerror(-src));
+    }
+    if (starpu_worker_get_count() == 0) {
+        starpu_shutdown();
+        pthread_mutex_unlock(&g_lock);
+        return mg_error_set(err, MG_ERR_RUNTIME, "StarPU started no worker");
+    }
+    snprintf(g_policy, sizeof g_policy, "%s", name);
+    g_saved_blas_threads = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    /* Idle StarPU workers spin; paused, they sleep. Keep them paused between steps so
+     * that the host (data loading, logging, MPI) gets the cores. */
+    starpu_pause();
+    g_refs = 1;
+    pthread_mutex_unlock(&g_lock);
+    return MG_OK;
+}
+
+void mg_starpu_release(void) {
+    pthread_mutex_lock(&g_lock);
+    if (g_refs > 0 && --g_refs == 0) {
+        starpu_resume(); /* shutdown expects running workers */
+        starpu_shutdown();
+        openblas_set_num_threads(g_saved_blas_threads > 0 ? g_saved_blas_threads : 1);
+        g_policy[0] = '\0';
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+void mg_starpu_step_begin(void) {
+    pthread_mutex_lock(&g_lock);
+    if (g_running++ == 0) starpu_resume();
+    pthread_mutex_unlock(&g_lock);
+}
+
+void mg_starpu_step_end(void) {
+    pthread_mutex_lock(&g_lock);
+    if (--g_running == 0) starpu_pause();
+    pthread_mutex_unlock(&g_lock);
+}

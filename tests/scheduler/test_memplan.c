@@ -1,0 +1,254 @@
+/* Memory plan: reuse happens, never where it would be wrong.
+ *
+ * Invariants checked on every plan (check_plan):
+ *  - a persistent tensor's buffer holds no tensor outside its `updates` class;
+ *  - a tensor that updates another shares its buffer;
+ *  - no output shares a buffer with an input of its node (except in-place updates);
+ *  - two tensors sharing a transient buffer have disjoint live ranges;
+ *  - every buffer is at least as large as each tensor in it;
+ *  - peak (transient bytes) <= bytes without reuse.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgraph/memplan.h"
+#include "testkit.h"
+
+static int64_t S1[1] = {1024};
+
+static size_t bytes_of(const mg_tensor *t) { return (size_t)mg_numel(t) * mg_dtype_size(t->dtype); }
+
+static const mg_tensor *root_of(const mg_tensor *t) {
+    while (t->updates) t = t->updates;
+    return t;
+}
+
+/* Topo position of each node id. */
+static int *positions(mg_graph *g) {
+    mg_node **ord;
+    int n;
+    mg_error err = {0};
+    if (mg_graph_topo(g, &ord, &n, &err)) return NULL;
+    int *pos = malloc((size_t)mg_graph_n_nodes(g) * sizeof *pos + 1);
+    for (int k = 0; k < n; k++) pos[ord[k]->id] = k;
+    return pos;
+}
+
+static void check_plan(mg_graph *g, const mg_memplan *p) {
+    int nt = mg_graph_n_tensors(g);
+    int *pos = positions(g);
+    TK_CHECK(pos != NULL, "topo order");
+    if (!pos) return;
+    /* live range [first, last] of each tensor (as a position in topo order) */
+    int *first = malloc(sizeof(int) * (size_t)nt), *last = malloc(sizeof(int) * (size_t)nt);
+    for (int i = 0; i < nt; i++) {
+        const mg_tensor *t = mg_graph_tensor(g, i);
+        first[i] = t->src ? pos[t->src->id] : -1;
+        last[i] = first[i];
+    }
+    for (int j = 0; j < mg_graph_n_nodes(g); j++) {
+        const mg_node *nd = mg_graph_node(g, j);
+        for (int k = 0; k < nd->n_in; k++)
+            if (last[nd->in[k]->id] < pos[j]) last[nd->in[k]->id] = pos[j];
+    }
+    for (int i = 0; i < nt; i++) {
+        const mg_tensor *t = mg_graph_tensor(g, i);
+        int b = p->buffer_of[i];
+        TK_CHECK(b >= 0 && b < p->n_buffers, "tensor %s has buffer %d", t->name, b);
+        TK_CHECK(p->buffer_bytes[b] >= bytes_of(t), "buffer %d smaller than %s", b, t->name);
+        if (t->updates) TK_CHECK(b == p->buffer_of[t->updates->id], "%s does not share %s's buffer", t->name, t->updates->name);
+        for (int j = i + 1; j < nt; j++) {
+            if (p->buffer_of[j] != b) continue;
+            const mg_tensor *u = mg_graph_tensor(g, j);
+            if (root_of(t) == root_of(u)) continue;
+            TK_CHECK(!p->buffer_persistent[b], "persistent buffer %d holds %s and %s", b, t->name, u->name);
+            TK_CHECK(!t->persistent && !u->persistent, "persistent tensor shares: %s, %s", t->name, u->name);
+            TK_CHECK(last[i] < first[j] || last[j] < first[i], "%s [%d,%d] and %s [%d,%d] overlap in buffer %d",
+                     t->name, first[i], last[i], u->name, first[j], last[j], b);
+        }
+    }
+    for (int j = 0; j < mg_graph_n_nodes(g); j++) {
+        const mg_node *nd = mg_graph_node(g, j);
+        for (int o = 0; o < nd->n_out; o++)
+            for (int k = 0; k < nd->n_in; k++) {
+                if (root_of(nd->out[o]) == root_of(nd->in[k])) continue; /* in-place update */
+                TK_CHECK(p->buffer_of[nd->out[o]->id] != p->buffer_of[nd->in[k]->id],
+                         "output %s shares input %s's buffer", nd->out[o]->name, nd->in[k]->name);
+            }
+    }
+    TK_CHECK(p->transient_bytes <= p->unshared_bytes, "peak %zu > unshared %zu", p->transient_bytes,
+             p->unshared_bytes);
+    free(first);
+    free(last);
+    free(pos);
+}
+
+static mg_memplan *plan_of(mg_graph *g, bool reuse) {
+    mg_memplan *p = NULL;
+    mg_error err = {0};
+    TK_CHECK(mg_graph_error(g)->code == MG_OK, "graph: %s", mg_graph_error(g)->msg);
+    int rc = mg_memplan_build(g, reuse, &p, &err);
+    TK_CHECK(rc == MG_OK, "memplan: %s", err.msg);
+    if (p) check_plan(g, p);
+    return p;
+}
+
+/* x -> scale -> scale -> ... (8 steps): two transient buffers suffice. */
+static void test_chain(void) {
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_input(g, "x", MG_F32, 1, S1), *h = x;
+    for (int i = 0; i < 8; i++) h = mg_scale(g, h, 0.5f);
+    h->persistent = true; /* the host reads the result */
+    mg_memplan *p = plan_of(g, true);
+    if (p) {
+        TK_CHECK(p->n_buffers == 4, "chain: %d buffers, want 4 (x, out, 2 ping-pong)", p->n_buffers);
+        TK_CHECK(p->transient_bytes == 2 * 4096, "chain: peak %zu, want 8192", p->transient_bytes);
+        TK_CHECK(p->unshared_bytes == 7 * 4096, "chain: unshared %zu", p->unshared_bytes);
+        char buf[160];
+        mg_memplan_summary(p, buf, sizeof buf);
+        TK_CHECK(strstr(buf, "4 buffers") != NULL, "summary: %s", buf);
+        printf("chain: %s\n", buf);
+    }
+    mg_memplan_free(p);
+    p = plan_of(g, false);
+    if (p) TK_CHECK(p->n_buffers == 9, "no reuse: %d buffers, want 9", p->n_buffers);
+    mg_memplan_free(p);
+    mg_graph_free(g);
+}
+
+/* Diamond: a = f(x); b = g(a); c = h(a); d = b + c; then a chain after it. a stays live
+ * across b and c; later tensors reuse a, b, c's buffers. */
+static void test_diamond(void) {
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_input(g, "x", MG_F32, 1, S1);
+    mg_tensor *a = mg_scale(g, x, 2.0f);
+    mg_tensor *b = mg_scale(g, a, 3.0f);
+    mg_tensor *c = mg_mul(g, a, a); /* the same tensor twice in one node */
+    mg_tensor *d = mg_add(g, b, c);
+    mg_tensor *e = mg_scale(g, d, 0.5f);
+    mg_tensor *f = mg_sub(g, e, d);
+    mg_tensor *y = mg_scale(g, f, 1.5f);
+    y->persistent = true;
+    mg_memplan *p = plan_of(g, true);
+    if (p) {
+        TK_CHECK(p->buffer_of[a->id] != p->buffer_of[b->id], "a and b live together");
+        TK_CHECK(p->buffer_of[a->id] != p->buffer_of[c->id], "a and c live together");
+        TK_CHECK(p->transient_bytes < p->unshared_bytes, "diamond: no reuse (%zu vs %zu)", p->transient_bytes,
+                 p->unshared_bytes);
+        TK_CHECK(p->transient_bytes == 3 * 4096, "diamond: peak %zu, want 3 buffers", p->transient_bytes);
+    }
+    mg_memplan_free(p);
+    mg_graph_free(g);
+}
+
+/* Best fit and growth: sizes differ, the smallest fitting free buffer is taken, and
+ * a too-small one grows (its size becomes the max of its tensors). */
+static void test_sizes(void) {
+    mg_graph *g = mg_graph_new();
+    int64_t s_small[1] = {1024}, s_big[2] = {4, 1024};
+    mg_tensor *x = mg_input(g, "x", MG_F32, 1, s_small);
+    mg_tensor *big = mg_param(g, "big", 2, s_big, (mg_init){MG_INIT_ZEROS, 0});
+    mg_tensor *a = mg_scale(g, x, 2.0f);      /* 1 KiB */
+    mg_tensor *b = mg_scale(g, a, 2.0f);      /* 1 KiB; a free after */
+    mg_tensor *c = mg_add(g, b, big);         /* 16 KiB: grows a's buffer */
+    mg_tensor *y = mg_scale(g, c, 1.0f);
+    y->persistent = true;
+    mg_memplan *p = plan_of(g, true);
+    if (p) {
+        TK_CHECK(p->buffer_of[c->id] == p->buffer_of[a->id], "c should grow a's free buffer");
+        TK_CHECK(p->buffer_bytes[p->buffer_of[c->id]] == 16384, "grown buffer %zu", p->buffer_bytes[p->buffer_of[c->id]]);
+    }
+    mg_memplan_free(p);
+    mg_graph_free(g);
+}
+
+/* An optimizer-like in-place update: w_new = w - lr * g writes into w's buffer; a
+ * moment m_new updates m. Transient chains with `updates` extend liveness. */
+static void test_updates(void) {
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_input(g, "x", MG_F32, 1, S1);
+    mg_tensor *w = mg_param(g, "w", 1, S1, (mg_init){MG_INIT_NORMAL, 0.02f});
+    mg_tensor *m = mg_state(g, "m", MG_F32, 1, S1, (mg_init){MG_INIT_ZEROS, 0});
+    mg_tensor *y = mg_mul(g, x, w);
+    mg_tensor *gr = mg_scale(g, y, 2.0f);
+    mg_tensor *m_new = mg_add(g, m, gr);
+    m_new->updates = m;
+    mg_tensor *w_new = mg_sub(g, w, mg_scale(g, m_new, 0.1f));
+    w_new->updates = w;
+    /* transient in-place chain: t = scale(x); t2 updates t; reader of t2 later */
+    mg_tensor *t = mg_scale(g, x, 3.0f);
+    mg_tensor *t2 = mg_scale(g, t, 2.0f);
+    t2->updates = t;
+    mg_tensor *z = mg_scale(g, t2, 1.0f);
+    z->persistent = true;
+    mg_memplan *p = plan_of(g, true);
+    if (p) {
+        TK_CHECK(p->buffer_of[w_new->id] == p->buffer_of[w->id], "w_new shares w");
+        TK_CHECK(p->buffer_of[m_new->id] == p->buffer_of[m->id], "m_new shares m");
+        TK_CHECK(p->buffer_persistent[p->buffer_of[w->id]], "w's buffer is persistent");
+        TK_CHECK(p->buffer_of[t2->id] == p->buffer_of[t->id], "t2 shares t");
+        TK_CHECK(p->buffer_of[z->id] != p->buffer_of[t->id], "z is persistent");
+    }
+    mg_memplan_free(p);
+    /* with reuse off, updates still share (they are semantics, not an optimisation) */
+    p = plan_of(g, false);
+    if (p) TK_CHECK(p->buffer_of[w_new->id] == p->buffer_of[w->id], "no reuse: w_new shares w");
+    mg_memplan_free(p);
+    mg_graph_free(g);
+}
+
+/* A reader of w must run before the node that overwrites w in place, whatever the
+ * node ids say: the topo order makes that write-after-read edge real, and the plan
+ * (which re-checks it) accepts the graph. */
+static void test_update_order(void) {
+    mg_graph *g = mg_graph_new();
+    mg_tensor *w = mg_param(g, "w", 1, S1, (mg_init){MG_INIT_ZEROS, 0});
+    mg_tensor *w_new = mg_scale(g, w, 0.5f);
+    w_new->updates = w;
+    mg_tensor *late = mg_scale(g, w, 2.0f); /* created after the writer */
+    late->persistent = true;
+    int *pos = positions(g);
+    if (pos) TK_CHECK(pos[late->src->id] < pos[w_new->src->id], "reader of w runs after its in-place writer");
+    free(pos);
+    mg_memplan_free(plan_of(g, true));
+    mg_graph_free(g);
+}
+
+/* Identical builds give identical plans. */
+static mg_graph *build_mlp_like(void) {
+    mg_graph *g = mg_graph_new();
+    int64_t s[2] = {16, 64}, sb[1] = {64};
+    mg_tensor *h = mg_input(g, "x", MG_F32, 2, s);
+    for (int l = 0; l < 4; l++) {
+        mg_scope_push(g, "l%d", l);
+        mg_tensor *b = mg_param(g, "b", 1, sb, (mg_init){MG_INIT_NORMAL, 0.1f});
+        mg_tensor *a = mg_bias_add(g, h, b);
+        mg_tensor *r = mg_mul(g, a, h);
+        h = mg_add(g, mg_scale(g, r, 0.5f), h);
+        mg_scope_pop(g);
+    }
+    h->persistent = true;
+    return g;
+}
+
+static void test_deterministic(void) {
+    mg_graph *g1 = build_mlp_like(), *g2 = build_mlp_like();
+    mg_memplan *p1 = plan_of(g1, true), *p2 = plan_of(g2, true);
+    if (p1 && p2) {
+        TK_CHECK(p1->n_buffers == p2->n_buffers, "buffers %d vs %d", p1->n_buffers, p2->n_buffers);
+        TK_CHECK(memcmp(p1->buffer_of, p2->buffer_of, sizeof(int) * (size_t)p1->n_tensors) == 0, "buffer_of differs");
+        TK_CHECK(p1->transient_bytes < p1->unshared_bytes, "mlp: no reuse");
+    }
+    mg_memplan_free(p1);
+    mg_memplan_free(p2);
+    mg_graph_free(g1);
+    mg_graph_free(g2);
+}
+
+int main(int argc, char **argv) {
+    static const tk_case cases[] = {
+        {"chain", test_chain},         {"diamond", test_diamond},           {"sizes", test_sizes},
+        {"updates", test_updates},     {"update_order", test_update_order}, {"deterministic", test_deterministic},
+    };
+    return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
+}
