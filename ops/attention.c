@@ -1,5 +1,328 @@
-/* PLACEHOLDER: attention ops not implemented yet (mg_node_new reports it). */
+/* Fused self-attention with grouped-query heads, causal mask and attention dropout.
+ *
+ *   attention(q [s, b, nh, hd], k [s, b, ng, hd], v [s, b, ng, hd]) -> y [s, b, nh, hd],
+ *                                                                    lse [b, nh, s]
+ *   attention_bwd(dy, q, k, v, y, lse) -> dq, dk, dv
+ *
+ * Per (batch b, head h), with kv group g = h / (nh / ng):
+ *   S = scale * Q Kᵀ, masked (causal: key position > query position), P = softmax(S),
+ *   Pd = P * keep / (1 - p) (training and p > 0), Y = Pd V, lse_i = log Σ_j exp(S_ij).
+ * The rows of one head are strided in the [s, b, nh, hd] layout; sgemm reads and
+ * writes them in place through its leading dimension (B·nh·hd for q, y; B·ng·hd for
+ * k, v), so there are no copies. Only lse is saved for the backward, which
+ * recomputes P = exp(S - lse) (flash-attention style) and regenerates the dropout
+ * mask from the counter RNG:
+ *   dV += Pdᵀ dY, dPd = dY Vᵀ, dS = P ⊙ (dPd ⊙ keep/(1-p) - D), D_i = Σ_d dY_id Y_id,
+ *   dQ = scale dS K, dK += scale dSᵀ Q     (GQA: dK, dV summed over a group's heads,
+ *                                           in head order: deterministic)
+ *
+ * Positions and the dropout mask use logical coordinates: query i is at
+ * i + q.logical.offset[0], key j at j + k.logical.offset[0]; the mask element of
+ * (b, h, i, j) has index ((b_g·NH + h_g)·Sq_g + i_g)·Sk_g + j_g in the logical
+ * [B, NH, Sq, Sk] probability tensor (globals: local + logical offset of q, NH and
+ * Sq the logical sizes of q, Sk of k). A head-, batch- or sequence-split run thus
+ * reproduces the serial masks exactly. A query row with no visible key (possible
+ * only for sequence blocks) gives y = 0 and lse = -inf.
+ */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgraph/rng.h"
 #include "ops/op.h"
 
-const mg_op_def mg_opdef_ATTENTION = {.name = "attention"};
-const mg_op_def mg_opdef_ATTENTION_BWD = {.name = "attention_bwd"};
+/* ---- shape rules ---------------------------------------------------------------- */
+static int check_qkv(const mg_node *n, const mg_tensor *q, const mg_tensor *k, const mg_tensor *v, mg_error *err) {
+    if (q->dtype != MG_F32 || k->dtype != MG_F32 || v->dtype != MG_F32)
+        return mg_shape_error(err, n, "q, k, v must be f32");
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
+        return mg_shape_error(err, n, "q, k, v must be [s, b, heads, head_dim]");
+    if (!mg_same_shape(k, v)) return mg_shape_error(err, n, "k and v must have the same shape");
+    if (q->shape[1] != k->shape[1]) return mg_shape_error(err, n, "q and k differ in batch size");
+    if (q->shape[3] != k->shape[3]) return mg_shape_error(err, n, "q and k differ in head dim");
+    if (k->shape[2] < 1 || q->shape[2] % k->shape[2])
+        return mg_shape_error(err, n, "query heads (%lld) must be a multiple of kv groups (%lld)",
+                              (long long)q->shape[2], (long long)k->shape[2]);
+    for (int d = 0; d < 4; d++)
+        if (q->shape[d] > INT_MAX / 4 || k->shape[d] > INT_MAX / 4 || q->shape[d] < 1 || k->shape[d] < 1)
+            return mg_shape_error(err, n, "dimensions must be in 1..%d", INT_MAX / 4);
+    if (q->shape[1] * q->shape[2] * q->shape[3] > INT_MAX || q->shape[0] * k->shape[0] > INT_MAX)
+        return mg_shape_error(err, n, "too large for 32-bit BLAS indices");
+    const mg_attr_attention *at = &n->attrs.attention;
+    if (!(at->dropout_p >= 0.0f && at->dropout_p < 1.0f))
+        return mg_shape_error(err, n, "dropout_p = %g outside [0, 1)", (double)at->dropout_p);
+    if (!isfinite(at->scale)) return mg_shape_error(err, n, "scale must be finite");
+    return MG_OK;
+}
+
+static void lse_desc(const mg_tensor *q, mg_tensor_desc *d) {
+    d->dtype = MG_F32;
+    d->ndim = 3;
+    for (int i = 0; i < MG_MAX_DIMS; i++) d->shape[i] = 1;
+    d->shape[0] = q->shape[1];
+    d->shape[1] = q->shape[2];
+    d->shape[2] = q->shape[0];
+}
+
+static int infer_attention(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
+    int rc = check_qkv(n, n->in[0], n->in[1], n->in[2], err);
+    if (rc) return rc;
+    mg_desc_of(n->in[0], &out[0]);
+    lse_desc(n->in[0], &out[1]);
+    return 2;
+}
+
+static int infer_attention_bwd(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
+    const mg_tensor *dy = n->in[0], *q = n->in[1], *k = n->in[2], *v = n->in[3], *y = n->in[4], *lse = n->in[5];
+    int rc = check_qkv(n, q, k, v, err);
+    if (rc) return rc;
+    if (dy->dtype != MG_F32 || y->dtype != MG_F32 || !mg_same_shape(dy, q) || !mg_same_shape(y, q))
+        return mg_shape_error(err, n, "dy and y must be f32 shaped like q");
+    mg_tensor_desc l;
+    lse_desc(q, &l);
+    if (lse->dtype != MG_F32 || lse->ndim != 3 || lse->shape[0] != l.shape[0] || lse->shape[1] != l.shape[1] ||
+        lse->shape[2] != l.shape[2])
+        return mg_shape_error(err, n, "lse must be f32 [b, nh, s]");
+    mg_desc_of(q, &out[0]);
+    mg_desc_of(k, &out[1]);
+    mg_desc_of(v, &out[2]);
+    return 3;
+}
+
+/* ---- kernel context ------------------------------------------------------------------ */
+typedef struct {
+    int B, NH, NG, Sq, Sk, hd, rep;  /* local sizes; rep = NH / NG */
+    int ldq, ldk;                    /* row strides of q/y/dy and k/v */
+    int64_t q_off_s, q_off_b, q_off_h, k_off_s;
+    uint64_t NH_g, Sq_g, Sk_g;       /* logical sizes for mask indices */
+    float scale;
+    bool causal, drop;
+    float p, keep_scale;
+    uint64_t seed, key, stream;
+} attn_ctx;
+
+static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg_tensor *k, const mg_exec_info *info) {
+    const mg_attr_attention *at = &n->attrs.attention;
+    memset(c, 0, sizeof *c);
+    c->Sq = (int)q->shape[0];
+    c->B = (int)q->shape[1];
+    c->NH = (int)q->shape[2];
+    c->hd = (int)q->shape[3];
+    c->Sk = (int)k->shape[0];
+    c->NG = (int)k->shape[2];
+    c->rep = c->NH / c->NG;
+    c->ldq = c->B * c->NH * c->hd;
+    c->ldk = c->B * c->NG * c->hd;
+    c->NH_g = (uint64_t)c->NH;
+    c->Sq_g = (uint64_t)c->Sq;
+    c->Sk_g = (uint64_t)c->Sk;
+    if (q->logical.ndim == 4) {
+        c->q_off_s = q->logical.offset[0];
+        c->q_off_b = q->logical.offset[1];
+        c->q_off_h = q->logical.offset[2];
+        c->NH_g = (uint64_t)q->logical.shape[2];
+        c->Sq_g = (uint64_t)q->logical.shape[0];
+    }
+    if (k->logical.ndim == 4) {
+        c->k_off_s = k->logical.offset[0];
+        c->Sk_g = (uint64_t)k->logical.shape[0];
+    }
+    c->scale = at->scale;
+    c->causal = at->causal;
+    c->p = at->dropout_p;
+    c->drop = info->training && at->dropout_p > 0.0f;
+    c->keep_scale = 1.0f / (1.0f - at->dropout_p);
+    c->seed = info->seed;
+    c->key = at->rng_key;
+    c->stream = mg_rng_dropout_stream(info->iteration, n->mb);
+}
+
+/* Number of keys query row i sees (a prefix of the local keys). */
+static inline int n_visible(const attn_ctx *c, int i) {
+    if (!c->causal) return c->Sk;
+    int64_t last = (int64_t)i + c->q_off_s - c->k_off_s; /* last visible local key */
+    if (last < 0) return 0;
+    return last + 1 < c->Sk ? (int)(last + 1) : c->Sk;
+}
+
+/* Logical index of mask element (b, h, i, 0). */
+static inline uint64_t mask_base(const attn_ctx *c, int b, int h, int i) {
+    uint64_t bg = (uint64_t)(b + c->q_off_b), hg = (uint64_t)(h + c->q_off_h), ig = (uint64_t)(i + c->q_off_s);
+    return ((bg * c->NH_g + hg) * c->Sq_g + ig) * c->Sk_g + (uint64_t)c->k_off_s;
+}
+
+/* ---- forward --------------------------------------------------------------------------- */
+static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
+    const mg_node *n = a->node;
+    attn_ctx c;
+    ctx_init(&c, n, n->in[0], n->in[1], a->info);
+    const float *q = a->in[0], *k = a->in[1], *v = a->in[2];
+    float *y = a->out[0], *lse = a->out[1];
+    float *S = malloc((size_t)c.Sq * (size_t)c.Sk * sizeof *S);
+    if (!S) return mg_error_set(err, MG_ERR_NOMEM, "attention: out of memory");
+    for (int b = 0; b < c.B; b++) {
+        for (int h = 0; h < c.NH; h++) {
+            int g = h / c.rep;
+            const float *Q = q + ((size_t)b * c.NH + h) * c.hd;
+            const float *K = k + ((size_t)b * c.NG + g) * c.hd, *V = v + ((size_t)b * c.NG + g) * c.hd;
+            float *Y = y + ((size_t)b * c.NH + h) * c.hd, *L = lse + ((size_t)b * c.NH + h) * c.Sq;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c.Sq, c.Sk, c.hd, c.scale, Q, c.ldq, K, c.ldk, 0.0f,
+                        S, c.Sk);
+            for (int i = 0; i < c.Sq; i++) {
+                float *row = S + (size_t)i * c.Sk;
+                int nv = n_visible(&c, i);
+                if (nv == 0) {
+                    memset(row, 0, (size_t)c.Sk * sizeof *row);
+                    L[i] = -INFINITY;
+                    continue;
+                }
+                float m = row[0];
+                for (int j = 1; j < nv; j++) m = row[j] > m ? row[j] : m;
+                double sum = 0;
+                for (int j = 0; j < nv; j++) {
+                    float e = expf(row[j] - m);
+                    row[j] = e;
+                    sum += e;
+                }
+                L[i] = m + (float)log(sum);
+                float inv = (float)(1.0 / sum);
+                if (c.drop) {
+                    uint64_t base = mask_base(&c, b, h, i);
+                    float sc = inv * c.keep_scale;
+                    for (int j = 0; j < nv; j++)
+                        row[j] = mg_rng_uniform(c.seed, c.key, c.stream, base + (uint64_t)j) >= c.p ? row[j] * sc : 0.0f;
+                } else {
+                    for (int j = 0; j < nv; j++) row[j] *= inv;
+                }
+                for (int j = nv; j < c.Sk; j++) row[j] = 0.0f;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c.Sq, c.hd, c.Sk, 1.0f, S, c.Sk, V, c.ldk, 0.0f, Y,
+                        c.ldq);
+        }
+    }
+    free(S);
+    return MG_OK;
+}
+
+/* ---- backward -------------------------------------------------------------------------- */
+static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
+    const mg_node *n = a->node;
+    attn_ctx c;
+    ctx_init(&c, n, n->in[1], n->in[2], a->info);
+    const float *dy = a->in[0], *q = a->in[1], *k = a->in[2], *v = a->in[3], *y = a->in[4], *lse = a->in[5];
+    float *dq = a->out[0], *dk = a->out[1], *dv = a->out[2];
+    size_t nS = (size_t)c.Sq * (size_t)c.Sk;
+    float *A = malloc(nS * sizeof *A), *Bm = malloc(nS * sizeof *Bm);
+    if (!A || !Bm) {
+        free(A);
+        free(Bm);
+        return mg_error_set(err, MG_ERR_NOMEM, "attention_bwd: out of memory");
+    }
+    size_t nk = (size_t)mg_numel(n->in[2]);
+    memset(dk, 0, nk * sizeof *dk);
+    memset(dv, 0, nk * sizeof *dv);
+    for (int b = 0; b < c.B; b++) {
+        for (int h = 0; h < c.NH; h++) {
+            int g = h / c.rep;
+            size_t qo = ((size_t)b * c.NH + h) * c.hd, ko = ((size_t)b * c.NG + g) * c.hd;
+            const float *Q = q + qo, *dY = dy + qo, *Y = y + qo, *K = k + ko, *V = v + ko;
+            const float *L = lse + ((size_t)b * c.NH + h) * c.Sq;
+            float *dQ = dq + qo, *dK = dk + ko, *dV = dv + ko;
+            /* A = S, Bm = dPd = dY Vᵀ */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c.Sq, c.Sk, c.hd, c.scale, Q, c.ldq, K, c.ldk, 0.0f,
+                        A, c.Sk);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c.Sq, c.Sk, c.hd, 1.0f, dY, c.ldq, V, c.ldk, 0.0f, Bm,
+                        c.Sk);
+            for (int i = 0; i < c.Sq; i++) {
+                float *ar = A + (size_t)i * c.Sk, *br = Bm + (size_t)i * c.Sk;
+                int nv = n_visible(&c, i);
+                float l = L[i];
+                if (nv == 0 || isinf(l)) {
+                    memset(ar, 0, (size_t)c.Sk * sizeof *ar);
+                    memset(br, 0, (size_t)c.Sk * sizeof *br);
+                    continue;
+                }
+                const float *dyi = dY + (size_t)i * c.ldq, *yi = Y + (size_t)i * c.ldq;
+                double dd = 0;
+                for (int d = 0; d < c.hd; d++) dd += (double)dyi[d] * yi[d];
+                float D = (float)dd;
+                if (c.drop) {
+                    uint64_t base = mask_base(&c, b, h, i);
+                    for (int j = 0; j < nv; j++) {
+                        float p = expf(ar[j] - l);
+                        float m = mg_rng_uniform(c.seed, c.key, c.stream, base + (uint64_t)j) >= c.p ? c.keep_scale
+                                                                                                   : 0.0f;
+                        br[j] = p * (br[j] * m - D); /* dS */
+                        ar[j] = p * m;               /* Pd */
+                    }
+                } else {
+                    for (int j = 0; j < nv; j++) {
+                        float p = expf(ar[j] - l);
+                        br[j] = p * (br[j] - D);
+                        ar[j] = p;
+                    }
+                }
+                for (int j = nv; j < c.Sk; j++) ar[j] = br[j] = 0.0f;
+            }
+            /* dV += Pdᵀ dY; dQ = scale dS K; dK += scale dSᵀ Q */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c.Sk, c.hd, c.Sq, 1.0f, A, c.Sk, dY, c.ldq, 1.0f, dV,
+                        c.ldk);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c.Sq, c.hd, c.Sk, c.scale, Bm, c.Sk, K, c.ldk, 0.0f,
+                        dQ, c.ldq);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c.Sk, c.hd, c.Sq, c.scale, Bm, c.Sk, Q, c.ldq, 1.0f,
+                        dK, c.ldk);
+        }
+    }
+    free(A);
+    free(Bm);
+    return MG_OK;
+}
+
+/* ---- cost, gradient rule, defs, builder ------------------------------------------------ */
+static double io_bytes(const mg_node *n) {
+    double b = 0;
+    for (int i = 0; i < n->n_in; i++) b += (double)mg_numel(n->in[i]);
+    for (int i = 0; i < n->n_out; i++) b += (double)mg_numel(n->out[i]);
+    return 4.0 * b;
+}
+
+/* 2·Sq·Sk·hd FLOPs per matmul per (batch, head): 2 forward, 5 backward. */
+static void cost_attn(const mg_node *n, const mg_tensor *q, const mg_tensor *k, double matmuls, double *flops,
+                      double *bytes) {
+    double bh = (double)q->shape[1] * (double)q->shape[2];
+    *flops = matmuls * 2.0 * bh * (double)q->shape[0] * (double)k->shape[0] * (double)q->shape[3];
+    *bytes = io_bytes(n);
+}
+static void cost_fwd(const mg_node *n, double *flops, double *bytes) { cost_attn(n, n->in[0], n->in[1], 2, flops, bytes); }
+static void cost_bwd(const mg_node *n, double *flops, double *bytes) { cost_attn(n, n->in[1], n->in[2], 5, flops, bytes); }
+
+static int attention_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const bool *need, mg_tensor **din) {
+    if (dout[1])
+        return mg_graph_fail(g, MG_ERR_UNSUPPORTED, "attention: no gradient through the saved lse '%s'",
+                             n->out[1]->name);
+    if (!dout[0]) return MG_OK;
+    mg_tensor *in[6] = {dout[0], n->in[0], n->in[1], n->in[2], n->out[0], n->out[1]};
+    mg_node *b = mg_node_new(g, MG_OP_ATTENTION_BWD, &n->attrs, 6, in, NULL); /* same scale, mask, key */
+    if (!b) return mg_graph_error(g)->code;
+    for (int i = 0; i < 3; i++)
+        if (need[i]) din[i] = b->out[i];
+    return MG_OK;
+}
+
+const mg_op_def mg_opdef_ATTENTION = {"attention", 3, 3, 0, infer_attention, attention_grad, cost_fwd, attention_cpu,
+                                      NULL};
+const mg_op_def mg_opdef_ATTENTION_BWD = {"attention_bwd", 6, 6, MG_OPF_NO_GRAD, infer_attention_bwd, NULL, cost_bwd,
+                                          attention_bwd_cpu, NULL};
+
+mg_tensor *mg_attention(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, bool causal, float dropout_p) {
+    float scale = 1.0f;
+    if (q && q->ndim == 4 && q->shape[3] > 0) scale = (float)(1.0 / sqrt((double)q->shape[3]));
+    mg_attrs at = {.attention = {.scale = scale, .causal = causal, .dropout_p = dropout_p, .rng_key = 0}};
+    mg_tensor *in[3] = {q, k, v};
+    mg_node *n = mg_node_new(g, MG_OP_ATTENTION, &at, 3, in, NULL);
+    if (!n) return NULL;
+    n->attrs.attention.rng_key = n->out[0]->logical.key; /* hash of the output's unique name */
+    return n->out[0];
+}

@@ -1,4 +1,75 @@
-/* PLACEHOLDER: dropout ops not implemented yet (mg_node_new reports it). */
+/* Inverted dropout: y = x * keep / (1 - p), keep = U >= p with
+ *   U = mg_rng_uniform(seed, rng_key, mg_rng_dropout_stream(iteration, mb), logical index)
+ * where the logical index is that of the output element in its logical tensor, so
+ * any block of the tensor (tensor- or sequence-parallel) draws the serial mask.
+ * No mask is stored: the gradient is a dropout node on dy with the same key and p
+ * (same mask), in the same micro-batch. Identity when not training or p == 0. */
+#include <string.h>
+
+#include "mgraph/rng.h"
 #include "ops/op.h"
 
-const mg_op_def mg_opdef_DROPOUT = {.name = "dropout"};
+static int infer_dropout(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
+    float p = n->attrs.dropout.p;
+    if (n->in[0]->dtype != MG_F32) return mg_shape_error(err, n, "input must be f32");
+    if (!(p >= 0.0f && p < 1.0f)) return mg_shape_error(err, n, "p = %g outside [0, 1)", (double)p);
+    mg_desc_of(n->in[0], &out[0]);
+    return 1;
+}
+
+static int dropout_cpu(const mg_kernel_args *a, mg_error *err) {
+    (void)err;
+    const mg_node *n = a->node;
+    const mg_tensor *yt = n->out[0];
+    const float *x = a->in[0];
+    float *y = a->out[0];
+    int64_t ne = mg_numel(yt);
+    float p = n->attrs.dropout.p;
+    if (!a->info->training || p == 0.0f) {
+        if (y != x) memcpy(y, x, (size_t)ne * sizeof *y);
+        return MG_OK;
+    }
+    uint64_t seed = a->info->seed, key = n->attrs.dropout.rng_key;
+    uint64_t stream = mg_rng_dropout_stream(a->info->iteration, n->mb);
+    float scale = 1.0f / (1.0f - p);
+    /* The last dimension is contiguous in the logical tensor too: one logical index
+     * per row, then consecutive. */
+    int64_t inner = yt->shape[yt->ndim - 1], rows = ne / inner;
+    bool whole = mg_is_whole(yt);
+    for (int64_t r = 0; r < rows; r++) {
+        uint64_t base = whole ? (uint64_t)(r * inner) : mg_logical_index(yt, r * inner);
+        const float *xr = x + r * inner;
+        float *yr = y + r * inner;
+        for (int64_t j = 0; j < inner; j++)
+            yr[j] = mg_rng_uniform(seed, key, stream, base + (uint64_t)j) >= p ? xr[j] * scale : 0.0f;
+    }
+    return MG_OK;
+}
+
+static void cost_dropout(const mg_node *n, double *flops, double *bytes) {
+    double e = (double)mg_numel(n->out[0]);
+    *flops = 2.0 * e; /* the Philox rounds are integer work, not counted */
+    *bytes = 8.0 * e;
+}
+
+static mg_tensor *dropout_node(mg_graph *g, mg_tensor *x, float p, uint64_t key, bool set_key, const char *name) {
+    mg_attrs at = {.dropout = {p, key}};
+    mg_node *n = mg_node_new(g, MG_OP_DROPOUT, &at, 1, &x, name);
+    if (!n) return NULL;
+    if (set_key) n->attrs.dropout.rng_key = n->out[0]->logical.key; /* hash of the output's (unique) name */
+    return n->out[0];
+}
+
+static int dropout_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const bool *need, mg_tensor **din) {
+    if (!need[0] || !dout[0]) return MG_OK;
+    /* g->mb is the forward node's micro-batch (autodiff sets it): same stream. */
+    din[0] = dropout_node(g, dout[0], n->attrs.dropout.p, n->attrs.dropout.rng_key, false, "dropout_grad");
+    return din[0] ? MG_OK : mg_graph_error(g)->code;
+}
+
+const mg_op_def mg_opdef_DROPOUT = {"dropout", 1, 1, 0, infer_dropout, dropout_grad, cost_dropout, dropout_cpu, NULL};
+
+mg_tensor *mg_dropout(mg_graph *g, mg_tensor *x, float p) {
+    if (p == 0.0f && x) return x;
+    return dropout_node(g, x, p, 0, true, NULL);
+}

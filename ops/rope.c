@@ -1,4 +1,91 @@
-/* PLACEHOLDER: rope ops not implemented yet (mg_node_new reports it). */
+/* Rotary position embedding, rotate-half pairing (GPT-NeoX, Hugging Face LLaMA):
+ * for i < hd/2 the pair (x_i, x_{i+hd/2}) of every head vector at sequence index s
+ * is rotated by the angle pos[s] * theta^(-2i/hd):
+ *   y_i        = x_i cos - x_{i+hd/2} sin
+ *   y_{i+hd/2} = x_{i+hd/2} cos + x_i sin
+ * x is [s, ...,  hd] (usually [s, b, nh, hd]), pos i32 [s]. With attrs.rope.inverse
+ * the rotation is by -angle: the gradient (rotations are orthogonal). Positions are
+ * explicit, so a sequence shard simply carries its own positions. */
+#include <math.h>
+#include <stdlib.h>
+
 #include "ops/op.h"
 
-const mg_op_def mg_opdef_ROPE = {.name = "rope"};
+static int infer_rope(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
+    const mg_tensor *x = n->in[0], *pos = n->in[1];
+    if (x->dtype != MG_F32) return mg_shape_error(err, n, "x must be f32");
+    if (x->ndim < 2) return mg_shape_error(err, n, "x must be [s, ..., hd]");
+    int64_t hd = x->shape[x->ndim - 1];
+    if (hd < 2 || hd % 2) return mg_shape_error(err, n, "head dim %lld must be even", (long long)hd);
+    if (pos->dtype != MG_I32 || pos->ndim != 1 || pos->shape[0] != x->shape[0])
+        return mg_shape_error(err, n, "positions must be i32 [s] with s the first dimension of x");
+    if (!(n->attrs.rope.theta > 0.0f)) return mg_shape_error(err, n, "theta must be > 0");
+    mg_desc_of(x, &out[0]);
+    return 1;
+}
+
+static int rope_cpu(const mg_kernel_args *a, mg_error *err) {
+    const mg_node *n = a->node;
+    const mg_tensor *xt = n->in[0];
+    const float *x = a->in[0];
+    const int32_t *pos = a->in[1];
+    float *y = a->out[0];
+    int64_t S = xt->shape[0], hd = xt->shape[xt->ndim - 1], h = hd / 2;
+    int64_t rows = mg_numel(xt) / (S * hd); /* head vectors per sequence index */
+    double theta = n->attrs.rope.theta, sgn = n->attrs.rope.inverse ? -1.0 : 1.0;
+    double *inv_freq = malloc((size_t)h * sizeof *inv_freq);
+    float *cs = malloc((size_t)hd * sizeof *cs);
+    if (!inv_freq || !cs) {
+        free(inv_freq);
+        free(cs);
+        return mg_error_set(err, MG_ERR_NOMEM, "rope: out of memory");
+    }
+    for (int64_t i = 0; i < h; i++) inv_freq[i] = pow(theta, -2.0 * (double)i / (double)hd);
+    float *c = cs, *sn = cs + h;
+    for (int64_t s = 0; s < S; s++) {
+        for (int64_t i = 0; i < h; i++) {
+            double ang = (double)pos[s] * inv_freq[i];
+            c[i] = (float)cos(ang);
+            sn[i] = (float)(sgn * sin(ang));
+        }
+        const float *xs = x + s * rows * hd;
+        float *ys = y + s * rows * hd;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *x0 = xs + r * hd, *x1 = x0 + h;
+            float *y0 = ys + r * hd, *y1 = y0 + h;
+            for (int64_t i = 0; i < h; i++) {
+                float a0 = x0[i], a1 = x1[i]; /* read before writing: y may alias x */
+                y0[i] = a0 * c[i] - a1 * sn[i];
+                y1[i] = a1 * c[i] + a0 * sn[i];
+            }
+        }
+    }
+    free(inv_freq);
+    free(cs);
+    return MG_OK;
+}
+
+static void cost_rope(const mg_node *n, double *flops, double *bytes) {
+    double e = (double)mg_numel(n->out[0]);
+    *flops = 3.0 * e;
+    *bytes = 8.0 * e + 4.0 * (double)mg_numel(n->in[1]);
+}
+
+static mg_tensor *rope_node(mg_graph *g, mg_tensor *x, mg_tensor *pos, float theta, bool inverse, const char *name) {
+    mg_attrs at = {.rope = {theta, inverse}};
+    mg_tensor *in[2] = {x, pos};
+    mg_node *n = mg_node_new(g, MG_OP_ROPE, &at, 2, in, name);
+    return n ? n->out[0] : NULL;
+}
+
+static int rope_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const bool *need, mg_tensor **din) {
+    if (!need[0] || !dout[0]) return MG_OK; /* positions get no gradient */
+    din[0] = rope_node(g, dout[0], n->in[1], n->attrs.rope.theta, !n->attrs.rope.inverse, "rope_grad");
+    return din[0] ? MG_OK : mg_graph_error(g)->code;
+}
+
+const mg_op_def mg_opdef_ROPE = {"rope", 2, 2, 0, infer_rope, rope_grad, cost_rope, rope_cpu, NULL};
+
+mg_tensor *mg_rope(mg_graph *g, mg_tensor *x, mg_tensor *pos, float theta) {
+    return rope_node(g, x, pos, theta, false, NULL);
+}
