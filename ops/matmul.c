@@ -1,4 +1,153 @@
-/* PLACEHOLDER: matmul ops not implemented yet (mg_node_new reports it). */
+/* Matrix multiplication (OpenBLAS sgemm, row-major) and linear = x · Wᵀ (+ b).
+ *
+ * C = op(A) · op(B) with op(X) = X or Xᵀ (the last two dims):
+ *   A [..., M, K] (trans_a: [..., K, M]);
+ *   B either 2-D [K, N] (trans_b: [N, K]) shared across A's leading dims, or with the
+ *   same leading (batch) dims as A (batched);
+ *   C [..., M, N].
+ * Kernels: a shared B with !trans_a is ONE sgemm over the flattened rows
+ * (batch*M × K); otherwise one sgemm per batch entry. No element-wise index math.
+ */
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
 #include "ops/op.h"
 
-const mg_op_def mg_opdef_MATMUL = {.name = "matmul"};
+typedef struct mm_dims {
+    int64_t batch, M, N, K;
+    bool shared; /* B is 2-D and shared across batch entries of A */
+} mm_dims;
+
+static void mm_dims_of(const mg_node *n, mm_dims *d) {
+    const mg_tensor *a = n->in[0], *b = n->in[1];
+    bool ta = n->attrs.matmul.trans_a, tb = n->attrs.matmul.trans_b;
+    int na = a->ndim;
+    d->batch = mg_dims_prod(a->shape, 0, na - 2);
+    d->M = ta ? a->shape[na - 1] : a->shape[na - 2];
+    d->K = ta ? a->shape[na - 2] : a->shape[na - 1];
+    d->N = tb ? b->shape[b->ndim - 2] : b->shape[b->ndim - 1];
+    d->shared = b->ndim == 2;
+}
+
+static int infer_matmul(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
+    const mg_tensor *a = n->in[0], *b = n->in[1];
+    bool ta = n->attrs.matmul.trans_a, tb = n->attrs.matmul.trans_b;
+    if (a->dtype != MG_F32 || b->dtype != MG_F32) return mg_shape_error(err, n, "inputs must be f32");
+    if (a->ndim < 2 || b->ndim < 2) return mg_shape_error(err, n, "inputs must have rank >= 2");
+    int na = a->ndim, nb = b->ndim;
+    if (nb != 2) {
+        bool same = nb == na;
+        for (int i = 0; same && i < na - 2; i++) same = a->shape[i] == b->shape[i];
+        if (!same) return mg_shape_error(err, n, "B must be 2-D or have the batch dimensions of A");
+    }
+    int64_t ka = ta ? a->shape[na - 2] : a->shape[na - 1];
+    int64_t kb = tb ? b->shape[nb - 1] : b->shape[nb - 2];
+    if (ka != kb)
+        return mg_shape_error(err, n, "inner dimensions differ: K=%lld for A%s, %lld for B%s", (long long)ka,
+                              ta ? "^T" : "", (long long)kb, tb ? "^T" : "");
+    mg_desc_of(a, &out[0]);
+    out[0].shape[na - 2] = ta ? a->shape[na - 1] : a->shape[na - 2];
+    out[0].shape[na - 1] = tb ? b->shape[nb - 2] : b->shape[nb - 1];
+    return 1;
+}
+
+static void cost_matmul(const mg_node *n, double *flops, double *bytes) {
+    mm_dims d;
+    mm_dims_of(n, &d);
+    *flops = 2.0 * (double)d.batch * (double)d.M * (double)d.N * (double)d.K;
+    *bytes = 4.0 * ((double)mg_numel(n->in[0]) + (double)mg_numel(n->in[1]) + (double)mg_numel(n->out[0]));
+}
+
+static int matmul_cpu(const mg_kernel_args *a, mg_error *err) {
+    const mg_node *n = a->node;
+    bool ta = n->attrs.matmul.trans_a, tb = n->attrs.matmul.trans_b;
+    mm_dims d;
+    mm_dims_of(n, &d);
+    const float *A = a->in[0], *B = a->in[1];
+    float *C = a->out[0];
+    /* one call over all rows when B is shared and A's rows are contiguous */
+    int64_t calls = d.batch, rows = d.M;
+    if (d.shared && !ta) {
+        rows = d.batch * d.M;
+        calls = 1;
+    }
+    if (rows > INT_MAX || d.N > INT_MAX || d.K > INT_MAX)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "matmul: dimensions (%lld, %lld, %lld) exceed the BLAS int range",
+                            (long long)rows, (long long)d.N, (long long)d.K);
+    int M = (int)rows, N = (int)d.N, K = (int)d.K;
+    int lda = ta ? M : K, ldb = tb ? K : N;
+    int64_t sa = d.M * d.K, sb = d.shared ? 0 : d.K * d.N, sc = d.M * d.N;
+    for (int64_t i = 0; i < calls; i++)
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f,
+                    A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, N);
+    return MG_OK;
+}
+
+/* ---- gradient ----------------------------------------------------------------------- */
+static mg_tensor *swap_last2(mg_graph *g, mg_tensor *t) {
+    if (!t) return NULL;
+    int perm[MG_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++) perm[i] = i;
+    perm[t->ndim - 2] = t->ndim - 1;
+    perm[t->ndim - 1] = t->ndim - 2;
+    return mg_transpose(g, t, perm);
+}
+
+/* [..., R, C] -> [prod(...) * R, C] */
+static mg_tensor *rows2d(mg_graph *g, mg_tensor *t) {
+    if (!t || t->ndim == 2) return t;
+    int64_t s[2] = {mg_dims_prod(t->shape, 0, t->ndim - 1), t->shape[t->ndim - 1]};
+    return mg_reshape(g, t, 2, s);
+}
+
+/* C = op(A) op(B):
+ *   NN: dA = dC Bᵀ      dB = Aᵀ dC
+ *   NT: dA = dC B       dB = dCᵀ A
+ *   TN: dA = B dCᵀ      dB = A dC
+ *   TT: dA = Bᵀ dCᵀ     dB = dCᵀ Aᵀ
+ * With a 2-D B shared over A's batch, dB sums over the batch: one matmul over the
+ * flattened rows (exact). dA in the trans_a case is (dC op(B)ᵀ)ᵀ per batch entry. */
+static int matmul_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const bool *need, mg_tensor **din) {
+    mg_tensor *A = n->in[0], *B = n->in[1], *dC = dout[0];
+    bool ta = n->attrs.matmul.trans_a, tb = n->attrs.matmul.trans_b;
+    bool shared = B->ndim == 2 && A->ndim > 2;
+    if (need[0]) {
+        if (!ta) din[0] = mg_matmul(g, dC, B, false, !tb);
+        else if (!shared) din[0] = tb ? mg_matmul(g, B, dC, true, true) : mg_matmul(g, B, dC, false, true);
+        else din[0] = swap_last2(g, mg_matmul(g, dC, B, false, !tb));
+    }
+    if (need[1]) {
+        if (!shared) {
+            if (!ta) din[1] = tb ? mg_matmul(g, dC, A, true, false) : mg_matmul(g, A, dC, true, false);
+            else din[1] = tb ? mg_matmul(g, dC, A, true, true) : mg_matmul(g, A, dC, false, false);
+        } else {
+            mg_tensor *A2 = rows2d(g, ta ? swap_last2(g, A) : A); /* [batch*M, K] */
+            mg_tensor *dC2 = rows2d(g, dC);                       /* [batch*M, N] */
+            din[1] = tb ? mg_matmul(g, dC2, A2, true, false) : mg_matmul(g, A2, dC2, true, false);
+        }
+    }
+    return MG_OK;
+}
+
+const mg_op_def mg_opdef_MATMUL = {"matmul", 2, 2, 0, infer_matmul, matmul_grad, cost_matmul, matmul_cpu, NULL};
+
+mg_tensor *mg_matmul(mg_graph *g, mg_tensor *a, mg_tensor *b, bool trans_a, bool trans_b) {
+    mg_attrs at;
+    memset(&at, 0, sizeof at);
+    at.matmul.trans_a = trans_a;
+    at.matmul.trans_b = trans_b;
+    mg_tensor *in[2] = {a, b};
+    mg_node *n = mg_node_new(g, MG_OP_MATMUL, &at, 2, in, NULL);
+    return n ? n->out[0] : NULL;
+}
+
+mg_tensor *mg_linear(mg_graph *g, mg_tensor *x, mg_tensor *w, mg_tensor *b) {
+    if (w && w->ndim != 2) {
+        char s[64];
+        mg_graph_fail(g, MG_ERR_SHAPE, "linear: weight must be 2-D [out, in], got %s", mg_shape_str(w, s, sizeof s));
+        return NULL;
+    }
+    mg_tensor *y = mg_matmul(g, x, w, false, true);
+    return b ? mg_bias_add(g, y, b) : y;
+}
