@@ -130,7 +130,9 @@ static int build_part(gpt_part *p, const char *name, uint64_t seq_lo, uint64_t s
             return mg_error_set(err, MG_ERR_INVALID,
                                 "%s: split %d has %llu tokens, too few for one sample of %d + 1 tokens, but %llu samples were requested",
                                 name, split, (unsigned long long)tokens, seq_length, (unsigned long long)requested);
-        return MG_OK; /* an empty split */
+        /* An empty split: no samples, but a well-formed (cacheable) sample index. */
+        p->sample_idx = calloc(2, sizeof *p->sample_idx);
+        return p->sample_idx ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     }
     if (ndocs > INT32_MAX || seq_hi > INT32_MAX)
         return mg_error_set(err, MG_ERR_UNSUPPORTED, "more than 2^31 documents in one dataset");
@@ -263,7 +265,7 @@ static int load_cache(gpt_part *p, const cache_key *k) {
         if (p->doc_idx[i] < 0 || (uint64_t)p->doc_idx[i] >= nseq) ok = 0;
     for (uint64_t i = 0; ok && i < p->num_samples; i++)
         if (p->shuffle_idx[i] < 0 || (uint64_t)p->shuffle_idx[i] >= p->num_samples) ok = 0;
-    for (uint64_t i = 0; ok && i <= p->num_samples; i++)
+    for (uint64_t i = 0; ok && p->num_samples && i <= p->num_samples; i++)
         if (p->sample_idx[2 * i] < 0 || (uint64_t)p->sample_idx[2 * i] >= p->n_doc_idx) ok = 0;
     if (!ok) {
         const mg_indexed_dataset *ids = p->ids;
