@@ -1,0 +1,3 @@
+mg_op_tests(norm
+  FORWARD layernorm rmsnorm errors_norm
+  GRAD layernorm rmsnorm)
