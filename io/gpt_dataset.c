@@ -247,9 +247,9 @@ static int load_cache(gpt_part *p, const cache_key *k) {
             p->sample_idx = malloc(16 * (ns + 1));
             p->shuffle_idx = malloc(8 * ns + 8);
             int32_t pad;
-            ok = p->doc_idx && p->sample_idx && p->shuffle_idx && fread(p->doc_idx, 4, nd, f) == nd &&
+            ok = p->doc_idx && p->sample_idx && p->shuffle_idx && (nd == 0 || fread(p->doc_idx, 4, nd, f) == nd) &&
                  (nd % 2 == 0 || fread(&pad, 4, 1, f) == 1) && fread(p->sample_idx, 8, 2 * (ns + 1), f) == 2 * (ns + 1) &&
-                 fread(p->shuffle_idx, 8, ns, f) == ns;
+                 (ns == 0 || fread(p->shuffle_idx, 8, ns, f) == ns);
         }
     }
     fclose(f);
@@ -286,8 +286,8 @@ static int save_cache(const gpt_part *p, const cache_key *k, mg_error *err) {
     int32_t pad = 0;
     uint64_t ns = p->num_samples;
     int ok = fwrite(CACHE_MAGIC, 1, 8, f) == 8 && fwrite(h, 8, 4, f) == 4 &&
-             fwrite(p->doc_idx, 4, p->n_doc_idx, f) == p->n_doc_idx && (p->n_doc_idx % 2 == 0 || fwrite(&pad, 4, 1, f) == 1) &&
-             fwrite(p->sample_idx, 8, 2 * (ns + 1), f) == 2 * (ns + 1) && fwrite(p->shuffle_idx, 8, ns, f) == ns;
+             (p->n_doc_idx == 0 || fwrite(p->doc_idx, 4, p->n_doc_idx, f) == p->n_doc_idx) && (p->n_doc_idx % 2 == 0 || fwrite(&pad, 4, 1, f) == 1) &&
+             fwrite(p->sample_idx, 8, 2 * (ns + 1), f) == 2 * (ns + 1) && (ns == 0 || fwrite(p->shuffle_idx, 8, ns, f) == ns);
     if (fclose(f) != 0) ok = 0;
     /* rename() is atomic: concurrent ranks building the same cache never see half a file. */
     if (!ok || rename(tmp, k->path) != 0) {
