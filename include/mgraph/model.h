@@ -1,0 +1,93 @@
+/* Models written with the builder API, and the training step built from them.
+ *
+ * A model is (1) its parameters, created once per graph with Hugging Face names, and
+ * (2) a forward function called once per micro-batch. The step builder unrolls the
+ * micro-batches of one global batch into a single graph, so that gradient
+ * accumulation, data parallelism (micro-batches per rank) and pipeline schedules
+ * (micro-batches per stage) are all graph-level facts.
+ */
+#ifndef MGRAPH_MODEL_H
+#define MGRAPH_MODEL_H
+
+#include "mgraph/graph.h"
+#include "mgraph/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mg_gpt_config {
+    int num_layers;
+    int hidden;
+    int ffn_hidden;          /* default 4 * hidden */
+    int heads;
+    int seq_length;
+    int max_position;        /* learned position table size */
+    int64_t vocab;           /* padded vocabulary (Megatron: multiple of 128 * tp) */
+    float init_std;          /* --init-method-std */
+    float hidden_dropout, attention_dropout;
+    float ln_eps;            /* 1e-5 */
+} mg_gpt_config;
+
+/* Megatron-ish defaults for a small model; the caller sets sizes. */
+mg_gpt_config mg_gpt_defaults(void);
+/* Checks the config on its own: sizes positive, heads divide hidden, seq <= max
+ * position, ... MG_ERR_INVALID naming the rule. */
+int mg_gpt_check(const mg_gpt_config *c, mg_error *err);
+int64_t mg_gpt_num_params(const mg_gpt_config *c);
+/* Model FLOPs of one iteration over `samples` sequences (forward + backward, no
+ * recomputation), Megatron's count: 72·B·s·L·h²·(1 + s/(12h) + V/(12·L·h)) for ffn = 4h
+ * (causal attention halved, as Megatron's code), generalised to any ffn. */
+double mg_gpt_flops(const mg_gpt_config *c, int64_t samples);
+
+typedef struct mg_gpt_layer {
+    mg_tensor *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
+    mg_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;
+} mg_gpt_layer;
+
+typedef struct mg_gpt {
+    mg_gpt_config cfg;
+    mg_tensor *wte, *wpe, *lnf_w, *lnf_b;
+    mg_gpt_layer *layers;    /* owned */
+} mg_gpt;
+
+/* GPT-2 parameters: wte.weight [V, h], wpe.weight [P, h], h.<i>.ln_1 / attn.c_attn /
+ * attn.c_proj / ln_2 / mlp.c_fc / mlp.c_proj (.weight, .bias), ln_f. Linear weights
+ * are [out, in] (torch.nn.Linear, not HF's Conv1D); c_attn's output is grouped per
+ * head as Megatron lays it out ([q_h, k_h, v_h] for each head h), so tensor
+ * parallelism takes whole heads. Output projections use GPT-2's scaled init
+ * std / sqrt(2 L). */
+int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *out, mg_error *err);
+void mg_gpt_release(mg_gpt *m);
+/* Forward of one micro-batch: tokens, targets [s, b] (i32), positions [s] (i32).
+ * Returns the mean cross-entropy over the micro-batch's tokens ([1]). */
+mg_tensor *mg_gpt2_forward(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions,
+                           mg_tensor *targets, bool training);
+
+/* ---- the training / evaluation step --------------------------------------------------- */
+typedef struct mg_step_config {
+    mg_gpt_config model;
+    int micro_batch;         /* sequences per micro-batch */
+    int n_micro;             /* micro-batches per step (global batch / micro batch) */
+    bool training;           /* false: forward only, no dropout (evaluation) */
+    mg_adamw_config optim;
+} mg_step_config;
+
+typedef struct mg_step {
+    mg_graph *g;             /* owned */
+    mg_gpt model;
+    int n_micro;
+    mg_tensor **tokens;      /* [n_micro] inputs [s, b] */
+    mg_tensor **targets;     /* [n_micro] inputs [s, b] */
+    mg_tensor *positions;    /* [s], 0..s-1 */
+    mg_tensor *loss;         /* mean over micro-batches, [1] */
+    mg_optimizer_outputs opt;/* NULL tensors when !training */
+} mg_step;
+
+int mg_step_build(const mg_step_config *c, mg_step *out, mg_error *err);
+void mg_step_release(mg_step *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

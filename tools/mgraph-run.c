@@ -1,0 +1,351 @@
+/* mgraph-run: trains a GPT model with mgraph, Megatron-style flags and log line.
+ *
+ * Exit status: 0 success, 2 bad usage or input (one message on stderr), 1 failure
+ * while running.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mgraph/dataset.h"
+#include "mgraph/dot.h"
+#include "mgraph/engine.h"
+#include "mgraph/model.h"
+#include "mgraph/tokenizer.h"
+#include "run_config.h"
+
+#ifndef MG_DEFAULT_CORPUS
+#define MG_DEFAULT_CORPUS ""
+#endif
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Everything one run owns, released by run_release. */
+typedef struct run {
+    mg_run_config cfg;
+    mg_tokenizer *tok;
+    mg_dataset *data;
+    mg_step train, eval;
+    mg_memplan *train_plan, *eval_plan;
+    mg_storage *train_st, *eval_st;
+    mg_engine *train_eng, *eval_eng;
+    FILE *metrics;
+    int32_t *sample;
+    int64_t eval_batches_done;
+} run;
+
+static void run_release(run *r) {
+    mg_engine_free(r->eval_eng);
+    mg_engine_free(r->train_eng);
+    mg_storage_free(r->eval_st);
+    mg_storage_free(r->train_st);
+    mg_memplan_free(r->eval_plan);
+    mg_memplan_free(r->train_plan);
+    mg_step_release(&r->eval);
+    mg_step_release(&r->train);
+    mg_dataset_free(r->data);
+    mg_tokenizer_free(r->tok);
+    if (r->metrics) fclose(r->metrics);
+    free(r->sample);
+}
+
+/* ---- configuration checks and derived values ----------------------------------------- */
+static int resolve(mg_run_config *c, mg_step_config *sc, mg_error *err) {
+    if (c->ffn_hidden_size <= 0) c->ffn_hidden_size = 4 * c->hidden_size;
+    if (c->max_position_embeddings <= 0) c->max_position_embeddings = c->seq_length;
+    if (c->lr_decay_iters < 0) c->lr_decay_iters = c->train_iters;
+    if (c->micro_batch_size < 1) return mg_error_set(err, MG_ERR_INVALID, "--micro-batch-size must be >= 1");
+    if (c->global_batch_size < 1) return mg_error_set(err, MG_ERR_INVALID, "--global-batch-size must be >= 1");
+    if (c->global_batch_size % c->micro_batch_size)
+        return mg_error_set(err, MG_ERR_INVALID, "--global-batch-size (%d) must be a multiple of --micro-batch-size (%d)",
+                            c->global_batch_size, c->micro_batch_size);
+    if (c->train_iters < 1) return mg_error_set(err, MG_ERR_INVALID, "--train-iters must be >= 1");
+    if (c->log_interval < 1) return mg_error_set(err, MG_ERR_INVALID, "--log-interval must be >= 1");
+    if (c->eval_interval < 0 || c->eval_iters < 0)
+        return mg_error_set(err, MG_ERR_INVALID, "--eval-interval and --eval-iters must be >= 0");
+    if (!(c->lr >= 0) || !(c->min_lr >= 0) || c->min_lr > c->lr)
+        return mg_error_set(err, MG_ERR_INVALID, "need 0 <= --min-lr <= --lr (got %g, %g)", c->min_lr, c->lr);
+    if (c->lr_warmup_iters < 0) return mg_error_set(err, MG_ERR_INVALID, "--lr-warmup-iters must be >= 0");
+    if (!(c->adam_beta1 >= 0 && c->adam_beta1 < 1) || !(c->adam_beta2 >= 0 && c->adam_beta2 < 1))
+        return mg_error_set(err, MG_ERR_INVALID, "--adam-beta1/--adam-beta2 must be in [0, 1)");
+    if (!(c->adam_eps > 0)) return mg_error_set(err, MG_ERR_INVALID, "--adam-eps must be > 0");
+    if (c->make_vocab_size_divisible_by < 1)
+        return mg_error_set(err, MG_ERR_INVALID, "--make-vocab-size-divisible-by must be >= 1");
+    if (strcmp(c->engine, "starpu") && strcmp(c->engine, "reference"))
+        return mg_error_set(err, MG_ERR_INVALID, "--engine must be starpu or reference (got '%s')", c->engine);
+    if (c->cpu_workers < 0) return mg_error_set(err, MG_ERR_INVALID, "--cpu-workers must be >= 0");
+    int sizes[] = {c->tensor_model_parallel_size, c->pipeline_model_parallel_size, c->context_parallel_size,
+                   c->expert_model_parallel_size};
+    const char *names[] = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                           "--context-parallel-size", "--expert-model-parallel-size"};
+    for (int i = 0; i < 4; i++) {
+        if (sizes[i] < 1) return mg_error_set(err, MG_ERR_INVALID, "%s must be >= 1", names[i]);
+        if (sizes[i] > 1)
+            return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s %d: not supported yet (single rank only in this build)",
+                                names[i], sizes[i]);
+    }
+    if (c->plan_file || c->world_size > 1 || c->sequence_parallel || c->use_distributed_optimizer)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "partition plans are not supported yet (single rank only)");
+
+    memset(sc, 0, sizeof *sc);
+    mg_gpt_config *m = &sc->model;
+    *m = mg_gpt_defaults();
+    m->num_layers = c->num_layers;
+    m->hidden = c->hidden_size;
+    m->ffn_hidden = c->ffn_hidden_size;
+    m->heads = c->num_attention_heads;
+    m->seq_length = c->seq_length;
+    m->max_position = c->max_position_embeddings;
+    m->init_std = c->init_method_std;
+    m->hidden_dropout = c->hidden_dropout;
+    m->attention_dropout = c->attention_dropout;
+    sc->micro_batch = c->micro_batch_size;
+    sc->n_micro = c->global_batch_size / c->micro_batch_size;
+    sc->training = true;
+    mg_adamw_config *o = &sc->optim;
+    *o = mg_adamw_defaults();
+    o->beta1 = c->adam_beta1;
+    o->beta2 = c->adam_beta2;
+    o->eps = c->adam_eps;
+    o->weight_decay = c->weight_decay;
+    o->clip_grad = c->clip_grad;
+    o->lr = (mg_lr_schedule){c->lr, c->min_lr, c->lr_warmup_iters, c->lr_decay_iters, MG_LR_CONSTANT};
+    if (!strcmp(c->lr_decay_style, "cosine")) o->lr.style = MG_LR_COSINE;
+    else if (!strcmp(c->lr_decay_style, "linear")) o->lr.style = MG_LR_LINEAR;
+    else if (strcmp(c->lr_decay_style, "constant"))
+        return mg_error_set(err, MG_ERR_INVALID, "--lr-decay-style must be constant, linear or cosine (got '%s')",
+                            c->lr_decay_style);
+    return mg_gpt_check(m, err);
+}
+
+/* ---- data ------------------------------------------------------------------------------ */
+static int open_data(run *r, mg_step_config *sc, mg_error *err) {
+    mg_run_config *c = &r->cfg;
+    mg_tokenizer_config tc = {c->tokenizer_type, c->vocab_file, c->merge_file, c->tokenizer_model};
+    int rc = mg_tokenizer_open(&tc, &r->tok, err);
+    if (rc) return rc;
+    int64_t vocab = mg_tokenizer_vocab_size(r->tok);
+    sc->model.vocab = mg_vocab_padded(vocab, c->make_vocab_size_divisible_by, c->tensor_model_parallel_size);
+    uint64_t gbs = (uint64_t)c->global_batch_size;
+    uint64_t evals = c->eval_interval > 0 ? (uint64_t)(c->train_iters / c->eval_interval) + 1 : 1;
+    uint64_t want[3] = {(uint64_t)c->train_iters * gbs, evals * (uint64_t)c->eval_iters * gbs,
+                        (uint64_t)c->eval_iters * gbs};
+    if (c->data_path) {
+        mg_gpt_dataset_config dc = {c->data_path, c->split, c->seq_length, (uint64_t)c->seed,
+                                    {want[0], want[1], want[2]}, c->data_cache_path, vocab};
+        rc = mg_gpt_dataset_open(&dc, &r->data, err);
+    } else {
+        const char *path = c->text_file ? c->text_file : MG_DEFAULT_CORPUS;
+        if (!*path)
+            return mg_error_set(err, MG_ERR_IO, "no --text-file or --data-path given, and the default corpus (Debian's "
+                                                "fortunes package) was not found when mgraph was configured");
+        mg_text_dataset_config dc = {path, r->tok, c->split, c->seq_length, (uint64_t)c->seed, {0, 0, 0}};
+        rc = mg_text_dataset_open(&dc, &r->data, err);
+    }
+    if (rc) return rc;
+    if (mg_dataset_num_samples(r->data, MG_SPLIT_TRAIN) == 0)
+        return mg_error_set(err, MG_ERR_INVALID, "the training split has no sample of %d tokens", c->seq_length + 1);
+    if (c->eval_interval > 0 && c->eval_iters > 0 && mg_dataset_num_samples(r->data, MG_SPLIT_VALID) == 0)
+        return mg_error_set(err, MG_ERR_INVALID, "the validation split has no sample (set --split or --eval-iters 0)");
+    r->sample = malloc(((size_t)c->seq_length + 1) * sizeof *r->sample);
+    return r->sample ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+}
+
+/* Writes samples [first, first + gbs) of a split into a step's token and label inputs,
+ * laid out [s, b] per micro-batch. */
+static int fill_batch(run *r, mg_step *st, mg_storage *store, int split, uint64_t first, mg_error *err) {
+    int s = r->cfg.seq_length, mbs = r->cfg.micro_batch_size;
+    uint64_t n = mg_dataset_num_samples(r->data, split);
+    for (int k = 0; k < st->n_micro; k++) {
+        int32_t *tok = mg_storage_data(store, st->tokens[k]), *lab = mg_storage_data(store, st->targets[k]);
+        for (int j = 0; j < mbs; j++) {
+            int rc = mg_dataset_sample(r->data, split, (first + (uint64_t)(k * mbs + j)) % n, r->sample, err);
+            if (rc) return rc;
+            for (int t = 0; t < s; t++) {
+                tok[t * mbs + j] = r->sample[t];
+                lab[t * mbs + j] = r->sample[t + 1];
+            }
+        }
+    }
+    return MG_OK;
+}
+
+static void fill_positions(mg_step *st, mg_storage *store, int s) {
+    int32_t *p = mg_storage_data(store, st->positions);
+    for (int t = 0; t < s; t++) p[t] = t;
+}
+
+static int prepare(run *r, mg_step *st, mg_memplan **plan, mg_storage **store, mg_engine **eng, mg_error *err) {
+    int rc = mg_memplan_build(st->g, true, plan, err);
+    if (!rc) rc = mg_storage_new(st->g, *plan, store, err);
+    if (!rc) rc = mg_storage_init(*store, (uint64_t)r->cfg.seed, err);
+    if (rc) return rc;
+    fill_positions(st, *store, r->cfg.seq_length);
+    if (!strcmp(r->cfg.engine, "starpu")) {
+        mg_engine_options eo = {r->cfg.sched_policy, r->cfg.cpu_workers, true};
+        rc = mg_engine_new(st->g, *store, &eo, eng, err);
+    }
+    return rc;
+}
+
+static int execute(run *r, mg_step *st, mg_storage *store, mg_engine *eng, int64_t iteration, bool training,
+                   mg_error *err) {
+    mg_exec_info info = {(uint64_t)r->cfg.seed, iteration, training, NULL};
+    return eng ? mg_engine_run(eng, &info, err) : mg_exec_reference(st->g, store, &info, err);
+}
+
+/* Copies every parameter of the training graph into the evaluation graph. */
+static void sync_params(run *r) {
+    for (int i = 0; i < mg_graph_n_tensors(r->eval.g); i++) {
+        mg_tensor *t = mg_graph_tensor(r->eval.g, i);
+        if (t->role != MG_ROLE_PARAM) continue;
+        mg_tensor *src = mg_graph_find(r->train.g, t->name);
+        if (src) memcpy(mg_storage_data(r->eval_st, t), mg_storage_data(r->train_st, src), (size_t)mg_numel(t) * 4);
+    }
+}
+
+static int evaluate(run *r, int64_t iteration, mg_error *err) {
+    sync_params(r);
+    double sum = 0;
+    for (int64_t e = 0; e < r->cfg.eval_iters; e++) {
+        uint64_t first = (uint64_t)(r->eval_batches_done++) * (uint64_t)r->cfg.global_batch_size;
+        int rc = fill_batch(r, &r->eval, r->eval_st, MG_SPLIT_VALID, first, err);
+        if (!rc) rc = execute(r, &r->eval, r->eval_st, r->eval_eng, iteration, false, err);
+        if (rc) return rc;
+        sum += *(float *)mg_storage_data(r->eval_st, r->eval.loss);
+    }
+    double val = sum / (double)r->cfg.eval_iters;
+    printf("-----------------------------------------------------------------------------------------------\n"
+           " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
+           "-----------------------------------------------------------------------------------------------\n",
+           (long long)iteration, val, exp(val));
+    if (r->metrics) fprintf(r->metrics, "{\"iteration\": %lld, \"val_loss\": %.9e}\n", (long long)iteration, val);
+    return MG_OK;
+}
+
+static int train(run *r, mg_error *err) {
+    mg_run_config *c = &r->cfg;
+    double flops = mg_gpt_flops(&r->train.model.cfg, c->global_batch_size);
+    double interval_ms = 0, interval_loss = 0;
+    int interval_n = 0;
+    for (int64_t it = 0; it < c->train_iters; it++) {
+        double t0 = now_s();
+        int rc = fill_batch(r, &r->train, r->train_st, MG_SPLIT_TRAIN, (uint64_t)it * (uint64_t)c->global_batch_size, err);
+        if (!rc) rc = execute(r, &r->train, r->train_st, r->train_eng, it, true, err);
+        if (rc) return rc;
+        double ms = 1e3 * (now_s() - t0);
+        float loss = *(float *)mg_storage_data(r->train_st, r->train.loss);
+        float lr = *(float *)mg_storage_data(r->train_st, r->train.opt.lr);
+        float gn = *(float *)mg_storage_data(r->train_st, r->train.opt.grad_norm);
+        double tps = (double)c->global_batch_size * c->seq_length / (ms * 1e-3);
+        double tflops = flops / (ms * 1e-3 * 1e12);
+        if (!isfinite(loss)) return mg_error_set(err, MG_ERR_RUNTIME, "loss is %g at iteration %lld", loss, (long long)it + 1);
+        if (r->metrics)
+            fprintf(r->metrics,
+                    "{\"iteration\": %lld, \"lm_loss\": %.9e, \"lr\": %.9e, \"grad_norm\": %.9e, \"elapsed_ms\": %.3f, "
+                    "\"tokens_per_s\": %.1f, \"tflops\": %.6f}\n",
+                    (long long)it + 1, loss, lr, gn, ms, tps, tflops);
+        interval_ms += ms;
+        interval_loss += loss;
+        interval_n++;
+        if ((it + 1) % c->log_interval == 0 || it + 1 == c->train_iters) {
+            double avg_ms = interval_ms / interval_n;
+            printf(" iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
+                   "throughput per GPU (TFLOP/s/GPU): %.3f | learning rate: %.6E | global batch size: %5d | "
+                   "lm loss: %.6E | loss scale: 1.0 | grad norm: %.3f | number of skipped iterations:   0 | "
+                   "number of nan iterations:   0 |\n",
+                   (long long)it + 1, (long long)c->train_iters, (long long)(it + 1) * c->global_batch_size, avg_ms,
+                   flops / (avg_ms * 1e-3 * 1e12), lr, c->global_batch_size, interval_loss / interval_n, gn);
+            fflush(stdout);
+            interval_ms = interval_loss = 0;
+            interval_n = 0;
+        }
+        if (c->eval_interval > 0 && c->eval_iters > 0 && (it + 1) % c->eval_interval == 0) {
+            rc = evaluate(r, it + 1, err);
+            if (rc) return rc;
+        }
+    }
+    return MG_OK;
+}
+
+static int usage_error(const char *msg) {
+    fprintf(stderr, "mgraph-run: error: %s\n", msg);
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    run r;
+    memset(&r, 0, sizeof r);
+    mg_error err = {0};
+    mg_step_config sc;
+    mg_run_config_defaults(&r.cfg);
+    if (mg_run_config_parse(&r.cfg, argc, argv, &err)) return usage_error(err.msg);
+    if (r.cfg.help) {
+        mg_run_config_usage(stdout);
+        return 0;
+    }
+    int rc = resolve(&r.cfg, &sc, &err);
+    if (!rc) rc = open_data(&r, &sc, &err);
+    if (!rc) rc = mg_step_build(&sc, &r.train, &err);
+    if (!rc && r.cfg.eval_interval > 0 && r.cfg.eval_iters > 0) {
+        mg_step_config ec = sc;
+        ec.training = false;
+        rc = mg_step_build(&ec, &r.eval, &err);
+    }
+    if (!rc && r.cfg.dump_dot) {
+        char title[256];
+        snprintf(title, sizeof title, "mgraph GPT-2 training step: %d layers, hidden %d, %d micro-batch(es)",
+                 sc.model.num_layers, sc.model.hidden, sc.n_micro);
+        mg_dot_options dopt = {title, false, false};
+        rc = mg_graph_dump_dot_file(r.train.g, r.cfg.dump_dot, &dopt, &err);
+    }
+    if (rc) {
+        run_release(&r);
+        if (mg_status_is_usage(rc)) return usage_error(err.msg);
+        fprintf(stderr, "mgraph-run: failed: %s\n", err.msg);
+        return 1;
+    }
+    printf("mgraph-run: GPT %d layers, hidden %d, heads %d, ffn %d, seq %d, vocab %lld (padded), %.2fM parameters\n",
+           sc.model.num_layers, sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
+           (long long)sc.model.vocab, (double)mg_gpt_num_params(&sc.model) / 1e6);
+    printf("mgraph-run: step graph %d nodes, %d tensors; micro-batch %d x %d = global batch %d\n",
+           mg_graph_n_nodes(r.train.g), mg_graph_n_tensors(r.train.g), sc.micro_batch, sc.n_micro,
+           r.cfg.global_batch_size);
+    if (r.cfg.dry_run) {
+        mg_memplan *p = NULL;
+        if (!mg_memplan_build(r.train.g, true, &p, &err)) {
+            char line[256];
+            mg_memplan_summary(p, line, sizeof line);
+            printf("mgraph-run: memory plan: %s\n", line);
+        }
+        mg_memplan_free(p);
+        run_release(&r);
+        return 0;
+    }
+    if (r.cfg.metrics_file && !(r.metrics = fopen(r.cfg.metrics_file, "w"))) {
+        run_release(&r);
+        fprintf(stderr, "mgraph-run: error: cannot write --metrics-file %s\n", r.cfg.metrics_file);
+        return 2;
+    }
+    rc = prepare(&r, &r.train, &r.train_plan, &r.train_st, &r.train_eng, &err);
+    if (!rc && r.eval.g) rc = prepare(&r, &r.eval, &r.eval_plan, &r.eval_st, &r.eval_eng, &err);
+    if (!rc) {
+        char line[256];
+        mg_memplan_summary(r.train_plan, line, sizeof line);
+        printf("mgraph-run: memory plan: %s\n", line);
+        fflush(stdout);
+        rc = train(&r, &err);
+    }
+    run_release(&r);
+    if (rc) {
+        fprintf(stderr, "mgraph-run: failed: %s\n", err.msg);
+        return mg_status_is_usage(rc) ? 2 : 1;
+    }
+    return 0;
+}
