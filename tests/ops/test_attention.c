@@ -1,0 +1,300 @@
+/* Fused attention: forward (y and lse) against a naive double loop with the same
+ * dropout mask rule, gradients (MHA and GQA, causal or not, with dropout) against
+ * finite differences, partitioned runs (head split, sequence split of q) against the
+ * corresponding block of the whole run, and shape errors. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgraph/rng.h"
+#include "testkit.h"
+
+typedef struct {
+    int S, B, NH, NG, HD;
+    bool causal;
+    float p;
+} cfg;
+
+/* Naive reference: y [S, B, NH, HD], lse [B, NH, S], for whole (unsplit) tensors. */
+static void ref_attention(const cfg *c, const float *q, const float *k, const float *v, uint64_t seed,
+                          uint64_t key, uint64_t stream, bool training, float *y, float *lse) {
+    int S = c->S, B = c->B, NH = c->NH, NG = c->NG, HD = c->HD, rep = NH / NG;
+    double scale = 1.0 / sqrt((double)HD);
+    double *s = malloc((size_t)S * sizeof *s);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            int g = h / rep;
+            for (int i = 0; i < S; i++) {
+                double m = -INFINITY;
+                for (int j = 0; j < S; j++) {
+                    double d = 0;
+                    for (int e = 0; e < HD; e++)
+                        d += (double)q[((i * B + b) * NH + h) * HD + e] * k[((j * B + b) * NG + g) * HD + e];
+                    s[j] = (c->causal && j > i) ? -INFINITY : d * scale;
+                    if (s[j] > m) m = s[j];
+                }
+                double sum = 0;
+                for (int j = 0; j < S; j++) sum += exp(s[j] - m);
+                lse[(b * NH + h) * S + i] = (float)(m + log(sum));
+                for (int e = 0; e < HD; e++) {
+                    double acc = 0;
+                    for (int j = 0; j < S; j++) {
+                        double pr = exp(s[j] - m) / sum;
+                        if (training && c->p > 0) {
+                            uint64_t idx = (((uint64_t)b * NH + h) * S + i) * S + j;
+                            pr = mg_rng_uniform(seed, key, stream, idx) >= c->p ? pr / (1.0 - c->p) : 0.0;
+                        }
+                        acc += pr * v[((j * B + b) * NG + g) * HD + e];
+                    }
+                    y[((i * B + b) * NH + h) * HD + e] = (float)acc;
+                }
+            }
+        }
+    free(s);
+}
+
+static void check_forward(const cfg *c, bool training) {
+    mg_graph *g = mg_graph_new();
+    int64_t sq[4] = {c->S, c->B, c->NH, c->HD}, skv[4] = {c->S, c->B, c->NG, c->HD};
+    mg_tensor *q = mg_input(g, "q", MG_F32, 4, sq), *k = mg_input(g, "k", MG_F32, 4, skv),
+              *v = mg_input(g, "v", MG_F32, 4, skv);
+    mg_tensor *y = mg_attention(g, q, k, v, c->causal, c->p);
+    tk_run r;
+    if (!y || tk_prepare(&r, g)) {
+        TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
+        mg_graph_free(g);
+        return;
+    }
+    r.info.training = training;
+    r.info.iteration = 3;
+    tk_rng rng = {99};
+    tk_fill(&rng, tk_f32(&r, q), mg_numel(q), -2, 2);
+    tk_fill(&rng, tk_f32(&r, k), mg_numel(k), -2, 2);
+    tk_fill(&rng, tk_f32(&r, v), mg_numel(v), -1, 1);
+    TK_CHECK(tk_exec(&r) == 0, "exec");
+    const mg_node *nd = y->src;
+    TK_CHECK(nd->out[1]->ndim == 3 && nd->out[1]->shape[0] == c->B && nd->out[1]->shape[1] == c->NH &&
+                 nd->out[1]->shape[2] == c->S,
+             "lse shape");
+    TK_CHECK(nd->attrs.attention.rng_key == mg_hash_name(y->name), "rng_key = hash of the output name");
+    int64_t ny = mg_numel(y), nl = mg_numel(nd->out[1]);
+    float *wy = malloc((size_t)ny * sizeof *wy), *wl = malloc((size_t)nl * sizeof *wl);
+    ref_attention(c, tk_f32(&r, q), tk_f32(&r, k), tk_f32(&r, v), r.info.seed, nd->attrs.attention.rng_key,
+                  mg_rng_dropout_stream(r.info.iteration, nd->mb), training, wy, wl);
+    char what[128];
+    snprintf(what, sizeof what, "attention y (S %d B %d nh %d ng %d hd %d causal %d p %g training %d)", c->S, c->B,
+             c->NH, c->NG, c->HD, c->causal, (double)c->p, training);
+    tk_expect_close(what, tk_f32(&r, y), wy, ny, 1e-5, 1e-5);
+    snprintf(what, sizeof what, "attention lse (S %d nh %d ng %d causal %d)", c->S, c->NH, c->NG, c->causal);
+    tk_expect_close(what, tk_f32(&r, nd->out[1]), wl, nl, 1e-5, 1e-5);
+    free(wy);
+    free(wl);
+    tk_release(&r);
+    mg_graph_free(g);
+}
+
+static void fwd_attention(void) {
+    cfg cs[] = {{6, 2, 4, 4, 4, false, 0}, {6, 2, 4, 4, 4, true, 0}, {7, 2, 4, 2, 8, true, 0},
+                {5, 3, 6, 1, 4, false, 0}, {1, 1, 1, 1, 2, true, 0}, {33, 2, 4, 2, 16, true, 0}};
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) check_forward(&cs[i], true);
+    /* dropout_p > 0 but not training: no dropout */
+    cfg e = {6, 2, 4, 2, 4, true, 0.5f};
+    check_forward(&e, false);
+}
+
+static void fwd_attention_dropout(void) {
+    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f}, {7, 2, 4, 2, 4, true, 0.5f}, {16, 2, 4, 2, 8, true, 0.1f}};
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) check_forward(&cs[i], true);
+}
+
+/* ---- partitioned runs reproduce the serial result ------------------------------------ */
+/* Runs attention on the block q[s0:s0+sl, :, h0:h0+hl], k, v[:, :, g0:g0+gl] of the
+ * whole [S, B, NH|NG, HD] inputs (logical offsets set on the block tensors) and
+ * compares with the same block of the whole run's y and lse. */
+static void check_block(const cfg *c, const float *qa, const float *ka, const float *va, const float *y_all,
+                        const float *lse_all, int s0, int sl, int h0, int hl, const char *what) {
+    int S = c->S, B = c->B, NH = c->NH, NG = c->NG, HD = c->HD, rep = NH / NG;
+    int g0 = h0 / rep, gl = hl / rep;
+    mg_graph *g = mg_graph_new();
+    int64_t sq[4] = {sl, B, hl, HD}, skv[4] = {S, B, gl, HD};
+    mg_tensor *q = mg_input(g, "q", MG_F32, 4, sq), *k = mg_input(g, "k", MG_F32, 4, skv),
+              *v = mg_input(g, "v", MG_F32, 4, skv);
+    q->logical.shape[0] = S;
+    q->logical.offset[0] = s0;
+    q->logical.shape[2] = NH;
+    q->logical.offset[2] = h0;
+    k->logical.shape[2] = v->logical.shape[2] = NG;
+    k->logical.offset[2] = v->logical.offset[2] = g0;
+    mg_tensor *y = mg_attention(g, q, k, v, c->causal, c->p);
+    tk_run r;
+    if (!y || tk_prepare(&r, g)) {
+        TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
+        mg_graph_free(g);
+        return;
+    }
+    r.info.iteration = 5;
+    float *qv = tk_f32(&r, q), *kv = tk_f32(&r, k), *vv = tk_f32(&r, v);
+    for (int i = 0; i < sl; i++)
+        for (int b = 0; b < B; b++)
+            memcpy(qv + ((i * B + b) * hl) * HD, qa + (((i + s0) * B + b) * NH + h0) * HD, (size_t)(hl * HD) * 4);
+    for (int j = 0; j < S; j++)
+        for (int b = 0; b < B; b++) {
+            memcpy(kv + ((j * B + b) * gl) * HD, ka + ((j * B + b) * NG + g0) * HD, (size_t)(gl * HD) * 4);
+            memcpy(vv + ((j * B + b) * gl) * HD, va + ((j * B + b) * NG + g0) * HD, (size_t)(gl * HD) * 4);
+        }
+    TK_CHECK(tk_exec(&r) == 0, "exec");
+    float *wy = malloc((size_t)mg_numel(y) * sizeof *wy), *wl = malloc((size_t)B * hl * sl * sizeof *wl);
+    for (int i = 0; i < sl; i++)
+        for (int b = 0; b < B; b++)
+            memcpy(wy + ((i * B + b) * hl) * HD, y_all + (((i + s0) * B + b) * NH + h0) * HD, (size_t)(hl * HD) * 4);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < hl; h++)
+            for (int i = 0; i < sl; i++) wl[(b * hl + h) * sl + i] = lse_all[(b * NH + h + h0) * S + i + s0];
+    /* same arithmetic per row: bitwise equal up to BLAS blocking, so a tight bound */
+    tk_expect_close(what, tk_f32(&r, y), wy, mg_numel(y), 1e-5, 1e-6);
+    tk_expect_close(what, tk_f32(&r, y->src->out[1]), wl, B * hl * sl, 1e-5, 1e-6);
+    free(wy);
+    free(wl);
+    tk_release(&r);
+    mg_graph_free(g);
+}
+
+static void fwd_attention_split(void) {
+    cfg c = {7, 2, 4, 2, 4, true, 0.4f};
+    int64_t sq[4] = {c.S, c.B, c.NH, c.HD}, skv[4] = {c.S, c.B, c.NG, c.HD};
+    mg_graph *g = mg_graph_new();
+    mg_tensor *q = mg_input(g, "q", MG_F32, 4, sq), *k = mg_input(g, "k", MG_F32, 4, skv),
+              *v = mg_input(g, "v", MG_F32, 4, skv);
+    mg_tensor *y = mg_attention(g, q, k, v, c.causal, c.p);
+    tk_run r;
+    if (!y || tk_prepare(&r, g)) {
+        TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
+        mg_graph_free(g);
+        return;
+    }
+    r.info.iteration = 5;
+    tk_rng rng = {5};
+    tk_fill(&rng, tk_f32(&r, q), mg_numel(q), -2, 2);
+    tk_fill(&rng, tk_f32(&r, k), mg_numel(k), -2, 2);
+    tk_fill(&rng, tk_f32(&r, v), mg_numel(v), -1, 1);
+    TK_CHECK(tk_exec(&r) == 0, "exec");
+    /* the dropout must actually drop something for the test to mean anything */
+    int dropped = 0;
+    {
+        uint64_t key = y->src->attrs.attention.rng_key, st = mg_rng_dropout_stream(5, y->src->mb);
+        for (uint64_t i = 0; i < (uint64_t)(c.B * c.NH * c.S * c.S); i++)
+            dropped += mg_rng_uniform(r.info.seed, key, st, i) < c.p;
+    }
+    TK_CHECK(dropped > 0, "no element dropped");
+    const float *qa = tk_f32(&r, q), *ka = tk_f32(&r, k), *va = tk_f32(&r, v);
+    const float *ya = tk_f32(&r, y), *la = tk_f32(&r, y->src->out[1]);
+    check_block(&c, qa, ka, va, ya, la, 0, c.S, 0, 2, "head split, heads 0-1 (kv group 0)");
+    check_block(&c, qa, ka, va, ya, la, 0, c.S, 2, 2, "head split, heads 2-3 (kv group 1)");
+    check_block(&c, qa, ka, va, ya, la, 3, 4, 0, 4, "sequence split of q, rows 3-6");
+    check_block(&c, qa, ka, va, ya, la, 2, 3, 2, 2, "sequence and head split");
+    tk_release(&r);
+    mg_graph_free(g);
+}
+
+/* ---- errors ------------------------------------------------------------------------------ */
+static void fwd_errors(void) {
+    mg_graph *g = mg_graph_new();
+    mg_tensor *q = mg_input(g, "q", MG_F32, 4, (int64_t[]){5, 2, 4, 8});
+    mg_tensor *k = mg_input(g, "k", MG_F32, 4, (int64_t[]){5, 2, 3, 8});
+    mg_tensor *v = mg_input(g, "v", MG_F32, 4, (int64_t[]){5, 2, 3, 8});
+    TK_CHECK(mg_attention(g, q, k, v, true, 0) == NULL, "nh 4 with ng 3 must fail");
+    const mg_error *e = mg_graph_error(g);
+    TK_CHECK(e->code == MG_ERR_SHAPE, "code %d", e->code);
+    TK_CHECK(strstr(e->msg, "attention") && strstr(e->msg, "[5, 2, 4, 8]") && strstr(e->msg, "[5, 2, 3, 8]"),
+             "message: %s", e->msg);
+    TK_CHECK(mg_attention(g, NULL, k, v, true, 0) == NULL && strstr(mg_graph_error(g)->msg, "multiple"),
+             "first error kept: %s", mg_graph_error(g)->msg);
+    mg_graph_free(g);
+
+    struct {
+        int64_t q[4], k[4], v[4];
+        float p;
+        const char *why;
+    } bad[] = {
+        {{5, 2, 4, 8}, {5, 2, 2, 4}, {5, 2, 2, 4}, 0, "head dims differ"},
+        {{5, 2, 4, 8}, {5, 3, 2, 8}, {5, 3, 2, 8}, 0, "batch differs"},
+        {{5, 2, 4, 8}, {5, 2, 2, 8}, {6, 2, 2, 8}, 0, "k and v differ"},
+        {{5, 2, 4, 8}, {5, 2, 2, 8}, {5, 2, 2, 8}, 1.0f, "dropout 1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        g = mg_graph_new();
+        q = mg_input(g, "q", MG_F32, 4, bad[i].q);
+        k = mg_input(g, "k", MG_F32, 4, bad[i].k);
+        v = mg_input(g, "v", MG_F32, 4, bad[i].v);
+        TK_CHECK(mg_attention(g, q, k, v, false, bad[i].p) == NULL && mg_graph_error(g)->code == MG_ERR_SHAPE,
+                 "%s must fail", bad[i].why);
+        mg_graph_free(g);
+    }
+    g = mg_graph_new();
+    q = mg_input(g, "q", MG_F32, 3, (int64_t[]){5, 2, 8});
+    TK_CHECK(mg_attention(g, q, q, q, false, 0) == NULL && mg_graph_error(g)->code == MG_ERR_SHAPE, "rank 3");
+    mg_graph_free(g);
+}
+
+/* ---- gradients ------------------------------------------------------------------------------ */
+/* Checks each differentiable leaf on its own (the others constant), then all together
+ * at a smaller eps: tk_gradcheck reads a later leaf's analytic gradient after probing
+ * the earlier leaves, from a run whose last probed input was still off by -eps. */
+static void gradcheck_each(const char *name, int n, const tk_leaf *leaves, tk_build_fn fn, void *ctx,
+                           const tk_grad_opts *o) {
+    char label[160];
+    tk_leaf l[8];
+    for (int i = 0; i < n; i++) {
+        if (!leaves[i].diff) continue;
+        for (int j = 0; j < n; j++) {
+            l[j] = leaves[j];
+            l[j].diff = j == i;
+        }
+        snprintf(label, sizeof label, "%s d/d%s", name, leaves[i].name);
+        tk_gradcheck(label, n, l, fn, ctx, o);
+    }
+    tk_grad_opts joint = o ? *o : (tk_grad_opts){0};
+    joint.eps = 3e-3;
+    snprintf(label, sizeof label, "%s jointly", name);
+    tk_gradcheck(label, n, leaves, fn, ctx, &joint);
+}
+
+static mg_tensor *gb_attn(mg_graph *g, mg_tensor *const *l, void *ctx) {
+    const cfg *c = ctx;
+    return mg_attention(g, l[0], l[1], l[2], c->causal, c->p);
+}
+
+static void grad_cfg(const cfg *c) {
+    tk_leaf l[] = {{"q", MG_F32, 4, {c->S, c->B, c->NH, c->HD}, true, -1.5, 1.5},
+                   {"k", MG_F32, 4, {c->S, c->B, c->NG, c->HD}, true, -1.5, 1.5},
+                   {"v", MG_F32, 4, {c->S, c->B, c->NG, c->HD}, true, -1, 1}};
+    char name[128];
+    snprintf(name, sizeof name, "attention S %d B %d nh %d ng %d hd %d causal %d p %g", c->S, c->B, c->NH, c->NG,
+             c->HD, c->causal, (double)c->p);
+    gradcheck_each(name, 3, l, gb_attn, (void *)c, NULL);
+}
+
+static void grad_attention(void) {
+    cfg cs[] = {{5, 2, 4, 4, 4, false, 0}, {6, 2, 4, 4, 4, true, 0}, {7, 2, 4, 2, 4, false, 0},
+                {6, 2, 4, 2, 4, true, 0}};
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) grad_cfg(&cs[i]);
+}
+
+/* The mask is a function of (seed, iteration, key, index) only, so it is the same in
+ * every finite-difference run and the loss stays differentiable in q, k, v. */
+static void grad_attention_dropout(void) {
+    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f}, {7, 2, 4, 2, 4, true, 0.3f}, {5, 2, 4, 2, 4, true, 0.5f}};
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) grad_cfg(&cs[i]);
+}
+
+int main(int argc, char **argv) {
+    static const tk_case cases[] = {
+        {"forward.attention", fwd_attention},
+        {"forward.attention_dropout", fwd_attention_dropout},
+        {"forward.attention_split", fwd_attention_split},
+        {"forward.errors_attention", fwd_errors},
+        {"grad.attention", grad_attention},
+        {"grad.attention_dropout", grad_attention_dropout},
+    };
+    return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
+}
