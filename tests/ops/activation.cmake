@@ -1,0 +1,3 @@
+mg_op_tests(activation
+  FORWARD gelu silu swiglu errors_activation
+  GRAD gelu silu swiglu)
