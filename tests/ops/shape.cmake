@@ -1,0 +1,3 @@
+mg_op_tests(shape
+  FORWARD reshape transpose split concat slice pad zeros errors_shape
+  GRAD reshape transpose split concat slice pad)
