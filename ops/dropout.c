@@ -1,6 +1,7 @@
 /* Inverted dropout: y = x * keep / (1 - p), keep = U >= p with
  *   U = mg_rng_uniform(seed, rng_key, mg_rng_dropout_stream(iteration, mb), logical index)
- * where the logical index is that of the output element in its logical tensor, so
+ * where the logical index is that of the output element in its logical tensor (or
+ * of the input element, when only the input is marked as a block), so
  * any block of the tensor (tensor- or sequence-parallel) draws the serial mask.
  * No mask is stored: the gradient is a dropout node on dy with the same key and p
  * (same mask), in the same micro-batch. Identity when not training or p == 0. */
@@ -21,10 +22,14 @@ static int dropout_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const mg_node *n = a->node;
     const mg_tensor *yt = n->out[0];
+    /* Mask coordinates: the output's block of its logical tensor; a plan that marks
+     * only the input as a block (same shape) is honoured too. */
+    const mg_tensor *lt = mg_is_whole(yt) && !mg_is_whole(n->in[0]) ? n->in[0] : yt;
     const float *x = a->in[0];
     float *y = a->out[0];
     int64_t ne = mg_numel(yt);
     float p = n->attrs.dropout.p;
+    if (ne == 0) return MG_OK;
     if (!a->info->training || p == 0.0f) {
         if (y != x) memcpy(y, x, (size_t)ne * sizeof *y);
         return MG_OK;
@@ -35,9 +40,9 @@ static int dropout_cpu(const mg_kernel_args *a, mg_error *err) {
     /* The last dimension is contiguous in the logical tensor too: one logical index
      * per row, then consecutive. */
     int64_t inner = yt->shape[yt->ndim - 1], rows = ne / inner;
-    bool whole = mg_is_whole(yt);
+    bool whole = mg_is_whole(lt);
     for (int64_t r = 0; r < rows; r++) {
-        uint64_t base = whole ? (uint64_t)(r * inner) : mg_logical_index(yt, r * inner);
+        uint64_t base = whole ? (uint64_t)(r * inner) : mg_logical_index(lt, r * inner);
         const float *xr = x + r * inner;
         float *yr = y + r * inner;
         for (int64_t j = 0; j < inner; j++)

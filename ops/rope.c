@@ -31,6 +31,7 @@ static int rope_cpu(const mg_kernel_args *a, mg_error *err) {
     const int32_t *pos = a->in[1];
     float *y = a->out[0];
     int64_t S = xt->shape[0], hd = xt->shape[xt->ndim - 1], h = hd / 2;
+    if (mg_numel(xt) == 0) return MG_OK;
     int64_t rows = mg_numel(xt) / (S * hd); /* head vectors per sequence index */
     double theta = n->attrs.rope.theta, sgn = n->attrs.rope.inverse ? -1.0 : 1.0;
     double *inv_freq = malloc((size_t)h * sizeof *inv_freq);
