@@ -1,0 +1,3 @@
+mg_op_tests(rope
+  FORWARD rope errors_rope
+  GRAD rope)

@@ -1,0 +1,98 @@
+/* Rotary embedding (rotate-half pairing): forward against a double reference, the
+ * inverse rotation undoes it, gradient w.r.t. x against finite differences, errors. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testkit.h"
+
+static void check_rope(int64_t S, int64_t B, int64_t NH, int64_t HD, float theta, int pos_hi) {
+    int64_t sx[4] = {S, B, NH, HD}, sp[1] = {S};
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_input(g, "x", MG_F32, 4, sx), *pos = mg_input(g, "pos", MG_I32, 1, sp);
+    mg_tensor *y = mg_rope(g, x, pos, theta);
+    /* the inverse rotation (what the gradient uses) undoes it */
+    mg_attrs inv = {.rope = {theta, true}};
+    mg_tensor *in[2] = {y, pos};
+    mg_node *back = y ? mg_node_new(g, MG_OP_ROPE, &inv, 2, in, "back") : NULL;
+    tk_run r;
+    if (!back || tk_prepare(&r, g)) {
+        TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
+        mg_graph_free(g);
+        return;
+    }
+    int64_t n = mg_numel(x), h = HD / 2, rows = B * NH;
+    tk_rng rng = {13};
+    float *xv = tk_f32(&r, x);
+    int32_t *pv = tk_i32(&r, pos);
+    tk_fill(&rng, xv, n, -2, 2);
+    for (int64_t s = 0; s < S; s++) pv[s] = (int32_t)floorf(tk_uniform(&rng, 0, (float)pos_hi));
+    pv[0] = 0; /* position 0: identity */
+    TK_CHECK(tk_exec(&r) == 0, "exec");
+    float *want = malloc((size_t)n * sizeof *want);
+    for (int64_t s = 0; s < S; s++)
+        for (int64_t rr = 0; rr < rows; rr++) {
+            const float *x0 = xv + (s * rows + rr) * HD;
+            float *w0 = want + (s * rows + rr) * HD;
+            for (int64_t i = 0; i < h; i++) {
+                double ang = (double)pv[s] * pow((double)theta, -2.0 * (double)i / (double)HD);
+                w0[i] = (float)(x0[i] * cos(ang) - x0[i + h] * sin(ang));
+                w0[i + h] = (float)(x0[i + h] * cos(ang) + x0[i] * sin(ang));
+            }
+        }
+    char what[96];
+    snprintf(what, sizeof what, "rope [%lld, %lld, %lld, %lld] theta %g", (long long)S, (long long)B, (long long)NH,
+             (long long)HD, (double)theta);
+    tk_expect_close(what, tk_f32(&r, y), want, n, 1e-5, 1e-6);
+    tk_expect_close("rope inverse(rope(x)) = x", tk_f32(&r, back->out[0]), xv, n, 1e-5, 1e-6);
+    free(want);
+    tk_release(&r);
+    mg_graph_free(g);
+}
+
+static void fwd_rope(void) {
+    check_rope(6, 2, 3, 8, 10000.0f, 64);
+    check_rope(5, 1, 2, 64, 500000.0f, 4096); /* LLaMA-3 theta, long positions */
+    check_rope(3, 2, 1, 2, 10000.0f, 10);     /* one pair per head */
+}
+
+static void fwd_errors(void) {
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_input(g, "x", MG_F32, 4, (int64_t[]){4, 2, 3, 5});
+    mg_tensor *pos = mg_input(g, "pos", MG_I32, 1, (int64_t[]){4});
+    TK_CHECK(mg_rope(g, x, pos, 10000.0f) == NULL, "odd head dim must fail");
+    const mg_error *e = mg_graph_error(g);
+    TK_CHECK(e->code == MG_ERR_SHAPE && strstr(e->msg, "rope") && strstr(e->msg, "[4, 2, 3, 5]"), "message: %s",
+             e->msg);
+    mg_graph_free(g);
+    g = mg_graph_new();
+    x = mg_input(g, "x", MG_F32, 4, (int64_t[]){4, 2, 3, 8});
+    pos = mg_input(g, "pos", MG_I32, 1, (int64_t[]){5});
+    TK_CHECK(mg_rope(g, x, pos, 10000.0f) == NULL && mg_graph_error(g)->code == MG_ERR_SHAPE, "pos [5] for s 4");
+    mg_graph_free(g);
+    g = mg_graph_new();
+    x = mg_input(g, "x", MG_F32, 4, (int64_t[]){4, 2, 3, 8});
+    pos = mg_input(g, "pos", MG_F32, 1, (int64_t[]){4});
+    TK_CHECK(mg_rope(g, x, pos, 10000.0f) == NULL && mg_graph_error(g)->code == MG_ERR_SHAPE, "f32 positions");
+    mg_graph_free(g);
+}
+
+static mg_tensor *gb_rope(mg_graph *g, mg_tensor *const *l, void *c) {
+    (void)c;
+    return mg_rope(g, l[0], l[1], 10000.0f);
+}
+
+/* A linear map of x: finite differences are exact up to f32 rounding of the loss. */
+static void grad_rope(void) {
+    tk_leaf l[] = {{"x", MG_F32, 4, {5, 2, 3, 8}, true, -1, 1}, {"pos", MG_I32, 1, {5}, false, 0, 50}};
+    tk_gradcheck("rope d/dx", 2, l, gb_rope, NULL, NULL);
+}
+
+int main(int argc, char **argv) {
+    static const tk_case cases[] = {
+        {"forward.rope", fwd_rope},
+        {"forward.errors_rope", fwd_errors},
+        {"grad.rope", grad_rope},
+    };
+    return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
+}
