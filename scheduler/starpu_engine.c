@@ -215,6 +215,7 @@ int mg_engine_run(mg_engine *e, const mg_exec_info *info, mg_error *err) {
     mg_starpu_step_begin();
     int rc = MG_OK;
     for (int k = 0; k < e->n_nodes && !rc; k++) rc = submit(&e->args[k], err);
+    mg_starpu_step_submitted();
     /* Wait even after a failed submission: submitted tasks still use the buffers. */
     starpu_task_wait_for_all();
     mg_starpu_step_end();

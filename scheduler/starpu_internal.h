@@ -50,6 +50,7 @@ int mg_starpu_acquire(const char *policy, int ncpus, mg_error *err);
 void mg_starpu_release(void);
 /* Brackets one step: workers are paused while no engine runs (see the file). */
 void mg_starpu_step_begin(void);
+void mg_starpu_step_submitted(void); /* every task of the step is submitted */
 void mg_starpu_step_end(void);
 const char *mg_starpu_policy(void);
 

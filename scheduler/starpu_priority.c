@@ -30,11 +30,12 @@ int mg_starpu_map_priorities(mg_node *const *order, int n, int min_prio, int max
     if (!r) return mg_error_set(err, MG_ERR_NOMEM, "out of memory mapping priorities");
     for (int i = 0; i < n; i++) r[i] = (ranked){order[i]->priority, i};
     qsort(r, (size_t)n, sizeof *r, cmp_ranked);
-    long levels = (long)max_prio - min_prio + 1;
+    /* 64-bit: some policies (lws) accept the whole int range */
+    long long levels = (long long)max_prio - min_prio + 1;
     int first = 0; /* rank of the first node with this bottom level: ties share a level */
     for (int k = 0; k < n; k++) {
         if (k > 0 && r[k].p != r[k - 1].p) first = k;
-        out[r[k].idx] = min_prio + (int)((long)first * levels / n);
+        out[r[k].idx] = (int)(min_prio + (long long)first * levels / n);
     }
     free(r);
     return MG_OK;

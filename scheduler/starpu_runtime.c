@@ -16,6 +16,7 @@
  * and a threaded sgemm inside each worker would oversubscribe the cores.
  */
 #include <hwloc.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,11 @@ static int g_refs;
 static int g_running;          /* engines inside a step */
 static int g_saved_blas_threads;
 static char g_policy[64];
+/* Idle workers: 0 spin between steps; 1 (default) paused between steps, resumed
+ * before submission; 2 resumed only once the whole step is submitted. Set by
+ * MG_STARPU_PAUSE for measurements (bench/bench_engine.c). */
+static int g_pause_mode = 1;
+static bool g_resumed = true;
 
 const char *mg_starpu_policy(void) { return g_policy; }
 
@@ -99,7 +105,13 @@ int mg_starpu_acquire(const char *policy, int ncpus, mg_error *err) {
     openblas_set_num_threads(1);
     /* Idle StarPU workers spin; paused, they sleep. Keep them paused between steps so
      * that the host (data loading, logging, MPI) gets the cores. */
-    starpu_pause();
+    const char *pz = getenv("MG_STARPU_PAUSE");
+    g_pause_mode = pz && (*pz == '0' || *pz == '2') ? *pz - '0' : 1;
+    g_resumed = true;
+    if (g_pause_mode) {
+        starpu_pause();
+        g_resumed = false;
+    }
     g_refs = 1;
     pthread_mutex_unlock(&g_lock);
     return MG_OK;
@@ -108,7 +120,7 @@ int mg_starpu_acquire(const char *policy, int ncpus, mg_error *err) {
 void mg_starpu_release(void) {
     pthread_mutex_lock(&g_lock);
     if (g_refs > 0 && --g_refs == 0) {
-        starpu_resume(); /* shutdown expects running workers */
+        if (!g_resumed) starpu_resume(); /* shutdown expects running workers */
         starpu_shutdown();
         openblas_set_num_threads(g_saved_blas_threads > 0 ? g_saved_blas_threads : 1);
         g_policy[0] = '\0';
@@ -118,12 +130,28 @@ void mg_starpu_release(void) {
 
 void mg_starpu_step_begin(void) {
     pthread_mutex_lock(&g_lock);
-    if (g_running++ == 0) starpu_resume();
+    g_running++;
+    if (g_pause_mode == 1 && !g_resumed) {
+        starpu_resume();
+        g_resumed = true;
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+void mg_starpu_step_submitted(void) {
+    pthread_mutex_lock(&g_lock);
+    if (!g_resumed) {
+        starpu_resume();
+        g_resumed = true;
+    }
     pthread_mutex_unlock(&g_lock);
 }
 
 void mg_starpu_step_end(void) {
     pthread_mutex_lock(&g_lock);
-    if (--g_running == 0) starpu_pause();
+    if (--g_running == 0 && g_pause_mode && g_resumed) {
+        starpu_pause();
+        g_resumed = false;
+    }
     pthread_mutex_unlock(&g_lock);
 }

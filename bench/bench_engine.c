@@ -1,0 +1,226 @@
+/* Engine benchmarks: per-task overhead and scheduling policies.
+ *
+ *   bench_engine overhead [chains] [len]   tiny ops: reference vs StarPU per node
+ *   bench_engine policy [T] [H] [layers]   training step of an MLP (matmul-heavy)
+ *                                          under each StarPU policy
+ *
+ * Prints tables (medians over repetitions); asserts nothing. Timings on shared
+ * machines move by 2x between runs: compare rows of one run only.
+ * Environment: MG_STARPU_PAUSE=0|1|2 (see scheduler/starpu_runtime.c), STARPU_NCPU.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "mgraph/engine.h"
+#include "mgraph/ops.h"
+#include "mgraph/train.h"
+#include "ops/op.h" /* mg_op_cost: FLOPs per node */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double cpu_s(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+           1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int die(const char *what, const mg_error *err) {
+    fprintf(stderr, "%s: %s\n", what, err->msg);
+    return 1;
+}
+
+static double g_idle_cpu; /* cores busy while the engine waited between steps */
+
+typedef struct setup {
+    mg_graph *g;
+    mg_memplan *plan;
+    mg_storage *st;
+} setup;
+
+static int setup_new(setup *s, mg_graph *g, mg_error *err) {
+    s->g = g;
+    int rc = mg_memplan_build(g, true, &s->plan, err);
+    if (!rc) rc = mg_storage_new(g, s->plan, &s->st, err);
+    if (!rc) rc = mg_storage_init(s->st, 1, err);
+    return rc;
+}
+
+static void setup_free(setup *s) {
+    mg_storage_free(s->st);
+    mg_memplan_free(s->plan);
+    mg_graph_free(s->g);
+}
+
+/* Times `reps` steps of an engine; returns the median wall time and fills stats. */
+static int time_engine(setup *s, const char *policy, int warmup, int reps, double *med, double *cpu_per_step,
+                       mg_engine_stats *st, mg_error *err) {
+    mg_engine *e = NULL;
+    mg_engine_options opt = {.sched_policy = policy, .ncpus = 0, .use_priorities = true};
+    int rc = mg_engine_new(s->g, s->st, &opt, &e, err);
+    if (rc) return rc;
+    double *t = malloc((size_t)reps * sizeof *t);
+    mg_exec_info info = {.seed = 1, .iteration = 0, .training = true};
+    for (int i = 0; i < warmup && !rc; i++) rc = mg_engine_run(e, &info, err);
+    double c0 = cpu_s();
+    for (int i = 0; i < reps && !rc; i++) {
+        info.iteration = i;
+        double t0 = now_s();
+        rc = mg_engine_run(e, &info, err);
+        t[i] = now_s() - t0;
+    }
+    *cpu_per_step = (cpu_s() - c0) / reps;
+    if (!rc) *med = median(t, reps);
+    mg_engine_get_stats(e, st);
+    /* CPU the idle engine burns between steps (spinning workers unless paused) */
+    double c1 = cpu_s(), w1 = now_s();
+    struct timespec nap = {0, 100000000};
+    nanosleep(&nap, NULL);
+    g_idle_cpu = (cpu_s() - c1) / (now_s() - w1);
+    free(t);
+    mg_engine_free(e);
+    return rc;
+}
+
+static int time_reference(setup *s, int reps, double *med, mg_error *err) {
+    double *t = malloc((size_t)reps * sizeof *t);
+    mg_exec_info info = {.seed = 1, .iteration = 0, .training = true};
+    int rc = MG_OK;
+    for (int i = 0; i < reps && !rc; i++) {
+        double t0 = now_s();
+        rc = mg_exec_reference(s->g, s->st, &info, err);
+        t[i] = now_s() - t0;
+    }
+    if (!rc) *med = median(t, reps);
+    free(t);
+    return rc;
+}
+
+/* `chains` independent chains of `len` scale ops on 16 floats: kernels take ~20 ns,
+ * so the time per node is the executor's overhead. */
+static int bench_overhead(int chains, int len) {
+    mg_error err = {0};
+    mg_graph *g = mg_graph_new();
+    int64_t s16[1] = {16};
+    for (int c = 0; c < chains; c++) {
+        mg_scope_push(g, "c%d", c);
+        mg_tensor *h = mg_input(g, "x", MG_F32, 1, s16);
+        for (int k = 0; k < len; k++) h = mg_scale(g, h, 0.999f);
+        h->persistent = true;
+        mg_scope_pop(g);
+    }
+    if (mg_graph_error(g)->code) return die("build", mg_graph_error(g));
+    setup s = {0};
+    if (setup_new(&s, g, &err)) return die("setup", &err);
+    int n = mg_graph_n_nodes(g);
+    double ref;
+    if (time_reference(&s, 21, &ref, &err)) return die("reference", &err);
+    printf("overhead: %d chains x %d tiny scale ops = %d nodes\n", chains, len, n);
+    printf("%-10s %12s %12s %14s %8s %12s\n", "executor", "step ms", "us/node", "cpu ms/step", "idle", "cores@rest");
+    printf("%-10s %12.3f %12.3f %14s %8s\n", "reference", ref * 1e3, ref * 1e6 / n, "-", "-");
+    static const char *pol[] = {"eager", "lws", "dmda"};
+    for (size_t p = 0; p < sizeof pol / sizeof pol[0]; p++) {
+        double med, cpu;
+        mg_engine_stats st;
+        if (time_engine(&s, pol[p], 3, 21, &med, &cpu, &st, &err)) return die(pol[p], &err);
+        printf("%-10s %12.3f %12.3f %14.3f %8.2f %12.2f\n", pol[p], med * 1e3, med * 1e6 / n, cpu * 1e3, st.idle_fraction,
+               g_idle_cpu);
+    }
+    setup_free(&s);
+    return 0;
+}
+
+/* MLP training step: layers x (layernorm, linear HxH (matmul), bias, gelu), residual,
+ * mean-square loss, backward, AdamW. Matmuls are T x H x H. */
+static int bench_policy(int64_t T, int64_t H, int layers) {
+    mg_error err = {0};
+    mg_graph *g = mg_graph_new();
+    int64_t sx[2] = {T, H}, sw[2] = {H, H}, sb[1] = {H};
+    mg_tensor *h = mg_input(g, "x", MG_F32, 2, sx);
+    for (int l = 0; l < layers; l++) {
+        mg_scope_push(g, "l%d", l);
+        mg_tensor *w1 = mg_param(g, "w1", 2, sw, (mg_init){MG_INIT_NORMAL, 0.02f});
+        mg_tensor *w2 = mg_param(g, "w2", 2, sw, (mg_init){MG_INIT_NORMAL, 0.02f});
+        mg_tensor *b = mg_param(g, "b", 1, sb, (mg_init){MG_INIT_ZEROS, 0});
+        mg_tensor *lw = mg_param(g, "ln.w", 1, sb, (mg_init){MG_INIT_ONES, 0});
+        mg_tensor *lb = mg_param(g, "ln.b", 1, sb, (mg_init){MG_INIT_ZEROS, 0});
+        mg_tensor *x = mg_layernorm(g, h, lw, lb, 1e-5f);
+        /* two parallel branches so that 2 workers have independent matmuls */
+        mg_tensor *a = mg_gelu(g, mg_linear(g, x, w1, b));
+        mg_tensor *c = mg_linear(g, x, w2, NULL);
+        h = mg_add(g, h, mg_mul(g, a, c));
+        mg_scope_pop(g);
+    }
+    mg_tensor *loss = mg_mean(g, mg_mul(g, h, h), MG_ALL_AXES, false);
+    if (!loss) return die("build", mg_graph_error(g));
+    loss->persistent = true;
+    mg_adamw_config cfg = mg_adamw_defaults();
+    cfg.lr = (mg_lr_schedule){.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 10, .decay_iters = 100, .style = MG_LR_COSINE};
+    mg_optimizer_outputs oo;
+    if (mg_graph_backward(g, loss, &err) || mg_graph_add_adamw(g, &cfg, &oo, &err)) return die("train", &err);
+    setup s = {0};
+    if (setup_new(&s, g, &err)) return die("setup", &err);
+    double flops = 0;
+    for (int i = 0; i < mg_graph_n_nodes(g); i++) {
+        double f, b;
+        mg_op_cost(mg_graph_node(g, i), &f, &b);
+        flops += f;
+    }
+    char summ[200];
+    mg_memplan_summary(s.plan, summ, sizeof summ);
+    printf("policy: MLP T=%lld H=%lld layers=%d: %d nodes, %.2f GFLOP/step; %s\n", (long long)T, (long long)H, layers,
+           mg_graph_n_nodes(g), flops * 1e-9, summ);
+    double ref;
+    if (time_reference(&s, 5, &ref, &err)) return die("reference", &err);
+    printf("%-10s %10s %10s %12s %8s %12s\n", "policy", "step ms", "GFLOP/s", "cpu ms/step", "idle", "cores@rest");
+    printf("%-10s %10.2f %10.1f %12s %8s   (calling thread, OpenBLAS threads as set)\n", "reference", ref * 1e3,
+           flops / ref * 1e-9, "-", "-");
+    const char *pol[16] = {"eager", "prio", "lws", "ws", "dmda", "dmdas"};
+    size_t npol = 6;
+    char list[256];
+    const char *env = getenv("BENCH_POLICIES"); /* e.g. "lws,eager" */
+    if (env) {
+        snprintf(list, sizeof list, "%s", env);
+        npol = 0;
+        for (char *tok = strtok(list, ","); tok && npol < 16; tok = strtok(NULL, ",")) pol[npol++] = tok;
+    }
+    for (size_t p = 0; p < npol; p++) {
+        double med, cpu;
+        mg_engine_stats st;
+        if (time_engine(&s, pol[p], 5, 15, &med, &cpu, &st, &err)) return die(pol[p], &err);
+        printf("%-10s %10.2f %10.1f %12.2f %8.2f %12.2f\n", pol[p], med * 1e3, flops / med * 1e-9, cpu * 1e3,
+               st.idle_fraction, g_idle_cpu);
+    }
+    setup_free(&s);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "all";
+    int rc = 0;
+    if (!strcmp(mode, "overhead") || !strcmp(mode, "all"))
+        rc |= bench_overhead(argc > 2 && strcmp(mode, "all") ? atoi(argv[2]) : 16,
+                             argc > 3 && strcmp(mode, "all") ? atoi(argv[3]) : 64);
+    if (!strcmp(mode, "policy") || !strcmp(mode, "all"))
+        rc |= bench_policy(argc > 2 && strcmp(mode, "all") ? atoll(argv[2]) : 256,
+                           argc > 3 && strcmp(mode, "all") ? atoll(argv[3]) : 512,
+                           argc > 4 && strcmp(mode, "all") ? atoi(argv[4]) : 4);
+    return rc;
+}

@@ -1,0 +1,325 @@
+/* StarPU engine against the reference executor.
+ *
+ * The engine runs the same kernels as the reference executor, so results must be
+ * bitwise equal, under any policy and worker count, step after step (handles are
+ * registered once and reused), with buffers reused by the memory plan (so the WAR
+ * dependencies from reuse are exercised) and in-place optimizer updates (RW).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgraph/engine.h"
+#include "mgraph/train.h"
+#include "testkit.h"
+
+/* A small training step: 2 residual MLP blocks (linear, bias, gelu, layernorm,
+ * dropout), a mean-square loss, autodiff and AdamW (in-place updates). */
+typedef struct model {
+    mg_graph *g;
+    mg_tensor *x, *loss;
+} model;
+
+static int build_model(model *m, bool train, int layers) {
+    memset(m, 0, sizeof *m);
+    mg_graph *g = m->g = mg_graph_new();
+    const int64_t T = 32, H = 64;
+    int64_t sx[2] = {T, H}, sw[2] = {H, H}, sb[1] = {H};
+    m->x = mg_input(g, "x", MG_F32, 2, sx);
+    mg_tensor *h = m->x;
+    for (int l = 0; l < layers; l++) {
+        mg_scope_push(g, "l%d", l);
+        mg_tensor *w = mg_param(g, "w", 2, sw, (mg_init){MG_INIT_NORMAL, 0.1f});
+        mg_tensor *b = mg_param(g, "b", 1, sb, (mg_init){MG_INIT_NORMAL, 0.1f});
+        mg_tensor *lw = mg_param(g, "ln.w", 1, sb, (mg_init){MG_INIT_ONES, 0});
+        mg_tensor *lb = mg_param(g, "ln.b", 1, sb, (mg_init){MG_INIT_ZEROS, 0});
+        mg_tensor *a = mg_gelu(g, mg_linear(g, mg_layernorm(g, h, lw, lb, 1e-5f), w, b));
+        h = mg_add(g, h, mg_dropout(g, a, 0.1f));
+        mg_scope_pop(g);
+    }
+    m->loss = mg_mean(g, mg_mul(g, h, h), MG_ALL_AXES, false);
+    if (!m->loss) {
+        fprintf(stderr, "build: %s\n", mg_graph_error(g)->msg);
+        return -1;
+    }
+    m->loss->persistent = true; /* the host reads it */
+    if (!train) return 0;
+    mg_error err = {0};
+    mg_adamw_config cfg = mg_adamw_defaults();
+    cfg.lr = (mg_lr_schedule){.lr = 1e-2f, .min_lr = 1e-3f, .warmup_iters = 2, .decay_iters = 10, .style = MG_LR_COSINE};
+    mg_optimizer_outputs oo;
+    if (mg_graph_backward(g, m->loss, &err) || mg_graph_add_adamw(g, &cfg, &oo, &err)) {
+        fprintf(stderr, "train rewrite: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct runner {
+    mg_memplan *plan;
+    mg_storage *st;
+} runner;
+
+static int runner_new(runner *r, model *m) {
+    mg_error err = {0};
+    memset(r, 0, sizeof *r);
+    if (mg_memplan_build(m->g, true, &r->plan, &err) || mg_storage_new(m->g, r->plan, &r->st, &err) ||
+        mg_storage_init(r->st, 1234, &err)) {
+        fprintf(stderr, "runner: %s\n", err.msg);
+        return -1;
+    }
+    tk_rng rng = {42};
+    tk_fill(&rng, mg_storage_data(r->st, m->x), mg_numel(m->x), -1.0f, 1.0f);
+    return 0;
+}
+
+static void runner_free(runner *r) {
+    mg_storage_free(r->st);
+    mg_memplan_free(r->plan);
+}
+
+/* Every persistent tensor (params, moments, loss, ...) bitwise equal. */
+static bool same_state(const char *what, model *m, runner *a, runner *b) {
+    bool ok = true;
+    for (int i = 0; i < mg_graph_n_tensors(m->g); i++) {
+        const mg_tensor *t = mg_graph_tensor(m->g, i);
+        if (!a->plan->buffer_persistent[a->plan->buffer_of[i]]) continue;
+        size_t bytes = (size_t)mg_numel(t) * mg_dtype_size(t->dtype);
+        if (memcmp(mg_storage_data(a->st, t), mg_storage_data(b->st, t), bytes) != 0) {
+            TK_CHECK(false, "%s: tensor %s differs", what, t->name);
+            ok = false;
+        }
+    }
+    return ok;
+}
+
+static mg_exec_info info_at(int64_t it) { return (mg_exec_info){.seed = 7, .iteration = it, .training = true}; }
+
+/* Runs `steps` training steps on the reference and on StarPU with `policy`. */
+static void compare_with_reference(const char *policy, int ncpus, int steps) {
+    model m;
+    if (build_model(&m, true, 2)) {
+        TK_CHECK(false, "model build failed");
+        mg_graph_free(m.g);
+        return;
+    }
+    runner ref, sp;
+    mg_engine *e = NULL;
+    mg_error err = {0};
+    if (runner_new(&ref, &m) || runner_new(&sp, &m)) {
+        TK_CHECK(false, "runner");
+        goto out;
+    }
+    mg_engine_options opt = {.sched_policy = policy, .ncpus = ncpus, .use_priorities = true};
+    int rc = mg_engine_new(m.g, sp.st, &opt, &e, &err);
+    TK_CHECK(rc == MG_OK, "engine_new(%s): %s", policy, err.msg);
+    if (rc) goto out;
+    for (int it = 0; it < steps; it++) {
+        mg_exec_info info = info_at(it);
+        rc = mg_exec_reference(m.g, ref.st, &info, &err);
+        TK_CHECK(rc == MG_OK, "reference step %d: %s", it, err.msg);
+        rc = mg_engine_run(e, &info, &err);
+        TK_CHECK(rc == MG_OK, "engine step %d: %s", it, err.msg);
+        if (rc) break;
+        char what[64];
+        snprintf(what, sizeof what, "%s step %d", policy ? policy : "default", it);
+        same_state(what, &m, &ref, &sp);
+        mg_engine_stats st;
+        mg_engine_get_stats(e, &st);
+        TK_CHECK(st.tasks == mg_graph_n_nodes(m.g), "tasks %lld != nodes %d", (long long)st.tasks,
+                 mg_graph_n_nodes(m.g));
+        printf("%s: loss %.6f, %lld tasks, %d workers, %.2f ms, idle %.2f\n", what,
+               *(float *)mg_storage_data(sp.st, m.loss), (long long)st.tasks, st.n_workers, st.wall_s * 1e3,
+               st.idle_fraction);
+    }
+out:
+    mg_engine_free(e);
+    runner_free(&ref);
+    runner_free(&sp);
+    mg_graph_free(m.g);
+}
+
+static void test_reference(void) { compare_with_reference(NULL, 0, 3); }
+
+/* One worker: the order is the submission order, still the same bits. */
+static void test_one_worker(void) { compare_with_reference("eager", 1, 2); }
+
+/* Different policies, one after the other in one process (StarPU restarts between
+ * them), give the same bits as each other. */
+static void test_policies(void) {
+    static const char *policies[] = {"eager", "prio", "lws", "ws", "dmda"};
+    model m;
+    if (build_model(&m, true, 2)) {
+        TK_CHECK(false, "model build failed");
+        mg_graph_free(m.g);
+        return;
+    }
+    float *first = NULL;
+    size_t total = 0;
+    for (size_t p = 0; p < sizeof policies / sizeof policies[0]; p++) {
+        runner r;
+        mg_engine *e = NULL;
+        mg_error err = {0};
+        if (runner_new(&r, &m)) break;
+        mg_engine_options opt = {.sched_policy = policies[p], .use_priorities = true};
+        int rc = mg_engine_new(m.g, r.st, &opt, &e, &err);
+        TK_CHECK(rc == MG_OK, "engine_new(%s): %s", policies[p], err.msg);
+        for (int it = 0; it < 2 && !rc; it++) {
+            mg_exec_info info = info_at(it);
+            rc = mg_engine_run(e, &info, &err);
+            TK_CHECK(rc == MG_OK, "%s step %d: %s", policies[p], it, err.msg);
+        }
+        mg_engine_free(e);
+        /* concatenate every persistent tensor */
+        size_t n = 0;
+        for (int i = 0; i < mg_graph_n_tensors(m.g); i++)
+            if (r.plan->buffer_persistent[r.plan->buffer_of[i]])
+                n += (size_t)mg_numel(mg_graph_tensor(m.g, i)) * mg_dtype_size(mg_graph_tensor(m.g, i)->dtype);
+        char *cat = malloc(n ? n : 1);
+        size_t o = 0;
+        for (int i = 0; i < mg_graph_n_tensors(m.g); i++)
+            if (r.plan->buffer_persistent[r.plan->buffer_of[i]]) {
+                const mg_tensor *t = mg_graph_tensor(m.g, i);
+                size_t b = (size_t)mg_numel(t) * mg_dtype_size(t->dtype);
+                memcpy(cat + o, mg_storage_data(r.st, t), b);
+                o += b;
+            }
+        if (!first) {
+            first = (float *)cat;
+            total = n;
+        } else {
+            TK_CHECK(n == total && memcmp(first, cat, n) == 0, "policy %s differs from %s", policies[p], policies[0]);
+            free(cat);
+        }
+        runner_free(&r);
+    }
+    free(first);
+    mg_graph_free(m.g);
+}
+
+/* Forward only (nothing updated in place): running the same engine twice gives the
+ * same outputs; stats are sensible. */
+static void test_repeat_and_stats(void) {
+    model m;
+    if (build_model(&m, false, 3)) {
+        TK_CHECK(false, "model build failed");
+        mg_graph_free(m.g);
+        return;
+    }
+    runner r;
+    mg_engine *e = NULL;
+    mg_error err = {0};
+    if (runner_new(&r, &m)) goto out;
+    int rc = mg_engine_new(m.g, r.st, NULL, &e, &err);
+    TK_CHECK(rc == MG_OK, "engine_new: %s", err.msg);
+    if (rc) goto out;
+    float loss[2];
+    for (int k = 0; k < 2; k++) {
+        mg_exec_info info = info_at(5);
+        rc = mg_engine_run(e, &info, &err);
+        TK_CHECK(rc == MG_OK, "run %d: %s", k, err.msg);
+        loss[k] = *(float *)mg_storage_data(r.st, m.loss);
+        mg_engine_stats st;
+        mg_engine_get_stats(e, &st);
+        TK_CHECK(st.tasks == mg_graph_n_nodes(m.g), "tasks %lld != nodes %d", (long long)st.tasks,
+                 mg_graph_n_nodes(m.g));
+        TK_CHECK(st.n_workers >= 1 && st.n_workers <= 4, "workers %d", st.n_workers);
+        TK_CHECK(st.wall_s > 0, "wall %g", st.wall_s);
+        double busy = 0;
+        for (int w = 0; w < st.n_workers; w++) {
+            TK_CHECK(st.busy_s[w] >= 0 && st.busy_s[w] <= st.wall_s, "busy[%d] = %g, wall %g", w, st.busy_s[w], st.wall_s);
+            busy += st.busy_s[w];
+        }
+        TK_CHECK(busy > 0, "no busy time recorded");
+        TK_CHECK(st.idle_fraction >= 0 && st.idle_fraction <= 1, "idle %g", st.idle_fraction);
+    }
+    TK_CHECK(memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0, "repeat: %.9g vs %.9g", loss[0], loss[1]);
+    /* a different iteration gives another dropout mask: the exec info reaches kernels */
+    mg_exec_info info = info_at(6);
+    rc = mg_engine_run(e, &info, &err);
+    TK_CHECK(rc == MG_OK && *(float *)mg_storage_data(r.st, m.loss) != loss[0], "iteration not seen by dropout");
+out:
+    mg_engine_free(e);
+    runner_free(&r);
+    mg_graph_free(m.g);
+}
+
+/* A node with more buffers than StarPU's static limit (8): concat of 12 tensors goes
+ * through dyn_handles; the same tensor twice in a node (mul(x, x)) is one handle. */
+static void test_many_buffers(void) {
+    mg_graph *g = mg_graph_new();
+    int64_t s[2] = {4, 8};
+    mg_tensor *x = mg_input(g, "x", MG_F32, 2, s), *parts[12];
+    for (int i = 0; i < 12; i++) parts[i] = mg_scale(g, x, (float)(i + 1));
+    mg_tensor *c = mg_concat(g, 12, parts, 1);
+    mg_tensor *y = mg_mul(g, c, c);
+    if (!y) {
+        TK_CHECK(false, "build: %s", mg_graph_error(g)->msg);
+        mg_graph_free(g);
+        return;
+    }
+    y->persistent = true;
+    mg_memplan *plan = NULL;
+    mg_storage *a = NULL, *b = NULL;
+    mg_engine *e = NULL;
+    mg_error err = {0};
+    int rc = mg_memplan_build(g, true, &plan, &err);
+    if (!rc) rc = mg_storage_new(g, plan, &a, &err);
+    if (!rc) rc = mg_storage_new(g, plan, &b, &err);
+    TK_CHECK(rc == MG_OK, "setup: %s", err.msg);
+    if (rc) goto out;
+    tk_rng r1 = {1}, r2 = {1};
+    tk_fill(&r1, mg_storage_data(a, x), mg_numel(x), -1, 1);
+    tk_fill(&r2, mg_storage_data(b, x), mg_numel(x), -1, 1);
+    mg_exec_info info = info_at(0);
+    rc = mg_exec_reference(g, a, &info, &err);
+    TK_CHECK(rc == MG_OK, "reference: %s", err.msg);
+    rc = mg_engine_new(g, b, NULL, &e, &err);
+    if (!rc) rc = mg_engine_run(e, &info, &err);
+    TK_CHECK(rc == MG_OK, "engine: %s", err.msg);
+    TK_CHECK(memcmp(mg_storage_data(a, y), mg_storage_data(b, y), (size_t)mg_numel(y) * 4) == 0, "concat result differs");
+out:
+    mg_engine_free(e);
+    mg_storage_free(a);
+    mg_storage_free(b);
+    mg_memplan_free(plan);
+    mg_graph_free(g);
+}
+
+/* Bad options are reported, not aborted on. */
+static void test_bad_policy(void) {
+    mg_graph *g = mg_graph_new();
+    int64_t s[1] = {4};
+    mg_tensor *y = mg_scale(g, mg_input(g, "x", MG_F32, 1, s), 2.0f);
+    y->persistent = true;
+    mg_memplan *plan = NULL;
+    mg_storage *st = NULL;
+    mg_engine *e = NULL;
+    mg_error err = {0};
+    TK_CHECK(mg_memplan_build(g, true, &plan, &err) == MG_OK && mg_storage_new(g, plan, &st, &err) == MG_OK, "%s",
+             err.msg);
+    mg_engine_options opt = {.sched_policy = "no-such-policy", .use_priorities = true};
+    int rc = mg_engine_new(g, st, &opt, &e, &err);
+    TK_CHECK(rc == MG_ERR_INVALID && e == NULL, "want MG_ERR_INVALID, got %d", rc);
+    TK_CHECK(strstr(err.msg, "no-such-policy") && strstr(err.msg, "eager"), "message: %s", err.msg);
+    /* two engines at once must agree on the policy */
+    mg_engine *e1 = NULL, *e2 = NULL;
+    mg_engine_options o1 = {.sched_policy = "eager", .use_priorities = true};
+    mg_engine_options o2 = {.sched_policy = "dmda", .use_priorities = true};
+    mg_error err2 = {0};
+    TK_CHECK(mg_engine_new(g, st, &o1, &e1, &err2) == MG_OK, "%s", err2.msg);
+    mg_error_clear(&err2);
+    TK_CHECK(mg_engine_new(g, st, &o2, &e2, &err2) == MG_ERR_UNSUPPORTED, "second policy accepted: %s", err2.msg);
+    mg_engine_free(e2);
+    mg_engine_free(e1);
+    mg_storage_free(st);
+    mg_memplan_free(plan);
+    mg_graph_free(g);
+}
+
+int main(int argc, char **argv) {
+    static const tk_case cases[] = {
+        {"reference", test_reference},         {"one_worker", test_one_worker}, {"policies", test_policies},
+        {"repeat_stats", test_repeat_and_stats}, {"many_buffers", test_many_buffers}, {"bad_policy", test_bad_policy},
+    };
+    return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
+}
