@@ -75,7 +75,8 @@ mg_tensor *mg_zeros(mg_graph *g, mg_dtype dt, int ndim, const int64_t *shape) {
     mg_attrs at = {.shape = {.ndim = ndim}};
     for (int i = 0; i < MG_MAX_DIMS; i++) at.shape.shape[i] = i < ndim ? shape[i] : 1;
     if (ndim < MG_MAX_DIMS && dt != MG_F32) at.shape.shape[ndim] = -(int64_t)dt - 1;
-    mg_node *n = mg_node_new(g, MG_OP_ZEROS, &at, 0, NULL, NULL);
+    mg_tensor *none[1] = {NULL}; /* no inputs; non-NULL so that a 0-byte memcpy of it is defined */
+    mg_node *n = mg_node_new(g, MG_OP_ZEROS, &at, 0, none, NULL);
     return n ? n->out[0] : NULL;
 }
 
