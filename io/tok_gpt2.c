@@ -15,9 +15,13 @@
 #include "io/hashmap.h"
 #include "io/tok_internal.h"
 
-/* OpenAI's pre-tokenisation pattern; \p classes need PCRE2_UCP. */
+/* OpenAI's pre-tokenisation pattern; \p classes need PCRE2_UCP.
+ * '\s' is spelled [\s\x{85}]: under UCP PCRE2's \s is "Z or HT/LF/VT/FF/CR", which lacks
+ * U+0085 (NEL), a Unicode White_Space character that OpenAI's regex engines count as
+ * whitespace. */
 static const char GPT2_PATTERN[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\x{85}\\p{L}\\p{N}]+"
+    "|[\\s\\x{85}]+(?![^\\s\\x{85}])|[\\s\\x{85}]+";
 
 #define CACHE_MAX_WORDS (1u << 20)
 #define CACHE_MAX_WORD_BYTES 64

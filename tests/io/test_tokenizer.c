@@ -26,7 +26,8 @@ static mg_tokenizer *open_tok(const char *type) {
 static int run_vectors(const char *type, const char *file) {
     mg_tokenizer *t = open_tok(type);
     char path[4096];
-    path_join(path, sizeof path, g_data, file);
+    if (file[0] == '/') snprintf(path, sizeof path, "%s", file);
+    else path_join(path, sizeof path, g_data, file);
     FILE *f = fopen(path, "rb");
     CHECK(f != NULL, "cannot open %s", path);
     if (!f) return 1;
@@ -181,13 +182,14 @@ static void bytes_and_api(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s gpt2-vectors|sp-vectors|gpt2-roundtrip|sp-roundtrip|bytes DATA_DIR\n", argv[0]);
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: %s gpt2-vectors|sp-vectors|gpt2-roundtrip|sp-roundtrip|bytes DATA_DIR | gpt2-extra DATA_DIR VECTORS\n", argv[0]);
         return 2;
     }
     g_data = argv[2];
     const char *w = argv[1];
     if (!strcmp(w, "gpt2-vectors")) g_failures += run_vectors("GPT2BPETokenizer", "gpt2/encode_vectors.txt");
+    else if (!strcmp(w, "gpt2-extra") && argc == 4) g_failures += run_vectors("GPT2BPETokenizer", argv[3]);
     else if (!strcmp(w, "sp-vectors")) g_failures += run_vectors("SentencePieceTokenizer", "mistral/encode_vectors.txt");
     else if (!strcmp(w, "gpt2-roundtrip")) roundtrip("GPT2BPETokenizer");
     else if (!strcmp(w, "sp-roundtrip")) roundtrip("SentencePieceTokenizer");
