@@ -91,10 +91,15 @@ static int infer_attention_bwd(const mg_node *n, mg_tensor_desc *out, mg_error *
     return 3;
 }
 
+/* Causal attention runs in blocks of this many query rows, each against only the
+ * keys its last row sees: about half the work of the full square at long S. */
+#define ATTN_CAUSAL_BLOCK 64
+
 /* ---- kernel context ------------------------------------------------------------------ */
 typedef struct {
     int B, NH, NG, Sq, Sk, hd, rep;  /* local sizes; rep = NH / NG */
     int ldq, ldk;                    /* row strides of q/y/dy and k/v */
+    int block;                       /* query rows per block (causal: skip invisible keys) */
     int64_t q_off_s, q_off_b, q_off_h, k_off_s;
     uint64_t NH_g, Sq_g, Sk_g;       /* logical sizes for mask indices */
     float scale;
@@ -131,6 +136,7 @@ static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg
     }
     c->scale = at->scale;
     c->causal = at->causal;
+    c->block = at->causal && c->Sq > ATTN_CAUSAL_BLOCK ? ATTN_CAUSAL_BLOCK : c->Sq;
     c->p = at->dropout_p;
     c->drop = info->training && at->dropout_p > 0.0f;
     c->keep_scale = 1.0f / (1.0f - at->dropout_p);
@@ -165,41 +171,54 @@ static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
     for (int b = 0; b < c.B; b++) {
         for (int h = 0; h < c.NH; h++) {
             int g = h / c.rep;
-            const float *Q = q + ((size_t)b * c.NH + h) * c.hd;
+            const float *Qh = q + ((size_t)b * c.NH + h) * c.hd;
             const float *K = k + ((size_t)b * c.NG + g) * c.hd, *V = v + ((size_t)b * c.NG + g) * c.hd;
-            float *Y = y + ((size_t)b * c.NH + h) * c.hd, *L = lse + ((size_t)b * c.NH + h) * c.Sq;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c.Sq, c.Sk, c.hd, c.scale, Q, c.ldq, K, c.ldk, 0.0f,
-                        S, c.Sk);
-            for (int i = 0; i < c.Sq; i++) {
-                float *row = S + (size_t)i * c.Sk;
-                int nv = n_visible(&c, i);
-                if (nv == 0) {
-                    memset(row, 0, (size_t)c.Sk * sizeof *row);
-                    L[i] = -INFINITY;
+            float *Yh = y + ((size_t)b * c.NH + h) * c.hd, *L = lse + ((size_t)b * c.NH + h) * c.Sq;
+            for (int i0 = 0; i0 < c.Sq; i0 += c.block) {
+                int nr = c.Sq - i0 < c.block ? c.Sq - i0 : c.block, nk = n_visible(&c, i0 + nr - 1);
+                const float *Q = Qh + (size_t)i0 * c.ldq;
+                float *Y = Yh + (size_t)i0 * c.ldq;
+                if (nk == 0) { /* no visible key in the block */
+                    for (int i = 0; i < nr; i++) {
+                        memset(Y + (size_t)i * c.ldq, 0, (size_t)c.hd * sizeof *Y);
+                        L[i0 + i] = -INFINITY;
+                    }
                     continue;
                 }
-                float m = row[0];
-                for (int j = 1; j < nv; j++) m = row[j] > m ? row[j] : m;
-                double sum = 0;
-                for (int j = 0; j < nv; j++) {
-                    float e = expf(row[j] - m);
-                    row[j] = e;
-                    sum += e;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, c.hd, c.scale, Q, c.ldq, K, c.ldk, 0.0f,
+                            S, c.Sk);
+                for (int i = 0; i < nr; i++) {
+                    float *row = S + (size_t)i * c.Sk;
+                    int nv = n_visible(&c, i0 + i);
+                    if (nv == 0) {
+                        memset(row, 0, (size_t)nk * sizeof *row);
+                        L[i0 + i] = -INFINITY;
+                        continue;
+                    }
+                    float m = row[0];
+                    for (int j = 1; j < nv; j++) m = row[j] > m ? row[j] : m;
+                    double sum = 0;
+                    for (int j = 0; j < nv; j++) {
+                        float e = expf(row[j] - m);
+                        row[j] = e;
+                        sum += e;
+                    }
+                    L[i0 + i] = m + (float)log(sum);
+                    float inv = (float)(1.0 / sum);
+                    if (c.drop) {
+                        uint64_t base = mask_base(&c, b, h, i0 + i);
+                        float sc = inv * c.keep_scale;
+                        for (int j = 0; j < nv; j++)
+                            row[j] =
+                                mg_rng_uniform(c.seed, c.key, c.stream, base + (uint64_t)j) >= c.p ? row[j] * sc : 0.0f;
+                    } else {
+                        for (int j = 0; j < nv; j++) row[j] *= inv;
+                    }
+                    for (int j = nv; j < nk; j++) row[j] = 0.0f;
                 }
-                L[i] = m + (float)log(sum);
-                float inv = (float)(1.0 / sum);
-                if (c.drop) {
-                    uint64_t base = mask_base(&c, b, h, i);
-                    float sc = inv * c.keep_scale;
-                    for (int j = 0; j < nv; j++)
-                        row[j] = mg_rng_uniform(c.seed, c.key, c.stream, base + (uint64_t)j) >= c.p ? row[j] * sc : 0.0f;
-                } else {
-                    for (int j = 0; j < nv; j++) row[j] *= inv;
-                }
-                for (int j = nv; j < c.Sk; j++) row[j] = 0.0f;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, c.hd, nk, 1.0f, S, c.Sk, V, c.ldk, 0.0f, Y,
+                            c.ldq);
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c.Sq, c.hd, c.Sk, 1.0f, S, c.Sk, V, c.ldk, 0.0f, Y,
-                        c.ldq);
         }
     }
     free(S);
@@ -227,52 +246,62 @@ static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
         for (int h = 0; h < c.NH; h++) {
             int g = h / c.rep;
             size_t qo = ((size_t)b * c.NH + h) * c.hd, ko = ((size_t)b * c.NG + g) * c.hd;
-            const float *Q = q + qo, *dY = dy + qo, *Y = y + qo, *K = k + ko, *V = v + ko;
+            const float *K = k + ko, *V = v + ko;
             const float *L = lse + ((size_t)b * c.NH + h) * c.Sq;
-            float *dQ = dq + qo, *dK = dk + ko, *dV = dv + ko;
-            /* A = S, Bm = dPd = dY Vᵀ */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c.Sq, c.Sk, c.hd, c.scale, Q, c.ldq, K, c.ldk, 0.0f,
-                        A, c.Sk);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c.Sq, c.Sk, c.hd, 1.0f, dY, c.ldq, V, c.ldk, 0.0f, Bm,
-                        c.Sk);
-            for (int i = 0; i < c.Sq; i++) {
-                float *ar = A + (size_t)i * c.Sk, *br = Bm + (size_t)i * c.Sk;
-                int nv = n_visible(&c, i);
-                float l = L[i];
-                if (nv == 0 || isinf(l)) {
-                    memset(ar, 0, (size_t)c.Sk * sizeof *ar);
-                    memset(br, 0, (size_t)c.Sk * sizeof *br);
+            float *dK = dk + ko, *dV = dv + ko;
+            for (int i0 = 0; i0 < c.Sq; i0 += c.block) {
+                int nr = c.Sq - i0 < c.block ? c.Sq - i0 : c.block, nk = n_visible(&c, i0 + nr - 1);
+                size_t ro = qo + (size_t)i0 * c.ldq;
+                const float *Q = q + ro, *dY = dy + ro, *Y = y + ro;
+                float *dQ = dq + ro;
+                if (nk == 0) {
+                    for (int i = 0; i < nr; i++) memset(dQ + (size_t)i * c.ldq, 0, (size_t)c.hd * sizeof *dQ);
                     continue;
                 }
-                const float *dyi = dY + (size_t)i * c.ldq, *yi = Y + (size_t)i * c.ldq;
-                double dd = 0;
-                for (int d = 0; d < c.hd; d++) dd += (double)dyi[d] * yi[d];
-                float D = (float)dd;
-                if (c.drop) {
-                    uint64_t base = mask_base(&c, b, h, i);
-                    for (int j = 0; j < nv; j++) {
-                        float p = expf(ar[j] - l);
-                        float m = mg_rng_uniform(c.seed, c.key, c.stream, base + (uint64_t)j) >= c.p ? c.keep_scale
-                                                                                                   : 0.0f;
-                        br[j] = p * (br[j] * m - D); /* dS */
-                        ar[j] = p * m;               /* Pd */
+                /* A = S, Bm = dPd = dY Vᵀ (visible key columns only) */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, c.hd, c.scale, Q, c.ldq, K, c.ldk, 0.0f,
+                            A, c.Sk);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, c.hd, 1.0f, dY, c.ldq, V, c.ldk, 0.0f, Bm,
+                            c.Sk);
+                for (int i = 0; i < nr; i++) {
+                    float *ar = A + (size_t)i * c.Sk, *br = Bm + (size_t)i * c.Sk;
+                    int nv = n_visible(&c, i0 + i);
+                    float l = L[i0 + i];
+                    if (nv == 0 || isinf(l)) {
+                        memset(ar, 0, (size_t)nk * sizeof *ar);
+                        memset(br, 0, (size_t)nk * sizeof *br);
+                        continue;
                     }
-                } else {
-                    for (int j = 0; j < nv; j++) {
-                        float p = expf(ar[j] - l);
-                        br[j] = p * (br[j] - D);
-                        ar[j] = p;
+                    const float *dyi = dY + (size_t)i * c.ldq, *yi = Y + (size_t)i * c.ldq;
+                    double dd = 0;
+                    for (int d = 0; d < c.hd; d++) dd += (double)dyi[d] * yi[d];
+                    float D = (float)dd;
+                    if (c.drop) {
+                        uint64_t base = mask_base(&c, b, h, i0 + i);
+                        for (int j = 0; j < nv; j++) {
+                            float p = expf(ar[j] - l);
+                            float m =
+                                mg_rng_uniform(c.seed, c.key, c.stream, base + (uint64_t)j) >= c.p ? c.keep_scale : 0.0f;
+                            br[j] = p * (br[j] * m - D); /* dS */
+                            ar[j] = p * m;               /* Pd */
+                        }
+                    } else {
+                        for (int j = 0; j < nv; j++) {
+                            float p = expf(ar[j] - l);
+                            br[j] = p * (br[j] - D);
+                            ar[j] = p;
+                        }
                     }
+                    for (int j = nv; j < nk; j++) ar[j] = br[j] = 0.0f;
                 }
-                for (int j = nv; j < c.Sk; j++) ar[j] = br[j] = 0.0f;
+                /* dV += Pdᵀ dY; dQ = scale dS K; dK += scale dSᵀ Q */
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, c.hd, nr, 1.0f, A, c.Sk, dY, c.ldq, 1.0f, dV,
+                            c.ldk);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, c.hd, nk, c.scale, Bm, c.Sk, K, c.ldk, 0.0f,
+                            dQ, c.ldq);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, c.hd, nr, c.scale, Bm, c.Sk, Q, c.ldq, 1.0f,
+                            dK, c.ldk);
             }
-            /* dV += Pdᵀ dY; dQ = scale dS K; dK += scale dSᵀ Q */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c.Sk, c.hd, c.Sq, 1.0f, A, c.Sk, dY, c.ldq, 1.0f, dV,
-                        c.ldk);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c.Sq, c.hd, c.Sk, c.scale, Bm, c.Sk, K, c.ldk, 0.0f,
-                        dQ, c.ldq);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c.Sk, c.hd, c.Sq, c.scale, Bm, c.Sk, Q, c.ldq, 1.0f,
-                        dK, c.ldk);
         }
     }
     free(A);

@@ -95,7 +95,8 @@ static void check_forward(const cfg *c, bool training) {
 
 static void fwd_attention(void) {
     cfg cs[] = {{6, 2, 4, 4, 4, false, 0}, {6, 2, 4, 4, 4, true, 0}, {7, 2, 4, 2, 8, true, 0},
-                {5, 3, 6, 1, 4, false, 0}, {1, 1, 1, 1, 2, true, 0}, {33, 2, 4, 2, 16, true, 0}};
+                {5, 3, 6, 1, 4, false, 0}, {1, 1, 1, 1, 2, true, 0}, {33, 2, 4, 2, 16, true, 0},
+                {150, 1, 2, 1, 8, true, 0},  {130, 2, 2, 2, 4, false, 0}}; /* > one causal row block */
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) check_forward(&cs[i], true);
     /* dropout_p > 0 but not training: no dropout */
     cfg e = {6, 2, 4, 2, 4, true, 0.5f};
@@ -103,7 +104,8 @@ static void fwd_attention(void) {
 }
 
 static void fwd_attention_dropout(void) {
-    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f}, {7, 2, 4, 2, 4, true, 0.5f}, {16, 2, 4, 2, 8, true, 0.1f}};
+    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f}, {7, 2, 4, 2, 4, true, 0.5f}, {16, 2, 4, 2, 8, true, 0.1f},
+                {140, 1, 2, 1, 8, true, 0.2f}};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) check_forward(&cs[i], true);
 }
 
@@ -159,8 +161,10 @@ static void check_block(const cfg *c, const float *qa, const float *ka, const fl
     mg_graph_free(g);
 }
 
-static void fwd_attention_split(void) {
-    cfg c = {7, 2, 4, 2, 4, true, 0.4f};
+typedef struct { int s0, sl, h0, hl; const char *what; } blk;
+
+static void split_case(const cfg *cp, const blk *bl, int nb) {
+    cfg c = *cp;
     int64_t sq[4] = {c.S, c.B, c.NH, c.HD}, skv[4] = {c.S, c.B, c.NG, c.HD};
     mg_graph *g = mg_graph_new();
     mg_tensor *q = mg_input(g, "q", MG_F32, 4, sq), *k = mg_input(g, "k", MG_F32, 4, skv),
@@ -188,12 +192,24 @@ static void fwd_attention_split(void) {
     TK_CHECK(dropped > 0, "no element dropped");
     const float *qa = tk_f32(&r, q), *ka = tk_f32(&r, k), *va = tk_f32(&r, v);
     const float *ya = tk_f32(&r, y), *la = tk_f32(&r, y->src->out[1]);
-    check_block(&c, qa, ka, va, ya, la, 0, c.S, 0, 2, "head split, heads 0-1 (kv group 0)");
-    check_block(&c, qa, ka, va, ya, la, 0, c.S, 2, 2, "head split, heads 2-3 (kv group 1)");
-    check_block(&c, qa, ka, va, ya, la, 3, 4, 0, 4, "sequence split of q, rows 3-6");
-    check_block(&c, qa, ka, va, ya, la, 2, 3, 2, 2, "sequence and head split");
+    for (int i = 0; i < nb; i++) check_block(&c, qa, ka, va, ya, la, bl[i].s0, bl[i].sl, bl[i].h0, bl[i].hl, bl[i].what);
     tk_release(&r);
     mg_graph_free(g);
+}
+
+static void fwd_attention_split(void) {
+    cfg c = {7, 2, 4, 2, 4, true, 0.4f};
+    blk b[] = {{0, 7, 0, 2, "head split, heads 0-1 (kv group 0)"},
+               {0, 7, 2, 2, "head split, heads 2-3 (kv group 1)"},
+               {3, 4, 0, 4, "sequence split of q, rows 3-6"},
+               {2, 3, 2, 2, "sequence and head split"}};
+    split_case(&c, b, 4);
+    /* longer than one causal row block (64): blocks start at a logical offset */
+    cfg l = {150, 1, 4, 2, 8, true, 0.2f};
+    blk bl[] = {{70, 80, 0, 4, "S 150: sequence split, rows 70-149"},
+                {0, 150, 2, 2, "S 150: head split, heads 2-3"},
+                {33, 64, 0, 2, "S 150: rows 33-96, heads 0-1"}};
+    split_case(&l, bl, 3);
 }
 
 /* ---- errors ------------------------------------------------------------------------------ */
@@ -283,7 +299,8 @@ static void grad_attention(void) {
 /* The mask is a function of (seed, iteration, key, index) only, so it is the same in
  * every finite-difference run and the loss stays differentiable in q, k, v. */
 static void grad_attention_dropout(void) {
-    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f}, {7, 2, 4, 2, 4, true, 0.3f}, {5, 2, 4, 2, 4, true, 0.5f}};
+    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f}, {7, 2, 4, 2, 4, true, 0.3f}, {5, 2, 4, 2, 4, true, 0.5f},
+                {130, 1, 2, 1, 4, true, 0.2f}}; /* three causal row blocks */
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) grad_cfg(&cs[i]);
 }
 
