@@ -21,10 +21,10 @@ static const char *role_colour(mg_role r) {
 }
 #define COMM_COLOUR "#ffb347"
 
-/* Record labels need |{}<> and quotes escaped. */
+/* Quoted labels need quotes and backslashes escaped. */
 static void esc(FILE *f, const char *s) {
     for (; *s; s++) {
-        if (strchr("|{}<>\"\\", *s)) fputc('\\', f);
+        if (*s == '"' || *s == '\\') fputc('\\', f);
         fputc(*s, f);
     }
 }
@@ -135,12 +135,12 @@ static void emit_node(dump_ctx *c, const mg_node *n) {
         fprintf(f, "\\ngroup %s, #%lld on it\\n%.0f bytes\"];\n", mg_group_name(a->group), (long long)a->seq, bytes);
         return;
     }
-    fprintf(f, "    n%d [shape=record, style=filled, fillcolor=\"%s\", label=\"{%s|", n->id, role_colour(t->role),
-            d->name);
+    fprintf(f, "    n%d [shape=box, style=\"rounded,filled\", fillcolor=\"%s\", label=\"%s\\n", n->id,
+            role_colour(t->role), d->name);
     esc(f, t->name);
-    fprintf(f, "|%s", sh);
+    fprintf(f, "\\n%s", sh);
     if (n->n_out > 1) fprintf(f, " (+%d outputs)", n->n_out - 1);
-    fprintf(f, "}\"];\n");
+    fprintf(f, "\"];\n");
 }
 
 static void emit_leaf(dump_ctx *c, const mg_tensor *t) {

@@ -252,7 +252,7 @@ mg_node *mg_node_new(mg_graph *g, mg_op op, const mg_attrs *attrs, int n_in, mg_
     n->op = op;
     if (attrs) n->attrs = *attrs;
     n->n_in = n_in;
-    memcpy(n->in, in, (size_t)n_in * sizeof *in);
+    if (n_in) memcpy(n->in, in, (size_t)n_in * sizeof *in);
     n->phase = g->phase;
     n->mb = g->mb;
 

@@ -1,7 +1,7 @@
 /* Graphviz DOT dump of a graph (logical or a rank's physical graph).
  *
  * Stable ids (node and tensor ids, never addresses), so two dumps of the same graph
- * are byte-identical and diffable. Op nodes are records "op | output name | shape",
+ * are byte-identical and diffable. Op nodes are boxes "op / output name / shape",
  * coloured by the role of what they produce; leaves (parameters, inputs, optimizer
  * state) are drawn as their own shapes; collectives and send/recv are orange
  * hexagons labelled with their group, bytes and place in the communicator's order.
