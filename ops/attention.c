@@ -208,9 +208,12 @@ static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
                     if (c.drop) {
                         uint64_t base = mask_base(&c, b, h, i0 + i);
                         float sc = inv * c.keep_scale;
-                        for (int j = 0; j < nv; j++)
-                            row[j] =
-                                mg_rng_uniform(c.seed, c.key, c.stream, base + (uint64_t)j) >= c.p ? row[j] * sc : 0.0f;
+                        float u[MG_RNG_CHUNK];
+                        for (int j0 = 0; j0 < nv; j0 += MG_RNG_CHUNK) {
+                            int m = nv - j0 < MG_RNG_CHUNK ? nv - j0 : MG_RNG_CHUNK;
+                            mg_rng_uniform_block(c.seed, c.key, c.stream, base + (uint64_t)j0, m, u);
+                            for (int j = 0; j < m; j++) row[j0 + j] = u[j] >= c.p ? row[j0 + j] * sc : 0.0f;
+                        }
                     } else {
                         for (int j = 0; j < nv; j++) row[j] *= inv;
                     }
@@ -278,10 +281,13 @@ static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
                     float D = (float)dd;
                     if (c.drop) {
                         uint64_t base = mask_base(&c, b, h, i0 + i);
+                        float u[MG_RNG_CHUNK];
                         for (int j = 0; j < nv; j++) {
+                            if (j % MG_RNG_CHUNK == 0)
+                                mg_rng_uniform_block(c.seed, c.key, c.stream, base + (uint64_t)j,
+                                                     nv - j < MG_RNG_CHUNK ? nv - j : MG_RNG_CHUNK, u);
                             float p = expf(ar[j] - l);
-                            float m =
-                                mg_rng_uniform(c.seed, c.key, c.stream, base + (uint64_t)j) >= c.p ? c.keep_scale : 0.0f;
+                            float m = u[j % MG_RNG_CHUNK] >= c.p ? c.keep_scale : 0.0f;
                             br[j] = p * (br[j] * m - D); /* dS */
                             ar[j] = p * m;               /* Pd */
                         }

@@ -45,8 +45,12 @@ static int dropout_cpu(const mg_kernel_args *a, mg_error *err) {
         uint64_t base = whole ? (uint64_t)(r * inner) : mg_logical_index(lt, r * inner);
         const float *xr = x + r * inner;
         float *yr = y + r * inner;
-        for (int64_t j = 0; j < inner; j++)
-            yr[j] = mg_rng_uniform(seed, key, stream, base + (uint64_t)j) >= p ? xr[j] * scale : 0.0f;
+        float u[MG_RNG_CHUNK];
+        for (int64_t j0 = 0; j0 < inner; j0 += MG_RNG_CHUNK) {
+            int64_t m = inner - j0 < MG_RNG_CHUNK ? inner - j0 : MG_RNG_CHUNK;
+            mg_rng_uniform_block(seed, key, stream, base + (uint64_t)j0, m, u);
+            for (int64_t j = 0; j < m; j++) yr[j0 + j] = u[j] >= p ? xr[j0 + j] * scale : 0.0f;
+        }
     }
     return MG_OK;
 }

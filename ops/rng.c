@@ -43,10 +43,24 @@ uint64_t mg_rng_dropout_stream(int64_t iteration, int mb) {
     return 1u + ((uint64_t)iteration << 16) + (uint64_t)(mb + 1);
 }
 
+/* Uniforms use all four Philox lanes: index i is lane i % 4 of counter i / 4, so a
+ * run of consecutive indices costs one Philox call per four values. */
 float mg_rng_uniform(uint64_t seed, uint64_t key, uint64_t stream, uint64_t index) {
     uint32_t r[4];
-    mg_philox4x32(mix_key(seed, key), stream, index, r);
-    return (float)(r[0] >> 8) * (1.0f / 16777216.0f);
+    mg_philox4x32(mix_key(seed, key), stream, index >> 2, r);
+    return (float)(r[index & 3] >> 8) * (1.0f / 16777216.0f);
+}
+
+void mg_rng_uniform_block(uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n, float *out) {
+    uint64_t k = mix_key(seed, key);
+    uint32_t r[4];
+    int64_t i = 0;
+    while (i < n) {
+        uint64_t idx = first + (uint64_t)i;
+        mg_philox4x32(k, stream, idx >> 2, r);
+        for (unsigned lane = (unsigned)(idx & 3); lane < 4 && i < n; lane++, i++)
+            out[i] = (float)(r[lane] >> 8) * (1.0f / 16777216.0f);
+    }
 }
 
 float mg_rng_normal(uint64_t seed, uint64_t key, uint64_t stream, uint64_t index) {

@@ -27,6 +27,10 @@ void mg_philox4x32(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[
 /* Uniform in [0, 1) with 24 random bits, and a standard normal (Box-Muller). */
 float mg_rng_uniform(uint64_t seed, uint64_t key, uint64_t stream, uint64_t index);
 float mg_rng_normal(uint64_t seed, uint64_t key, uint64_t stream, uint64_t index);
+/* out[i] = mg_rng_uniform(seed, key, stream, first + i) for i < n, four per Philox call. */
+void mg_rng_uniform_block(uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n, float *out);
+/* Chunk size kernels use with mg_rng_uniform_block on a stack buffer. */
+#define MG_RNG_CHUNK 256
 
 /* Linear index in t's logical tensor of t's local element i (t may be a block). */
 uint64_t mg_logical_index(const mg_tensor *t, int64_t i);
