@@ -138,7 +138,10 @@ typedef struct mg_lr_schedule {
 typedef enum mg_reduce_op { MG_REDUCE_SUM, MG_REDUCE_MAX } mg_reduce_op;
 typedef struct mg_attr_comm {
     mg_group group;     /* communicator */
-    int64_t seq;        /* position in that communicator's order: every rank issues in this order */
+    int nranks;         /* size of the group (shape rules need it; ranks need not agree on more) */
+    int64_t seq;        /* position in this rank's total order of communication: every rank issues
+                         * its collectives by increasing seq, and two ranks sharing a group give
+                         * that group's collectives the same relative order (deadlock freedom) */
     mg_reduce_op op;
     int dim;            /* gather / scatter dimension */
     int peer;           /* send/recv: rank in the group; broadcast: root */

@@ -1,0 +1,61 @@
+/* Ranks, process groups and the communicators behind collective nodes.
+ *
+ * The mesh follows Megatron's rank order, innermost first: tp, cp, ep, dp, pp.
+ * (Expert parallelism reuses ranks of dp x cp; with ep == 1, the default, it is a
+ * no-op dimension.) A rank's coordinate in each dimension is its index inside that
+ * dimension's group; the group of dimension D is the set of ranks that agree on
+ * every coordinate except D's.
+ *
+ * mg_comm wraps one MPI communicator per group. Collective nodes (ops/collective.c)
+ * find their communicator through mg_exec_info.comm; a later NCCL backend implements
+ * the same nodes behind the same interface.
+ */
+#ifndef MGRAPH_COMM_H
+#define MGRAPH_COMM_H
+
+#include <stdint.h>
+
+#include "mgraph/error.h"
+#include "mgraph/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mg_mesh {
+    int world, rank;
+    int size[MG_GROUP_COUNT];   /* tp, cp, ep, dp, pp, world */
+    int coord[MG_GROUP_COUNT];  /* this rank's index in each group */
+} mg_mesh;
+
+/* Lays out `world` ranks as tp x cp x dp x pp (dp = world / (tp cp pp)) and places
+ * `rank`. MG_ERR_INVALID naming the rule when world is not a multiple of tp*cp*pp,
+ * or ep does not divide dp*cp. */
+int mg_mesh_init(mg_mesh *m, int world, int rank, int tp, int cp, int ep, int pp, mg_error *err);
+/* The world rank of the member with index `idx` of this rank's group `grp`. */
+int mg_mesh_peer(const mg_mesh *m, mg_group grp, int idx);
+
+typedef struct mg_comm mg_comm;
+
+/* MPI must be initialised (MPI_THREAD_SERIALIZED at least: collectives run on
+ * StarPU workers, one at a time). Splits MPI_COMM_WORLD into the mesh's groups. */
+int mg_comm_new(const mg_mesh *m, mg_comm **out, mg_error *err);
+void mg_comm_free(mg_comm *c);
+const mg_mesh *mg_comm_mesh(const mg_comm *c);
+/* Bytes this rank sent into collectives since the last reset (per group and total). */
+void mg_comm_bytes(const mg_comm *c, double bytes[MG_GROUP_COUNT]);
+void mg_comm_reset_bytes(mg_comm *c);
+/* Seconds spent inside collective calls since the last reset. */
+double mg_comm_seconds(const mg_comm *c);
+
+/* Builders for collective nodes (partitioners insert them). nranks is the group
+ * size; seq the node's place in the rank's communication order. */
+mg_tensor *mg_allreduce(mg_graph *g, mg_tensor *x, mg_group grp, int nranks, mg_reduce_op op, int64_t seq);
+mg_tensor *mg_allgather(mg_graph *g, mg_tensor *x, mg_group grp, int nranks, int dim, int64_t seq);
+mg_tensor *mg_reduce_scatter(mg_graph *g, mg_tensor *x, mg_group grp, int nranks, int dim, int64_t seq);
+mg_tensor *mg_broadcast(mg_graph *g, mg_tensor *x, mg_group grp, int nranks, int root, int64_t seq);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
