@@ -79,10 +79,15 @@ static int xent_cpu(const mg_kernel_args *a, mg_error *err) {
     return MG_OK;
 }
 
+/* Full vocabulary size: the logits' logical last dimension (the local block's when
+ * the logits are not vocab-parallel). */
+static int64_t vocab_total(const mg_tensor *logits) { return logits->logical.shape[logits->logical.ndim - 1]; }
+
 static int xent_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     const mg_tensor *lt = n->in[1];
-    int64_t V = lt->shape[lt->ndim - 1], T = mg_numel(lt) / V;
+    int64_t V = lt->shape[lt->ndim - 1], T = mg_numel(lt) / V, Vt = vocab_total(lt);
+    int64_t off = n->attrs.xent.vocab_offset;
     int32_t ign = n->attrs.xent.ignore_index;
     const float *dl = a->in[0], *x = a->in[1], *lse = a->in[3];
     const int32_t *tg = a->in[2];
@@ -90,7 +95,7 @@ static int xent_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     int64_t count = 0;
     for (int64_t t = 0; t < T; t++) {
         if (tg[t] == ign) continue;
-        if (tg[t] < 0 || tg[t] >= V) return bad_target(err, n, t, tg[t], V);
+        if (tg[t] < 0 || tg[t] >= Vt) return bad_target(err, n, t, tg[t], Vt);
         count++;
     }
     float s = count ? (float)((double)dl[0] / (double)count) : 0.0f;
@@ -103,10 +108,115 @@ static int xent_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
         }
         float l = lse[t];
         for (int64_t j = 0; j < V; j++) dr[j] = expf(xr[j] - l) * s;
-        dr[tg[t]] -= s;
+        int64_t col = (int64_t)tg[t] - off; /* the one-hot lands on this block only if it owns the target */
+        if (col >= 0 && col < V) dr[col] -= s;
     }
     return MG_OK;
 }
+
+/* ---- vocab-parallel pieces (Megatron's VocabParallelCrossEntropy) ----------------------
+ * xent_vp_max(logits [..., Vl]) -> m [...]: the local row maximum (then all-reduce MAX).
+ * xent_vp_parts(logits, targets, gmax) -> stats [..., 2]: per token the local sum of
+ *   exp(logit - gmax) and the target's logit if this block owns it, else 0 (then one
+ *   all-reduce SUM of both).
+ * xent_vp_loss(stats, gmax, targets) -> loss [1], lse [...]: lse = gmax + log(sum), loss
+ *   the mean of lse - target logit over non-ignored tokens; the backward is the local
+ *   cross_entropy_bwd with the global lse. */
+static int infer_vp_max(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
+    const mg_tensor *x = n->in[0];
+    if (x->dtype != MG_F32 || x->ndim < 2) return mg_shape_error(err, n, "logits must be f32 [..., V]");
+    out[0].dtype = MG_F32;
+    out[0].ndim = x->ndim - 1;
+    for (int i = 0; i < MG_MAX_DIMS; i++) out[0].shape[i] = i < x->ndim - 1 ? x->shape[i] : 1;
+    return 1;
+}
+
+static int vp_max_cpu(const mg_kernel_args *a, mg_error *err) {
+    (void)err;
+    const mg_tensor *lt = a->node->in[0];
+    int64_t V = lt->shape[lt->ndim - 1], T = mg_numel(lt) / V;
+    const float *x = a->in[0];
+    float *m = a->out[0];
+    for (int64_t t = 0; t < T; t++) {
+        const float *xr = x + t * V;
+        float v = xr[0];
+        for (int64_t j = 1; j < V; j++) v = xr[j] > v ? xr[j] : v;
+        m[t] = v;
+    }
+    return MG_OK;
+}
+
+static int infer_vp_parts(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
+    const mg_tensor *x = n->in[0], *t = n->in[1], *m = n->in[2];
+    int rc = check_logits_targets(n, x, t, err);
+    if (rc) return rc;
+    if (m->dtype != MG_F32 || !mg_same_shape(m, t)) return mg_shape_error(err, n, "gmax must be f32 shaped like targets");
+    out[0].dtype = MG_F32;
+    out[0].ndim = t->ndim + 1;
+    for (int i = 0; i < MG_MAX_DIMS; i++) out[0].shape[i] = i < t->ndim ? t->shape[i] : 1;
+    out[0].shape[t->ndim] = 2;
+    return 1;
+}
+
+static int vp_parts_cpu(const mg_kernel_args *a, mg_error *err) {
+    (void)err;
+    const mg_node *n = a->node;
+    const mg_tensor *lt = n->in[0];
+    int64_t V = lt->shape[lt->ndim - 1], T = mg_numel(lt) / V, off = n->attrs.xent.vocab_offset;
+    const float *x = a->in[0], *m = a->in[2];
+    const int32_t *tg = a->in[1];
+    float *st = a->out[0];
+    for (int64_t t = 0; t < T; t++) {
+        const float *xr = x + t * V;
+        double s = 0;
+        for (int64_t j = 0; j < V; j++) s += expf(xr[j] - m[t]);
+        int64_t col = (int64_t)tg[t] - off;
+        st[2 * t] = (float)s;
+        st[2 * t + 1] = (col >= 0 && col < V) ? xr[col] : 0.0f;
+    }
+    return MG_OK;
+}
+
+static int infer_vp_loss(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
+    const mg_tensor *st = n->in[0], *m = n->in[1], *t = n->in[2];
+    if (t->dtype != MG_I32 || m->dtype != MG_F32 || !mg_same_shape(m, t))
+        return mg_shape_error(err, n, "gmax (f32) and targets (i32) must share a shape");
+    bool ok = st->dtype == MG_F32 && st->ndim == t->ndim + 1 && st->shape[t->ndim] == 2;
+    for (int i = 0; ok && i < t->ndim; i++) ok = st->shape[i] == t->shape[i];
+    if (!ok) return mg_shape_error(err, n, "stats must be f32 [..., 2] over the targets' shape");
+    out[0].dtype = MG_F32;
+    out[0].ndim = 1;
+    for (int i = 0; i < MG_MAX_DIMS; i++) out[0].shape[i] = 1;
+    mg_desc_of(t, &out[1]);
+    out[1].dtype = MG_F32;
+    return 2;
+}
+
+static int vp_loss_cpu(const mg_kernel_args *a, mg_error *err) {
+    (void)err;
+    const mg_node *n = a->node;
+    int64_t T = mg_numel(n->in[2]);
+    const float *st = a->in[0], *m = a->in[1];
+    const int32_t *tg = a->in[2];
+    float *loss = a->out[0], *lse = a->out[1];
+    double total = 0;
+    int64_t count = 0;
+    for (int64_t t = 0; t < T; t++) {
+        double l = (double)m[t] + log((double)st[2 * t]);
+        lse[t] = (float)l;
+        if (tg[t] == n->attrs.xent.ignore_index) continue;
+        total += l - (double)st[2 * t + 1];
+        count++;
+    }
+    loss[0] = count ? (float)(total / (double)count) : 0.0f;
+    return MG_OK;
+}
+
+const mg_op_def mg_opdef_XENT_VP_MAX = {"xent_vp_max", 1, 1, MG_OPF_NO_GRAD, infer_vp_max, NULL, NULL, vp_max_cpu, NULL};
+const mg_op_def mg_opdef_XENT_VP_PARTS = {"xent_vp_parts", 3, 3, MG_OPF_NO_GRAD, infer_vp_parts, NULL, NULL,
+                                          vp_parts_cpu, NULL};
+const mg_op_def mg_opdef_XENT_VP_LOSS = {"xent_vp_loss", 3, 3, MG_OPF_NO_GRAD, infer_vp_loss, NULL, NULL, vp_loss_cpu,
+                                         NULL};
 
 static void cost_xent(const mg_node *n, double *flops, double *bytes) {
     const mg_tensor *x = n->in[n->op == MG_OP_CROSS_ENTROPY ? 0 : 1];

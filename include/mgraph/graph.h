@@ -117,7 +117,10 @@ typedef struct mg_attr_attention {
 typedef struct mg_attr_embedding {
     int64_t vocab_offset; /* ids outside [offset, offset + rows) give zero rows (vocab-parallel) */
 } mg_attr_embedding;
-typedef struct mg_attr_xent { int32_t ignore_index; } mg_attr_xent;
+typedef struct mg_attr_xent {
+    int32_t ignore_index;
+    int64_t vocab_offset; /* vocab-parallel: the logits hold columns [offset, offset + V_local) */
+} mg_attr_xent;
 typedef struct mg_attr_rope { float theta; bool inverse; } mg_attr_rope;
 typedef struct mg_attr_dropout { float p; uint64_t rng_key; } mg_attr_dropout;
 typedef struct mg_attr_shape { int ndim; int64_t shape[MG_MAX_DIMS]; } mg_attr_shape;

@@ -43,6 +43,10 @@ MG_OP(SOFTMAX_BWD, "softmax_bwd")
 MG_OP(ATTENTION_BWD, "attention_bwd")
 MG_OP(EMBEDDING_BWD, "embedding_bwd")
 MG_OP(CROSS_ENTROPY_BWD, "cross_entropy_bwd")
+/* vocab-parallel cross-entropy pieces (emitted by the tensor-parallel partitioner) */
+MG_OP(XENT_VP_MAX, "xent_vp_max")
+MG_OP(XENT_VP_PARTS, "xent_vp_parts")
+MG_OP(XENT_VP_LOSS, "xent_vp_loss")
 /* optimizer step */
 MG_OP(SUMSQ, "sumsq")
 MG_OP(CLIP_COEF, "clip_coef")
