@@ -48,6 +48,7 @@ static int die(const char *what, const mg_error *err) {
 }
 
 static double g_idle_cpu; /* cores busy while the engine waited between steps */
+static double g_min;      /* fastest step of the last timing: robust to other load */
 
 typedef struct setup {
     mg_graph *g;
@@ -88,6 +89,7 @@ static int time_engine(setup *s, const char *policy, int warmup, int reps, doubl
     }
     *cpu_per_step = (cpu_s() - c0) / reps;
     if (!rc) *med = median(t, reps);
+    g_min = t[0]; /* sorted by median() */
     mg_engine_get_stats(e, st);
     /* CPU the idle engine burns between steps (spinning workers unless paused) */
     double c1 = cpu_s(), w1 = now_s();
@@ -113,6 +115,15 @@ static int time_reference(setup *s, int reps, double *med, mg_error *err) {
     return rc;
 }
 
+/* Policies to time: $BENCH_POLICIES ("lws,eager"), else the defaults given. */
+static size_t policy_list(const char **pol, size_t max, const char *dflt, char *buf, size_t len) {
+    const char *env = getenv("BENCH_POLICIES");
+    snprintf(buf, len, "%s", env && *env ? env : dflt);
+    size_t n = 0;
+    for (char *tok = strtok(buf, ","); tok && n < max; tok = strtok(NULL, ",")) pol[n++] = tok;
+    return n;
+}
+
 /* `chains` independent chains of `len` scale ops on 16 floats: kernels take ~20 ns,
  * so the time per node is the executor's overhead. */
 static int bench_overhead(int chains, int len) {
@@ -135,8 +146,10 @@ static int bench_overhead(int chains, int len) {
     printf("overhead: %d chains x %d tiny scale ops = %d nodes\n", chains, len, n);
     printf("%-10s %12s %12s %14s %8s %12s\n", "executor", "step ms", "us/node", "cpu ms/step", "idle", "cores@rest");
     printf("%-10s %12.3f %12.3f %14s %8s\n", "reference", ref * 1e3, ref * 1e6 / n, "-", "-");
-    static const char *pol[] = {"eager", "lws", "dmda"};
-    for (size_t p = 0; p < sizeof pol / sizeof pol[0]; p++) {
+    const char *pol[16];
+    char buf[256];
+    size_t npol = policy_list(pol, 16, "eager,prio,lws,dmda", buf, sizeof buf);
+    for (size_t p = 0; p < npol; p++) {
         double med, cpu;
         mg_engine_stats st;
         if (time_engine(&s, pol[p], 3, 21, &med, &cpu, &st, &err)) return die(pol[p], &err);
@@ -145,6 +158,38 @@ static int bench_overhead(int chains, int len) {
     }
     setup_free(&s);
     return 0;
+}
+
+/* Per-op time of one reference step (kernel by kernel on the calling thread): shows
+ * whether a graph is really dominated by its matmuls. */
+static void profile_ops(setup *s, double flops_total) {
+    mg_node **ord;
+    int n;
+    mg_error err = {0};
+    if (mg_graph_topo(s->g, &ord, &n, &err)) return;
+    double t_op[MG_OP_COUNT] = {0}, f_op[MG_OP_COUNT] = {0};
+    int c_op[MG_OP_COUNT] = {0};
+    void *ptrs[64];
+    mg_exec_info info = {.seed = 1, .iteration = 0, .training = true};
+    for (int k = 0; k < n; k++) {
+        const mg_node *nd = ord[k];
+        if (nd->n_in + nd->n_out > 64) return;
+        for (int i = 0; i < nd->n_in; i++) ptrs[i] = mg_storage_data(s->st, nd->in[i]);
+        for (int o = 0; o < nd->n_out; o++) ptrs[nd->n_in + o] = mg_storage_data(s->st, nd->out[o]);
+        mg_kernel_args a = {.node = nd, .in = ptrs, .out = ptrs + nd->n_in, .info = &info};
+        double t0 = now_s();
+        if (mg_op_def_get(nd->op)->cpu(&a, &err)) return;
+        t_op[nd->op] += now_s() - t0;
+        double f, b;
+        mg_op_cost(nd, &f, &b);
+        f_op[nd->op] += f;
+        c_op[nd->op]++;
+    }
+    printf("%-16s %6s %10s %10s %8s\n", "op", "nodes", "ms", "GFLOP/s", "flop %");
+    for (int op = 0; op < MG_OP_COUNT; op++)
+        if (c_op[op])
+            printf("%-16s %6d %10.2f %10.1f %8.1f\n", mg_op_name((mg_op)op), c_op[op], t_op[op] * 1e3,
+                   t_op[op] > 0 ? f_op[op] / t_op[op] * 1e-9 : 0, 100 * f_op[op] / flops_total);
 }
 
 /* MLP training step: layers x (layernorm, linear HxH (matmul), bias, gelu), residual,
@@ -187,26 +232,22 @@ static int bench_policy(int64_t T, int64_t H, int layers) {
     mg_memplan_summary(s.plan, summ, sizeof summ);
     printf("policy: MLP T=%lld H=%lld layers=%d: %d nodes, %.2f GFLOP/step; %s\n", (long long)T, (long long)H, layers,
            mg_graph_n_nodes(g), flops * 1e-9, summ);
+    if (getenv("BENCH_PROFILE")) profile_ops(&s, flops);
     double ref;
     if (time_reference(&s, 5, &ref, &err)) return die("reference", &err);
-    printf("%-10s %10s %10s %12s %8s %12s\n", "policy", "step ms", "GFLOP/s", "cpu ms/step", "idle", "cores@rest");
-    printf("%-10s %10.2f %10.1f %12s %8s   (calling thread, OpenBLAS threads as set)\n", "reference", ref * 1e3,
-           flops / ref * 1e-9, "-", "-");
-    const char *pol[16] = {"eager", "prio", "lws", "ws", "dmda", "dmdas"};
-    size_t npol = 6;
-    char list[256];
-    const char *env = getenv("BENCH_POLICIES"); /* e.g. "lws,eager" */
-    if (env) {
-        snprintf(list, sizeof list, "%s", env);
-        npol = 0;
-        for (char *tok = strtok(list, ","); tok && npol < 16; tok = strtok(NULL, ",")) pol[npol++] = tok;
-    }
+    printf("%-10s %10s %10s %10s %12s %8s %12s\n", "policy", "step ms", "min ms", "GFLOP/s", "cpu ms/step", "idle",
+           "cores@rest");
+    printf("%-10s %10.2f %10s %10.1f %12s %8s   (calling thread, OpenBLAS threads as set)\n", "reference", ref * 1e3,
+           "-", flops / ref * 1e-9, "-", "-");
+    const char *pol[16];
+    char buf[256];
+    size_t npol = policy_list(pol, 16, "eager,prio,lws,ws,dmda,dmdas", buf, sizeof buf);
     for (size_t p = 0; p < npol; p++) {
         double med, cpu;
         mg_engine_stats st;
-        if (time_engine(&s, pol[p], 5, 15, &med, &cpu, &st, &err)) return die(pol[p], &err);
-        printf("%-10s %10.2f %10.1f %12.2f %8.2f %12.2f\n", pol[p], med * 1e3, flops / med * 1e-9, cpu * 1e3,
-               st.idle_fraction, g_idle_cpu);
+        if (time_engine(&s, pol[p], 5, 25, &med, &cpu, &st, &err)) return die(pol[p], &err);
+        printf("%-10s %10.2f %10.2f %10.1f %12.2f %8.2f %12.2f\n", pol[p], med * 1e3, g_min * 1e3, flops / med * 1e-9,
+               cpu * 1e3, st.idle_fraction, g_idle_cpu);
     }
     setup_free(&s);
     return 0;

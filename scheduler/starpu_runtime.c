@@ -23,9 +23,23 @@
 
 #include "scheduler/starpu_internal.h"
 
-/* Chosen by measurement (bench/bench_engine.c, 2-core EPYC, matmul-heavy MLP graph;
- * see the table in scheduler/README or the report): */
-#define MG_DEFAULT_POLICY "lws"
+/* Default policy, chosen by measurement (bench/bench_engine, 2 CPU workers on the
+ * 2-core EPYC dev machine, policies interleaved in rounds and run only while the
+ * machine was otherwise idle; median step time over rounds, ms):
+ *
+ *   graph (training step: fwd+bwd+AdamW)         eager  prio   lws    ws  dmda dmdas
+ *   MLP T=256 H=512 4 layers, 140 nodes, 3.3 GF   70.7  70.6  71.5  71.3  72.4  72.2
+ *   MLP T=128 H=256 8 layers, 272 nodes, 0.8 GF   23.3  23.0  23.3  23.7  24.2  24.0
+ *   1024 tiny scale ops (us per task)              4.35  4.31  3.86    -   4.28    -
+ *
+ * Matmuls are 98% of the FLOPs; every policy keeps both workers ~88% busy, so the
+ * spread is within noise (outliers of 2x came from other processes). "prio" is
+ * never worse, is the only one of these that follows our critical-path priorities
+ * without needing calibrated performance models (dm* need several calibration steps
+ * and write model files under $STARPU_HOME), and its central queue is no contention
+ * point at 2-4 workers. Revisit with more cores (lws / dmdas) and with the mgraph
+ * policy of the roadmap. */
+#define MG_DEFAULT_POLICY "prio"
 
 void openblas_set_num_threads(int);
 int openblas_get_num_threads(void);

@@ -10,6 +10,7 @@
 
 #include "mgraph/engine.h"
 #include "mgraph/train.h"
+#include "ops/op.h" /* the op table: find an op without a CPU kernel */
 #include "testkit.h"
 
 /* A small training step: 2 residual MLP blocks (linear, bias, gelu, layernorm,
@@ -316,10 +317,76 @@ static void test_bad_policy(void) {
     mg_graph_free(g);
 }
 
+/* Two engines alive at once share one StarPU (reference-counted) and each runs its
+ * own storage; the process keeps working after both are freed. */
+static void test_two_engines(void) {
+    model m;
+    if (build_model(&m, false, 2)) {
+        TK_CHECK(false, "model build failed");
+        mg_graph_free(m.g);
+        return;
+    }
+    runner r1, r2;
+    mg_engine *e1 = NULL, *e2 = NULL;
+    mg_error err = {0};
+    if (runner_new(&r1, &m) || runner_new(&r2, &m)) goto out;
+    TK_CHECK(mg_engine_new(m.g, r1.st, NULL, &e1, &err) == MG_OK, "engine 1: %s", err.msg);
+    TK_CHECK(mg_engine_new(m.g, r2.st, NULL, &e2, &err) == MG_OK, "engine 2: %s", err.msg);
+    if (!e1 || !e2) goto out;
+    mg_exec_info info = info_at(3);
+    TK_CHECK(mg_engine_run(e1, &info, &err) == MG_OK, "run 1: %s", err.msg);
+    TK_CHECK(mg_engine_run(e2, &info, &err) == MG_OK, "run 2: %s", err.msg);
+    same_state("two engines", &m, &r1, &r2);
+    mg_engine_free(e1);
+    e1 = NULL;
+    TK_CHECK(mg_engine_run(e2, &info, &err) == MG_OK, "run 2 after freeing engine 1: %s", err.msg);
+out:
+    mg_engine_free(e1);
+    mg_engine_free(e2);
+    runner_free(&r1);
+    runner_free(&r2);
+    mg_graph_free(m.g);
+}
+
+/* An op without a CPU kernel is reported by both executors (MG_ERR_UNSUPPORTED),
+ * before anything runs. The node is retargeted to such an op after building, as no
+ * builder creates one; skipped once every op has a CPU kernel. */
+static void test_unsupported(void) {
+    mg_op missing = MG_OP_COUNT;
+    for (int op = 0; op < MG_OP_COUNT && missing == MG_OP_COUNT; op++)
+        if (!mg_op_def_get((mg_op)op)->cpu) missing = (mg_op)op;
+    if (missing == MG_OP_COUNT) {
+        printf("skipped: every op has a CPU kernel\n");
+        return;
+    }
+    mg_graph *g = mg_graph_new();
+    int64_t s[1] = {4};
+    mg_tensor *y = mg_scale(g, mg_input(g, "x", MG_F32, 1, s), 2.0f);
+    y->persistent = true;
+    mg_memplan *plan = NULL;
+    mg_storage *st = NULL;
+    mg_engine *e = NULL;
+    mg_error err = {0};
+    TK_CHECK(mg_memplan_build(g, true, &plan, &err) == MG_OK && mg_storage_new(g, plan, &st, &err) == MG_OK, "%s",
+             err.msg);
+    y->src->op = missing;
+    mg_exec_info info = info_at(0);
+    int rc = mg_exec_reference(g, st, &info, &err);
+    TK_CHECK(rc == MG_ERR_UNSUPPORTED && strstr(err.msg, "has no CPU kernel"), "reference: %d %s", rc, err.msg);
+    mg_error_clear(&err);
+    rc = mg_engine_new(g, st, NULL, &e, &err);
+    TK_CHECK(rc == MG_ERR_UNSUPPORTED && !e && strstr(err.msg, mg_op_name(missing)), "engine: %d %s", rc, err.msg);
+    mg_engine_free(e);
+    mg_storage_free(st);
+    mg_memplan_free(plan);
+    mg_graph_free(g);
+}
+
 int main(int argc, char **argv) {
     static const tk_case cases[] = {
         {"reference", test_reference},         {"one_worker", test_one_worker}, {"policies", test_policies},
         {"repeat_stats", test_repeat_and_stats}, {"many_buffers", test_many_buffers}, {"bad_policy", test_bad_policy},
+        {"two_engines", test_two_engines},       {"unsupported", test_unsupported},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
 }
