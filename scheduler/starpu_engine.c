@@ -20,6 +20,14 @@
  * deduplicated (modes OR-ed) and each kernel argument maps to its task buffer slot.
  * Tasks with more than STARPU_NMAXBUFS buffers use dyn_handles.
  *
+ * Collectives (MG_OPF_COMM ops) are blocking MPI calls inside tasks. Every rank must
+ * issue them in the same order, and MPI is initialised MPI_THREAD_SERIALIZED, so a
+ * rank runs them one at a time, in its graph's topological order: each collective
+ * task also accesses one engine-wide "comm token" handle in RW mode, which sequential
+ * consistency turns into a chain. Within a group, the graph's order must agree with
+ * the nodes' seq numbers (checked at creation). Collectives get the highest priority:
+ * peers wait for them, and they hold a worker while they wait.
+ *
  * Host access: with CPU workers only, the buffers' home copies are the only copies,
  * so between steps the host reads and writes storage directly. A CUDA build must
  * acquire the handles (starpu_data_acquire) around host access instead.
@@ -71,8 +79,8 @@ static int build_arg(mg_engine *e, mg_task_arg *a, const mg_node *nd, mg_error *
     a->node = nd;
     a->slot = malloc((size_t)np * sizeof *a->slot);
     a->ptrs = malloc((size_t)np * sizeof *a->ptrs);
-    a->handles = malloc((size_t)np * sizeof *a->handles);
-    a->modes = malloc((size_t)np * sizeof *a->modes);
+    a->handles = malloc(((size_t)np + 1) * sizeof *a->handles); /* + the comm token */
+    a->modes = malloc(((size_t)np + 1) * sizeof *a->modes);
     if (!a->slot || !a->ptrs || !a->handles || !a->modes)
         return mg_error_set(err, MG_ERR_NOMEM, "out of memory building task of node %d", nd->id);
     for (int i = 0; i < np; i++) {
@@ -90,6 +98,35 @@ static int build_arg(mg_engine *e, mg_task_arg *a, const mg_node *nd, mg_error *
         }
         a->slot[i] = s;
     }
+    if (mg_op_def_get(nd->op)->flags & MG_OPF_COMM) {
+        a->handles[a->nbuf] = e->comm_token;
+        a->modes[a->nbuf++] = STARPU_RW;
+    }
+    return MG_OK;
+}
+
+/* Within each group, collectives must come in seq order along the topo order, or
+ * the token chain would issue them in an order the peers do not follow. */
+static int check_comm_order(mg_node *const *ord, int n, int *n_comm, mg_error *err) {
+    int64_t last_seq[MG_GROUP_COUNT];
+    int last_node[MG_GROUP_COUNT];
+    for (int g = 0; g < MG_GROUP_COUNT; g++) last_node[g] = -1;
+    *n_comm = 0;
+    for (int k = 0; k < n; k++) {
+        const mg_node *nd = ord[k];
+        if (!(mg_op_def_get(nd->op)->flags & MG_OPF_COMM)) continue;
+        ++*n_comm;
+        int g = nd->attrs.comm.group;
+        if (g < 0 || g >= MG_GROUP_COUNT) continue; /* the op's shape rule rejects these */
+        if (last_node[g] >= 0 && nd->attrs.comm.seq <= last_seq[g])
+            return mg_error_set(err, MG_ERR_INVALID,
+                                "%s node %d (%s seq %lld) runs after node %d (seq %lld) in the graph's order: "
+                                "collectives of a group must follow their seq order",
+                                mg_op_name(nd->op), nd->id, mg_group_name((mg_group)g), (long long)nd->attrs.comm.seq,
+                                last_node[g], (long long)last_seq[g]);
+        last_seq[g] = nd->attrs.comm.seq;
+        last_node[g] = nd->id;
+    }
     return MG_OK;
 }
 
@@ -100,6 +137,8 @@ void mg_engine_free(mg_engine *e) {
             if (e->handles[b]) starpu_data_unregister(e->handles[b]);
         free(e->handles);
     }
+    if (e->comm_token) starpu_data_unregister(e->comm_token);
+    free(e->comm_token_buf);
     free_args(e);
     free(e->order);
     pthread_mutex_destroy(&e->err_lock);
@@ -122,6 +161,8 @@ int mg_engine_new(mg_graph *g, mg_storage *s, const mg_engine_options *opt, mg_e
                                 ord[k]->id);
     if (opt->use_priorities && (rc = mg_graph_priorities(g, err))) return rc;
     if ((rc = mg_graph_topo(g, &ord, &n, err))) return rc; /* the cached order array may have been rebuilt */
+    int n_comm;
+    if ((rc = check_comm_order(ord, n, &n_comm, err))) return rc;
 
     if ((rc = mg_starpu_acquire(opt->sched_policy, opt->ncpus, err))) return rc;
     mg_engine *e = calloc(1, sizeof *e);
@@ -162,12 +203,22 @@ int mg_engine_new(mg_graph *g, mg_storage *s, const mg_engine_options *opt, mg_e
             return mg_error_set(err, MG_ERR_RUNTIME, "StarPU could not register buffer %d", b);
         }
     }
+    if (n_comm) {
+        e->comm_token_buf = aligned_alloc(64, 64);
+        if (e->comm_token_buf) starpu_vector_data_register(&e->comm_token, STARPU_MAIN_RAM, (uintptr_t)e->comm_token_buf, 1, 64);
+        if (!e->comm_token) {
+            free(prio);
+            mg_engine_free(e);
+            return mg_error_set(err, MG_ERR_NOMEM, "could not create the collectives' order token");
+        }
+    }
     if (opt->use_priorities)
         rc = mg_starpu_map_priorities(e->order, n, starpu_sched_get_min_priority(), starpu_sched_get_max_priority(),
                                       prio, err);
     for (int k = 0; k < n && !rc; k++) {
         rc = build_arg(e, &e->args[k], e->order[k], err);
-        e->args[k].priority = prio[k];
+        bool comm = mg_op_def_get(e->order[k]->op)->flags & MG_OPF_COMM;
+        e->args[k].priority = comm && opt->use_priorities ? starpu_sched_get_max_priority() : prio[k];
     }
     free(prio);
     if (rc) {

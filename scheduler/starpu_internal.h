@@ -30,6 +30,10 @@ struct mg_engine {
     int n_handles;
     starpu_data_handle_t *handles;          /* one per storage buffer, registered once */
     mg_task_arg *args;                      /* [n_nodes], in topo order */
+    /* Collectives run one at a time in the graph's order: each accesses this token RW
+     * (see starpu_engine.c). NULL when the graph has no collective. */
+    starpu_data_handle_t comm_token;
+    void *comm_token_buf;
     mg_exec_info info;                      /* the running step's info, read by kernels */
     bool use_priorities;
     /* first kernel error wins; `failed` lets later tasks skip their kernels */

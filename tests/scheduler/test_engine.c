@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mgraph/comm.h"
 #include "mgraph/engine.h"
 #include "mgraph/train.h"
 #include "ops/op.h" /* the op table: find an op without a CPU kernel */
@@ -382,11 +383,133 @@ static void test_unsupported(void) {
     mg_graph_free(g);
 }
 
+/* Plan + storage (+ engine) for small hand-built graphs. */
+typedef struct small {
+    mg_memplan *plan;
+    mg_storage *ref, *sp;
+    mg_engine *e;
+} small;
+
+static int small_new(small *s, mg_graph *g, mg_error *err) {
+    memset(s, 0, sizeof *s);
+    int rc = mg_memplan_build(g, true, &s->plan, err);
+    if (!rc) rc = mg_storage_new(g, s->plan, &s->ref, err);
+    if (!rc) rc = mg_storage_new(g, s->plan, &s->sp, err);
+    if (!rc) rc = mg_engine_new(g, s->sp, NULL, &s->e, err);
+    return rc;
+}
+
+static void small_free(small *s) {
+    mg_engine_free(s->e);
+    mg_storage_free(s->ref);
+    mg_storage_free(s->sp);
+    mg_memplan_free(s->plan);
+}
+
+/* Collectives over groups of one rank (no communicator needed) run in the engine's
+ * comm-token chain and give the reference's bits. */
+static void test_collectives(void) {
+    mg_graph *g = mg_graph_new();
+    int64_t sh[2] = {8, 16};
+    mg_tensor *x = mg_input(g, "x", MG_F32, 2, sh);
+    mg_tensor *a = mg_allreduce(g, mg_scale(g, x, 2.0f), MG_GROUP_TP, 1, MG_REDUCE_SUM, 0);
+    mg_tensor *b = mg_allreduce(g, mg_scale(g, x, 3.0f), MG_GROUP_DP, 1, MG_REDUCE_SUM, 0);
+    mg_tensor *c = mg_allgather(g, mg_add(g, a, b), MG_GROUP_TP, 1, 1, 1);
+    mg_tensor *y = mg_reduce_scatter(g, mg_scale(g, c, 0.5f), MG_GROUP_DP, 1, 0, 1);
+    if (!y) {
+        TK_CHECK(false, "build: %s", mg_graph_error(g)->msg);
+        mg_graph_free(g);
+        return;
+    }
+    y->persistent = true;
+    small s;
+    mg_error err = {0};
+    int rc = small_new(&s, g, &err);
+    TK_CHECK(rc == MG_OK, "setup: %s", err.msg);
+    if (!rc) {
+        tk_rng r1 = {3}, r2 = {3};
+        tk_fill(&r1, mg_storage_data(s.ref, x), mg_numel(x), -1, 1);
+        tk_fill(&r2, mg_storage_data(s.sp, x), mg_numel(x), -1, 1);
+        mg_exec_info info = info_at(0);
+        TK_CHECK(mg_exec_reference(g, s.ref, &info, &err) == MG_OK, "reference: %s", err.msg);
+        TK_CHECK(mg_engine_run(s.e, &info, &err) == MG_OK, "engine: %s", err.msg);
+        TK_CHECK(memcmp(mg_storage_data(s.ref, y), mg_storage_data(s.sp, y), (size_t)mg_numel(y) * 4) == 0,
+                 "collective graph differs from the reference");
+    }
+    small_free(&s);
+    mg_graph_free(g);
+}
+
+/* Within a group, the graph's order must follow seq: here the TP collective with
+ * seq 1 is an input of the one with seq 0. */
+static void test_comm_order(void) {
+    mg_graph *g = mg_graph_new();
+    int64_t sh[1] = {16};
+    mg_tensor *x = mg_input(g, "x", MG_F32, 1, sh);
+    mg_tensor *y = mg_allreduce(g, mg_allreduce(g, x, MG_GROUP_TP, 1, MG_REDUCE_SUM, 1), MG_GROUP_TP, 1,
+                                MG_REDUCE_SUM, 0);
+    y->persistent = true;
+    small s;
+    mg_error err = {0};
+    int rc = small_new(&s, g, &err);
+    TK_CHECK(rc == MG_ERR_INVALID && !s.e && strstr(err.msg, "seq"), "want MG_ERR_INVALID about seq, got %d: %s", rc,
+             err.msg);
+    small_free(&s);
+    mg_graph_free(g);
+}
+
+/* A kernel failing inside a StarPU task: the first error comes back from
+ * mg_engine_run with the kernel's message, later tasks are skipped, and the engine
+ * runs normally once the input is fixed. */
+static void test_kernel_error(void) {
+    mg_graph *g = mg_graph_new();
+    int64_t sl[2] = {4, 8}, st[1] = {4};
+    mg_tensor *logits = mg_input(g, "logits", MG_F32, 2, sl);
+    mg_tensor *tgt = mg_input(g, "targets", MG_I32, 1, st);
+    mg_tensor *loss = mg_cross_entropy(g, mg_scale(g, logits, 1.0f), tgt, -100);
+    mg_tensor *y = mg_scale(g, loss, 2.0f);
+    if (!y) {
+        TK_CHECK(false, "build: %s", mg_graph_error(g)->msg);
+        mg_graph_free(g);
+        return;
+    }
+    y->persistent = true;
+    small s;
+    mg_error err = {0};
+    int rc = small_new(&s, g, &err);
+    TK_CHECK(rc == MG_OK, "setup: %s", err.msg);
+    if (!rc) {
+        int32_t bad[4] = {1, 2, 100, 3}, good[4] = {1, 2, 7, 3};
+        tk_rng r1 = {5}, r2 = {5};
+        tk_fill(&r1, mg_storage_data(s.ref, logits), 32, -1, 1);
+        tk_fill(&r2, mg_storage_data(s.sp, logits), 32, -1, 1);
+        memcpy(mg_storage_data(s.sp, tgt), bad, sizeof bad);
+        mg_exec_info info = info_at(0);
+        rc = mg_engine_run(s.e, &info, &err);
+        TK_CHECK(rc == MG_ERR_INVALID && strstr(err.msg, "cross_entropy") && strstr(err.msg, "100"),
+                 "want the kernel's error, got %d: %s", rc, err.msg);
+        mg_engine_stats stt;
+        mg_engine_get_stats(s.e, &stt);
+        TK_CHECK(stt.tasks == 2, "tasks after the failure should be skipped: %lld ran", (long long)stt.tasks);
+        mg_error_clear(&err);
+        memcpy(mg_storage_data(s.sp, tgt), good, sizeof good);
+        memcpy(mg_storage_data(s.ref, tgt), good, sizeof good);
+        rc = mg_engine_run(s.e, &info, &err);
+        TK_CHECK(rc == MG_OK, "run after fixing the targets: %s", err.msg);
+        TK_CHECK(mg_exec_reference(g, s.ref, &info, &err) == MG_OK, "reference: %s", err.msg);
+        TK_CHECK(memcmp(mg_storage_data(s.ref, y), mg_storage_data(s.sp, y), 4) == 0, "loss differs");
+    }
+    small_free(&s);
+    mg_graph_free(g);
+}
+
 int main(int argc, char **argv) {
     static const tk_case cases[] = {
         {"reference", test_reference},         {"one_worker", test_one_worker}, {"policies", test_policies},
         {"repeat_stats", test_repeat_and_stats}, {"many_buffers", test_many_buffers}, {"bad_policy", test_bad_policy},
         {"two_engines", test_two_engines},       {"unsupported", test_unsupported},
+        {"collectives", test_collectives},       {"comm_order", test_comm_order},
+        {"kernel_error", test_kernel_error},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
 }
