@@ -1,0 +1,52 @@
+/* Buffer-level collectives behind the collective ops (library-internal).
+ *
+ * ops/collective.c's kernels call these; scheduler/comm_mpi.c implements them over
+ * MPI (a later NCCL backend implements the same functions). Every function is a
+ * blocking collective over this rank's group `grp`: all members call it with the
+ * same counts, in the same order (the graph's seq order guarantees that). Counts are
+ * elements of dtype (MG_F32 or MG_I32). Each call adds its bytes (mg_comm_wire_bytes)
+ * and its wall time to the communicator's counters. MPI failures come back as
+ * MG_ERR_RUNTIME with MPI's message.
+ */
+#ifndef MG_SCHEDULER_COMM_INTERNAL_H
+#define MG_SCHEDULER_COMM_INTERNAL_H
+
+#include <stdint.h>
+
+#include "mgraph/comm.h"
+
+/* Size of this rank's group grp, and this rank's index in it (-1 for a bad group). */
+int mg_comm_group_size(const mg_comm *c, mg_group grp);
+int mg_comm_group_rank(const mg_comm *c, mg_group grp);
+
+/* out[i] = op over the group of in[i]; in == out is allowed (in place). */
+int mg_comm_allreduce_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
+                          mg_reduce_op op, mg_error *err);
+/* out = member 0's in, then member 1's, ... (count elements each). */
+int mg_comm_allgather_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
+                          mg_error *err);
+/* in holds nranks blocks of count elements; out = sum over members of their block
+ * number <this rank's index>. */
+int mg_comm_reduce_scatter_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
+                               mg_error *err);
+/* buf = member root's buf. */
+int mg_comm_broadcast_buf(mg_comm *c, mg_group grp, mg_dtype dt, void *buf, int64_t count, int root,
+                          mg_error *err);
+
+/* Bytes one rank sends for a collective over n ranks whose input is `payload` bytes
+ * (ring algorithms; broadcast as a pipelined chain, averaged over the ranks):
+ * allreduce 2(n-1)/n * payload, allgather (n-1) * payload (= (n-1)/n of the output),
+ * reduce-scatter (n-1)/n * payload, broadcast (n-1)/n * payload. 0 when n == 1. */
+static inline double mg_comm_wire_bytes(mg_op op, int n, double payload) {
+    if (n <= 1) return 0.0;
+    double f = (double)(n - 1) / n;
+    switch (op) {
+    case MG_OP_ALLREDUCE: return 2.0 * f * payload;
+    case MG_OP_ALLGATHER: return (double)(n - 1) * payload;
+    case MG_OP_REDUCE_SCATTER: return f * payload;
+    case MG_OP_BROADCAST: return f * payload;
+    default: return payload;
+    }
+}
+
+#endif

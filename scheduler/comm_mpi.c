@@ -1,0 +1,214 @@
+/* mg_comm over MPI: one communicator per mesh group, split from MPI_COMM_WORLD.
+ *
+ * Collectives are blocking MPI calls made from whichever StarPU worker runs the
+ * collective's task; the engine runs a rank's collectives one at a time in seq
+ * order, so MPI_THREAD_SERIALIZED is enough. Communicators return errors
+ * (MPI_ERRORS_RETURN) so that a failure becomes MG_ERR_RUNTIME instead of an abort.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheduler/comm_internal.h"
+
+struct mg_comm {
+    mg_mesh mesh;
+    MPI_Comm comm[MG_GROUP_COUNT];
+    double bytes[MG_GROUP_COUNT];
+    double seconds;
+};
+
+static int mpi_fail(mg_error *err, int rc, const char *what, mg_group grp) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error code %d", rc);
+    else msg[len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING - 1] = '\0';
+    return mg_error_set(err, MG_ERR_RUNTIME, "%s over %s failed: %s", what, mg_group_name(grp), msg);
+}
+
+static const char *thread_level_name(int l) {
+    switch (l) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    default: return "an unknown thread level";
+    }
+}
+
+void mg_comm_free(mg_comm *c) {
+    if (!c) return;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    for (int g = 0; g < MG_GROUP_COUNT; g++)
+        if (!fin && c->comm[g] != MPI_COMM_NULL) MPI_Comm_free(&c->comm[g]);
+    free(c);
+}
+
+int mg_comm_new(const mg_mesh *m, mg_comm **out, mg_error *err) {
+    if (!out) return mg_error_set(err, MG_ERR_INVALID, "mg_comm_new: NULL output");
+    *out = NULL;
+    if (!m) return mg_error_set(err, MG_ERR_INVALID, "mg_comm_new: NULL mesh");
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (!init || fin)
+        return mg_error_set(err, MG_ERR_INVALID, "mg_comm_new: MPI is %s (call MPI_Init_thread first)",
+                            fin ? "already finalized" : "not initialised");
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    /* Every rank reaches the same verdict (the same library, the same launch), so this
+     * early return cannot leave the others waiting in a collective. */
+    if (level < MPI_THREAD_SERIALIZED)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "mg_comm_new: MPI runs at %s; collectives run on StarPU workers and need "
+                            "MPI_THREAD_SERIALIZED (MPI_Init_thread)",
+                            thread_level_name(level));
+    int wsize = 0, wrank = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+
+    /* Agree on the mesh before splitting: a rank whose mesh disagrees would otherwise
+     * make the splits hang or pair the wrong ranks. */
+    int local[1 + MG_GROUP_COUNT], lo[1 + MG_GROUP_COUNT], hi[1 + MG_GROUP_COUNT];
+    local[0] = (m->world == wsize && m->rank == wrank) ? 1 : 0;
+    for (int g = 0; g < MG_GROUP_COUNT; g++) local[1 + g] = m->size[g];
+    int rc = MPI_Allreduce(local, lo, 1 + MG_GROUP_COUNT, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rc == MPI_SUCCESS) rc = MPI_Allreduce(local, hi, 1 + MG_GROUP_COUNT, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "mg_comm_new: MPI_Allreduce (mesh check)", MG_GROUP_WORLD);
+    if (!local[0])
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "mg_comm_new: the mesh is for rank %d of %d, but this process is MPI rank %d of %d",
+                            m->rank, m->world, wrank, wsize);
+    if (!lo[0]) return mg_error_set(err, MG_ERR_INVALID, "mg_comm_new: another rank's mesh does not match its MPI rank");
+    for (int g = 0; g < MG_GROUP_COUNT; g++)
+        if (lo[1 + g] != hi[1 + g])
+            return mg_error_set(err, MG_ERR_INVALID, "mg_comm_new: ranks disagree on the %s size (%d here, %d..%d)",
+                                mg_group_name((mg_group)g), m->size[g], lo[1 + g], hi[1 + g]);
+
+    mg_comm *c = calloc(1, sizeof *c);
+    if (!c) return mg_error_set(err, MG_ERR_NOMEM, "mg_comm_new: out of memory");
+    c->mesh = *m;
+    for (int g = 0; g < MG_GROUP_COUNT; g++) c->comm[g] = MPI_COMM_NULL;
+    for (int g = 0; g < MG_GROUP_COUNT; g++) {
+        if (g == MG_GROUP_WORLD) rc = MPI_Comm_dup(MPI_COMM_WORLD, &c->comm[g]);
+        else rc = MPI_Comm_split(MPI_COMM_WORLD, mg_mesh_peer(m, (mg_group)g, 0), m->coord[g], &c->comm[g]);
+        if (rc != MPI_SUCCESS) {
+            mpi_fail(err, rc, "mg_comm_new: MPI_Comm_split", (mg_group)g);
+            mg_comm_free(c);
+            return MG_ERR_RUNTIME;
+        }
+        MPI_Comm_set_errhandler(c->comm[g], MPI_ERRORS_RETURN);
+        int s = 0, r = 0;
+        MPI_Comm_size(c->comm[g], &s);
+        MPI_Comm_rank(c->comm[g], &r);
+        if (s != m->size[g] || r != m->coord[g]) {
+            mg_error_set(err, MG_ERR_RUNTIME, "mg_comm_new: %s communicator has %d ranks (index %d), mesh says %d (%d)",
+                         mg_group_name((mg_group)g), s, r, m->size[g], m->coord[g]);
+            mg_comm_free(c);
+            return MG_ERR_RUNTIME;
+        }
+    }
+    *out = c;
+    return MG_OK;
+}
+
+const mg_mesh *mg_comm_mesh(const mg_comm *c) { return c ? &c->mesh : NULL; }
+
+void mg_comm_bytes(const mg_comm *c, double bytes[MG_GROUP_COUNT]) {
+    for (int g = 0; g < MG_GROUP_COUNT; g++) bytes[g] = c ? c->bytes[g] : 0.0;
+}
+
+void mg_comm_reset_bytes(mg_comm *c) {
+    if (!c) return;
+    memset(c->bytes, 0, sizeof c->bytes);
+    c->seconds = 0;
+}
+
+double mg_comm_seconds(const mg_comm *c) { return c ? c->seconds : 0.0; }
+
+int mg_comm_group_size(const mg_comm *c, mg_group grp) {
+    if (!c || grp < 0 || grp >= MG_GROUP_COUNT) return -1;
+    return c->mesh.size[grp];
+}
+
+int mg_comm_group_rank(const mg_comm *c, mg_group grp) {
+    if (!c || grp < 0 || grp >= MG_GROUP_COUNT) return -1;
+    return c->mesh.coord[grp];
+}
+
+/* ---- buffer collectives --------------------------------------------------------- */
+static int prep(mg_comm *c, mg_group grp, mg_dtype dt, int64_t count, const char *what, MPI_Datatype *type,
+                mg_error *err) {
+    if (!c || grp < 0 || grp >= MG_GROUP_COUNT || c->comm[grp] == MPI_COMM_NULL)
+        return mg_error_set(err, MG_ERR_INVALID, "%s: no communicator for group %s", what, mg_group_name(grp));
+    if (dt == MG_F32) *type = MPI_FLOAT;
+    else if (dt == MG_I32) *type = MPI_INT32_T;
+    else return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: dtype %s not supported (f32, i32)", what, mg_dtype_name(dt));
+    if (count < 0 || count > INT_MAX)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s over %s: %lld elements exceed MPI's int count", what,
+                            mg_group_name(grp), (long long)count);
+    return MG_OK;
+}
+
+static void account(mg_comm *c, mg_group grp, mg_op op, mg_dtype dt, int64_t count, double t0) {
+    c->seconds += MPI_Wtime() - t0;
+    c->bytes[grp] += mg_comm_wire_bytes(op, c->mesh.size[grp], (double)count * (double)mg_dtype_size(dt));
+}
+
+int mg_comm_allreduce_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
+                          mg_reduce_op op, mg_error *err) {
+    MPI_Datatype type;
+    int rc = prep(c, grp, dt, count, "MPI_Allreduce", &type, err);
+    if (rc) return rc;
+    MPI_Op mop;
+    if (op == MG_REDUCE_SUM) mop = MPI_SUM;
+    else if (op == MG_REDUCE_MAX) mop = MPI_MAX;
+    else return mg_error_set(err, MG_ERR_INVALID, "MPI_Allreduce: reduce op %d invalid", (int)op);
+    double t0 = MPI_Wtime();
+    rc = MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, (int)count, type, mop, c->comm[grp]);
+    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Allreduce", grp);
+    account(c, grp, MG_OP_ALLREDUCE, dt, count, t0);
+    return MG_OK;
+}
+
+int mg_comm_allgather_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
+                          mg_error *err) {
+    MPI_Datatype type;
+    int rc = prep(c, grp, dt, count, "MPI_Allgather", &type, err);
+    if (rc) return rc;
+    double t0 = MPI_Wtime();
+    rc = MPI_Allgather(in, (int)count, type, out, (int)count, type, c->comm[grp]);
+    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Allgather", grp);
+    account(c, grp, MG_OP_ALLGATHER, dt, count, t0);
+    return MG_OK;
+}
+
+int mg_comm_reduce_scatter_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
+                               mg_error *err) {
+    MPI_Datatype type;
+    int rc = prep(c, grp, dt, count, "MPI_Reduce_scatter_block", &type, err);
+    if (rc) return rc;
+    double t0 = MPI_Wtime();
+    rc = MPI_Reduce_scatter_block(in, out, (int)count, type, MPI_SUM, c->comm[grp]);
+    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Reduce_scatter_block", grp);
+    account(c, grp, MG_OP_REDUCE_SCATTER, dt, count * c->mesh.size[grp], t0);
+    return MG_OK;
+}
+
+int mg_comm_broadcast_buf(mg_comm *c, mg_group grp, mg_dtype dt, void *buf, int64_t count, int root,
+                          mg_error *err) {
+    MPI_Datatype type;
+    int rc = prep(c, grp, dt, count, "MPI_Bcast", &type, err);
+    if (rc) return rc;
+    if (root < 0 || root >= c->mesh.size[grp])
+        return mg_error_set(err, MG_ERR_INVALID, "MPI_Bcast over %s: root %d outside 0..%d", mg_group_name(grp), root,
+                            c->mesh.size[grp] - 1);
+    double t0 = MPI_Wtime();
+    rc = MPI_Bcast(buf, (int)count, type, root, c->comm[grp]);
+    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Bcast", grp);
+    account(c, grp, MG_OP_BROADCAST, dt, count, t0);
+    return MG_OK;
+}
