@@ -362,6 +362,13 @@ BAD(lr_decay_style, "--lr-decay-style", "--text-file", g_text, "--lr-decay-style
  * invalid value (e.g. tp not dividing the heads), so only the flag name is asserted */
 BAD(tensor_parallel, "tensor-model-parallel-size", "--text-file", g_text, "--tensor-model-parallel-size", "2")
 
+/* A flag where a value belongs: `--dump-dot --dry-run` today takes "--dry-run" as the
+ * DOT file name, trains, and exits 0 (tools/run_config.c takes the next argv as the
+ * value whatever it is). Registered DISABLED in CMakeLists.txt until that is fixed. */
+BAD(flag_as_value, "--dump-dot", "--text-file", g_text, "--num-layers", "1", "--hidden-size", "16",
+    "--num-attention-heads", "2", "--seq-length", "8", "--micro-batch-size", "1", "--global-batch-size", "1",
+    "--train-iters", "1", "--eval-interval", "0", "--dump-dot", "--dry-run")
+
 static void test_bad_empty_text_file_setup(void) {
     FILE *f = fopen(wpath(1, "empty.txt"), "w");
     if (f) fclose(f);
@@ -454,6 +461,7 @@ int main(int argc, char **argv) {
         {"bad_input_global_batch_not_multiple", test_bad_global_batch_not_multiple},
         {"bad_input_lr_decay_style", test_bad_lr_decay_style},
         {"bad_input_tensor_parallel", test_bad_tensor_parallel},
+        {"bad_input_flag_as_value", test_bad_flag_as_value},
     };
     char *targv[2] = {argv[0], argv[4]};
     return tk_main(2, targv, cases, (int)(sizeof cases / sizeof cases[0]));
