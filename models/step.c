@@ -34,10 +34,12 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
         st->tokens[k] = mg_input(g, "input_ids", MG_I32, 2, (int64_t[]){s, b});
         st->targets[k] = mg_input(g, "labels", MG_I32, 2, (int64_t[]){s, b});
         mg_tensor *l = mg_gpt2_forward(g, &st->model, st->tokens[k], st->positions, st->targets[k], c->training);
-        total = total ? mg_add(g, total, l) : l;
         mg_scope_pop(g);
+        /* the sum over micro-batches belongs to none of them (data parallelism makes
+         * it a partial sum over ranks) */
+        mg_graph_set_mb(g, -1);
+        total = total ? mg_add(g, total, l) : l;
     }
-    mg_graph_set_mb(g, -1);
     st->loss = c->n_micro > 1 ? mg_scale(g, total, 1.0f / (float)c->n_micro) : total;
     if (st->loss) {
         mg_set_name(g, st->loss, "lm_loss");

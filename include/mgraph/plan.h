@@ -1,0 +1,96 @@
+/* Partition plans and the partitioner: logical graph -> one rank's physical graph.
+ *
+ * A plan says how many ranks each parallel dimension uses (Megatron's flags) and
+ * which parameters tensor parallelism splits. The partitioner walks the logical
+ * training-step graph (forward, backward and optimizer: it runs after autodiff, so
+ * collectives need no gradient rules and the optimizer step is partitioned like any
+ * other op) and gives every tensor a sharding state per group: full, split along a
+ * dimension, or partial sum. Where a consumer needs another state than its producer
+ * gives, a conversion is inserted: a collective node (all-reduce, all-gather,
+ * reduce-scatter) or a local slice.
+ *
+ * Where each parallelism lives:
+ *   partitioners/plan.c        flags and plan files, the divisibility rules
+ *   partitioners/partition.c   the walk, sharding states, conversions (collectives)
+ *   partitioners/tp_rules.c    tensor + sequence parallelism: per-op sharding rules
+ *                              (Megatron's column/row-parallel linears, vocab-parallel
+ *                              embedding and cross-entropy; SP regions)
+ *   partitioners/dp.c          data parallelism: micro-batches per rank, gradient
+ *                              all-reduce as soon as a gradient is final
+ *   partitioners/dist_opt.c    the distributed optimizer: flat buffer, reduce-scatter,
+ *                              sharded AdamW, parameter all-gather
+ */
+#ifndef MGRAPH_PLAN_H
+#define MGRAPH_PLAN_H
+
+#include <stdio.h>
+
+#include "mgraph/comm.h"
+#include "mgraph/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MG_PLAN_MAX_RULES 64
+
+/* "Parameters whose name matches `pattern` (fnmatch(3) glob) are split along `dim`
+ * over the tensor-parallel group." */
+typedef struct mg_shard_rule {
+    char pattern[128];
+    int dim;
+} mg_shard_rule;
+
+typedef struct mg_plan {
+    int tp, pp, cp, ep;          /* sizes; dp is derived from the world size */
+    bool sequence_parallel;
+    bool distributed_optimizer;
+    int64_t bucket_numel;        /* distributed optimizer: parameters per gradient bucket */
+    int n_rules;
+    mg_shard_rule rules[MG_PLAN_MAX_RULES];
+} mg_plan;
+
+/* Serial plan with Megatron's GPT tensor-parallel rules (c_attn and c_fc column-
+ * parallel, attn.c_proj and mlp.c_proj row-parallel, wte vocab-parallel). */
+void mg_plan_defaults(mg_plan *p);
+
+/* Reads a plan file: one setting per line, '#' comments:
+ *     tensor-model-parallel-size 2
+ *     pipeline-model-parallel-size 1
+ *     context-parallel-size 1
+ *     expert-model-parallel-size 1
+ *     sequence-parallel true
+ *     use-distributed-optimizer true
+ *     bucket-size 40000000
+ *     shard h.*.attn.c_attn.weight 0        (adds a rule; "shard-clear" drops the defaults)
+ * Unknown keys and malformed values are errors naming the file and line. */
+int mg_plan_read(mg_plan *p, const char *path, mg_error *err);
+void mg_plan_print(const mg_plan *p, FILE *f);
+
+/* The model-independent rules for `world` ranks: world a multiple of tp*pp*cp, sizes
+ * >= 1, sizes this build does not implement (pp, cp, ep > 1) "not supported yet". */
+int mg_plan_check(const mg_plan *p, int world, mg_error *err);
+
+/* The model facts a plan must divide. */
+typedef struct mg_plan_model {
+    int hidden, heads, ffn_hidden, seq_length;
+    int64_t vocab;               /* padded */
+    int global_batch, micro_batch;
+} mg_plan_model;
+int mg_plan_check_model(const mg_plan *p, int world, const mg_plan_model *m, mg_error *err);
+
+/* Partitions logical graph L (a training step, after backward and optimizer) for
+ * the rank `mesh->rank`. The physical graph keeps the logical names, so the host
+ * finds its inputs and parameters by name; tensors a rank does not hold (other ranks'
+ * micro-batches) are absent. Micro-batch k of M belongs to the data-parallel rank
+ * k / (M / dp). */
+int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg_graph **P, mg_error *err);
+
+/* Analytic bytes this rank sends per step on each group (ring algorithms), from the
+ * collective nodes of a physical graph. */
+void mg_plan_comm_bytes(const mg_graph *P, double bytes[MG_GROUP_COUNT]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

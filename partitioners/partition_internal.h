@@ -1,0 +1,99 @@
+/* The partitioner's shared state (partitioners/ only). */
+#ifndef MG_PARTITION_INTERNAL_H
+#define MG_PARTITION_INTERNAL_H
+
+#include "graph/graph_internal.h"
+#include "mgraph/comm.h"
+#include "mgraph/plan.h"
+#include "ops/op.h"
+
+/* The physical view of one logical tensor on this rank. */
+typedef struct pt {
+    mg_tensor *t;        /* NULL: not materialised (yet), or absent */
+    bool absent;         /* belongs to a micro-batch another data-parallel rank owns */
+    mg_sharding tp;      /* state over the tensor-parallel group */
+    bool dp_partial;     /* this rank's share of a sum over the data-parallel group */
+} pt;
+
+typedef struct conv_entry {
+    int lid;
+    mg_sharding want;
+    bool dp_full;
+    mg_tensor *t;
+} conv_entry;
+
+struct dist_opt;
+
+typedef struct part_ctx {
+    const mg_graph *L;
+    mg_graph *P;
+    const mg_plan *plan;
+    const mg_mesh *mesh;
+    int tp, tp_rank, dp, dp_rank;
+    int n_micro, mb_per_rank;
+    pt *st;                  /* [n logical tensors] */
+    int *final_grad_of;      /* [n logical tensors]: param id whose final gradient it is, or -1 */
+    conv_entry *conv;        /* conversion cache */
+    int n_conv, cap_conv;
+    int64_t seq;             /* next communication sequence number */
+    struct dist_opt *dopt;   /* NULL unless the distributed optimizer is on */
+    mg_error *err;
+} part_ctx;
+
+/* Sharding constructors. */
+static inline mg_sharding sh_full(void) { return (mg_sharding){MG_SHARD_FULL, -1, MG_GROUP_TP}; }
+static inline mg_sharding sh_split(int d) { return (mg_sharding){MG_SHARD_SPLIT, d, MG_GROUP_TP}; }
+static inline mg_sharding sh_partial(void) { return (mg_sharding){MG_SHARD_PARTIAL, -1, MG_GROUP_TP}; }
+static inline bool sh_eq(mg_sharding a, mg_sharding b) {
+    return a.kind == b.kind && (a.kind != MG_SHARD_SPLIT || a.dim == b.dim);
+}
+
+/* ---- partition.c: materialising, converting, emitting ----------------------------- */
+/* The physical tensor of logical input `lt` in state `want` (converting if needed;
+ * leaves are created on first use). NULL on error (recorded). */
+mg_tensor *part_get(part_ctx *c, const mg_tensor *lt, mg_sharding want);
+/* Same, additionally reduced over the data-parallel group when it is partial there. */
+mg_tensor *part_get_dp_full(part_ctx *c, const mg_tensor *lt, mg_sharding want);
+/* Creates the physical leaf of logical leaf lt in state s (not recorded). */
+mg_tensor *part_make_leaf(part_ctx *c, const mg_tensor *lt, mg_sharding s);
+/* The state logical tensor `lt` has now (materialising a leaf in its natural state). */
+mg_sharding part_state(part_ctx *c, const mg_tensor *lt);
+/* Emits the physical copy of logical node n with the given physical inputs and attrs,
+ * names its outputs as the logical ones and records their states. */
+mg_node *part_emit(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg_attrs *attrs,
+                   const mg_sharding *out_state, bool dp_partial);
+/* Emits a helper node (not a copy of a logical node) in n's scope and micro-batch. */
+mg_node *part_emit_aux(part_ctx *c, const mg_node *n, mg_op op, const mg_attrs *attrs, int n_in,
+                       mg_tensor *const *in, const char *name);
+/* Sets a physical tensor's logical identity: lt's, with the block of `s`. */
+void part_set_identity(part_ctx *c, mg_tensor *t, const mg_tensor *lt, mg_sharding s);
+int part_fail(part_ctx *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Target for a partial tensor that an op needs whole: split along the sequence
+ * (dim 0) under sequence parallelism when the op allows it and it divides, else full. */
+mg_sharding part_resolve_target(part_ctx *c, const mg_tensor *lt, bool allow_seq_split);
+
+/* ---- tp_rules.c: tensor and sequence parallelism ------------------------------------------ */
+/* Partitions one logical node under tensor parallelism (tp > 1): chooses input and
+ * output states, converts inputs, emits. dp_partial tells whether the inputs are
+ * data-parallel partial sums (only for ops linear in them). */
+int tp_partition_node(part_ctx *c, const mg_node *n, bool dp_partial);
+/* The tensor-parallel state a parameter starts in (the plan's shard rules). */
+mg_sharding tp_param_state(const part_ctx *c, const mg_tensor *lt);
+
+/* ---- dp.c: data parallelism ------------------------------------------------------------------ */
+bool dp_owns(const part_ctx *c, int mb);
+/* Handles nodes whose inputs are absent or data-parallel partial. Returns 1 if it
+ * handled n (emitted or aliased), 0 to let the tensor-parallel rules run, < 0 on error. */
+int dp_partition_node(part_ctx *c, const mg_node *n, bool *dp_partial_out);
+/* After n is emitted: reduce finished parameter gradients over dp right away, so the
+ * all-reduce overlaps the rest of the backward pass. */
+int dp_after_node(part_ctx *c, const mg_node *n);
+
+/* ---- dist_opt.c: distributed optimizer ---------------------------------------------------------- */
+int dopt_init(part_ctx *c);
+void dopt_free(part_ctx *c);
+/* Returns 1 if the distributed optimizer handled n (gradient bucket, sumsq, adamw). */
+int dopt_partition_node(part_ctx *c, const mg_node *n);
+int dopt_after_node(part_ctx *c, const mg_node *n);
+
+#endif

@@ -1,0 +1,184 @@
+/* Partition plans: defaults, plan files, and the rules a plan must satisfy. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgraph/plan.h"
+#include "ops/op.h"
+
+static void add_rule(mg_plan *p, const char *pattern, int dim) {
+    if (p->n_rules >= MG_PLAN_MAX_RULES) return;
+    snprintf(p->rules[p->n_rules].pattern, sizeof p->rules[0].pattern, "%s", pattern);
+    p->rules[p->n_rules++].dim = dim;
+}
+
+void mg_plan_defaults(mg_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->tp = p->pp = p->cp = p->ep = 1;
+    p->bucket_numel = 40000000; /* Megatron's default bucket size */
+    /* Megatron's GPT: column-parallel QKV and fc1 (weights and biases split on output
+     * features), row-parallel projections (split on input features; their biases stay
+     * whole and are added after the reduction), vocab-parallel word embedding (which
+     * the tied output layer shares). */
+    add_rule(p, "*attn.c_attn.weight", 0);
+    add_rule(p, "*attn.c_attn.bias", 0);
+    add_rule(p, "*mlp.c_fc.weight", 0);
+    add_rule(p, "*mlp.c_fc.bias", 0);
+    add_rule(p, "*attn.c_proj.weight", 1);
+    add_rule(p, "*mlp.c_proj.weight", 1);
+    add_rule(p, "wte.weight", 0);
+}
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
+    return s;
+}
+
+static int parse_int(const char *v, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi) return -1;
+    *out = x;
+    return 0;
+}
+
+static int parse_bool(const char *v, bool *out) {
+    if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes")) *out = true;
+    else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no")) *out = false;
+    else return -1;
+    return 0;
+}
+
+int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return mg_error_set(err, MG_ERR_IO, "cannot read plan file %s: %s", path, strerror(errno));
+    char line[512];
+    int ln = 0, rc = MG_OK;
+    while (!rc && fgets(line, sizeof line, f)) {
+        ln++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: line too long", path, ln);
+            break;
+        }
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        char *s = trim(line);
+        if (!*s) continue;
+        char *key = strtok(s, " \t"), *v1 = strtok(NULL, " \t"), *v2 = strtok(NULL, " \t"), *v3 = strtok(NULL, " \t");
+        long x;
+        bool b;
+        int *sizes[] = {&p->tp, &p->pp, &p->cp, &p->ep};
+        const char *size_keys[] = {"tensor-model-parallel-size", "pipeline-model-parallel-size",
+                                   "context-parallel-size", "expert-model-parallel-size"};
+        int done = 0;
+        for (int i = 0; i < 4 && !done; i++)
+            if (!strcmp(key, size_keys[i])) {
+                done = 1;
+                if (!v1 || v2 || parse_int(v1, 1, 1 << 20, &x))
+                    rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: %s expects one positive integer", path, ln, key);
+                else *sizes[i] = (int)x;
+            }
+        if (done) continue;
+        if (!strcmp(key, "sequence-parallel") || !strcmp(key, "use-distributed-optimizer")) {
+            if (!v1 || v2 || parse_bool(v1, &b))
+                rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: %s expects true or false", path, ln, key);
+            else if (key[0] == 's') p->sequence_parallel = b;
+            else p->distributed_optimizer = b;
+        } else if (!strcmp(key, "bucket-size")) {
+            if (!v1 || v2 || parse_int(v1, 1, 1L << 40, &x))
+                rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: bucket-size expects a positive integer", path, ln);
+            else p->bucket_numel = x;
+        } else if (!strcmp(key, "shard")) {
+            if (!v1 || !v2 || v3 || parse_int(v2, 0, MG_MAX_DIMS - 1, &x))
+                rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: shard expects a name pattern and a dimension", path, ln);
+            else if (p->n_rules >= MG_PLAN_MAX_RULES)
+                rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: more than %d shard rules", path, ln, MG_PLAN_MAX_RULES);
+            else add_rule(p, v1, (int)x);
+        } else if (!strcmp(key, "shard-clear")) {
+            if (v1) rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: shard-clear takes no value", path, ln);
+            p->n_rules = 0;
+        } else {
+            rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: unknown setting '%s'", path, ln, key);
+        }
+    }
+    if (!rc && ferror(f)) rc = mg_error_set(err, MG_ERR_IO, "error reading plan file %s", path);
+    fclose(f);
+    return rc;
+}
+
+void mg_plan_print(const mg_plan *p, FILE *f) {
+    fprintf(f, "tensor-model-parallel-size %d\npipeline-model-parallel-size %d\ncontext-parallel-size %d\n"
+               "expert-model-parallel-size %d\nsequence-parallel %s\nuse-distributed-optimizer %s\nbucket-size %lld\n",
+            p->tp, p->pp, p->cp, p->ep, p->sequence_parallel ? "true" : "false",
+            p->distributed_optimizer ? "true" : "false", (long long)p->bucket_numel);
+    for (int i = 0; i < p->n_rules; i++) fprintf(f, "shard %s %d\n", p->rules[i].pattern, p->rules[i].dim);
+}
+
+int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
+    if (world < 1) return mg_error_set(err, MG_ERR_INVALID, "world size must be >= 1 (got %d)", world);
+    if (p->tp < 1 || p->pp < 1 || p->cp < 1 || p->ep < 1)
+        return mg_error_set(err, MG_ERR_INVALID, "parallel sizes must be >= 1 (tp %d, pp %d, cp %d, ep %d)", p->tp,
+                            p->pp, p->cp, p->ep);
+    int64_t inner = (int64_t)p->tp * p->pp * p->cp;
+    if (world % inner)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "world size %d is not a multiple of tensor x pipeline x context parallel sizes "
+                            "(%d x %d x %d = %lld)",
+                            world, p->tp, p->pp, p->cp, (long long)inner);
+    if (p->pp > 1)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                            "--pipeline-model-parallel-size %d: pipeline parallelism is not supported yet", p->pp);
+    if (p->cp > 1)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                            "--context-parallel-size %d: context parallelism is not supported yet", p->cp);
+    if (p->ep > 1)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                            "--expert-model-parallel-size %d: expert parallelism is not supported yet", p->ep);
+    if (p->sequence_parallel && p->tp == 1)
+        return mg_error_set(err, MG_ERR_INVALID, "--sequence-parallel needs --tensor-model-parallel-size > 1");
+    if (p->bucket_numel < 1) return mg_error_set(err, MG_ERR_INVALID, "bucket size must be >= 1");
+    return MG_OK;
+}
+
+int mg_plan_check_model(const mg_plan *p, int world, const mg_plan_model *m, mg_error *err) {
+    int rc = mg_plan_check(p, world, err);
+    if (rc) return rc;
+    int dp = world / (p->tp * p->pp * p->cp);
+    if (m->heads % p->tp)
+        return mg_error_set(err, MG_ERR_INVALID, "--num-attention-heads %d is not divisible by tensor-parallel size %d",
+                            m->heads, p->tp);
+    if (m->hidden % p->tp)
+        return mg_error_set(err, MG_ERR_INVALID, "--hidden-size %d is not divisible by tensor-parallel size %d",
+                            m->hidden, p->tp);
+    if (m->ffn_hidden % p->tp)
+        return mg_error_set(err, MG_ERR_INVALID, "--ffn-hidden-size %d is not divisible by tensor-parallel size %d",
+                            m->ffn_hidden, p->tp);
+    if (m->vocab % p->tp)
+        return mg_error_set(err, MG_ERR_INVALID, "padded vocabulary %lld is not divisible by tensor-parallel size %d",
+                            (long long)m->vocab, p->tp);
+    if (p->sequence_parallel && m->seq_length % p->tp)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--seq-length %d is not divisible by tensor-parallel size %d (needed by --sequence-parallel)",
+                            m->seq_length, p->tp);
+    if (m->micro_batch < 1 || m->global_batch % ((int64_t)m->micro_batch * dp))
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--global-batch-size %d is not a multiple of --micro-batch-size x data-parallel size "
+                            "(%d x %d)",
+                            m->global_batch, m->micro_batch, dp);
+    return MG_OK;
+}
+
+void mg_plan_comm_bytes(const mg_graph *P, double bytes[MG_GROUP_COUNT]) {
+    for (int g = 0; g < MG_GROUP_COUNT; g++) bytes[g] = 0;
+    for (int i = 0; i < mg_graph_n_nodes(P); i++) {
+        const mg_node *n = mg_graph_node(P, i);
+        if (!(mg_op_def_get(n->op)->flags & MG_OPF_COMM)) continue;
+        double f, b;
+        mg_op_cost(n, &f, &b);
+        if (n->attrs.comm.group >= 0 && n->attrs.comm.group < MG_GROUP_COUNT) bytes[n->attrs.comm.group] += b;
+    }
+}
