@@ -4,7 +4,7 @@
  * deterministic inputs. Also: byte counters, error paths that must not hang, and
  * (argument "bench") a timing table.
  *
- * Run: mpirun -np 2|4 test_comm_mpi [all|collectives|errors|bench]. A watchdog ends a
+ * Run: mpirun -np 2|4 test_comm_mpi [all|collectives|errors|engine|bench]. A watchdog ends a
  * hung run after 60 s.
  */
 #include <math.h>
@@ -307,6 +307,72 @@ static void errors(void) {
     if (world_rank == 0 && !tk_failures) printf("ok errors\n");
 }
 
+/* The same collectives as StarPU tasks: kernels on worker threads, the engine's comm
+ * chain in seq order; bitwise equal to the reference executor on the same ranks. */
+static void engine(void) {
+    mg_mesh m;
+    mg_error err = {0};
+    int tp = world_size % 2 == 0 ? 2 : 1;
+    if (mg_mesh_init(&m, world_size, world_rank, tp, 1, 1, 1, &err)) {
+        TK_CHECK(0, "mesh: %s", err.msg);
+        return;
+    }
+    mg_comm *comm = NULL;
+    if (mg_comm_new(&m, &comm, &err)) {
+        TK_CHECK(0, "mg_comm_new: %s", err.msg);
+        return;
+    }
+    int ntp = m.size[MG_GROUP_TP], ndp = m.size[MG_GROUP_DP], nw = m.size[MG_GROUP_WORLD];
+    mg_graph *g = mg_graph_new();
+    int64_t sh[2] = {4, 6 * ndp};
+    mg_tensor *x = mg_input(g, "x", MG_F32, 2, sh);
+    mg_tensor *a = mg_allreduce(g, mg_scale(g, x, 2.0f), MG_GROUP_TP, ntp, MG_REDUCE_SUM, 0);
+    mg_tensor *b = mg_allgather(g, mg_add(g, a, x), MG_GROUP_DP, ndp, 1, 1);
+    mg_tensor *c = mg_reduce_scatter(g, mg_scale(g, b, 0.5f), MG_GROUP_DP, ndp, 1, 2);
+    mg_tensor *d = mg_broadcast(g, mg_mul(g, c, c), MG_GROUP_WORLD, nw, nw - 1, 3);
+    mg_tensor *y = mg_allreduce(g, mg_add(g, d, a), MG_GROUP_WORLD, nw, MG_REDUCE_MAX, 4);
+    mg_memplan *plan = NULL;
+    mg_storage *ref = NULL, *sp = NULL;
+    mg_engine *e = NULL;
+    if (!y) {
+        TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
+        goto done;
+    }
+    y->persistent = true;
+    mg_engine_options opt = {.sched_policy = NULL, .ncpus = 1, .use_priorities = true};
+    if (mg_memplan_build(g, true, &plan, &err) || mg_storage_new(g, plan, &ref, &err) ||
+        mg_storage_new(g, plan, &sp, &err) || mg_engine_new(g, sp, &opt, &e, &err)) {
+        TK_CHECK(0, "rank %d: setup: %s", world_rank, err.msg);
+        goto done;
+    }
+    mg_exec_info info = {.seed = 1, .training = true, .comm = comm};
+    for (int step = 0; step < 3; step++) {
+        float *xr = mg_storage_data(ref, x), *xs = mg_storage_data(sp, x);
+        for (int64_t i = 0; i < mg_numel(x); i++) xr[i] = xs[i] = fval(world_rank, 20 + step, i);
+        int rc = mg_exec_reference(g, ref, &info, &err);
+        TK_CHECK(rc == MG_OK, "rank %d: reference: %s", world_rank, err.msg);
+        rc = mg_engine_run(e, &info, &err);
+        TK_CHECK(rc == MG_OK, "rank %d: engine step %d: %s", world_rank, step, err.msg);
+        if (rc) break;
+        TK_CHECK(memcmp(mg_storage_data(ref, y), mg_storage_data(sp, y), (size_t)mg_numel(y) * sizeof(float)) == 0,
+                 "rank %d step %d: engine differs from the reference", world_rank, step);
+        /* y is the same on every rank (allreduce over the world). */
+        float v = ((float *)mg_storage_data(sp, y))[5], lo, hi;
+        MPI_Allreduce(&v, &lo, 1, MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(&v, &hi, 1, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+        TK_CHECK(lo == hi, "rank %d: world allreduce result differs between ranks", world_rank);
+    }
+    if (world_rank == 0 && !tk_failures)
+        printf("ok engine: tp %d dp %d, 5 collectives x 3 steps as StarPU tasks match the reference\n", ntp, ndp);
+done:
+    mg_engine_free(e);
+    mg_storage_free(sp);
+    mg_storage_free(ref);
+    mg_memplan_free(plan);
+    mg_graph_free(g);
+    mg_comm_free(comm);
+}
+
 /* ---- timings (not a test: prints a table) ----------------------------------------- */
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -388,9 +454,10 @@ int main(int argc, char **argv) {
     bool known = false;
     if (!strcmp(what, "all") || !strcmp(what, "collectives")) collectives(), known = true;
     if (!strcmp(what, "all") || !strcmp(what, "errors")) errors(), known = true;
+    if (!strcmp(what, "engine")) engine(), known = true;
     if (!strcmp(what, "bench")) alarm(300), bench(), known = true;
     if (!known) {
-        if (world_rank == 0) fprintf(stderr, "unknown test '%s' (all, collectives, errors, bench)\n", what);
+        if (world_rank == 0) fprintf(stderr, "unknown test '%s' (all, collectives, errors, engine, bench)\n", what);
         tk_failures++;
     }
     int total = 0;
