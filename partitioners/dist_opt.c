@@ -1,17 +1,341 @@
-/* The distributed optimizer (written next). */
+/* The distributed optimizer (Megatron's, ZeRO-1 style), as a partitioning rule.
+ *
+ * Parameters are laid end to end in a flat buffer, in reverse order (the order their
+ * gradients become final in backward), and cut into buckets of about
+ * plan->bucket_numel elements, each padded to a multiple of dp. Data-parallel rank r
+ * owns the contiguous range [r S, (r+1) S) of every bucket (S = padded / dp),
+ * whatever parameter boundaries fall inside it. Then:
+ *   - when the last gradient of a bucket is final, the bucket's gradients are
+ *     flattened and reduce-scattered: rank r receives the sum over dp of its range
+ *     (overlapping the rest of the backward pass);
+ *   - the gradient norm sums the squares of this rank's ranges (a partial sum over dp);
+ *   - AdamW runs on the segments of each parameter inside the rank's range; its two
+ *     moments exist only for those segments (the 1/dp optimizer state);
+ *   - when every parameter of a bucket has been updated, the updated ranges are
+ *     all-gathered and each parameter is rebuilt from the gathered buffer, written in
+ *     place of the old value.
+ * With tensor parallelism, the buffer holds each rank's tensor-parallel blocks.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "partitioners/partition_internal.h"
 
+typedef struct dparam {
+    const mg_tensor *p;      /* logical parameter */
+    int bucket;
+    int64_t off, n;          /* place in the bucket, local (tp block) numel */
+    mg_tensor *grad;         /* final gradient (a dp share), in the parameter's tp state */
+    mg_tensor *seg_new;      /* updated segment (NULL: no segment on this rank) */
+    bool updated;
+} dparam;
+
+typedef struct dbucket {
+    int first, count;        /* params [first, first + count) of the params array */
+    int64_t numel, padded;
+    int n_final, n_updated;
+    mg_tensor *shard_grad;   /* [S]: this rank's range of the reduced gradients */
+} dbucket;
+
+typedef struct dist_opt {
+    dparam *params;
+    int n_params;
+    int *param_of;           /* logical tensor id -> index in params, or -1 */
+    dbucket *buckets;
+    int n_buckets;
+} dist_opt;
+
+static int64_t local_numel(part_ctx *c, const mg_tensor *p) {
+    mg_sharding s = c->tp > 1 ? tp_param_state(c, p) : sh_full();
+    int64_t n = mg_numel(p);
+    return s.kind == MG_SHARD_SPLIT ? n / c->tp : n;
+}
+
 int dopt_init(part_ctx *c) {
-    return part_fail(c, MG_ERR_UNSUPPORTED, "--use-distributed-optimizer is not supported yet");
-}
-void dopt_free(part_ctx *c) { (void)c; }
-int dopt_partition_node(part_ctx *c, const mg_node *n) {
-    (void)c;
-    (void)n;
-    return 0;
-}
-int dopt_after_node(part_ctx *c, const mg_node *n) {
-    (void)c;
-    (void)n;
+    dist_opt *d = calloc(1, sizeof *d);
+    int nt = mg_graph_n_tensors(c->L);
+    if (!d) return part_fail(c, MG_ERR_NOMEM, "distributed optimizer: out of memory");
+    c->dopt = d;
+    d->param_of = malloc((size_t)nt * sizeof *d->param_of);
+    d->params = calloc((size_t)nt, sizeof *d->params);
+    d->buckets = calloc((size_t)nt + 1, sizeof *d->buckets);
+    if (!d->param_of || !d->params || !d->buckets) return part_fail(c, MG_ERR_NOMEM, "distributed optimizer: out of memory");
+    for (int i = 0; i < nt; i++) d->param_of[i] = -1;
+    /* reverse parameter order: the last layers' gradients are final first */
+    for (int i = nt - 1; i >= 0; i--) {
+        const mg_tensor *p = mg_graph_tensor(c->L, i);
+        if (!p->requires_grad || !p->grad) continue;
+        dparam *dp = &d->params[d->n_params];
+        dp->p = p;
+        dp->n = local_numel(c, p);
+        d->param_of[p->id] = d->n_params++;
+    }
+    dbucket *b = NULL;
+    for (int k = 0; k < d->n_params; k++) {
+        if (!b || b->numel >= c->plan->bucket_numel) {
+            b = &d->buckets[d->n_buckets++];
+            b->first = k;
+        }
+        d->params[k].bucket = (int)(b - d->buckets);
+        d->params[k].off = b->numel;
+        b->numel += d->params[k].n;
+        b->count++;
+    }
+    for (int i = 0; i < d->n_buckets; i++)
+        d->buckets[i].padded = (d->buckets[i].numel + c->dp - 1) / c->dp * c->dp;
     return MG_OK;
+}
+
+void dopt_free(part_ctx *c) {
+    dist_opt *d = c->dopt;
+    if (!d) return;
+    free(d->params);
+    free(d->param_of);
+    free(d->buckets);
+    free(d);
+    c->dopt = NULL;
+}
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+static mg_tensor *graph_err(part_ctx *c) {
+    const mg_error *e = mg_graph_error(c->P);
+    part_fail(c, e->code ? e->code : MG_ERR_RUNTIME, "distributed optimizer: %s", e->msg);
+    return NULL;
+}
+
+static mg_tensor *flat(part_ctx *c, mg_tensor *t) {
+    int64_t n = mg_numel(t);
+    return t->ndim == 1 ? t : mg_reshape(c->P, t, 1, &n);
+}
+
+static void name_abs(part_ctx *c, mg_tensor *t, const char *fmt, int a) {
+    char nm[256];
+    snprintf(nm, sizeof nm, fmt, a);
+    int saved = c->P->n_scopes;
+    c->P->n_scopes = 0;
+    mg_set_name(c->P, t, nm);
+    c->P->n_scopes = saved;
+}
+
+static int64_t range_lo(const part_ctx *c, const dbucket *b) { return (int64_t)c->dp_rank * (b->padded / c->dp); }
+static int64_t range_hi(const part_ctx *c, const dbucket *b) { return range_lo(c, b) + b->padded / c->dp; }
+
+/* This rank's segment of a parameter: [a, z) in bucket coordinates (a == z: none). */
+static void segment(const part_ctx *c, const dist_opt *d, const dparam *p, int64_t *a, int64_t *z) {
+    const dbucket *b = &d->buckets[p->bucket];
+    int64_t lo = range_lo(c, b), hi = range_hi(c, b);
+    *a = p->off > lo ? p->off : lo;
+    *z = p->off + p->n < hi ? p->off + p->n : hi;
+    if (*z < *a) *z = *a;
+}
+
+/* ---- gradients: bucket reduce-scatter --------------------------------------------------------------- */
+static int bucket_reduce(part_ctx *c, int bi) {
+    dist_opt *d = c->dopt;
+    dbucket *b = &d->buckets[bi];
+    mg_tensor *parts[MG_MAX_SPLIT];
+    mg_tensor *acc = NULL;
+    int k = 0;
+    /* concat takes at most MG_MAX_SPLIT... inputs at once in a split gradient, but
+     * concat itself is variadic: flatten everything in one node */
+    mg_tensor **all = malloc(((size_t)b->count + 1) * sizeof *all);
+    if (!all) return part_fail(c, MG_ERR_NOMEM, "distributed optimizer: out of memory");
+    for (int i = 0; i < b->count; i++) {
+        all[k] = flat(c, d->params[b->first + i].grad);
+        if (!all[k++]) {
+            free(all);
+            graph_err(c);
+            return c->err->code;
+        }
+    }
+    if (b->padded > b->numel) {
+        int64_t padn = b->padded - b->numel;
+        all[k++] = mg_zeros(c->P, MG_F32, 1, &padn);
+    }
+    (void)parts;
+    acc = k == 1 ? all[0] : mg_concat(c->P, k, all, 0);
+    free(all);
+    if (!acc) {
+        graph_err(c);
+        return c->err->code;
+    }
+    if (acc->src && acc->src->op == MG_OP_CONCAT) name_abs(c, acc, "grad_bucket%d", bi);
+    b->shard_grad = mg_reduce_scatter(c->P, acc, MG_GROUP_DP, c->dp, 0, c->seq++);
+    if (!b->shard_grad) {
+        graph_err(c);
+        return c->err->code;
+    }
+    name_abs(c, b->shard_grad, "grad_bucket%d@dp_reduce_scatter", bi);
+    return MG_OK;
+}
+
+int dopt_after_node(part_ctx *c, const mg_node *n) {
+    dist_opt *d = c->dopt;
+    for (int j = 0; j < n->n_out; j++) {
+        const mg_tensor *lo = n->out[j];
+        int pid = c->final_grad_of[lo->id];
+        if (pid < 0 || c->st[lo->id].absent || !c->st[lo->id].t) continue;
+        int k = d->param_of[pid];
+        if (k < 0) continue;
+        dparam *p = &d->params[k];
+        mg_sharding want = c->tp > 1 ? part_state(c, p->p) : sh_full();
+        /* whole over tp in the parameter's state; still a share over dp */
+        p->grad = part_get(c, lo, want);
+        if (!p->grad) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
+        dbucket *b = &d->buckets[p->bucket];
+        if (++b->n_final == b->count) {
+            int rc = bucket_reduce(c, p->bucket);
+            if (rc) return rc;
+        }
+    }
+    return MG_OK;
+}
+
+/* ---- sum of squares over this rank's ranges -------------------------------------------------------------- */
+static int dopt_sumsq(part_ctx *c, const mg_node *n) {
+    dist_opt *d = c->dopt;
+    const mg_tensor *g = n->in[0];
+    int pid = c->final_grad_of[g->id];
+    int k = pid >= 0 ? d->param_of[pid] : -1;
+    if (n->n_in != 1 || k < 0) return 0;
+    dparam *p = &d->params[k];
+    dbucket *b = &d->buckets[p->bucket];
+    int64_t a, z;
+    segment(c, d, p, &a, &z);
+    mg_sharding ps = c->tp > 1 ? part_state(c, p->p) : sh_full();
+    /* a tensor-parallel replicated parameter is counted on tp rank 0 only */
+    bool count = z > a && !(c->tp > 1 && ps.kind == MG_SHARD_FULL && c->tp_rank != 0);
+    mg_tensor *out;
+    if (count) {
+        mg_tensor *seg = mg_slice(c->P, b->shard_grad, 0, a - range_lo(c, b), z - a);
+        mg_node *sq = seg ? mg_node_new(c->P, MG_OP_SUMSQ, NULL, 1, &seg, NULL) : NULL;
+        out = sq ? sq->out[0] : NULL;
+    } else {
+        out = mg_zeros(c->P, MG_F32, 1, (int64_t[]){1});
+    }
+    if (!out) {
+        graph_err(c);
+        return c->err->code;
+    }
+    mg_sharding os = c->tp > 1 ? sh_partial() : sh_full();
+    part_set_identity(c, out, n->out[0], os);
+    c->st[n->out[0]->id] = (pt){out, false, os, true};
+    return 1;
+}
+
+/* ---- AdamW on segments; parameter all-gather per bucket ------------------------------------------------------- */
+static int bucket_gather(part_ctx *c, int bi) {
+    dist_opt *d = c->dopt;
+    dbucket *b = &d->buckets[bi];
+    int64_t S = b->padded / c->dp, covered = 0;
+    mg_tensor **segs = malloc(((size_t)b->count + 1) * sizeof *segs);
+    if (!segs) return part_fail(c, MG_ERR_NOMEM, "distributed optimizer: out of memory");
+    int k = 0;
+    for (int i = 0; i < b->count; i++) {
+        dparam *p = &d->params[b->first + i];
+        if (p->seg_new) {
+            segs[k++] = p->seg_new;
+            covered += mg_numel(p->seg_new);
+        }
+    }
+    if (covered < S) { /* the padding at the end of the last rank's range */
+        int64_t padn = S - covered;
+        segs[k++] = mg_zeros(c->P, MG_F32, 1, &padn);
+    }
+    mg_tensor *shard = k == 1 ? segs[0] : mg_concat(c->P, k, segs, 0);
+    free(segs);
+    mg_tensor *full = shard ? mg_allgather(c->P, shard, MG_GROUP_DP, c->dp, 0, c->seq++) : NULL;
+    if (!full) {
+        graph_err(c);
+        return c->err->code;
+    }
+    name_abs(c, full, "param_bucket%d@dp_allgather", bi);
+    for (int i = 0; i < b->count; i++) {
+        dparam *p = &d->params[b->first + i];
+        mg_tensor *old = c->st[p->p->id].t;
+        mg_tensor *piece = mg_slice(c->P, full, 0, p->off, p->n);
+        mg_tensor *upd = piece ? mg_reshape(c->P, piece, old->ndim, old->shape) : NULL;
+        if (!upd) {
+            graph_err(c);
+            return c->err->code;
+        }
+        char nm[512];
+        snprintf(nm, sizeof nm, "%s.new", p->p->name);
+        int saved = c->P->n_scopes;
+        c->P->n_scopes = 0;
+        mg_set_name(c->P, upd, nm);
+        c->P->n_scopes = saved;
+        upd->logical = old->logical;
+        upd->shard = old->shard;
+        upd->updates = old; /* written in place of the old value */
+        upd->role = MG_ROLE_OPT_STATE;
+    }
+    return MG_OK;
+}
+
+static mg_tensor *moment_segment(part_ctx *c, const mg_tensor *lm, int64_t len, int64_t flat_off) {
+    int saved = c->P->n_scopes;
+    c->P->n_scopes = 0;
+    mg_tensor *t = mg_tensor_new(c->P, lm->name, false, MG_F32, MG_ROLE_OPT_STATE, 1, &len);
+    c->P->n_scopes = saved;
+    if (!t) return NULL;
+    t->init = lm->init;
+    t->persistent = true;
+    /* identity: the flattened moment (of this rank's tensor-parallel block), this range */
+    t->logical.key = lm->logical.key;
+    t->logical.ndim = 1;
+    t->logical.shape[0] = mg_numel(lm);
+    t->logical.offset[0] = flat_off;
+    t->shard = (mg_sharding){MG_SHARD_SPLIT, 0, MG_GROUP_DP};
+    return t;
+}
+
+static int dopt_adamw(part_ctx *c, const mg_node *n) {
+    dist_opt *d = c->dopt;
+    int k = d->param_of[n->in[0]->id];
+    if (k < 0) return 0;
+    dparam *p = &d->params[k];
+    dbucket *b = &d->buckets[p->bucket];
+    int64_t a, z;
+    segment(c, d, p, &a, &z);
+    mg_sharding ps = c->tp > 1 ? part_state(c, p->p) : sh_full();
+    mg_tensor *pp = part_get(c, p->p, ps);
+    mg_tensor *lr = part_get_dp_full(c, n->in[4], sh_full()), *coef = part_get_dp_full(c, n->in[5], sh_full());
+    if (!pp || !lr || !coef) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
+    if (z > a) {
+        mg_tensor *in[6];
+        in[0] = mg_slice(c->P, flat(c, pp), 0, a - p->off, z - a);
+        in[1] = mg_slice(c->P, b->shard_grad, 0, a - range_lo(c, b), z - a);
+        in[2] = moment_segment(c, n->in[2], z - a, a - p->off);
+        in[3] = moment_segment(c, n->in[3], z - a, a - p->off);
+        in[4] = lr;
+        in[5] = coef;
+        for (int i = 0; i < 4; i++)
+            if (!in[i]) {
+                graph_err(c);
+                return c->err->code;
+            }
+        mg_node *an = mg_node_new(c->P, MG_OP_ADAMW, &n->attrs, 6, in, NULL);
+        if (!an) {
+            graph_err(c);
+            return c->err->code;
+        }
+        free(an->scope);
+        an->scope = strdup(n->scope);
+        an->out[1]->updates = in[2];
+        an->out[2]->updates = in[3];
+        p->seg_new = an->out[0];
+    }
+    p->updated = true;
+    /* the logical outputs are not read by anything; mark them as produced */
+    for (int j = 0; j < n->n_out; j++) c->st[n->out[j]->id] = (pt){NULL, true, sh_full(), false};
+    if (++b->n_updated == b->count) return bucket_gather(c, p->bucket) ? c->err->code : 1;
+    return 1;
+}
+
+int dopt_partition_node(part_ctx *c, const mg_node *n) {
+    if (n->op == MG_OP_SUMSQ) return dopt_sumsq(c, n);
+    if (n->op == MG_OP_ADAMW) return dopt_adamw(c, n);
+    return 0;
 }

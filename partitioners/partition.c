@@ -309,12 +309,9 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
         const mg_node *n = ord[i];
         enter_node_context(&c, n);
         bool dp_partial = false;
-        int h = dp_partition_node(&c, n, &dp_partial);
+        int h = c.dopt ? dopt_partition_node(&c, n) : 0;
+        if (h == 0) h = dp_partition_node(&c, n, &dp_partial);
         if (h < 0) rc = h;
-        else if (h == 0 && c.dopt) {
-            h = dopt_partition_node(&c, n);
-            if (h < 0) rc = h;
-        }
         if (!rc && h == 0) rc = tp_partition_node(&c, n, dp_partial);
         if (!rc) rc = dp_after_node(&c, n);
         if (!rc && c.dopt) rc = dopt_after_node(&c, n);
