@@ -161,7 +161,9 @@ static int prep(mg_comm *c, mg_group grp, mg_dtype dt, int64_t count, const char
 
 static void account(mg_comm *c, mg_group grp, mg_op op, mg_dtype dt, int64_t count, double t0) {
     c->seconds += MPI_Wtime() - t0;
-    c->bytes[grp] += mg_comm_wire_bytes(op, c->mesh.size[grp], (double)count * (double)mg_dtype_size(dt));
+    double b = mg_comm_wire_bytes(op, c->mesh.size[grp], (double)count * (double)mg_dtype_size(dt));
+    c->bytes[grp] += b;
+    if (grp != MG_GROUP_WORLD) c->bytes[MG_GROUP_WORLD] += b; /* the total */
 }
 
 int mg_comm_allreduce_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,

@@ -38,14 +38,21 @@ int mg_mesh_peer(const mg_mesh *m, mg_group grp, int idx);
 typedef struct mg_comm mg_comm;
 
 /* MPI must be initialised (MPI_THREAD_SERIALIZED at least: collectives run on
- * StarPU workers, one at a time). Splits MPI_COMM_WORLD into the mesh's groups. */
+ * StarPU workers, one at a time). Splits MPI_COMM_WORLD into the mesh's groups.
+ * Collective over MPI_COMM_WORLD (every rank calls it, with its own mesh of the same
+ * layout); ranks first agree on the layout, so a mismatch is MG_ERR_INVALID on every
+ * rank rather than a hang. mg_comm_free is collective too (MPI_Comm_free). */
 int mg_comm_new(const mg_mesh *m, mg_comm **out, mg_error *err);
 void mg_comm_free(mg_comm *c);
 const mg_mesh *mg_comm_mesh(const mg_comm *c);
-/* Bytes this rank sent into collectives since the last reset (per group and total). */
+/* Bytes this rank sent into collectives since the last reset, per group and total:
+ * bytes[MG_GROUP_WORLD] is the total over all groups (collectives over the world
+ * group count only there). Ring estimates, the same as the ops' cost: allreduce
+ * 2(n-1)/n of the input, allgather (n-1)/n of the output, reduce-scatter (n-1)/n of
+ * the input, broadcast (n-1)/n of the buffer. */
 void mg_comm_bytes(const mg_comm *c, double bytes[MG_GROUP_COUNT]);
 void mg_comm_reset_bytes(mg_comm *c);
-/* Seconds spent inside collective calls since the last reset. */
+/* Seconds spent inside collective calls since the last reset (reset with the bytes). */
 double mg_comm_seconds(const mg_comm *c);
 
 /* Builders for collective nodes (partitioners insert them). nranks is the group

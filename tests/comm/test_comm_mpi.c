@@ -223,7 +223,7 @@ static void run_mesh(int tp, int cp, int ep, int pp) {
         tk_failures++;
     } else {
         for (int i = 0; i < n_items; i++) check_item(&r, &m, &items[i], mesh_name);
-        /* Byte counters: what the nodes' costs say, per group. */
+        /* Byte counters: what the nodes' costs say, per group and in total. */
         double want[MG_GROUP_COUNT] = {0}, got[MG_GROUP_COUNT];
         bool any = false;
         for (int k = 0; k < mg_graph_n_nodes(g); k++) {
@@ -231,6 +231,7 @@ static void run_mesh(int tp, int cp, int ep, int pp) {
             double fl, by;
             mg_op_cost(nd, &fl, &by);
             want[nd->attrs.comm.group] += by;
+            if (nd->attrs.comm.group != MG_GROUP_WORLD) want[MG_GROUP_WORLD] += by; /* the total */
             if (nd->attrs.comm.nranks > 1) any = true;
         }
         mg_comm_bytes(comm, got);
