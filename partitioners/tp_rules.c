@@ -145,6 +145,7 @@ static int rule_bias_add(part_ctx *c, const mg_node *n, rule_io *r) {
 }
 
 static int rule_matmul(part_ctx *c, const mg_node *n, rule_io *r) {
+    (void)c;
     const mg_tensor *A = n->in[0], *B = n->in[1];
     bool ta = n->attrs.matmul.trans_a, tb = n->attrs.matmul.trans_b;
     int aK = ta ? A->ndim - 2 : A->ndim - 1;

@@ -4,15 +4,18 @@
  * while running.
  */
 #include <math.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mgraph/dataset.h"
 #include "mgraph/dot.h"
 #include "mgraph/engine.h"
 #include "mgraph/model.h"
+#include "mgraph/plan.h"
 #include "mgraph/tokenizer.h"
 #include "run_config.h"
 
@@ -29,9 +32,13 @@ static double now_s(void) {
 /* Everything one run owns, released by run_release. */
 typedef struct run {
     mg_run_config cfg;
+    mg_plan plan;
+    mg_mesh mesh;
+    mg_comm *comm;
     mg_tokenizer *tok;
     mg_dataset *data;
-    mg_step train, eval;
+    mg_step train, eval;        /* logical graphs */
+    mg_graph *train_g, *eval_g; /* what this rank runs: the logical graph, or its partition */
     mg_memplan *train_plan, *eval_plan;
     mg_storage *train_st, *eval_st;
     mg_engine *train_eng, *eval_eng;
@@ -41,6 +48,9 @@ typedef struct run {
 } run;
 
 static void run_release(run *r) {
+    if (r->eval_g != r->eval.g) mg_graph_free(r->eval_g);
+    if (r->train_g != r->train.g) mg_graph_free(r->train_g);
+    mg_comm_free(r->comm);
     mg_engine_free(r->eval_eng);
     mg_engine_free(r->train_eng);
     mg_storage_free(r->eval_st);
@@ -56,6 +66,29 @@ static void run_release(run *r) {
 }
 
 /* ---- configuration checks and derived values ----------------------------------------- */
+/* The plan: defaults, then the plan file, then the flags that were given. */
+static int resolve_plan(run *r, int world, mg_error *err) {
+    mg_run_config *c = &r->cfg;
+    mg_plan *p = &r->plan;
+    mg_plan_defaults(p);
+    if (c->plan_file) {
+        int rc = mg_plan_read(p, c->plan_file, err);
+        if (rc) return rc;
+    }
+    int given[] = {c->tensor_model_parallel_size, c->pipeline_model_parallel_size, c->context_parallel_size,
+                   c->expert_model_parallel_size};
+    const char *names[] = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                           "--context-parallel-size", "--expert-model-parallel-size"};
+    int *dst[] = {&p->tp, &p->pp, &p->cp, &p->ep};
+    for (int i = 0; i < 4; i++) {
+        if (given[i] < 0) return mg_error_set(err, MG_ERR_INVALID, "%s must be >= 1 (got %d)", names[i], given[i]);
+        if (given[i] > 0) *dst[i] = given[i];
+    }
+    if (c->sequence_parallel) p->sequence_parallel = true;
+    if (c->use_distributed_optimizer) p->distributed_optimizer = true;
+    return mg_plan_check(p, world, err);
+}
+
 static int resolve(mg_run_config *c, mg_step_config *sc, mg_error *err) {
     if (c->ffn_hidden_size <= 0) c->ffn_hidden_size = 4 * c->hidden_size;
     if (c->max_position_embeddings <= 0) c->max_position_embeddings = c->seq_length;
@@ -80,19 +113,6 @@ static int resolve(mg_run_config *c, mg_step_config *sc, mg_error *err) {
     if (strcmp(c->engine, "starpu") && strcmp(c->engine, "reference"))
         return mg_error_set(err, MG_ERR_INVALID, "--engine must be starpu or reference (got '%s')", c->engine);
     if (c->cpu_workers < 0) return mg_error_set(err, MG_ERR_INVALID, "--cpu-workers must be >= 0");
-    int sizes[] = {c->tensor_model_parallel_size, c->pipeline_model_parallel_size, c->context_parallel_size,
-                   c->expert_model_parallel_size};
-    const char *names[] = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
-                           "--context-parallel-size", "--expert-model-parallel-size"};
-    for (int i = 0; i < 4; i++) {
-        if (sizes[i] < 1) return mg_error_set(err, MG_ERR_INVALID, "%s must be >= 1", names[i]);
-        if (sizes[i] > 1)
-            return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s %d: not supported yet (single rank only in this build)",
-                                names[i], sizes[i]);
-    }
-    if (c->plan_file || c->world_size > 1 || c->sequence_parallel || c->use_distributed_optimizer)
-        return mg_error_set(err, MG_ERR_UNSUPPORTED, "partition plans are not supported yet (single rank only)");
-
     memset(sc, 0, sizeof *sc);
     mg_gpt_config *m = &sc->model;
     *m = mg_gpt_defaults();
@@ -126,12 +146,13 @@ static int resolve(mg_run_config *c, mg_step_config *sc, mg_error *err) {
 
 /* ---- data ------------------------------------------------------------------------------ */
 static int open_data(run *r, mg_step_config *sc, mg_error *err) {
+    int tp = r->plan.tp;
     mg_run_config *c = &r->cfg;
     mg_tokenizer_config tc = {c->tokenizer_type, c->vocab_file, c->merge_file, c->tokenizer_model};
     int rc = mg_tokenizer_open(&tc, &r->tok, err);
     if (rc) return rc;
     int64_t vocab = mg_tokenizer_vocab_size(r->tok);
-    sc->model.vocab = mg_vocab_padded(vocab, c->make_vocab_size_divisible_by, c->tensor_model_parallel_size);
+    sc->model.vocab = mg_vocab_padded(vocab, c->make_vocab_size_divisible_by, tp);
     uint64_t gbs = (uint64_t)c->global_batch_size;
     uint64_t evals = c->eval_interval > 0 ? (uint64_t)(c->train_iters / c->eval_interval) + 1 : 1;
     uint64_t want[3] = {(uint64_t)c->train_iters * gbs, evals * (uint64_t)c->eval_iters * gbs,
@@ -157,13 +178,20 @@ static int open_data(run *r, mg_step_config *sc, mg_error *err) {
     return r->sample ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
 }
 
-/* Writes samples [first, first + gbs) of a split into a step's token and label inputs,
- * laid out [s, b] per micro-batch. */
-static int fill_batch(run *r, mg_step *st, mg_storage *store, int split, uint64_t first, mg_error *err) {
+/* Writes samples [first, first + gbs) of a split into the token and label inputs of
+ * graph g, laid out [s, b] per micro-batch. Inputs of micro-batches another data-
+ * parallel rank owns are not in g and are skipped. */
+static int fill_batch(run *r, mg_graph *g, int n_micro, mg_storage *store, int split, uint64_t first, mg_error *err) {
     int s = r->cfg.seq_length, mbs = r->cfg.micro_batch_size;
     uint64_t n = mg_dataset_num_samples(r->data, split);
-    for (int k = 0; k < st->n_micro; k++) {
-        int32_t *tok = mg_storage_data(store, st->tokens[k]), *lab = mg_storage_data(store, st->targets[k]);
+    char nm[64];
+    for (int k = 0; k < n_micro; k++) {
+        snprintf(nm, sizeof nm, "mb%d.input_ids", k);
+        mg_tensor *tt = mg_graph_find(g, nm);
+        snprintf(nm, sizeof nm, "mb%d.labels", k);
+        mg_tensor *lt = mg_graph_find(g, nm);
+        if (!tt || !lt) continue;
+        int32_t *tok = mg_storage_data(store, tt), *lab = mg_storage_data(store, lt);
         for (int j = 0; j < mbs; j++) {
             int rc = mg_dataset_sample(r->data, split, (first + (uint64_t)(k * mbs + j)) % n, r->sample, err);
             if (rc) return rc;
@@ -176,51 +204,69 @@ static int fill_batch(run *r, mg_step *st, mg_storage *store, int split, uint64_
     return MG_OK;
 }
 
-static void fill_positions(mg_step *st, mg_storage *store, int s) {
-    int32_t *p = mg_storage_data(store, st->positions);
-    for (int t = 0; t < s; t++) p[t] = t;
+static void fill_positions(mg_graph *g, mg_storage *store, int s) {
+    mg_tensor *pos = mg_graph_find(g, "position_ids");
+    if (!pos) return;
+    int32_t *p = mg_storage_data(store, pos);
+    for (int64_t t = 0; t < mg_numel(pos); t++) p[t] = (int32_t)(pos->logical.offset[0] + t);
+    (void)s;
 }
 
-static int prepare(run *r, mg_step *st, mg_memplan **plan, mg_storage **store, mg_engine **eng, mg_error *err) {
-    int rc = mg_memplan_build(st->g, true, plan, err);
-    if (!rc) rc = mg_storage_new(st->g, *plan, store, err);
+/* CPU workers per rank: the cores shared among the ranks of this node. */
+static int default_workers(const run *r) {
+    if (r->cfg.cpu_workers > 0) return r->cfg.cpu_workers;
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int ranks_here = local ? atoi(local) : 1;
+    if (ranks_here <= 1) return 0; /* all cores */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int w = (int)(cores / ranks_here);
+    return w < 1 ? 1 : w;
+}
+
+static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, mg_engine **eng, mg_error *err) {
+    int rc = mg_memplan_build(g, true, plan, err);
+    if (!rc) rc = mg_storage_new(g, *plan, store, err);
     if (!rc) rc = mg_storage_init(*store, (uint64_t)r->cfg.seed, err);
     if (rc) return rc;
-    fill_positions(st, *store, r->cfg.seq_length);
+    fill_positions(g, *store, r->cfg.seq_length);
     if (!strcmp(r->cfg.engine, "starpu")) {
-        mg_engine_options eo = {r->cfg.sched_policy, r->cfg.cpu_workers, true};
-        rc = mg_engine_new(st->g, *store, &eo, eng, err);
+        mg_engine_options eo = {r->cfg.sched_policy, default_workers(r), true};
+        rc = mg_engine_new(g, *store, &eo, eng, err);
     }
     return rc;
 }
 
-static int execute(run *r, mg_step *st, mg_storage *store, mg_engine *eng, int64_t iteration, bool training,
+static int execute(run *r, mg_graph *g, mg_storage *store, mg_engine *eng, int64_t iteration, bool training,
                    mg_error *err) {
-    mg_exec_info info = {(uint64_t)r->cfg.seed, iteration, training, NULL};
-    return eng ? mg_engine_run(eng, &info, err) : mg_exec_reference(st->g, store, &info, err);
+    mg_exec_info info = {(uint64_t)r->cfg.seed, iteration, training, r->comm};
+    return eng ? mg_engine_run(eng, &info, err) : mg_exec_reference(g, store, &info, err);
 }
 
 /* Copies every parameter of the training graph into the evaluation graph. */
 static void sync_params(run *r) {
-    for (int i = 0; i < mg_graph_n_tensors(r->eval.g); i++) {
-        mg_tensor *t = mg_graph_tensor(r->eval.g, i);
+    for (int i = 0; i < mg_graph_n_tensors(r->eval_g); i++) {
+        mg_tensor *t = mg_graph_tensor(r->eval_g, i);
         if (t->role != MG_ROLE_PARAM) continue;
-        mg_tensor *src = mg_graph_find(r->train.g, t->name);
+        mg_tensor *src = mg_graph_find(r->train_g, t->name);
         if (src) memcpy(mg_storage_data(r->eval_st, t), mg_storage_data(r->train_st, src), (size_t)mg_numel(t) * 4);
     }
 }
+
+/* Megatron prints from the last rank. */
+static bool is_logger(const run *r) { return r->mesh.rank == r->mesh.world - 1; }
 
 static int evaluate(run *r, int64_t iteration, mg_error *err) {
     sync_params(r);
     double sum = 0;
     for (int64_t e = 0; e < r->cfg.eval_iters; e++) {
         uint64_t first = (uint64_t)(r->eval_batches_done++) * (uint64_t)r->cfg.global_batch_size;
-        int rc = fill_batch(r, &r->eval, r->eval_st, MG_SPLIT_VALID, first, err);
-        if (!rc) rc = execute(r, &r->eval, r->eval_st, r->eval_eng, iteration, false, err);
+        int rc = fill_batch(r, r->eval_g, r->eval.n_micro, r->eval_st, MG_SPLIT_VALID, first, err);
+        if (!rc) rc = execute(r, r->eval_g, r->eval_st, r->eval_eng, iteration, false, err);
         if (rc) return rc;
-        sum += *(float *)mg_storage_data(r->eval_st, r->eval.loss);
+        sum += *(float *)mg_storage_data(r->eval_st, mg_graph_find(r->eval_g, "lm_loss"));
     }
     double val = sum / (double)r->cfg.eval_iters;
+    if (!is_logger(r)) return MG_OK;
     printf("-----------------------------------------------------------------------------------------------\n"
            " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
            "-----------------------------------------------------------------------------------------------\n",
@@ -231,18 +277,23 @@ static int evaluate(run *r, int64_t iteration, mg_error *err) {
 
 static int train(run *r, mg_error *err) {
     mg_run_config *c = &r->cfg;
-    double flops = mg_gpt_flops(&r->train.model.cfg, c->global_batch_size);
+    double flops = mg_gpt_flops(&r->train.model.cfg, c->global_batch_size) / r->mesh.world;
     double interval_ms = 0, interval_loss = 0;
     int interval_n = 0;
+    mg_tensor *loss_t = mg_graph_find(r->train_g, "lm_loss"), *lr_t = mg_graph_find(r->train_g, "optimizer.lr"),
+              *gn_t = mg_graph_find(r->train_g, "optimizer.grad_norm");
+    if (!loss_t || !lr_t || !gn_t)
+        return mg_error_set(err, MG_ERR_RUNTIME, "the step graph lacks lm_loss, optimizer.lr or optimizer.grad_norm");
     for (int64_t it = 0; it < c->train_iters; it++) {
         double t0 = now_s();
-        int rc = fill_batch(r, &r->train, r->train_st, MG_SPLIT_TRAIN, (uint64_t)it * (uint64_t)c->global_batch_size, err);
-        if (!rc) rc = execute(r, &r->train, r->train_st, r->train_eng, it, true, err);
+        int rc = fill_batch(r, r->train_g, r->train.n_micro, r->train_st, MG_SPLIT_TRAIN,
+                            (uint64_t)it * (uint64_t)c->global_batch_size, err);
+        if (!rc) rc = execute(r, r->train_g, r->train_st, r->train_eng, it, true, err);
         if (rc) return rc;
         double ms = 1e3 * (now_s() - t0);
-        float loss = *(float *)mg_storage_data(r->train_st, r->train.loss);
-        float lr = *(float *)mg_storage_data(r->train_st, r->train.opt.lr);
-        float gn = *(float *)mg_storage_data(r->train_st, r->train.opt.grad_norm);
+        float loss = *(float *)mg_storage_data(r->train_st, loss_t);
+        float lr = *(float *)mg_storage_data(r->train_st, lr_t);
+        float gn = *(float *)mg_storage_data(r->train_st, gn_t);
         double tps = (double)c->global_batch_size * c->seq_length / (ms * 1e-3);
         double tflops = flops / (ms * 1e-3 * 1e12);
         if (!isfinite(loss)) return mg_error_set(err, MG_ERR_RUNTIME, "loss is %g at iteration %lld", loss, (long long)it + 1);
@@ -254,7 +305,7 @@ static int train(run *r, mg_error *err) {
         interval_ms += ms;
         interval_loss += loss;
         interval_n++;
-        if ((it + 1) % c->log_interval == 0 || it + 1 == c->train_iters) {
+        if (is_logger(r) && ((it + 1) % c->log_interval == 0 || it + 1 == c->train_iters)) {
             double avg_ms = interval_ms / interval_n;
             printf(" iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
                    "throughput per GPU (TFLOP/s/GPU): %.3f | learning rate: %.6E | global batch size: %5d | "
@@ -263,6 +314,8 @@ static int train(run *r, mg_error *err) {
                    (long long)it + 1, (long long)c->train_iters, (long long)(it + 1) * c->global_batch_size, avg_ms,
                    flops / (avg_ms * 1e-3 * 1e12), lr, c->global_batch_size, interval_loss / interval_n, gn);
             fflush(stdout);
+        }
+        if ((it + 1) % c->log_interval == 0) {
             interval_ms = interval_loss = 0;
             interval_n = 0;
         }
@@ -274,9 +327,83 @@ static int train(run *r, mg_error *err) {
     return MG_OK;
 }
 
-static int usage_error(const char *msg) {
-    fprintf(stderr, "mgraph-run: error: %s\n", msg);
-    return 2;
+/* "%r" in a path becomes the rank. */
+static void rank_path(const char *pattern, int rank, char *out, size_t len) {
+    size_t o = 0;
+    for (const char *p = pattern; *p && o + 1 < len; p++) {
+        if (p[0] == '%' && p[1] == 'r') {
+            o += (size_t)snprintf(out + o, len - o, "%d", rank);
+            p++;
+        } else {
+            out[o++] = *p;
+        }
+    }
+    out[o < len ? o : len - 1] = '\0';
+}
+
+/* The graph a rank runs: the logical graph itself on one rank, else its partition. */
+static int rank_graph(run *r, mg_step *st, const mg_mesh *mesh, mg_graph **out, mg_error *err) {
+    if (mesh->world == 1) {
+        *out = st->g;
+        return MG_OK;
+    }
+    return mg_partition(st->g, &r->plan, mesh, out, err);
+}
+
+static int dump_dot(run *r, const mg_graph *g, int rank, int world, mg_error *err) {
+    char path[1024], title[256];
+    rank_path(r->cfg.dump_dot, rank, path, sizeof path);
+    snprintf(title, sizeof title, "mgraph GPT training step, rank %d of %d (tp %d, dp %d%s%s)", rank, world, r->plan.tp,
+             world / (r->plan.tp * r->plan.pp * r->plan.cp), r->plan.sequence_parallel ? ", sp" : "",
+             r->plan.distributed_optimizer ? ", distributed optimizer" : "");
+    mg_dot_options dopt = {title, false, false};
+    return mg_graph_dump_dot_file(g, path, &dopt, err);
+}
+
+static void describe(const run *r, const mg_graph *g, int rank) {
+    double bytes[MG_GROUP_COUNT];
+    mg_plan_comm_bytes(g, bytes);
+    int n_comm = 0;
+    for (int i = 0; i < mg_graph_n_nodes(g); i++) n_comm += mg_graph_node(g, i)->op >= MG_OP_ALLREDUCE;
+    mg_memplan *p = NULL;
+    mg_error e = {0};
+    char line[256] = "?";
+    if (!mg_memplan_build((mg_graph *)g, true, &p, &e)) mg_memplan_summary(p, line, sizeof line);
+    mg_memplan_free(p);
+    printf("mgraph-run: rank %d: %d nodes, %d collectives, bytes sent per step: tp %.0f, dp %.0f; memory: %s\n", rank,
+           mg_graph_n_nodes(g), n_comm, bytes[MG_GROUP_TP], bytes[MG_GROUP_DP], line);
+    (void)r;
+}
+
+/* --dry-run --world-size N: partition for every rank in this one process. */
+static int dry_run_world(run *r, int world, mg_error *err) {
+    for (int rank = 0; rank < world; rank++) {
+        mg_mesh mesh;
+        mg_graph *g = NULL;
+        int rc = mg_mesh_init(&mesh, world, rank, r->plan.tp, r->plan.cp, r->plan.ep, r->plan.pp, err);
+        if (!rc) rc = rank_graph(r, &r->train, &mesh, &g, err);
+        if (!rc) describe(r, g, rank);
+        if (!rc && r->cfg.dump_dot && (rank == 0 || strstr(r->cfg.dump_dot, "%r"))) rc = dump_dot(r, g, rank, world, err);
+        if (g != r->train.g) mg_graph_free(g);
+        if (rc) return rc;
+    }
+    return MG_OK;
+}
+
+
+/* Ends the run on every rank: a failure on one rank must not leave the others waiting
+ * in a collective. */
+static int finish(run *r, int rc, const mg_error *err) {
+    int code = 0;
+    if (rc) {
+        code = mg_status_is_usage(rc) ? 2 : 1;
+        fprintf(stderr, "mgraph-run: %s%s\n", code == 2 ? "error: " : "failed: ", err->msg);
+    }
+    bool multi = r->mesh.world > 1;
+    run_release(r);
+    if (rc && multi) MPI_Abort(MPI_COMM_WORLD, code);
+    MPI_Finalize();
+    return code;
 }
 
 int main(int argc, char **argv) {
@@ -284,68 +411,75 @@ int main(int argc, char **argv) {
     memset(&r, 0, sizeof r);
     mg_error err = {0};
     mg_step_config sc;
+    /* Collectives run on StarPU workers, one at a time (the engine serialises them):
+     * MPI_THREAD_SERIALIZED is what that needs. */
+    int provided, world = 1, rank = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    r.mesh.world = world;
+    r.mesh.rank = rank;
     mg_run_config_defaults(&r.cfg);
-    if (mg_run_config_parse(&r.cfg, argc, argv, &err)) return usage_error(err.msg);
-    if (r.cfg.help) {
-        mg_run_config_usage(stdout);
-        return 0;
+    int rc = mg_run_config_parse(&r.cfg, argc, argv, &err);
+    if (!rc && r.cfg.help) {
+        if (rank == 0) mg_run_config_usage(stdout);
+        return finish(&r, 0, &err);
     }
-    int rc = resolve(&r.cfg, &sc, &err);
+    if (!rc && provided < MPI_THREAD_SERIALIZED && world > 1)
+        rc = mg_error_set(&err, MG_ERR_RUNTIME, "MPI provides thread level %d, mgraph needs MPI_THREAD_SERIALIZED", provided);
+    int plan_world = world;
+    if (!rc && r.cfg.world_size) {
+        if (!r.cfg.dry_run) rc = mg_error_set(&err, MG_ERR_INVALID, "--world-size is for --dry-run (use mpirun -np N to run N ranks)");
+        else if (world > 1) rc = mg_error_set(&err, MG_ERR_INVALID, "--world-size partitions in one process: run it without mpirun");
+        else if (r.cfg.world_size < 1) rc = mg_error_set(&err, MG_ERR_INVALID, "--world-size must be >= 1");
+        else plan_world = r.cfg.world_size;
+    }
+    if (!rc) rc = resolve_plan(&r, plan_world, &err);
+    if (!rc) rc = mg_mesh_init(&r.mesh, world, rank, r.plan.tp, r.plan.cp, r.plan.ep, r.plan.pp, &err);
+    if (!rc) rc = resolve(&r.cfg, &sc, &err);
     if (!rc) rc = open_data(&r, &sc, &err);
+    if (!rc) {
+        mg_plan_model pm = {sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
+                            sc.model.vocab, r.cfg.global_batch_size, r.cfg.micro_batch_size};
+        rc = mg_plan_check_model(&r.plan, plan_world, &pm, &err);
+    }
     if (!rc) rc = mg_step_build(&sc, &r.train, &err);
-    if (!rc && r.cfg.eval_interval > 0 && r.cfg.eval_iters > 0) {
+    bool with_eval = r.cfg.eval_interval > 0 && r.cfg.eval_iters > 0;
+    if (!rc && with_eval) {
         mg_step_config ec = sc;
         ec.training = false;
         rc = mg_step_build(&ec, &r.eval, &err);
     }
-    if (!rc && r.cfg.dump_dot) {
-        char title[256];
-        snprintf(title, sizeof title, "mgraph GPT-2 training step: %d layers, hidden %d, %d micro-batch(es)",
-                 sc.model.num_layers, sc.model.hidden, sc.n_micro);
-        mg_dot_options dopt = {title, false, false};
-        rc = mg_graph_dump_dot_file(r.train.g, r.cfg.dump_dot, &dopt, &err);
-    }
-    if (rc) {
-        run_release(&r);
-        if (mg_status_is_usage(rc)) return usage_error(err.msg);
-        fprintf(stderr, "mgraph-run: failed: %s\n", err.msg);
-        return 1;
-    }
-    printf("mgraph-run: GPT %d layers, hidden %d, heads %d, ffn %d, seq %d, vocab %lld (padded), %.2fM parameters\n",
-           sc.model.num_layers, sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
-           (long long)sc.model.vocab, (double)mg_gpt_num_params(&sc.model) / 1e6);
-    printf("mgraph-run: step graph %d nodes, %d tensors; micro-batch %d x %d = global batch %d\n",
-           mg_graph_n_nodes(r.train.g), mg_graph_n_tensors(r.train.g), sc.micro_batch, sc.n_micro,
-           r.cfg.global_batch_size);
+    if (rc) return finish(&r, rc, &err);
+    if (rank == 0)
+        printf("mgraph-run: GPT %d layers, hidden %d, heads %d, ffn %d, seq %d, vocab %lld (padded), %.2fM parameters; "
+               "micro-batch %d x %d = global batch %d; %d rank(s): tp %d, dp %d%s%s\n",
+               sc.model.num_layers, sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
+               (long long)sc.model.vocab, (double)mg_gpt_num_params(&sc.model) / 1e6, sc.micro_batch, sc.n_micro,
+               r.cfg.global_batch_size, plan_world, r.plan.tp, plan_world / (r.plan.tp * r.plan.pp * r.plan.cp),
+               r.plan.sequence_parallel ? ", sequence parallel" : "",
+               r.plan.distributed_optimizer ? ", distributed optimizer" : "");
     if (r.cfg.dry_run) {
-        mg_memplan *p = NULL;
-        if (!mg_memplan_build(r.train.g, true, &p, &err)) {
-            char line[256];
-            mg_memplan_summary(p, line, sizeof line);
-            printf("mgraph-run: memory plan: %s\n", line);
-        }
-        mg_memplan_free(p);
-        run_release(&r);
-        return 0;
+        rc = dry_run_world(&r, plan_world, &err);
+        return finish(&r, rc, &err);
     }
-    if (r.cfg.metrics_file && !(r.metrics = fopen(r.cfg.metrics_file, "w"))) {
-        run_release(&r);
-        fprintf(stderr, "mgraph-run: error: cannot write --metrics-file %s\n", r.cfg.metrics_file);
-        return 2;
-    }
-    rc = prepare(&r, &r.train, &r.train_plan, &r.train_st, &r.train_eng, &err);
-    if (!rc && r.eval.g) rc = prepare(&r, &r.eval, &r.eval_plan, &r.eval_st, &r.eval_eng, &err);
-    if (!rc) {
-        char line[256];
-        mg_memplan_summary(r.train_plan, line, sizeof line);
-        printf("mgraph-run: memory plan: %s\n", line);
+    rc = rank_graph(&r, &r.train, &r.mesh, &r.train_g, &err);
+    if (!rc && with_eval) rc = rank_graph(&r, &r.eval, &r.mesh, &r.eval_g, &err);
+    if (!rc && r.cfg.dump_dot) rc = dump_dot(&r, r.train_g, rank, world, &err);
+    if (!rc && world > 1) rc = mg_comm_new(&r.mesh, &r.comm, &err);
+    if (!rc && r.cfg.metrics_file && is_logger(&r) && !(r.metrics = fopen(r.cfg.metrics_file, "w")))
+        rc = mg_error_set(&err, MG_ERR_IO, "cannot write --metrics-file %s", r.cfg.metrics_file);
+    if (!rc) rc = prepare(&r, r.train_g, &r.train_plan, &r.train_st, &r.train_eng, &err);
+    if (!rc && with_eval) rc = prepare(&r, r.eval_g, &r.eval_plan, &r.eval_st, &r.eval_eng, &err);
+    if (!rc && rank == 0) {
+        describe(&r, r.train_g, rank);
         fflush(stdout);
-        rc = train(&r, &err);
     }
-    run_release(&r);
-    if (rc) {
-        fprintf(stderr, "mgraph-run: failed: %s\n", err.msg);
-        return mg_status_is_usage(rc) ? 2 : 1;
+    if (!rc) rc = train(&r, &err);
+    if (rc && r.metrics) { /* no partial output */
+        fclose(r.metrics);
+        r.metrics = NULL;
+        remove(r.cfg.metrics_file);
     }
-    return 0;
+    return finish(&r, rc, &err);
 }

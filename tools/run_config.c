@@ -106,10 +106,7 @@ void mg_run_config_defaults(mg_run_config *c) {
     c->eval_interval = 100;
     c->eval_iters = 4;
     c->tokenizer_type = "ByteLevelTokenizer";
-    c->tensor_model_parallel_size = 1;
-    c->pipeline_model_parallel_size = 1;
-    c->context_parallel_size = 1;
-    c->expert_model_parallel_size = 1;
+    /* parallel sizes stay 0 = "not given": a plan file may set them, else 1 */
     c->engine = "starpu";
 }
 
@@ -164,7 +161,8 @@ int mg_run_config_parse(mg_run_config *c, int argc, char **argv, mg_error *err) 
             continue;
         }
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        if (!v) return mg_error_set(err, MG_ERR_INVALID, "%s needs a value", f->name);
+        /* "--dump-dot --dry-run" forgot a value: never take a flag as one */
+        if (!v || (!eq && strncmp(v, "--", 2) == 0)) return mg_error_set(err, MG_ERR_INVALID, "%s needs a value", f->name);
         int rc = parse_value(f, v, c, err);
         if (rc) return rc;
     }
