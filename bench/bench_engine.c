@@ -3,6 +3,7 @@
  *   bench_engine overhead [chains] [len]   tiny ops: reference vs StarPU per node
  *   bench_engine policy [T] [H] [layers]   training step of an MLP (matmul-heavy)
  *                                          under each StarPU policy
+ *   bench_engine gpt2 [L] [h] [s] [b]      GPT-2 training step under each policy
  *
  * Prints tables (medians over repetitions); asserts nothing. Timings on shared
  * machines move by 2x between runs: compare rows of one run only.
@@ -15,6 +16,7 @@
 #include <time.h>
 
 #include "mgraph/engine.h"
+#include "mgraph/model.h"
 #include "mgraph/ops.h"
 #include "mgraph/train.h"
 #include "ops/op.h" /* mg_op_cost: FLOPs per node */
@@ -253,6 +255,60 @@ static int bench_policy(int64_t T, int64_t H, int layers) {
     return 0;
 }
 
+/* GPT-2 training step (the model of models/), tokens random: each policy's step time. */
+static int bench_gpt2(int layers, int hidden, int seq, int mb) {
+    mg_step_config c = {0};
+    c.model = mg_gpt_defaults();
+    c.model.num_layers = layers;
+    c.model.hidden = hidden;
+    c.model.ffn_hidden = 4 * hidden;
+    c.model.heads = hidden / 64 > 0 ? hidden / 64 : 1;
+    c.model.seq_length = seq;
+    c.model.max_position = seq;
+    c.model.vocab = 8192;
+    c.micro_batch = mb;
+    c.n_micro = 1;
+    c.training = true;
+    c.optim = mg_adamw_defaults();
+    mg_step st;
+    mg_error err = {0};
+    if (mg_step_build(&c, &st, &err)) return die("gpt2", &err);
+    setup s = {.g = st.g};
+    if (mg_memplan_build(st.g, true, &s.plan, &err) || mg_storage_new(st.g, s.plan, &s.st, &err) ||
+        mg_storage_init(s.st, 1, &err))
+        return die("setup", &err);
+    int32_t *pos = mg_storage_data(s.st, st.positions);
+    for (int i = 0; i < seq; i++) pos[i] = i;
+    int32_t *tok = mg_storage_data(s.st, st.tokens[0]), *tgt = mg_storage_data(s.st, st.targets[0]);
+    for (int64_t i = 0; i < mg_numel(st.tokens[0]); i++) {
+        tok[i] = (int32_t)((i * 7919) % 8192);
+        tgt[i] = (int32_t)((i * 104729) % 8192);
+    }
+    double flops = mg_gpt_flops(&c.model, mb);
+    char summ[200];
+    mg_memplan_summary(s.plan, summ, sizeof summ);
+    printf("gpt2: L=%d h=%d s=%d b=%d: %d nodes, %.2f model GFLOP/step; %s\n", layers, hidden, seq, mb,
+           mg_graph_n_nodes(st.g), flops * 1e-9, summ);
+    double ref;
+    if (time_reference(&s, 3, &ref, &err)) return die("reference", &err);
+    printf("%-10s %10s %10s %10s %12s %8s\n", "policy", "step ms", "min ms", "GFLOP/s", "cpu ms/step", "idle");
+    printf("%-10s %10.2f %10s %10.1f %12s %8s\n", "reference", ref * 1e3, "-", flops / ref * 1e-9, "-", "-");
+    const char *pol[16];
+    char buf[256];
+    size_t npol = policy_list(pol, 16, "eager,prio,lws,ws,dmda,dmdas", buf, sizeof buf);
+    for (size_t p = 0; p < npol; p++) {
+        double med, cpu;
+        mg_engine_stats es;
+        if (time_engine(&s, pol[p], 3, 9, &med, &cpu, &es, &err)) return die(pol[p], &err);
+        printf("%-10s %10.2f %10.2f %10.1f %12.2f %8.2f\n", pol[p], med * 1e3, g_min * 1e3, flops / med * 1e-9,
+               cpu * 1e3, es.idle_fraction);
+    }
+    mg_storage_free(s.st);
+    mg_memplan_free(s.plan);
+    mg_step_release(&st);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "all";
     int rc = 0;
@@ -263,5 +319,8 @@ int main(int argc, char **argv) {
         rc |= bench_policy(argc > 2 && strcmp(mode, "all") ? atoll(argv[2]) : 256,
                            argc > 3 && strcmp(mode, "all") ? atoll(argv[3]) : 512,
                            argc > 4 && strcmp(mode, "all") ? atoi(argv[4]) : 4);
+    if (!strcmp(mode, "gpt2"))
+        rc |= bench_gpt2(argc > 2 ? atoi(argv[2]) : 4, argc > 3 ? atoi(argv[3]) : 256, argc > 4 ? atoi(argv[4]) : 256,
+                         argc > 5 ? atoi(argv[5]) : 4);
     return rc;
 }

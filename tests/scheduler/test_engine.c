@@ -10,6 +10,7 @@
 
 #include "mgraph/comm.h"
 #include "mgraph/engine.h"
+#include "mgraph/model.h"
 #include "mgraph/train.h"
 #include "ops/op.h" /* the op table: find an op without a CPU kernel */
 #include "testkit.h"
@@ -503,13 +504,91 @@ static void test_kernel_error(void) {
     mg_graph_free(g);
 }
 
+/* A real model: GPT-2 training step (2 layers, 2 micro-batches, dropout on). The
+ * engine must reproduce the reference's bits for every parameter, moment and the
+ * loss, step after step. */
+static void test_gpt2(void) {
+    mg_step_config c = {0};
+    c.model = mg_gpt_defaults();
+    c.model.num_layers = 2;
+    c.model.hidden = 64;
+    c.model.ffn_hidden = 256;
+    c.model.heads = 4;
+    c.model.seq_length = 32;
+    c.model.max_position = 64;
+    c.model.vocab = 128;
+    c.model.hidden_dropout = 0.1f;
+    c.model.attention_dropout = 0.1f;
+    c.micro_batch = 2;
+    c.n_micro = 2;
+    c.training = true;
+    c.optim = mg_adamw_defaults();
+    c.optim.lr = (mg_lr_schedule){.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 1, .decay_iters = 10,
+                                  .style = MG_LR_COSINE};
+    mg_step st;
+    mg_error err = {0};
+    int rc = mg_step_build(&c, &st, &err);
+    TK_CHECK(rc == MG_OK, "gpt2 step: %s", err.msg);
+    if (rc) return;
+    model m = {.g = st.g, .x = NULL, .loss = st.loss};
+    runner ref = {0}, sp = {0};
+    mg_engine *e = NULL;
+    mg_memplan *plan = NULL;
+    if (mg_memplan_build(st.g, true, &plan, &err) || mg_storage_new(st.g, plan, &ref.st, &err) ||
+        mg_storage_new(st.g, plan, &sp.st, &err) || mg_storage_init(ref.st, 99, &err) ||
+        mg_storage_init(sp.st, 99, &err)) {
+        TK_CHECK(false, "setup: %s", err.msg);
+        goto out;
+    }
+    ref.plan = plan; /* same_state reads the plan through runner a */
+    char summ[200];
+    mg_memplan_summary(plan, summ, sizeof summ);
+    printf("gpt2: %d nodes; %s\n", mg_graph_n_nodes(st.g), summ);
+    TK_CHECK(plan->transient_bytes < plan->unshared_bytes, "no activation reuse in gpt2");
+    tk_rng rng = {11};
+    for (int k = 0; k < st.n_micro; k++) {
+        int32_t *tok = mg_storage_data(ref.st, st.tokens[k]), *tgt = mg_storage_data(ref.st, st.targets[k]);
+        for (int64_t i = 0; i < mg_numel(st.tokens[k]); i++) {
+            tok[i] = (int32_t)tk_uniform(&rng, 0, 127.99f);
+            tgt[i] = (int32_t)tk_uniform(&rng, 0, 127.99f);
+        }
+        memcpy(mg_storage_data(sp.st, st.tokens[k]), tok, (size_t)mg_numel(st.tokens[k]) * 4);
+        memcpy(mg_storage_data(sp.st, st.targets[k]), tgt, (size_t)mg_numel(st.targets[k]) * 4);
+    }
+    int32_t *pos_r = mg_storage_data(ref.st, st.positions), *pos_s = mg_storage_data(sp.st, st.positions);
+    for (int64_t i = 0; i < mg_numel(st.positions); i++) pos_r[i] = pos_s[i] = (int32_t)i;
+    rc = mg_engine_new(st.g, sp.st, NULL, &e, &err);
+    TK_CHECK(rc == MG_OK, "engine: %s", err.msg);
+    for (int it = 0; it < 2 && !rc; it++) {
+        mg_exec_info info = info_at(it);
+        rc = mg_exec_reference(st.g, ref.st, &info, &err);
+        TK_CHECK(rc == MG_OK, "reference step %d: %s", it, err.msg);
+        if (!rc) rc = mg_engine_run(e, &info, &err);
+        TK_CHECK(rc == MG_OK, "engine step %d: %s", it, err.msg);
+        if (rc) break;
+        char what[32];
+        snprintf(what, sizeof what, "gpt2 step %d", it);
+        same_state(what, &m, &ref, &sp);
+        mg_engine_stats stt;
+        mg_engine_get_stats(e, &stt);
+        printf("%s: loss %.6f, %lld tasks, %.1f ms, idle %.2f\n", what, *(float *)mg_storage_data(sp.st, st.loss),
+               (long long)stt.tasks, stt.wall_s * 1e3, stt.idle_fraction);
+    }
+out:
+    mg_engine_free(e);
+    mg_storage_free(ref.st);
+    mg_storage_free(sp.st);
+    mg_memplan_free(plan);
+    mg_step_release(&st);
+}
+
 int main(int argc, char **argv) {
     static const tk_case cases[] = {
         {"reference", test_reference},         {"one_worker", test_one_worker}, {"policies", test_policies},
         {"repeat_stats", test_repeat_and_stats}, {"many_buffers", test_many_buffers}, {"bad_policy", test_bad_policy},
         {"two_engines", test_two_engines},       {"unsupported", test_unsupported},
         {"collectives", test_collectives},       {"comm_order", test_comm_order},
-        {"kernel_error", test_kernel_error},
+        {"kernel_error", test_kernel_error},     {"gpt2", test_gpt2},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
 }
