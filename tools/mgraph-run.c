@@ -31,6 +31,7 @@ static double now_s(void) {
 
 /* Everything one run owns, released by run_release. */
 typedef struct run {
+    int mpi_world;              /* processes launched (mpirun -np) */
     mg_run_config cfg;
     mg_plan plan;
     mg_mesh mesh;
@@ -391,19 +392,34 @@ static int dry_run_world(run *r, int world, mg_error *err) {
 }
 
 
-/* Ends the run on every rank: a failure on one rank must not leave the others waiting
- * in a collective. */
+/* Ends the run. Input errors are found by every rank alike before any collective
+ * (agree_on_input makes sure), so each rank exits 2 by itself; a failure while
+ * running may hit one rank only, so it aborts them all rather than leave the others
+ * waiting in a collective. */
 static int finish(run *r, int rc, const mg_error *err) {
     int code = 0;
     if (rc) {
         code = mg_status_is_usage(rc) ? 2 : 1;
-        fprintf(stderr, "mgraph-run: %s%s\n", code == 2 ? "error: " : "failed: ", err->msg);
+        if (err->msg[0]) fprintf(stderr, "mgraph-run: %s%s\n", code == 2 ? "error: " : "failed: ", err->msg);
     }
-    bool multi = r->mesh.world > 1;
+    bool multi = r->mpi_world > 1;
     run_release(r);
-    if (rc && multi) MPI_Abort(MPI_COMM_WORLD, code);
+    if (code == 1 && multi) MPI_Abort(MPI_COMM_WORLD, code);
     MPI_Finalize();
     return code;
+}
+
+/* All ranks learn whether any rank rejected its input, so none goes on alone. */
+static int agree_on_input(run *r, int rc, mg_error *err) {
+    if (r->mpi_world == 1) return rc;
+    int mine = rc ? (mg_status_is_usage(rc) ? 2 : 1) : 0, worst = 0;
+    MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (worst && !rc) {
+        /* another rank printed the reason; this one leaves quietly with the same code */
+        err->msg[0] = '\0';
+        return worst == 2 ? MG_ERR_INVALID : MG_ERR_RUNTIME;
+    }
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -417,6 +433,7 @@ int main(int argc, char **argv) {
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    r.mpi_world = world;
     r.mesh.world = world;
     r.mesh.rank = rank;
     mg_run_config_defaults(&r.cfg);
@@ -435,7 +452,9 @@ int main(int argc, char **argv) {
         else plan_world = r.cfg.world_size;
     }
     if (!rc) rc = resolve_plan(&r, plan_world, &err);
-    if (!rc) rc = mg_mesh_init(&r.mesh, world, rank, r.plan.tp, r.plan.cp, r.plan.ep, r.plan.pp, &err);
+    if (!rc) /* with --world-size, the mesh of rank 0 of the planned world (every rank is partitioned below) */
+        rc = mg_mesh_init(&r.mesh, plan_world, plan_world == world ? rank : 0, r.plan.tp, r.plan.cp, r.plan.ep,
+                          r.plan.pp, &err);
     if (!rc) rc = resolve(&r.cfg, &sc, &err);
     if (!rc) rc = open_data(&r, &sc, &err);
     if (!rc) {
@@ -450,6 +469,7 @@ int main(int argc, char **argv) {
         ec.training = false;
         rc = mg_step_build(&ec, &r.eval, &err);
     }
+    rc = agree_on_input(&r, rc, &err);
     if (rc) return finish(&r, rc, &err);
     if (rank == 0)
         printf("mgraph-run: GPT %d layers, hidden %d, heads %d, ffn %d, seq %d, vocab %lld (padded), %.2fM parameters; "
@@ -466,9 +486,10 @@ int main(int argc, char **argv) {
     rc = rank_graph(&r, &r.train, &r.mesh, &r.train_g, &err);
     if (!rc && with_eval) rc = rank_graph(&r, &r.eval, &r.mesh, &r.eval_g, &err);
     if (!rc && r.cfg.dump_dot) rc = dump_dot(&r, r.train_g, rank, world, &err);
-    if (!rc && world > 1) rc = mg_comm_new(&r.mesh, &r.comm, &err);
     if (!rc && r.cfg.metrics_file && is_logger(&r) && !(r.metrics = fopen(r.cfg.metrics_file, "w")))
         rc = mg_error_set(&err, MG_ERR_IO, "cannot write --metrics-file %s", r.cfg.metrics_file);
+    rc = agree_on_input(&r, rc, &err);
+    if (!rc && world > 1) rc = mg_comm_new(&r.mesh, &r.comm, &err);
     if (!rc) rc = prepare(&r, r.train_g, &r.train_plan, &r.train_st, &r.train_eng, &err);
     if (!rc && with_eval) rc = prepare(&r, r.eval_g, &r.eval_plan, &r.eval_st, &r.eval_eng, &err);
     if (!rc && rank == 0) {
