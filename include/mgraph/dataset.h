@@ -82,7 +82,7 @@ void mg_indexed_writer_free(mg_indexed_writer *w);
 
 /* ---- sampling interface ----------------------------------------------------------- */
 
-typedef enum mg_split { MG_SPLIT_TRAIN = 0, MG_SPLIT_VALID = 1, MG_SPLIT_TEST = 2 } mg_split;
+typedef enum mg_data_split { MG_SPLIT_TRAIN = 0, MG_SPLIT_VALID = 1, MG_SPLIT_TEST = 2 } mg_data_split;
 
 typedef struct mg_dataset mg_dataset;
 
