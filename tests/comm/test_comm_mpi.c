@@ -304,6 +304,20 @@ static void errors(void) {
     float v = 1.0f, sum = 0;
     rc = mg_comm_allreduce_buf(comm, MG_GROUP_WORLD, MG_F32, &v, &sum, 1, MG_REDUCE_SUM, &err);
     TK_CHECK(rc == 0 && sum == (float)world_size, "allreduce after an error: %d %g", rc, sum);
+    /* An error MPI reports (its argument check, local on every rank: MPI_IN_PLACE as
+     * the receive buffer) comes back as MG_ERR_RUNTIME with MPI's message. Open MPI
+     * raises this one on MPI_COMM_WORLD, not on the call's communicator, so the test
+     * lets MPI_COMM_WORLD return errors meanwhile. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    mg_error_clear(&err);
+    rc = mg_comm_allreduce_buf(comm, MG_GROUP_WORLD, MG_F32, &v, MPI_IN_PLACE, 1, MG_REDUCE_SUM, &err);
+    TK_CHECK(rc == MG_ERR_RUNTIME && strstr(err.msg, "MPI_Allreduce over world failed: MPI_ERR_BUFFER"),
+             "rank %d: MPI error: %d %s", world_rank, rc, err.msg);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    mg_error_clear(&err);
+    sum = 0;
+    rc = mg_comm_allreduce_buf(comm, MG_GROUP_WORLD, MG_F32, &v, &sum, 1, MG_REDUCE_SUM, &err);
+    TK_CHECK(rc == 0 && sum == (float)world_size, "allreduce after an MPI error: %d %g", rc, sum);
     mg_comm_free(comm);
     if (world_rank == 0 && !tk_failures) printf("ok errors\n");
 }
