@@ -53,6 +53,18 @@ int openblas_get_num_threads(void);
 char *openblas_get_corename(void);
 char *openblas_get_config(void);
 
+/* 1-minute load average: timings on a shared machine mean little when it exceeds the
+ * core count, so it is printed with the results. */
+static double load1(void) {
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1;
+        fclose(f);
+    }
+    return l;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -306,8 +318,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *ct = getenv("OPENBLAS_CORETYPE");
-    printf("OpenBLAS: core %s (OPENBLAS_CORETYPE=%s), config: %s\n", openblas_get_corename(), ct ? ct : "unset",
-           openblas_get_config());
+    printf("OpenBLAS: core %s (OPENBLAS_CORETYPE=%s), config: %s; load average %.2f\n", openblas_get_corename(),
+           ct ? ct : "unset", openblas_get_config(), load1());
     bench_model models[2] = {model_124m(), model_default()};
     step_result res[2];
     gemm_summary gs[2];
@@ -331,6 +343,7 @@ int main(int argc, char **argv) {
                "%.0f MiB\n",
                res[i].step_s * 1e3, reps, bm->steps_per_rep, res[i].min_s * 1e3, res[i].workers, (long long)res[i].tasks,
                res[i].persistent_bytes / 1048576.0, res[i].activation_bytes / 1048576.0);
+        printf("  load average %.2f\n", load1());
         bench_gemms(bm, res[i].workers, true, &gs[i]);
         ran[i] = true;
     }
@@ -342,5 +355,6 @@ int main(int argc, char **argv) {
             printf("| %s | %.1f | %.0f | %.1f | %.1f | %.2f | %.1f | %.2f |\n", models[i].name, res[i].step_s * 1e3,
                    res[i].tokens_per_s, res[i].gflops, gs[i].mix_concurrent, res[i].gflops / gs[i].mix_concurrent,
                    gs[i].mix_single, res[i].idle);
+    printf("load average at the end %.2f\n", load1());
     return 0;
 }
