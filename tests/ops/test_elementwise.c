@@ -1,6 +1,7 @@
 /* Elementwise ops with broadcasting and reductions: forward against naive loops,
  * gradients against finite differences. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "testkit.h"
