@@ -171,17 +171,32 @@ static void profile_ops(setup *s, double flops_total) {
     if (mg_graph_topo(s->g, &ord, &n, &err)) return;
     double t_op[MG_OP_COUNT] = {0}, f_op[MG_OP_COUNT] = {0};
     int c_op[MG_OP_COUNT] = {0};
+    /* earliest finish of each node with unlimited workers: the critical path */
+    double *finish = calloc((size_t)mg_graph_n_nodes(s->g) + 1, sizeof *finish), work = 0, cp = 0;
+    if (!finish) return;
     void *ptrs[64];
     mg_exec_info info = {.seed = 1, .iteration = 0, .training = true};
     for (int k = 0; k < n; k++) {
         const mg_node *nd = ord[k];
-        if (nd->n_in + nd->n_out > 64) return;
+        if (nd->n_in + nd->n_out > 64) {
+            free(finish);
+            return;
+        }
         for (int i = 0; i < nd->n_in; i++) ptrs[i] = mg_storage_data(s->st, nd->in[i]);
         for (int o = 0; o < nd->n_out; o++) ptrs[nd->n_in + o] = mg_storage_data(s->st, nd->out[o]);
         mg_kernel_args a = {.node = nd, .in = ptrs, .out = ptrs + nd->n_in, .info = &info};
         double t0 = now_s();
-        if (mg_op_def_get(nd->op)->cpu(&a, &err)) return;
-        t_op[nd->op] += now_s() - t0;
+        if (mg_op_def_get(nd->op)->cpu(&a, &err)) {
+            free(finish);
+            return;
+        }
+        double dt = now_s() - t0, start = 0;
+        t_op[nd->op] += dt;
+        for (int i = 0; i < nd->n_in; i++)
+            if (nd->in[i]->src && finish[nd->in[i]->src->id] > start) start = finish[nd->in[i]->src->id];
+        finish[nd->id] = start + dt;
+        work += dt;
+        if (finish[nd->id] > cp) cp = finish[nd->id];
         double f, b;
         mg_op_cost(nd, &f, &b);
         f_op[nd->op] += f;
@@ -192,6 +207,9 @@ static void profile_ops(setup *s, double flops_total) {
         if (c_op[op])
             printf("%-16s %6d %10.2f %10.1f %8.1f\n", mg_op_name((mg_op)op), c_op[op], t_op[op] * 1e3,
                    t_op[op] > 0 ? f_op[op] / t_op[op] * 1e-9 : 0, 100 * f_op[op] / flops_total);
+    printf("work %.2f ms, critical path %.2f ms: at most %.2fx from more workers\n", work * 1e3, cp * 1e3,
+           cp > 0 ? work / cp : 0);
+    free(finish);
 }
 
 /* MLP training step: layers x (layernorm, linear HxH (matmul), bias, gelu), residual,
@@ -285,6 +303,15 @@ static int bench_gpt2(int layers, int hidden, int seq, int mb) {
         tgt[i] = (int32_t)((i * 104729) % 8192);
     }
     double flops = mg_gpt_flops(&c.model, mb);
+    if (getenv("BENCH_PROFILE")) {
+        double f_all = 0;
+        for (int i = 0; i < mg_graph_n_nodes(st.g); i++) {
+            double f, b;
+            mg_op_cost(mg_graph_node(st.g, i), &f, &b);
+            f_all += f;
+        }
+        profile_ops(&s, f_all);
+    }
     char summ[200];
     mg_memplan_summary(s.plan, summ, sizeof summ);
     printf("gpt2: L=%d h=%d s=%d b=%d: %d nodes, %.2f model GFLOP/step; %s\n", layers, hidden, seq, mb,

@@ -12,8 +12,9 @@
  * Workers: STARPU_NCPU (StarPU lets the environment win), else ncpus, else every core
  * hwloc sees, capped by the build's STARPU_MAXCPUS (4 on Debian).
  *
- * OpenBLAS runs single-threaded while StarPU runs: StarPU provides the parallelism,
- * and a threaded sgemm inside each worker would oversubscribe the cores.
+ * OpenBLAS gets cores / workers threads while StarPU runs (1 with a worker per core):
+ * StarPU provides the parallelism, and a threaded sgemm inside each of several
+ * workers would oversubscribe the cores.
  */
 #include <hwloc.h>
 #include <stdbool.h>
@@ -102,7 +103,8 @@ int mg_starpu_acquire(const char *policy, int ncpus, mg_error *err) {
     struct starpu_conf conf;
     starpu_conf_init(&conf);
     conf.sched_policy = pol;
-    int n = ncpus > 0 ? ncpus : hwloc_cores();
+    int cores = hwloc_cores();
+    int n = ncpus > 0 ? ncpus : cores;
     conf.ncpus = n < STARPU_MAXCPUS ? n : STARPU_MAXCPUS;
     int src = starpu_init(&conf);
     if (src != 0) {
@@ -116,7 +118,11 @@ int mg_starpu_acquire(const char *policy, int ncpus, mg_error *err) {
     }
     snprintf(g_policy, sizeof g_policy, "%s", name);
     g_saved_blas_threads = openblas_get_num_threads();
-    openblas_set_num_threads(1);
+    /* Cores not given to StarPU workers go to OpenBLAS inside each worker: with fewer
+     * workers than cores (ncpus / STARPU_NCPU), big GEMMs still use every core. */
+    int nw = (int)starpu_cpu_worker_get_count();
+    int blas = nw > 0 && cores / nw > 1 ? cores / nw : 1;
+    openblas_set_num_threads(blas);
     /* Idle StarPU workers spin; paused, they sleep. Keep them paused between steps so
      * that the host (data loading, logging, MPI) gets the cores. */
     const char *pz = getenv("MG_STARPU_PAUSE");
