@@ -89,12 +89,12 @@ int mg_graph_add_adamw(mg_graph *g, const mg_adamw_config *cfg, mg_optimizer_out
     }
     for (int i = 0; i < k && cn && ln && !g->error.code; i++) {
         mg_tensor *p = params[i];
+        int saved = g->n_scopes;
+        g->n_scopes = 0; /* names derive from the parameter's absolute name */
         mg_tensor *in[6] = {p, grads[i], moment(g, p, "exp_avg"), moment(g, p, "exp_avg_sq"), ln->out[0], cn->out[0]};
         mg_attrs at = {.adamw = {cfg->beta1, cfg->beta2, cfg->eps, p->no_weight_decay ? 0.0f : cfg->weight_decay}};
         char nm[512];
         snprintf(nm, sizeof nm, "%s.new", p->name);
-        int saved = g->n_scopes;
-        g->n_scopes = 0; /* names derive from the parameter's absolute name */
         mg_node *an = mg_node_new(g, MG_OP_ADAMW, &at, 6, in, nm);
         g->n_scopes = saved;
         if (an) {
