@@ -17,6 +17,7 @@
 #include "mgraph/model.h"
 #include "mgraph/plan.h"
 #include "mgraph/tokenizer.h"
+#include "blas_env.h"
 #include "run_config.h"
 
 #ifndef MG_DEFAULT_CORPUS
@@ -423,6 +424,7 @@ static int agree_on_input(run *r, int rc, mg_error *err) {
 }
 
 int main(int argc, char **argv) {
+    mg_tool_pick_openblas_kernel(argv);
     run r;
     memset(&r, 0, sizeof r);
     mg_error err = {0};
@@ -497,6 +499,12 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     if (!rc) rc = train(&r, &err);
+    if (!rc && r.train_eng && is_logger(&r)) {
+        mg_engine_stats es;
+        mg_engine_get_stats(r.train_eng, &es);
+        printf("mgraph-run: last step on StarPU: %lld tasks, %d workers, %.1f ms, idle %.1f%%\n", (long long)es.tasks,
+               es.n_workers, es.wall_s * 1e3, 100.0 * es.idle_fraction);
+    }
     if (rc && r.metrics) { /* no partial output */
         fclose(r.metrics);
         r.metrics = NULL;
