@@ -1,7 +1,12 @@
 /* Training-step throughput of the GPT-2 step graph on the StarPU engine, against
  * OpenBLAS sgemm on the model's own GEMM shapes in the same process.
  *
- *   bench_train [reps] [model]     model: all (default) | 124m | default
+ *   bench_train [reps] [model] [profile]
+ *                  model: all (default) | 124m | default; "profile" adds, per model,
+ *                  the serial time of each op kind over one step (kernels called
+ *                  one by one on one thread, OpenBLAS single-threaded) and the
+ *                  step's critical path: where the time goes, and how much two
+ *                  workers can overlap at best.
  *
  * Models:
  *   124m     GPT-2 124M's shape: 12 layers, hidden 768, 12 heads, ffn 3072, seq 64,
@@ -15,8 +20,9 @@
  * StarPU engine with all workers and the default policy, 2 warm-up steps, then `reps`
  * timed repetitions of k steps (k = 1 for 124m, 3 for default); medians. Reported:
  * tokens/s, model GFLOP/s (mg_gpt_flops / step time), the engine's idle fraction
- * (mg_engine_get_stats, median over timed steps), and OpenBLAS sgemm GFLOP/s on the
- * model's linear-layer GEMMs.
+ * (mg_engine_get_stats, median over timed steps), the reference executor's time for
+ * the same steps (one thread, interleaved with the engine's repetitions so both see
+ * the same machine load) and OpenBLAS sgemm GFLOP/s on the model's linear-layer GEMMs.
  *
  * sgemm baseline: the QKV, attention projection, fc1, fc2 and logits GEMMs for
  * M = seq * micro-batch tokens, each in the three forms a training step runs
@@ -46,6 +52,7 @@
 
 #include "mgraph/engine.h"
 #include "mgraph/model.h"
+#include "ops/op.h" /* profile: kernels one by one, mg_op_cost */
 
 /* OpenBLAS extensions (declared here: not every cblas.h has them) */
 void openblas_set_num_threads(int);
@@ -112,9 +119,104 @@ static bench_model model_default(void) {
     return m;
 }
 
+/* ---- per-op profile ---------------------------------------------------------------------- */
+static int fill_inputs(mg_step *st, mg_storage *sto, int seq) {
+    uint64_t x = 88172645463325252ull; /* xorshift bytes as tokens */
+    for (int k = 0; k < st->n_micro; k++) {
+        int32_t *tok = mg_storage_data(sto, st->tokens[k]), *lab = mg_storage_data(sto, st->targets[k]);
+        for (int64_t i = 0; i < mg_numel(st->tokens[k]); i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            tok[i] = (int32_t)(x & 255);
+            lab[i] = (int32_t)((x >> 8) & 255);
+        }
+    }
+    int32_t *pos = mg_storage_data(sto, st->positions);
+    for (int t = 0; t < seq; t++) pos[t] = t;
+    return 0;
+}
+
+/* Serial time per op kind (mean of 3 steps after one warm-up), and the critical path:
+ * the earliest finish of the last node with unlimited workers, each node taking its
+ * serial time. work / critical path bounds the speedup from more workers. */
+static int profile_step(bench_model *bm, mg_error *err) {
+    mg_step_config c = bm->cfg;
+    c.training = true;
+    c.optim = mg_adamw_defaults();
+    mg_step st;
+    mg_memplan *plan = NULL;
+    mg_storage *sto = NULL;
+    int rc = mg_step_build(&c, &st, err);
+    if (rc) return rc;
+    rc = mg_memplan_build(st.g, true, &plan, err);
+    if (!rc) rc = mg_storage_new(st.g, plan, &sto, err);
+    if (!rc) rc = mg_storage_init(sto, 1234, err);
+    mg_node **ord = NULL;
+    int n = 0;
+    if (!rc) rc = mg_graph_topo(st.g, &ord, &n, err);
+    double t_op[MG_OP_COUNT] = {0}, f_op[MG_OP_COUNT] = {0};
+    int c_op[MG_OP_COUNT] = {0};
+    double *node_t = calloc((size_t)mg_graph_n_nodes(st.g) + 1, sizeof *node_t);
+    double *finish = calloc((size_t)mg_graph_n_nodes(st.g) + 1, sizeof *finish);
+    int saved = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    if (!rc) {
+        fill_inputs(&st, sto, c.model.seq_length);
+        void *ptrs[256];
+        for (int pass = 0; pass < 4 && !rc; pass++) {
+            mg_exec_info info = {.seed = 1234, .iteration = pass, .training = true};
+            for (int k = 0; k < n && !rc; k++) {
+                const mg_node *nd = ord[k];
+                if (nd->n_in + nd->n_out > 256) {
+                    rc = mg_error_set(err, MG_ERR_UNSUPPORTED, "profile: node with %d buffers", nd->n_in + nd->n_out);
+                    break;
+                }
+                for (int i = 0; i < nd->n_in; i++) ptrs[i] = mg_storage_data(sto, nd->in[i]);
+                for (int o = 0; o < nd->n_out; o++) ptrs[nd->n_in + o] = mg_storage_data(sto, nd->out[o]);
+                mg_kernel_args a = {.node = nd, .in = ptrs, .out = ptrs + nd->n_in, .info = &info};
+                double t0 = now_s();
+                rc = mg_op_def_get(nd->op)->cpu(&a, err);
+                if (pass > 0) node_t[nd->id] += (now_s() - t0) / 3;
+            }
+        }
+    }
+    openblas_set_num_threads(saved);
+    if (!rc) {
+        double work = 0, cp = 0, flops = 0;
+        for (int k = 0; k < n; k++) {
+            const mg_node *nd = ord[k];
+            double start = 0, f, b;
+            for (int i = 0; i < nd->n_in; i++)
+                if (nd->in[i]->src && finish[nd->in[i]->src->id] > start) start = finish[nd->in[i]->src->id];
+            finish[nd->id] = start + node_t[nd->id];
+            if (finish[nd->id] > cp) cp = finish[nd->id];
+            work += node_t[nd->id];
+            mg_op_cost(nd, &f, &b);
+            t_op[nd->op] += node_t[nd->id];
+            f_op[nd->op] += f;
+            flops += f;
+            c_op[nd->op]++;
+        }
+        printf("  profile (serial, one thread): %-14s %6s %9s %7s %9s %7s\n", "op", "nodes", "ms", "time %", "GFLOP/s",
+               "flop %");
+        for (int op = 0; op < MG_OP_COUNT; op++)
+            if (c_op[op] && t_op[op] > 0.005 * work)
+                printf("  %30s %-14s %6d %9.2f %7.1f %9.1f %7.1f\n", "", mg_op_name((mg_op)op), c_op[op], t_op[op] * 1e3,
+                       100 * t_op[op] / work, f_op[op] / t_op[op] * 1e-9, 100 * f_op[op] / flops);
+        printf("  work %.1f ms, critical path %.1f ms: at most %.2fx from more workers (2 workers: >= %.1f ms)\n",
+               work * 1e3, cp * 1e3, work / cp, fmax(cp, work / 2) * 1e3);
+    }
+    free(node_t);
+    free(finish);
+    mg_storage_free(sto);
+    mg_memplan_free(plan);
+    mg_step_release(&st);
+    return rc;
+}
+
 /* ---- the training step on the engine ------------------------------------------------------ */
 typedef struct step_result {
     double step_s, min_s, tokens_per_s, gflops, idle;
+    double ref_s;            /* reference executor (one thread, OpenBLAS single-threaded), same steps */
     int workers;
     int64_t tasks;
     size_t persistent_bytes, activation_bytes;
@@ -136,21 +238,11 @@ static int time_step(bench_model *bm, int reps, step_result *res, mg_error *err)
     if (!rc) rc = mg_storage_new(st.g, plan, &sto, err);
     if (!rc) rc = mg_storage_init(sto, 1234, err);
     if (!rc) {
-        uint64_t x = 88172645463325252ull; /* xorshift bytes as tokens */
-        for (int k = 0; k < st.n_micro; k++) {
-            int32_t *tok = mg_storage_data(sto, st.tokens[k]), *lab = mg_storage_data(sto, st.targets[k]);
-            for (int64_t i = 0; i < mg_numel(st.tokens[k]); i++) {
-                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-                tok[i] = (int32_t)(x & 255);
-                lab[i] = (int32_t)((x >> 8) & 255);
-            }
-        }
-        int32_t *pos = mg_storage_data(sto, st.positions);
-        for (int t = 0; t < c.model.seq_length; t++) pos[t] = t;
+        fill_inputs(&st, sto, c.model.seq_length);
         mg_engine_options eo = {.sched_policy = NULL, .ncpus = 0, .use_priorities = true};
         rc = mg_engine_new(st.g, sto, &eo, &eng, err);
     }
-    double *t = calloc((size_t)reps, sizeof *t), *idle = calloc((size_t)reps * bm->steps_per_rep, sizeof *idle);
+    double *t = calloc((size_t)reps, sizeof *t), *tr = calloc((size_t)reps, sizeof *tr), *idle = calloc((size_t)reps * bm->steps_per_rep, sizeof *idle);
     int64_t it = 0;
     mg_engine_stats es = {0};
     for (int w = 0; w < 2 && !rc; w++, it++) {
@@ -167,6 +259,14 @@ static int time_step(bench_model *bm, int reps, step_result *res, mg_error *err)
             idle[n_idle++] = es.idle_fraction;
         }
         t[r] = (now_s() - t0) / bm->steps_per_rep;
+        /* the same steps on the reference executor, interleaved so that both see the
+         * same load; OpenBLAS is single-threaded while the engine exists */
+        t0 = now_s();
+        for (int k = 0; k < bm->steps_per_rep && !rc; k++) {
+            mg_exec_info info = {.seed = 1234, .iteration = it - bm->steps_per_rep + k, .training = true};
+            rc = mg_exec_reference(st.g, sto, &info, err);
+        }
+        tr[r] = (now_s() - t0) / bm->steps_per_rep;
     }
     if (!rc) {
         float loss = *(float *)mg_storage_data(sto, st.loss);
@@ -174,6 +274,7 @@ static int time_step(bench_model *bm, int reps, step_result *res, mg_error *err)
         int64_t samples = (int64_t)c.micro_batch * c.n_micro;
         res->step_s = median(t, reps);
         res->min_s = t[0]; /* sorted by median() */
+        res->ref_s = median(tr, reps);
         res->tokens_per_s = (double)samples * c.model.seq_length / res->step_s;
         res->gflops = mg_gpt_flops(&c.model, samples) / res->step_s * 1e-9;
         res->idle = median(idle, n_idle);
@@ -183,6 +284,7 @@ static int time_step(bench_model *bm, int reps, step_result *res, mg_error *err)
         res->activation_bytes = plan->transient_bytes;
     }
     free(t);
+    free(tr);
     free(idle);
     mg_engine_free(eng);
     mg_storage_free(sto);
@@ -313,8 +415,10 @@ static void bench_gemms(const bench_model *bm, int threads, bool verbose, gemm_s
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 5;
     const char *which = argc > 2 ? argv[2] : "all";
-    if (reps < 1 || (strcmp(which, "all") && strcmp(which, "124m") && strcmp(which, "default"))) {
-        fprintf(stderr, "usage: bench_train [reps >= 1] [all|124m|default]\n");
+    bool profile = argc > 3 && strcmp(argv[3], "profile") == 0;
+    if (reps < 1 || (strcmp(which, "all") && strcmp(which, "124m") && strcmp(which, "default")) ||
+        (argc > 3 && !profile)) {
+        fprintf(stderr, "usage: bench_train [reps >= 1] [all|124m|default] [profile]\n");
         return 2;
     }
     const char *ct = getenv("OPENBLAS_CORETYPE");
@@ -339,22 +443,29 @@ int main(int argc, char **argv) {
             fprintf(stderr, "%s: %s\n", bm->name, err.msg);
             return 1;
         }
+        printf("  reference executor (1 thread) %.1f ms/step: engine speedup %.2fx\n", res[i].ref_s * 1e3,
+               res[i].ref_s / res[i].step_s);
         printf("  step %.1f ms (median of %d x %d steps; fastest %.1f ms), %d workers, %lld tasks, params+state %.0f MiB, activations "
                "%.0f MiB\n",
                res[i].step_s * 1e3, reps, bm->steps_per_rep, res[i].min_s * 1e3, res[i].workers, (long long)res[i].tasks,
                res[i].persistent_bytes / 1048576.0, res[i].activation_bytes / 1048576.0);
         printf("  load average %.2f\n", load1());
         bench_gemms(bm, res[i].workers, true, &gs[i]);
+        if (profile && profile_step(bm, &err)) {
+            fprintf(stderr, "%s: profile: %s\n", bm->name, err.msg);
+            return 1;
+        }
         ran[i] = true;
     }
     printf("\n| model | step ms | tokens/s | model GFLOP/s | sgemm mix GFLOP/s (%s, %d threads) | ratio | sgemm 1 thread "
-           "| idle |\n|---|---|---|---|---|---|---|---|\n",
+           "| idle | reference 1 thread ms | speedup |\n|---|---|---|---|---|---|---|---|---|---|\n",
            openblas_get_corename(), ran[0] ? res[0].workers : res[1].workers);
     for (int i = 0; i < 2; i++)
         if (ran[i])
-            printf("| %s | %.1f | %.0f | %.1f | %.1f | %.2f | %.1f | %.2f |\n", models[i].name, res[i].step_s * 1e3,
-                   res[i].tokens_per_s, res[i].gflops, gs[i].mix_concurrent, res[i].gflops / gs[i].mix_concurrent,
-                   gs[i].mix_single, res[i].idle);
+            printf("| %s | %.1f | %.0f | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n", models[i].name,
+                   res[i].step_s * 1e3, res[i].tokens_per_s, res[i].gflops, gs[i].mix_concurrent,
+                   res[i].gflops / gs[i].mix_concurrent, gs[i].mix_single, res[i].idle, res[i].ref_s * 1e3,
+                   res[i].ref_s / res[i].step_s);
     printf("load average at the end %.2f\n", load1());
     return 0;
 }
