@@ -157,6 +157,23 @@ mg_sharding part_resolve_target(part_ctx *c, const mg_tensor *lt, bool allow_seq
     return sh_full();
 }
 
+/* A reshaped copy of a split tensor is gathered by reshaping the gathered original:
+ * the original's gather is usually needed anyway (a gradient feeds both the input-
+ * gradient matmul and, reshaped to 2-D, the weight-gradient matmul), and the cache
+ * then serves both with one all-gather. NULL when this does not apply. */
+static mg_tensor *gather_through_reshape(part_ctx *c, const mg_tensor *lt, mg_sharding want) {
+    const pt *p = &c->st[lt->id];
+    if (want.kind != MG_SHARD_FULL || p->tp.kind != MG_SHARD_SPLIT || p->dp_partial || !lt->src ||
+        lt->src->op != MG_OP_RESHAPE)
+        return NULL;
+    const mg_tensor *src = lt->src->in[0];
+    const pt *q = &c->st[src->id];
+    if (!q->t || q->absent || q->dp_partial || q->tp.kind != MG_SHARD_SPLIT) return NULL;
+    mg_tensor *full = part_get(c, src, sh_full());
+    if (!full) return NULL;
+    return named(c, mg_reshape(c->P, full, lt->ndim, lt->shape), lt, "tp_gathered", want);
+}
+
 mg_tensor *part_get(part_ctx *c, const mg_tensor *lt, mg_sharding want) {
     pt *p = &c->st[lt->id];
     part_state(c, lt);
@@ -169,7 +186,8 @@ mg_tensor *part_get(part_ctx *c, const mg_tensor *lt, mg_sharding want) {
     if (sh_eq(p->tp, want)) return p->t;
     mg_tensor *t = cache_find(c, lt->id, want, !p->dp_partial);
     if (t) return t;
-    t = convert_tp(c, lt, p->t, p->tp, want);
+    t = gather_through_reshape(c, lt, want);
+    if (!t && !c->err->code) t = convert_tp(c, lt, p->t, p->tp, want);
     if (!t) {
         graph_failed(c);
         return NULL;

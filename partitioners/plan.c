@@ -127,8 +127,10 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
     if (world % inner)
         return mg_error_set(err, MG_ERR_INVALID,
                             "world size %d is not a multiple of tensor x pipeline x context parallel sizes "
-                            "(%d x %d x %d = %lld)",
-                            world, p->tp, p->pp, p->cp, (long long)inner);
+                            "(--tensor-model-parallel-size %d x --pipeline-model-parallel-size %d x "
+                            "--context-parallel-size %d = %lld): launch a multiple of %lld ranks with mpirun -np, "
+                            "or partition without running with --dry-run --world-size",
+                            world, p->tp, p->pp, p->cp, (long long)inner, (long long)inner);
     if (p->pp > 1)
         return mg_error_set(err, MG_ERR_UNSUPPORTED,
                             "--pipeline-model-parallel-size %d: pipeline parallelism is not supported yet", p->pp);
