@@ -74,14 +74,16 @@ static int adamw_cpu(const mg_kernel_args *a, mg_error *err) {
     float lr = ((const float *)a->in[4])[0], coef = ((const float *)a->in[5])[0];
     float *po = a->out[0], *mo = a->out[1], *vo = a->out[2];
     double t = (double)(a->info->iteration + 1);
-    float bc1 = (float)(1.0 - pow(c->beta1, t)), bc2 = (float)(1.0 - pow(c->beta2, t));
+    /* bias corrections folded into two multipliers; one division per element */
+    float ibc1 = (float)(1.0 / (1.0 - pow(c->beta1, t))), ibc2 = (float)(1.0 / (1.0 - pow(c->beta2, t)));
+    float b1 = c->beta1, b2 = c->beta2, eps = c->eps, wd = c->weight_decay;
     int64_t n = mg_numel(a->node->in[0]);
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i] * coef;
-        float mi = c->beta1 * m[i] + (1.0f - c->beta1) * gi;
-        float vi = c->beta2 * v[i] + (1.0f - c->beta2) * gi * gi;
-        float upd = (mi / bc1) / (sqrtf(vi / bc2) + c->eps);
-        po[i] = p[i] - lr * (upd + c->weight_decay * p[i]);
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        float upd = (mi * ibc1) / (sqrtf(vi * ibc2) + eps);
+        po[i] = p[i] - lr * (upd + wd * p[i]);
         mo[i] = mi;
         vo[i] = vi;
     }

@@ -126,12 +126,17 @@ static int infer_sumsq(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
 
 static int sumsq_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
-    double s = 0;
+    /* eight independent double accumulators: the compiler vectorises this (a single
+     * accumulator chains every add); the order is fixed, so results stay deterministic */
+    double acc[8] = {0};
     for (int k = 0; k < a->node->n_in; k++) {
         const float *x = a->in[k];
-        int64_t n = mg_numel(a->node->in[k]);
-        for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+        int64_t n = mg_numel(a->node->in[k]), i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int l = 0; l < 8; l++) acc[l] += (double)x[i + l] * x[i + l];
+        for (; i < n; i++) acc[i & 7] += (double)x[i] * x[i];
     }
+    double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     ((float *)a->out[0])[0] = (float)s;
     return MG_OK;
 }

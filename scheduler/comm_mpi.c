@@ -162,7 +162,7 @@ static void account(mg_comm *c, mg_group grp, mg_op op, mg_dtype dt, int64_t cou
 
 int mg_comm_allreduce_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
                           mg_reduce_op op, mg_error *err) {
-    MPI_Datatype type;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
     int rc = prep(c, grp, dt, count, "MPI_Allreduce", &type, err);
     if (rc) return rc;
     MPI_Op mop;
@@ -178,7 +178,7 @@ int mg_comm_allreduce_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in,
 
 int mg_comm_allgather_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
                           mg_error *err) {
-    MPI_Datatype type;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
     int rc = prep(c, grp, dt, count, "MPI_Allgather", &type, err);
     if (rc) return rc;
     double t0 = MPI_Wtime();
@@ -190,7 +190,7 @@ int mg_comm_allgather_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in,
 
 int mg_comm_reduce_scatter_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
                                mg_error *err) {
-    MPI_Datatype type;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
     int rc = prep(c, grp, dt, count, "MPI_Reduce_scatter_block", &type, err);
     if (rc) return rc;
     /* MPI_Reduce_scatter_block, not MPI_Reduce_scatter with equal counts: measured side
@@ -205,7 +205,7 @@ int mg_comm_reduce_scatter_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void
 
 int mg_comm_broadcast_buf(mg_comm *c, mg_group grp, mg_dtype dt, void *buf, int64_t count, int root,
                           mg_error *err) {
-    MPI_Datatype type;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
     int rc = prep(c, grp, dt, count, "MPI_Bcast", &type, err);
     if (rc) return rc;
     if (root < 0 || root >= c->mesh.size[grp])
