@@ -432,6 +432,10 @@ int main(int argc, char **argv) {
     /* Collectives run on StarPU workers, one at a time (the engine serialises them):
      * MPI_THREAD_SERIALIZED is what that needs. */
     int provided, world = 1, rank = 0;
+    /* Several ranks sharing a node's cores: a rank waiting in a collective must yield
+     * its core to the peer it waits for, not spin on it (Open MPI reads this at init). */
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (local && atoi(local) > 1) setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
