@@ -157,8 +157,8 @@ static int open_data(run *r, mg_step_config *sc, mg_error *err) {
     sc->model.vocab = mg_vocab_padded(vocab, c->make_vocab_size_divisible_by, tp);
     uint64_t gbs = (uint64_t)c->global_batch_size;
     uint64_t evals = c->eval_interval > 0 ? (uint64_t)(c->train_iters / c->eval_interval) + 1 : 1;
-    uint64_t want[3] = {(uint64_t)c->train_iters * gbs, evals * (uint64_t)c->eval_iters * gbs,
-                        (uint64_t)c->eval_iters * gbs};
+    /* the test split is not used by training: ask for none (0 = one epoch, possibly empty) */
+    uint64_t want[3] = {(uint64_t)c->train_iters * gbs, evals * (uint64_t)c->eval_iters * gbs, 0};
     if (c->data_path) {
         mg_gpt_dataset_config dc = {c->data_path, c->split, c->seq_length, (uint64_t)c->seed,
                                     {want[0], want[1], want[2]}, c->data_cache_path, vocab};
