@@ -39,6 +39,10 @@ static void run_kernel(void *buffers[], void *cl_arg, mg_kernel_fn fn) {
     if (atomic_load_explicit(&e->failed, memory_order_relaxed)) return; /* the step is lost already */
     int np = nd->n_in + nd->n_out;
     for (int i = 0; i < np; i++) a->ptrs[i] = (void *)STARPU_VECTOR_GET_PTR(buffers[a->slot[i]]);
+    if (e->comm_thread && (mg_op_def_get(nd->op)->flags & MG_OPF_COMM)) {
+        mg_comm_thread_submit(e, a, fn); /* the worker goes back to compute */
+        return;
+    }
     mg_kernel_args ka = {.node = nd, .in = a->ptrs, .out = a->ptrs + nd->n_in, .info = &e->info};
     mg_error kerr = {0};
     double t0 = now_s();

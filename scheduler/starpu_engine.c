@@ -137,6 +137,7 @@ void mg_engine_free(mg_engine *e) {
             if (e->handles[b]) starpu_data_unregister(e->handles[b]);
         free(e->handles);
     }
+    mg_comm_thread_stop(e);
     if (e->comm_token) starpu_data_unregister(e->comm_token);
     free(e->comm_token_buf);
     free_args(e);
@@ -210,6 +211,12 @@ int mg_engine_new(mg_graph *g, mg_storage *s, const mg_engine_options *opt, mg_e
             free(prio);
             mg_engine_free(e);
             return mg_error_set(err, MG_ERR_NOMEM, "could not create the collectives' order token");
+        }
+        const char *sync = getenv("MG_SYNC_COMM");
+        if (!(sync && *sync && strcmp(sync, "0")) && (rc = mg_comm_thread_start(e, err))) {
+            free(prio);
+            mg_engine_free(e);
+            return rc;
         }
     }
     if (opt->use_priorities)
@@ -293,6 +300,7 @@ int mg_engine_run(mg_engine *e, const mg_exec_info *info, mg_error *err) {
         busy += st->busy_s[w];
     }
     st->idle_fraction = wall > 0 && st->n_workers ? 1.0 - busy / (st->n_workers * wall) : 0;
+    st->comm_s = mg_comm_thread_take_busy(e);
     if (st->idle_fraction < 0) st->idle_fraction = 0;
 
     if (rc) return rc;

@@ -7,6 +7,7 @@
 #include <starpu.h>
 
 #include "mgraph/engine.h"
+#include "ops/op.h"
 
 /* Per node, built once in mg_engine_new and passed as the task's cl_arg: the
  * trampoline needs the node (kernel, shapes), the engine (exec info, stats, errors)
@@ -22,6 +23,8 @@ typedef struct mg_task_arg {
     int priority;                           /* StarPU priority, from mg_graph_priorities */
 } mg_task_arg;
 
+typedef struct mg_comm_thread mg_comm_thread;
+
 struct mg_engine {
     mg_graph *g;
     mg_storage *s;
@@ -34,6 +37,9 @@ struct mg_engine {
      * (see starpu_engine.c). NULL when the graph has no collective. */
     starpu_data_handle_t comm_token;
     void *comm_token_buf;
+    /* Collectives run on this thread, not on workers (starpu_comm_thread.c); NULL when
+     * the graph has none or MG_SYNC_COMM=1. */
+    mg_comm_thread *comm_thread;
     mg_exec_info info;                      /* the running step's info, read by kernels */
     bool use_priorities;
     /* first kernel error wins; `failed` lets later tasks skip their kernels */
@@ -64,6 +70,14 @@ struct starpu_codelet *mg_starpu_codelet(mg_op op);
 /* ---- starpu_priority.c -------------------------------------------------------- */
 /* Maps the nodes' critical-path priorities (doubles) onto StarPU's integer range. */
 int mg_starpu_map_priorities(mg_node *const *order, int n, int min_prio, int max_prio, int *out, mg_error *err);
+
+/* ---- starpu_comm_thread.c ------------------------------------------------------- */
+int mg_comm_thread_start(mg_engine *e, mg_error *err);
+void mg_comm_thread_stop(mg_engine *e);
+/* From inside a collective's task: hand the kernel over; the task ends when it is done. */
+void mg_comm_thread_submit(mg_engine *e, mg_task_arg *a, mg_kernel_fn fn);
+/* Seconds the thread spent in collectives since the last call. */
+double mg_comm_thread_take_busy(mg_engine *e);
 
 /* Records a kernel failure (first one wins). */
 void mg_engine_record_error(mg_engine *e, const mg_node *n, int rc, const mg_error *kerr);

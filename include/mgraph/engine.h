@@ -53,6 +53,7 @@ typedef struct mg_engine_stats {
     int n_workers;
     double busy_s[64];         /* per worker, last step: time inside kernels */
     double idle_fraction;      /* 1 - sum(busy) / (n_workers * wall) */
+    double comm_s;             /* last step: time the communication thread spent in collectives */
 } mg_engine_stats;
 
 /* Starts StarPU (once per process; reference-counted) and registers one data handle
