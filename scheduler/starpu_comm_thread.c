@@ -11,7 +11,7 @@
  *
  * The engine's comm token already runs a rank's collectives one at a time in seq
  * order; this thread is the only one calling MPI during a step, which is what
- * MPI_THREAD_SERIALIZED allows. MG_SYNC_COMM=1 runs collectives on workers instead.
+ * MPI_THREAD_SERIALIZED allows. Enabled by mg_engine_options.comm_thread.
  */
 #include <sched.h>
 #include <stdlib.h>

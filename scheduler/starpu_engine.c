@@ -212,8 +212,7 @@ int mg_engine_new(mg_graph *g, mg_storage *s, const mg_engine_options *opt, mg_e
             mg_engine_free(e);
             return mg_error_set(err, MG_ERR_NOMEM, "could not create the collectives' order token");
         }
-        const char *sync = getenv("MG_SYNC_COMM");
-        if (!(sync && *sync && strcmp(sync, "0")) && (rc = mg_comm_thread_start(e, err))) {
+        if (opt->comm_thread && (rc = mg_comm_thread_start(e, err))) {
             free(prio);
             mg_engine_free(e);
             return rc;

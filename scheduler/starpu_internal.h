@@ -38,7 +38,7 @@ struct mg_engine {
     starpu_data_handle_t comm_token;
     void *comm_token_buf;
     /* Collectives run on this thread, not on workers (starpu_comm_thread.c); NULL when
-     * the graph has none or MG_SYNC_COMM=1. */
+     * the graph has none or the option is off. */
     mg_comm_thread *comm_thread;
     mg_exec_info info;                      /* the running step's info, read by kernels */
     bool use_priorities;

@@ -232,7 +232,7 @@ static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, m
     if (rc) return rc;
     fill_positions(g, *store, r->cfg.seq_length);
     if (!strcmp(r->cfg.engine, "starpu")) {
-        mg_engine_options eo = {r->cfg.sched_policy, default_workers(r), true};
+        mg_engine_options eo = {r->cfg.sched_policy, default_workers(r), true, r->cfg.overlap_grad_reduce};
         rc = mg_engine_new(g, *store, &eo, eng, err);
     }
     return rc;

@@ -37,6 +37,7 @@ typedef struct mg_run_config {
     const char *engine;      /* "starpu" (default) or "reference" */
     const char *sched_policy;
     int cpu_workers;
+    bool overlap_grad_reduce;
     bool help;
 } mg_run_config;
 

@@ -45,6 +45,11 @@ typedef struct mg_engine_options {
     const char *sched_policy;  /* NULL: STARPU_SCHED, else the measured default */
     int ncpus;                 /* 0: all cores (hwloc), capped by this StarPU build */
     bool use_priorities;       /* critical-path priorities on tasks (default true) */
+    /* Run collectives on a communication thread instead of a worker, so compute goes on
+     * while a rank communicates (Megatron's --overlap-grad-reduce). Wins when the rank
+     * has a core to spare for it; on oversubscribed cores the polling thread competes
+     * with the workers (bench/RESULTS-parallel.md), hence off by default. */
+    bool comm_thread;
 } mg_engine_options;
 
 typedef struct mg_engine_stats {

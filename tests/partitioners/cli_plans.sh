@@ -75,7 +75,7 @@ train_matches_serial)
     # a plan file (tp 2, sp) and flags (distributed optimizer) on 4 ranks vs the serial run
     printf '# tensor parallel with sequence parallel\ntensor-model-parallel-size 2\nsequence-parallel true\n' > tp.plan
     timeout 120 "$RUN" "${SMALL[@]}" --train-iters 6 --metrics-file serial.jsonl > serial.txt 2>&1 || fail "serial run"
-    timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" --train-iters 6 --plan tp.plan --use-distributed-optimizer \
+    timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" --train-iters 6 --plan tp.plan --use-distributed-optimizer --overlap-grad-reduce \
         --metrics-file parallel.jsonl > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
     grep -q "tp 2, dp 2, sequence parallel, distributed optimizer" parallel.txt || fail "plan not applied"
     same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses differ"

@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     alarm(300); /* never hang a test run */
     if (argc < 4) {
-        fprintf(stderr, "usage: test_equivalence TP SP(0|1) DISTOPT(0|1) [ITERS]\n");
+        fprintf(stderr, "usage: test_equivalence TP SP(0|1) DISTOPT(0|1) [ITERS [OVERLAP(0|1)]]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     mg_plan plan;
@@ -109,6 +109,7 @@ int main(int argc, char **argv) {
     plan.distributed_optimizer = atoi(argv[3]);
     plan.bucket_numel = 20000; /* several buckets even on a tiny model */
     int iters = argc > 4 ? atoi(argv[4]) : 3;
+    bool overlap = argc > 5 && atoi(argv[5]); /* collectives on the communication thread */
     mg_error err = {0};
     mg_mesh mesh;
     if (mg_mesh_init(&mesh, world, rank_, plan.tp, 1, 1, 1, &err)) die("mesh", &err);
@@ -162,7 +163,7 @@ int main(int argc, char **argv) {
     mg_engine *eng = NULL;
     if (mg_partition(ser.g, &plan, &mesh, &P, &err)) die("partition", &err);
     if (mg_comm_new(&mesh, &comm, &err)) die("comm", &err);
-    mg_engine_options eo = {NULL, 1, true};
+    mg_engine_options eo = {NULL, 1, true, overlap};
     if (mg_memplan_build(P, true, &pp, &err) || mg_storage_new(P, pp, &ps, &err) || mg_storage_init(ps, 42, &err) ||
         mg_engine_new(P, ps, &eo, &eng, &err))
         die("parallel build", &err);
