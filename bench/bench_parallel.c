@@ -380,7 +380,10 @@ int main(int argc, char **argv) {
     mg_memplan *mp = NULL;
     mg_storage *sto = NULL;
     mg_engine *eng = NULL;
-    mg_engine_options eo = {.sched_policy = NULL, .ncpus = workers, .use_priorities = true};
+    /* BENCH_OVERLAP=1: collectives on the engine's communication thread (--overlap-grad-reduce) */
+    const char *ov = getenv("BENCH_OVERLAP");
+    mg_engine_options eo = {.sched_policy = NULL, .ncpus = workers, .use_priorities = true,
+                            .comm_thread = ov && atoi(ov) > 0};
     if (mg_memplan_build(G, true, &mp, &err) || mg_storage_new(G, mp, &sto, &err) || mg_storage_init(sto, 1234, &err) ||
         mg_engine_new(G, sto, &eo, &eng, &err))
         die("engine", &err);
