@@ -18,6 +18,7 @@
  * Everything is a function of the topo order (deterministic) and of tensor ids; ties
  * are broken by the lowest buffer index, so identical graphs get identical plans.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,20 @@ typedef struct planner {
     bool *persist;    /* [n_tensors] per root: class is persistent */
     int *free_list;   /* transient buffers free right now (indices), unordered */
     int n_free;
+    /* Order-preserving reuse: anc holds, per topo position, the bitset of positions it
+     * depends on (transitively); a free buffer is reused by the node at position m
+     * only if every node that touched its last class is an ancestor of m, so the
+     * write-after-read dependency reuse creates is already implied by the data and
+     * costs no parallelism. NULL for very large graphs: plain liveness reuse. */
+    uint64_t *anc;
+    size_t words;
+    int *pos;         /* [n_nodes] topo position of node id */
+    int *buf_class;   /* [cap_buffers] root of the class a buffer held last (-1) */
+    int **acc;        /* [n_tensors] per root: topo positions of the nodes touching it */
+    int *n_acc;
 } planner;
+
+#define MG_MEMPLAN_MAX_ORDERED 32768 /* positions: the bitsets then take <= 128 MiB */
 
 static size_t tensor_bytes(const mg_tensor *t) { return (size_t)mg_numel(t) * mg_dtype_size(t->dtype); }
 
@@ -55,16 +69,36 @@ static int new_buffer(planner *pl, size_t bytes, bool persistent, mg_error *err)
         if (!b || !q) return mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d buffers", cap);
         pl->cap_buffers = cap;
     }
+    if (pl->buf_class) {
+        int *bc = realloc(pl->buf_class, (size_t)pl->cap_buffers * sizeof *bc);
+        if (!bc) return mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d buffers", pl->cap_buffers);
+        pl->buf_class = bc;
+        bc[p->n_buffers] = -1;
+    }
     p->buffer_bytes[p->n_buffers] = bytes;
     p->buffer_persistent[p->n_buffers] = persistent;
     return p->n_buffers++;
 }
 
-/* Best fit from the free list; removes the chosen buffer from it. -1: none free. */
-static int take_free(planner *pl, size_t need) {
+/* May the node at topo position m write into buffer b without a new ordering? */
+static bool ordered_after(const planner *pl, int b, int m) {
+    if (!pl->anc) return true;
+    int r = pl->buf_class[b];
+    if (r < 0) return true;
+    const uint64_t *a = pl->anc + (size_t)m * pl->words;
+    for (int i = 0; i < pl->n_acc[r]; i++) {
+        int q = pl->acc[r][i];
+        if (q != m && !(a[q >> 6] >> (q & 63) & 1)) return false;
+    }
+    return true;
+}
+
+/* Best fit among the free buffers node m may use; removes it from the list. -1: none. */
+static int take_free(planner *pl, size_t need, int m) {
     int best = -1, largest = -1;
     for (int i = 0; i < pl->n_free; i++) {
         int b = pl->free_list[i];
+        if (!ordered_after(pl, b, m)) continue;
         size_t sz = pl->p->buffer_bytes[b];
         if (sz >= need && (best < 0 || sz < pl->p->buffer_bytes[pl->free_list[best]] ||
                            (sz == pl->p->buffer_bytes[pl->free_list[best]] && b < pl->free_list[best])))
@@ -121,6 +155,52 @@ void mg_memplan_free(mg_memplan *p) {
     free(p);
 }
 
+/* Ancestor bitsets over topo positions and, per class, the nodes that touch it. */
+static int build_order(planner *pl, mg_node **ord, int n, mg_error *err) {
+    mg_graph *g = pl->g;
+    int nt = mg_graph_n_tensors(g);
+    if (n > MG_MEMPLAN_MAX_ORDERED) return MG_OK; /* plain reuse */
+    pl->words = ((size_t)n + 63) / 64;
+    pl->anc = calloc((size_t)n * pl->words + 1, sizeof *pl->anc);
+    pl->pos = malloc(((size_t)mg_graph_n_nodes(g) + 1) * sizeof *pl->pos);
+    pl->buf_class = malloc(((size_t)pl->cap_buffers + 64) * sizeof *pl->buf_class);
+    pl->n_acc = calloc((size_t)nt + 1, sizeof *pl->n_acc);
+    pl->acc = calloc((size_t)nt + 1, sizeof *pl->acc);
+    if (!pl->anc || !pl->pos || !pl->buf_class || !pl->n_acc || !pl->acc)
+        return mg_error_set(err, MG_ERR_NOMEM, "out of memory ordering %d nodes for the memory plan", n);
+    for (int b = 0; b < pl->cap_buffers + 64; b++) pl->buf_class[b] = -1;
+    for (int k = 0; k < n; k++) pl->pos[ord[k]->id] = k;
+    for (int k = 0; k < n; k++) {
+        uint64_t *a = pl->anc + (size_t)k * pl->words;
+        for (int j = 0; j < ord[k]->n_in; j++) {
+            const mg_node *src = ord[k]->in[j]->src;
+            if (!src) continue;
+            int q = pl->pos[src->id];
+            const uint64_t *b = pl->anc + (size_t)q * pl->words;
+            for (size_t w = 0; w <= (size_t)q >> 6; w++) a[w] |= b[w];
+            a[q >> 6] |= 1ull << (q & 63);
+        }
+    }
+    /* accessors: count, then fill */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) {
+            for (int r = 0; r < nt; r++) {
+                if (pl->n_acc[r] && !(pl->acc[r] = malloc((size_t)pl->n_acc[r] * sizeof **pl->acc)))
+                    return mg_error_set(err, MG_ERR_NOMEM, "out of memory planning memory");
+                pl->n_acc[r] = 0;
+            }
+        }
+        for (int k = 0; k < n; k++)
+            for (int s = 0; s < ord[k]->n_in + ord[k]->n_out; s++) {
+                const mg_tensor *t = s < ord[k]->n_in ? ord[k]->in[s] : ord[k]->out[s - ord[k]->n_in];
+                int r = pl->root[t->id];
+                if (pass) pl->acc[r][pl->n_acc[r]] = k;
+                pl->n_acc[r]++;
+            }
+    }
+    return MG_OK;
+}
+
 static int plan(planner *pl, bool reuse, mg_error *err) {
     mg_graph *g = pl->g;
     mg_memplan *p = pl->p;
@@ -150,6 +230,8 @@ static int plan(planner *pl, bool reuse, mg_error *err) {
         }
     }
 
+    if (reuse && (rc = build_order(pl, ord, n, err))) return rc;
+
     /* Persistent classes first, in tensor-id order: their buffer indices do not depend
      * on the activations, which keeps checkpoints' buffer layout stable. */
     for (int i = 0; i < nt; i++) {
@@ -169,9 +251,10 @@ static int plan(planner *pl, bool reuse, mg_error *err) {
             if (r != t->id || pl->persist[r]) continue; /* members: assigned below; persistent: done */
             size_t need = tensor_bytes(t);
             p->unshared_bytes += need;
-            int b = reuse ? take_free(pl, need) : -1;
+            int b = reuse ? take_free(pl, need, k) : -1;
             if (b < 0 && (b = new_buffer(pl, need, false, err)) < 0) return b;
             p->buffer_of[r] = b;
+            if (pl->buf_class) pl->buf_class[b] = r;
         }
         if (!reuse) continue;
         /* Release classes whose last use is this node: inputs, then unread outputs. */
@@ -220,6 +303,13 @@ int mg_memplan_build(mg_graph *g, bool reuse, mg_memplan **out, mg_error *err) {
         rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
     else
         rc = plan(&pl, reuse, err);
+    if (pl.acc)
+        for (int i = 0; i < nt; i++) free(pl.acc[i]);
+    free(pl.acc);
+    free(pl.n_acc);
+    free(pl.anc);
+    free(pl.pos);
+    free(pl.buf_class);
     free(pl.root);
     free(pl.last);
     free(pl.persist);

@@ -241,29 +241,41 @@ mg_node *part_emit(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg
     }
     free(nd->scope);
     nd->scope = strdup(n->scope);
-    for (int j = 0; j < n->n_out; j++) {
-        const mg_tensor *lo = n->out[j];
-        mg_tensor *po = nd->out[j];
-        if (strcmp(po->name, lo->name)) rename_abs(c->P, po, lo->name);
-        mg_sharding s = c->tp > 1 ? out_state[j] : sh_full();
-        /* the op's shape rule must agree with the state the rule claims */
-        int64_t want[MG_MAX_DIMS];
-        local_shape(c, lo, s, want);
-        for (int d = 0; d < lo->ndim; d++)
-            if (po->ndim != lo->ndim || po->shape[d] != want[d]) {
-                char b1[96], b2[96];
-                part_fail(c, MG_ERR_RUNTIME, "partitioning %s '%s': physical shape %s, expected %s for state %d/%d",
-                          mg_op_name(n->op), lo->name, mg_shape_str(po, b1, sizeof b1),
-                          mg_dims_str(lo->ndim, want, b2, sizeof b2), s.kind, s.dim);
-                return NULL;
-            }
-        part_set_identity(c, po, lo, s);
-        po->role = lo->role;
-        po->persistent = lo->persistent;
-        if (lo->updates) po->updates = c->st[lo->updates->id].t;
-        c->st[lo->id] = (pt){po, false, s, dp_partial};
-    }
+    for (int j = 0; j < n->n_out; j++)
+        if (part_bind(c, n, n->out[j], nd->out[j], out_state[j], dp_partial)) return NULL;
     return nd;
+}
+
+int part_bind(part_ctx *c, const mg_node *n, const mg_tensor *lo, mg_tensor *po, mg_sharding s, bool dp_partial) {
+    if (strcmp(po->name, lo->name)) {
+        /* Logical names win: a helper tensor that took this name by chance (builders
+         * name outputs after their op and scope) moves aside. */
+        mg_tensor *other = mg_graph_find(c->P, lo->name);
+        if (other) {
+            char nm[512];
+            snprintf(nm, sizeof nm, "%s@aux", lo->name);
+            for (int k = 1; mg_graph_find(c->P, nm); k++) snprintf(nm, sizeof nm, "%s@aux%d", lo->name, k);
+            rename_abs(c->P, other, nm);
+        }
+        rename_abs(c->P, po, lo->name);
+    }
+    if (c->tp == 1) s = sh_full();
+    /* the op's shape rule must agree with the state the rule claims */
+    int64_t want[MG_MAX_DIMS];
+    local_shape(c, lo, s, want);
+    for (int d = 0; d < lo->ndim; d++)
+        if (po->ndim != lo->ndim || po->shape[d] != want[d]) {
+            char b1[96], b2[96];
+            return part_fail(c, MG_ERR_RUNTIME, "partitioning %s '%s': physical shape %s, expected %s for state %d/%d",
+                             mg_op_name(n->op), lo->name, mg_shape_str(po, b1, sizeof b1),
+                             mg_dims_str(lo->ndim, want, b2, sizeof b2), s.kind, s.dim);
+        }
+    part_set_identity(c, po, lo, s);
+    po->role = lo->role;
+    po->persistent = lo->persistent;
+    if (lo->updates) po->updates = c->st[lo->updates->id].t;
+    c->st[lo->id] = (pt){po, false, s, dp_partial};
+    return MG_OK;
 }
 
 /* ---- the walk ---------------------------------------------------------------------------------------- */

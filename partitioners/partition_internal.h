@@ -62,6 +62,9 @@ mg_sharding part_state(part_ctx *c, const mg_tensor *lt);
  * names its outputs as the logical ones and records their states. */
 mg_node *part_emit(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg_attrs *attrs,
                    const mg_sharding *out_state, bool dp_partial);
+/* Makes physical tensor po the value of n's logical output lo (its name, identity,
+ * role, state). */
+int part_bind(part_ctx *c, const mg_node *n, const mg_tensor *lo, mg_tensor *po, mg_sharding s, bool dp_partial);
 /* Emits a helper node (not a copy of a logical node) in n's scope and micro-batch. */
 mg_node *part_emit_aux(part_ctx *c, const mg_node *n, mg_op op, const mg_attrs *attrs, int n_in,
                        mg_tensor *const *in, const char *name);
@@ -88,6 +91,11 @@ int dp_partition_node(part_ctx *c, const mg_node *n, bool *dp_partial_out);
 /* After n is emitted: reduce finished parameter gradients over dp right away, so the
  * all-reduce overlaps the rest of the backward pass. */
 int dp_after_node(part_ctx *c, const mg_node *n);
+
+/* ---- tile.c: large matmuls as several tasks ---------------------------------------------------------- */
+/* Emits n (a matmul, inputs already converted) as plan->matmul_tiles tiles when it is
+ * large and divides. Returns 1 if it did, 0 to emit it whole, < 0 on error. */
+int tile_matmul(part_ctx *c, const mg_node *n, mg_tensor *const *in, mg_sharding out_state, bool dp_partial);
 
 /* ---- dist_opt.c: distributed optimizer ---------------------------------------------------------- */
 int dopt_init(part_ctx *c);

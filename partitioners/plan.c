@@ -17,6 +17,7 @@ void mg_plan_defaults(mg_plan *p) {
     memset(p, 0, sizeof *p);
     p->tp = p->pp = p->cp = p->ep = 1;
     p->bucket_numel = 40000000; /* Megatron's default bucket size */
+    p->matmul_tiles = 1;
     /* Megatron's GPT: column-parallel QKV and fc1 (weights and biases split on output
      * features), row-parallel projections (split on input features; their biases stay
      * whole and are added after the reduction), vocab-parallel word embedding (which
@@ -88,6 +89,10 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: %s expects true or false", path, ln, key);
             else if (key[0] == 's') p->sequence_parallel = b;
             else p->distributed_optimizer = b;
+        } else if (!strcmp(key, "matmul-tiles")) {
+            if (!v1 || v2 || parse_int(v1, 1, 64, &x))
+                rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: matmul-tiles expects an integer in 1..64", path, ln);
+            else p->matmul_tiles = (int)x;
         } else if (!strcmp(key, "bucket-size")) {
             if (!v1 || v2 || parse_int(v1, 1, 1L << 40, &x))
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: bucket-size expects a positive integer", path, ln);
@@ -112,9 +117,10 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
 
 void mg_plan_print(const mg_plan *p, FILE *f) {
     fprintf(f, "tensor-model-parallel-size %d\npipeline-model-parallel-size %d\ncontext-parallel-size %d\n"
-               "expert-model-parallel-size %d\nsequence-parallel %s\nuse-distributed-optimizer %s\nbucket-size %lld\n",
+               "expert-model-parallel-size %d\nsequence-parallel %s\nuse-distributed-optimizer %s\nbucket-size %lld\n"
+               "matmul-tiles %d\n",
             p->tp, p->pp, p->cp, p->ep, p->sequence_parallel ? "true" : "false",
-            p->distributed_optimizer ? "true" : "false", (long long)p->bucket_numel);
+            p->distributed_optimizer ? "true" : "false", (long long)p->bucket_numel, p->matmul_tiles);
     for (int i = 0; i < p->n_rules; i++) fprintf(f, "shard %s %d\n", p->rules[i].pattern, p->rules[i].dim);
 }
 
@@ -143,6 +149,8 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
     if (p->sequence_parallel && p->tp == 1)
         return mg_error_set(err, MG_ERR_INVALID, "--sequence-parallel needs --tensor-model-parallel-size > 1");
     if (p->bucket_numel < 1) return mg_error_set(err, MG_ERR_INVALID, "bucket size must be >= 1");
+    if (p->matmul_tiles < 1 || p->matmul_tiles > 64)
+        return mg_error_set(err, MG_ERR_INVALID, "matmul tiles must be in 1..64 (got %d)", p->matmul_tiles);
     return MG_OK;
 }
 

@@ -555,5 +555,9 @@ int tp_partition_node(part_ctx *c, const mg_node *n, bool dp_partial) {
         in[i] = part_get(c, n->in[i], r.want[i]);
         if (!in[i]) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
     }
+    if (n->op == MG_OP_MATMUL) {
+        int h = tile_matmul(c, n, in, r.out[0], dp_partial);
+        if (h) return h < 0 ? h : MG_OK;
+    }
     return part_emit(c, n, in, &r.attrs, r.out, dp_partial) ? MG_OK : (c->err->code ? c->err->code : MG_ERR_RUNTIME);
 }

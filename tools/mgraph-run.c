@@ -68,6 +68,16 @@ static void run_release(run *r) {
 }
 
 /* ---- configuration checks and derived values ----------------------------------------- */
+/* CPU workers a rank gets: the cores shared among the ranks of this node. */
+static int default_workers_here(const run *r) {
+    if (r->cfg.cpu_workers > 0) return r->cfg.cpu_workers;
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int ranks_here = local && atoi(local) > 0 ? atoi(local) : 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int w = (int)(cores / ranks_here);
+    return w < 1 ? 1 : w > 64 ? 64 : w;
+}
+
 /* The plan: defaults, then the plan file, then the flags that were given. */
 static int resolve_plan(run *r, int world, mg_error *err) {
     mg_run_config *c = &r->cfg;
@@ -86,6 +96,9 @@ static int resolve_plan(run *r, int world, mg_error *err) {
         if (given[i] < 0) return mg_error_set(err, MG_ERR_INVALID, "%s must be >= 1 (got %d)", names[i], given[i]);
         if (given[i] > 0) *dst[i] = given[i];
     }
+    if (c->matmul_tiles < 0 || c->matmul_tiles > 64)
+        return mg_error_set(err, MG_ERR_INVALID, "--matmul-tiles must be in 1..64 (got %d)", c->matmul_tiles);
+    if (c->matmul_tiles > 0) p->matmul_tiles = c->matmul_tiles;
     if (c->sequence_parallel) p->sequence_parallel = true;
     if (c->use_distributed_optimizer) p->distributed_optimizer = true;
     return mg_plan_check(p, world, err);
@@ -214,15 +227,11 @@ static void fill_positions(mg_graph *g, mg_storage *store, int s) {
     (void)s;
 }
 
-/* CPU workers per rank: the cores shared among the ranks of this node. */
+/* StarPU workers: all cores (0) for a lone rank, else this rank's share. */
 static int default_workers(const run *r) {
-    if (r->cfg.cpu_workers > 0) return r->cfg.cpu_workers;
     const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    int ranks_here = local ? atoi(local) : 1;
-    if (ranks_here <= 1) return 0; /* all cores */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int w = (int)(cores / ranks_here);
-    return w < 1 ? 1 : w;
+    if (r->cfg.cpu_workers <= 0 && (!local || atoi(local) <= 1)) return 0;
+    return default_workers_here(r);
 }
 
 static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, mg_engine **eng, mg_error *err) {
@@ -345,7 +354,7 @@ static void rank_path(const char *pattern, int rank, char *out, size_t len) {
 
 /* The graph a rank runs: the logical graph itself on one rank, else its partition. */
 static int rank_graph(run *r, mg_step *st, const mg_mesh *mesh, mg_graph **out, mg_error *err) {
-    if (mesh->world == 1) {
+    if (mesh->world == 1 && r->plan.matmul_tiles <= 1) {
         *out = st->g;
         return MG_OK;
     }

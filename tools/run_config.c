@@ -73,6 +73,7 @@ static const flag flags[] = {
     {"--engine", F_STR, O(engine), "starpu (default) | reference (serial, for debugging)"},
     {"--sched-policy", F_STR, O(sched_policy), "StarPU scheduling policy (default: STARPU_SCHED or measured best)"},
     {"--cpu-workers", F_INT, O(cpu_workers), "StarPU CPU workers (0: all cores)"},
+    {"--matmul-tiles", F_INT, O(matmul_tiles), "split large matmuls into N tasks for the workers (default 1)"},
     {"--overlap-grad-reduce", F_BOOL, O(overlap_grad_reduce), "run collectives on a communication thread beside compute"},
     {"--help", F_BOOL, O(help), "this text"},
 };

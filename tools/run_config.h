@@ -38,6 +38,7 @@ typedef struct mg_run_config {
     const char *sched_policy;
     int cpu_workers;
     bool overlap_grad_reduce;
+    int matmul_tiles;        /* 0: not given (plan file, else 1) */
     bool help;
 } mg_run_config;
 

@@ -19,6 +19,7 @@
  *                              all-reduce as soon as a gradient is final
  *   partitioners/dist_opt.c    the distributed optimizer: flat buffer, reduce-scatter,
  *                              sharded AdamW, parameter all-gather
+ *   partitioners/tile.c        inside a rank: large matmuls cut into tiles, one task each
  */
 #ifndef MGRAPH_PLAN_H
 #define MGRAPH_PLAN_H
@@ -46,6 +47,8 @@ typedef struct mg_plan {
     bool sequence_parallel;
     bool distributed_optimizer;
     int64_t bucket_numel;        /* distributed optimizer: parameters per gradient bucket */
+    int matmul_tiles;            /* split each large matmul into this many tasks (1: off) so
+                                  * a rank's workers share it (partitioners/tile.c) */
     int n_rules;
     mg_shard_rule rules[MG_PLAN_MAX_RULES];
 } mg_plan;

@@ -215,7 +215,9 @@ static void test_memplan_reuse_equal(void) {
            on.plan->n_buffers, on.plan->transient_bytes, on.plan->unshared_bytes, off.plan->n_buffers);
     TK_CHECK(on.plan->n_buffers < off.plan->n_buffers, "reuse plan has %d buffers, no-reuse %d", on.plan->n_buffers,
              off.plan->n_buffers);
-    TK_CHECK(on.plan->transient_bytes * 2 < on.plan->unshared_bytes, "reuse saves little: %zu of %zu bytes",
+    /* reuse is limited to buffers whose previous users the data already orders before
+     * the new writer (no parallelism lost), so it saves less than plain liveness */
+    TK_CHECK(on.plan->transient_bytes * 4 < on.plan->unshared_bytes * 3, "reuse saves little: %zu of %zu bytes",
              on.plan->transient_bytes, on.plan->unshared_bytes);
     if (side_engine(&on, &step) || side_engine(&off, &step)) goto out;
     for (int it = 0; it < STEPS; it++) {
