@@ -18,6 +18,7 @@ void mg_plan_defaults(mg_plan *p) {
     p->tp = p->pp = p->cp = p->ep = 1;
     p->bucket_numel = 40000000; /* Megatron's default bucket size */
     p->matmul_tiles = 1;
+    p->matmul_tile_min_flops = 5e7; /* ~0.5 ms of sgemm: smaller tiles cost more than they share */
     /* Megatron's GPT: column-parallel QKV and fc1 (weights and biases split on output
      * features), row-parallel projections (split on input features; their biases stay
      * whole and are added after the reduction), vocab-parallel word embedding (which

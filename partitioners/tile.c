@@ -11,11 +11,10 @@
  *   - C = Aᵀ · B (weight gradients, A [K, M], B [K, N], K the tokens): both are cut
  *     along K and the tile products summed, in a fixed order. That reorders a float sum
  *     (results move at the 1e-7 relative level) and stays deterministic.
- * Only shared (2-D) right operands, and only matmuls of at least MG_TILE_MIN_FLOPS.
+ * Only shared (2-D) right operands, and only matmuls of at least
+ * plan->matmul_tile_min_flops.
  */
 #include "partitioners/partition_internal.h"
-
-#define MG_TILE_MIN_FLOPS 5e7
 
 int tile_matmul(part_ctx *c, const mg_node *n, mg_tensor *const *in, mg_sharding out_state, bool dp_partial) {
     int k = c->plan->matmul_tiles;
@@ -23,7 +22,7 @@ int tile_matmul(part_ctx *c, const mg_node *n, mg_tensor *const *in, mg_sharding
     bool ta = n->attrs.matmul.trans_a, tb = n->attrs.matmul.trans_b;
     if (k <= 1 || B->ndim != 2) return 0;
     double N = (double)(tb ? B->shape[0] : B->shape[1]);
-    if (2.0 * (double)mg_numel(A) * N < MG_TILE_MIN_FLOPS) return 0;
+    if (2.0 * (double)mg_numel(A) * N < c->plan->matmul_tile_min_flops) return 0;
     if (ta && A->ndim != 2) return 0;
     if (A->shape[0] % k) return 0;
     mg_graph *P = c->P;

@@ -49,6 +49,7 @@ typedef struct mg_plan {
     int64_t bucket_numel;        /* distributed optimizer: parameters per gradient bucket */
     int matmul_tiles;            /* split each large matmul into this many tasks (1: off) so
                                   * a rank's workers share it (partitioners/tile.c) */
+    double matmul_tile_min_flops;/* ... when it has at least this many FLOPs (default 5e7) */
     int n_rules;
     mg_shard_rule rules[MG_PLAN_MAX_RULES];
 } mg_plan;

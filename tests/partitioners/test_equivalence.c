@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     alarm(300); /* never hang a test run */
     if (argc < 4) {
-        fprintf(stderr, "usage: test_equivalence TP SP(0|1) DISTOPT(0|1) [ITERS [OVERLAP(0|1)]]\n");
+        fprintf(stderr, "usage: test_equivalence TP SP(0|1) DISTOPT(0|1) [ITERS [OVERLAP(0|1) [MATMUL_TILES]]]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     mg_plan plan;
@@ -110,6 +110,8 @@ int main(int argc, char **argv) {
     plan.bucket_numel = 20000; /* several buckets even on a tiny model */
     int iters = argc > 4 ? atoi(argv[4]) : 3;
     bool overlap = argc > 5 && atoi(argv[5]); /* collectives on the communication thread */
+    plan.matmul_tiles = argc > 6 ? atoi(argv[6]) : 1;
+    plan.matmul_tile_min_flops = 0; /* tile every matmul of this small model */
     mg_error err = {0};
     mg_mesh mesh;
     if (mg_mesh_init(&mesh, world, rank_, plan.tp, 1, 1, 1, &err)) die("mesh", &err);
@@ -200,9 +202,9 @@ int main(int argc, char **argv) {
     int total_fail;
     MPI_Allreduce(&failures, &total_fail, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank_ == 0)
-        printf("plan tp=%d dp=%d sp=%d distopt=%d: %d iterations, worst loss relative error %.3g, worst parameter "
+        printf("plan tp=%d dp=%d sp=%d distopt=%d tiles=%d: %d iterations, worst loss relative error %.3g, worst parameter "
                "error %.3g of tolerance: %s\n",
-               plan.tp, dp, plan.sequence_parallel, plan.distributed_optimizer, iters, red[0], red[1],
+               plan.tp, dp, plan.sequence_parallel, plan.distributed_optimizer, plan.matmul_tiles, iters, red[0], red[1],
                total_fail ? "FAILED" : "ok");
     mg_engine_free(eng);
     mg_storage_free(ps);
