@@ -134,11 +134,9 @@ static void segment(const part_ctx *c, const dist_opt *d, const dparam *p, int64
 static int bucket_reduce(part_ctx *c, int bi) {
     dist_opt *d = c->dopt;
     dbucket *b = &d->buckets[bi];
-    mg_tensor *parts[MG_MAX_SPLIT];
     mg_tensor *acc = NULL;
     int k = 0;
-    /* concat takes at most MG_MAX_SPLIT... inputs at once in a split gradient, but
-     * concat itself is variadic: flatten everything in one node */
+    /* one concat node over every gradient of the bucket (concat is variadic) */
     mg_tensor **all = malloc(((size_t)b->count + 1) * sizeof *all);
     if (!all) return part_fail(c, MG_ERR_NOMEM, "distributed optimizer: out of memory");
     for (int i = 0; i < b->count; i++) {
@@ -153,7 +151,6 @@ static int bucket_reduce(part_ctx *c, int bi) {
         int64_t padn = b->padded - b->numel;
         all[k++] = mg_zeros(c->P, MG_F32, 1, &padn);
     }
-    (void)parts;
     acc = k == 1 ? all[0] : mg_concat(c->P, k, all, 0);
     free(all);
     if (!acc) {
