@@ -80,6 +80,23 @@ static struct starpu_sched_policy *find_policy(const char *name, mg_error *err) 
     return NULL;
 }
 
+/* Ranks of one node starting StarPU at the same time calibrate its bus model into the
+ * same files under $STARPU_HOME, and one can read a file another is still writing
+ * (StarPU then asserts). Each node-local rank gets its own directory below the base
+ * ($STARPU_HOME, else $HOME), once per process. */
+static void separate_rank_home(void) {
+    static bool done;
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK"), *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (done || !lr || !ls || atoi(ls) <= 1) return;
+    done = true;
+    const char *base = getenv("STARPU_HOME");
+    if (!base || !*base) base = getenv("HOME");
+    if (!base || !*base) base = "/tmp";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.mgraph-starpu/local-rank-%s", base, lr);
+    setenv("STARPU_HOME", path, 1);
+}
+
 int mg_starpu_acquire(const char *policy, int ncpus, mg_error *err) {
     const char *env = getenv("STARPU_SCHED");
     const char *name = policy && *policy ? policy : env && *env ? env : MG_DEFAULT_POLICY;
@@ -100,6 +117,7 @@ int mg_starpu_acquire(const char *policy, int ncpus, mg_error *err) {
         pthread_mutex_unlock(&g_lock);
         return MG_ERR_INVALID;
     }
+    separate_rank_home();
     struct starpu_conf conf;
     starpu_conf_init(&conf);
     conf.sched_policy = pol;
