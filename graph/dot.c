@@ -127,12 +127,22 @@ static void emit_node(dump_ctx *c, const mg_node *n) {
     FILE *f = c->f;
     if (d->flags & MG_OPF_COMM) {
         const mg_attr_comm *a = &n->attrs.comm;
+        /* place in this communicator's order: collectives of the same group issued
+         * before it (seq is the rank's order over all groups) */
+        long long nth = 0;
+        for (int i = 0; i < mg_graph_n_nodes(c->g); i++) {
+            const mg_node *m = mg_graph_node(c->g, i);
+            if ((mg_op_def_get(m->op)->flags & MG_OPF_COMM) && m->attrs.comm.group == a->group &&
+                m->attrs.comm.seq < a->seq)
+                nth++;
+        }
         double bytes = 0;
         for (int i = 0; i < n->n_in; i++) bytes += (double)mg_numel(n->in[i]) * mg_dtype_size(n->in[i]->dtype);
         fprintf(f, "    n%d [shape=hexagon, style=\"filled,bold\", fillcolor=\"%s\", label=\"%s\\n", n->id,
                 COMM_COLOUR, d->name);
         esc(f, t->name);
-        fprintf(f, "\\ngroup %s, #%lld on it\\n%.0f bytes\"];\n", mg_group_name(a->group), (long long)a->seq, bytes);
+        fprintf(f, "\\ngroup %s (%d ranks), #%lld in its order\\n%.0f bytes\"];\n", mg_group_name(a->group), a->nranks,
+                nth, bytes);
         return;
     }
     fprintf(f, "    n%d [shape=box, style=\"rounded,filled\", fillcolor=\"%s\", label=\"%s\\n", n->id,

@@ -68,6 +68,9 @@ dry_run_world)
     [ "$(ls rank*.dot | wc -l)" -eq 8 ] || fail "want 8 DOT files, got $(ls rank*.dot | wc -l)"
     grep -q "tp_allreduce\|tp_reduce_scatter" rank0.dot || fail "no tensor-parallel collective in rank0.dot"
     grep -q "dp_reduce_scatter" rank0.dot || fail "no distributed-optimizer reduce-scatter in rank0.dot"
+    # collectives are drawn as their own shape with group, place in the order and bytes
+    grep -q 'shape=hexagon.*group tp (2 ranks), #0 in its order\\n[0-9]* bytes' rank0.dot || fail "collective style in rank0.dot"
+    grep -q 'shape=hexagon.*group dp (4 ranks), #' rank0.dot || fail "no dp collective drawn in rank0.dot"
     grep -q "rank 7:" out.txt || fail "no summary of rank 7"
     [ -e metrics.jsonl ] && fail "dry run trained"
     echo "ok $CASE" ;;
