@@ -9,10 +9,9 @@
  *                  workers can overlap at best.
  *
  * Models:
- *   124m     GPT-2 124M's shape: 12 layers, hidden 768, 12 heads, ffn 3072, seq 64,
- *            micro-batch 4, global batch 4. Vocabulary 256 (byte level): no BPE
- *            vocabulary is wired into the model yet, so the 50257 x 768 embedding and
- *            the logits GEMM (about 30% of GPT-2's FLOPs at seq 64) are absent.
+ *   124m     GPT-2 124M: 12 layers, hidden 768, 12 heads, ffn 3072, seq 64, 1024
+ *            positions, GPT-2's BPE vocabulary 50257 padded to 50304 as Megatron
+ *            pads it; micro-batch 4, global batch 4.
  *   default  mgraph-run's default model (tools/run_config.c): 4 layers, hidden 256,
  *            4 heads, seq 128, micro-batch 4, global batch 8 (2 micro-batches).
  *
@@ -95,15 +94,15 @@ typedef struct bench_model {
 } bench_model;
 
 static bench_model model_124m(void) {
-    bench_model m = {.name = "gpt2-124M shape (V=256)", .steps_per_rep = 1};
+    bench_model m = {.name = "gpt2-124M (V=50304)", .steps_per_rep = 1};
     m.cfg.model = mg_gpt_defaults();
     m.cfg.model.num_layers = 12;
     m.cfg.model.hidden = 768;
     m.cfg.model.heads = 12;
     m.cfg.model.ffn_hidden = 3072;
     m.cfg.model.seq_length = 64;
-    m.cfg.model.max_position = 64;
-    m.cfg.model.vocab = 256;
+    m.cfg.model.max_position = 1024;
+    m.cfg.model.vocab = 50304; /* mg_vocab_padded(50257, 128, 1) */
     m.cfg.micro_batch = 4;
     m.cfg.n_micro = 1;
     return m;
