@@ -1,0 +1,118 @@
+/* Partition plans: defaults, plan files, and every rule a plan must satisfy. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mgraph/plan.h"
+#include "testkit.h"
+
+static const char *write_plan(const char *text) {
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/mg_plan_%d.plan", (int)getpid());
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static void defaults(void) {
+    mg_plan p;
+    mg_plan_defaults(&p);
+    TK_CHECK(p.tp == 1 && p.pp == 1 && p.cp == 1 && p.ep == 1, "serial sizes");
+    TK_CHECK(!p.sequence_parallel && !p.distributed_optimizer && p.matmul_tiles == 1, "features off");
+    bool qkv = false, proj = false, wte = false;
+    for (int i = 0; i < p.n_rules; i++) {
+        qkv |= !strcmp(p.rules[i].pattern, "*attn.c_attn.weight") && p.rules[i].dim == 0;
+        proj |= !strcmp(p.rules[i].pattern, "*attn.c_proj.weight") && p.rules[i].dim == 1;
+        wte |= !strcmp(p.rules[i].pattern, "wte.weight") && p.rules[i].dim == 0;
+    }
+    TK_CHECK(qkv && proj && wte, "Megatron's column / row / vocab-parallel rules");
+    mg_error err = {0};
+    TK_CHECK(mg_plan_check(&p, 1, &err) == MG_OK, "serial plan on one rank: %s", err.msg);
+}
+
+static void file_ok(void) {
+    mg_plan p;
+    mg_plan_defaults(&p);
+    mg_error err = {0};
+    const char *path = write_plan("# a plan\ntensor-model-parallel-size 4   # tp\n\nsequence-parallel true\n"
+                                  "use-distributed-optimizer yes\nbucket-size 1000\nmatmul-tiles 2\n"
+                                  "shard-clear\nshard h.*.mlp.c_fc.weight 0\n");
+    TK_CHECK(mg_plan_read(&p, path, &err) == MG_OK, "read: %s", err.msg);
+    TK_CHECK(p.tp == 4 && p.sequence_parallel && p.distributed_optimizer && p.bucket_numel == 1000 &&
+                 p.matmul_tiles == 2,
+             "settings read");
+    TK_CHECK(p.n_rules == 1 && p.rules[0].dim == 0 && !strcmp(p.rules[0].pattern, "h.*.mlp.c_fc.weight"),
+             "shard-clear then one rule");
+    remove(path);
+}
+
+static void expect_file_error(const char *text, const char *needle) {
+    mg_plan p;
+    mg_plan_defaults(&p);
+    mg_error err = {0};
+    const char *path = write_plan(text);
+    int rc = mg_plan_read(&p, path, &err);
+    TK_CHECK(rc == MG_ERR_INVALID, "'%s' must be rejected (rc %d)", text, rc);
+    TK_CHECK(strstr(err.msg, needle) != NULL, "message '%s' lacks '%s'", err.msg, needle);
+    remove(path);
+}
+
+static void file_errors(void) {
+    expect_file_error("tensor-model-parallel-size two\n", ":1: tensor-model-parallel-size expects");
+    expect_file_error("\n\nsequence-paralel true\n", ":3: unknown setting 'sequence-paralel'");
+    expect_file_error("sequence-parallel maybe\n", "expects true or false");
+    expect_file_error("shard wte.weight\n", "shard expects a name pattern and a dimension");
+    expect_file_error("matmul-tiles 0\n", "matmul-tiles expects");
+    expect_file_error("tensor-model-parallel-size 2 3\n", "expects one positive integer");
+    mg_plan p;
+    mg_error err = {0};
+    TK_CHECK(mg_plan_read(&p, "/nonexistent/x.plan", &err) == MG_ERR_IO, "missing file is an I/O error");
+}
+
+static void expect_rule(mg_plan *p, int world, const mg_plan_model *m, int code, const char *needle) {
+    mg_error err = {0};
+    int rc = m ? mg_plan_check_model(p, world, m, &err) : mg_plan_check(p, world, &err);
+    TK_CHECK(rc == code, "rc %d, want %d (%s)", rc, code, err.msg);
+    TK_CHECK(!needle || strstr(err.msg, needle), "message '%s' lacks '%s'", err.msg, needle);
+}
+
+static void rules(void) {
+    mg_plan p;
+    mg_plan_model m = {.hidden = 64, .heads = 4, .ffn_hidden = 256, .seq_length = 32, .vocab = 256,
+                       .global_batch = 8, .micro_batch = 2};
+    mg_plan_defaults(&p);
+    p.tp = 2;
+    expect_rule(&p, 3, NULL, MG_ERR_INVALID, "world size 3 is not a multiple");
+    expect_rule(&p, 4, &m, MG_OK, NULL);
+    m.heads = 3;
+    expect_rule(&p, 2, &m, MG_ERR_INVALID, "--num-attention-heads 3 is not divisible by tensor-parallel size 2");
+    m.heads = 4;
+    m.ffn_hidden = 255;
+    expect_rule(&p, 2, &m, MG_ERR_INVALID, "--ffn-hidden-size 255");
+    m.ffn_hidden = 256;
+    m.global_batch = 6;
+    expect_rule(&p, 4, &m, MG_ERR_INVALID, "--global-batch-size 6 is not a multiple");
+    m.global_batch = 8;
+    p.sequence_parallel = true;
+    m.seq_length = 31;
+    expect_rule(&p, 2, &m, MG_ERR_INVALID, "--seq-length 31 is not divisible");
+    m.seq_length = 32;
+    p.tp = 1;
+    expect_rule(&p, 2, NULL, MG_ERR_INVALID, "--sequence-parallel needs");
+    p.sequence_parallel = false;
+    p.pp = 2;
+    expect_rule(&p, 2, NULL, MG_ERR_UNSUPPORTED, "pipeline parallelism is not supported yet");
+    p.pp = 1;
+    p.cp = 2;
+    expect_rule(&p, 2, NULL, MG_ERR_UNSUPPORTED, "context parallelism is not supported yet");
+    p.cp = 1;
+    p.ep = 2;
+    expect_rule(&p, 2, NULL, MG_ERR_UNSUPPORTED, "expert parallelism is not supported yet");
+}
+
+int main(int argc, char **argv) {
+    static const tk_case cases[] = {
+        {"defaults", defaults}, {"file_ok", file_ok}, {"file_errors", file_errors}, {"rules", rules}};
+    return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
+}
