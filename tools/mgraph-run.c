@@ -234,6 +234,27 @@ static int default_workers(const run *r) {
     return default_workers_here(r);
 }
 
+/* Where StarPU puts a rank's workers when several ranks share a node. StarPU binds
+ * worker i to core i in every process, so two ranks would stack their workers on the
+ * same cores: give each node-local rank its own cores, or, when the ranks outnumber
+ * the cores, let the OS place threads (platform.md: pinned, spinning workers of
+ * oversubscribed ranks starve each other). The user's own settings win. */
+static void place_workers(const run *r) {
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK"), *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!lr || !ls || atoi(ls) <= 1 || getenv("STARPU_WORKERS_NOBIND") || getenv("STARPU_WORKERS_CPUID")) return;
+    int rank = atoi(lr), workers = default_workers_here(r);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if ((long)atoi(ls) * workers > cores) {
+        setenv("STARPU_WORKERS_NOBIND", "1", 1);
+        return;
+    }
+    char list[1024];
+    size_t o = 0;
+    for (int w = 0; w < workers && o + 16 < sizeof list; w++)
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", w ? " " : "", rank * workers + w);
+    setenv("STARPU_WORKERS_CPUID", list, 1);
+}
+
 static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, mg_engine **eng, mg_error *err) {
     int rc = mg_memplan_build(g, true, plan, err);
     if (!rc) rc = mg_storage_new(g, *plan, store, err);
@@ -241,6 +262,7 @@ static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, m
     if (rc) return rc;
     fill_positions(g, *store, r->cfg.seq_length);
     if (!strcmp(r->cfg.engine, "starpu")) {
+        place_workers(r);
         mg_engine_options eo = {r->cfg.sched_policy, default_workers(r), true, r->cfg.overlap_grad_reduce};
         rc = mg_engine_new(g, *store, &eo, eng, err);
     }
