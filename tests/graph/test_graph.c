@@ -256,19 +256,8 @@ static char *slurp(const char *path, size_t *len) {
 }
 
 static void dot_dump(void) {
-    mg_step_config sc = {0};
-    sc.model = mg_gpt_defaults();
-    sc.model.num_layers = 1; /* small: graphviz layout time grows fast with size */
-    sc.model.hidden = 16;
-    sc.model.heads = 2;
-    sc.model.ffn_hidden = 64;
-    sc.model.seq_length = 8;
-    sc.model.max_position = 8;
-    sc.model.vocab = 128;
-    sc.micro_batch = 2;
-    sc.n_micro = 1;
-    sc.training = true;
-    sc.optim = mg_adamw_defaults();
+    /* small: graphviz layout time grows fast with size */
+    mg_step_config sc = tk_small_gpt(1, 16, 2, 8, 128, 2, 1);
     char p1[] = "/tmp/mg_dot_a_XXXXXX", p2[] = "/tmp/mg_dot_b_XXXXXX";
     int f1 = mkstemp(p1), f2 = mkstemp(p2);
     close(f1);

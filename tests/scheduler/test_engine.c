@@ -508,21 +508,8 @@ static void test_kernel_error(void) {
  * engine must reproduce the reference's bits for every parameter, moment and the
  * loss, step after step. */
 static void test_gpt2(void) {
-    mg_step_config c = {0};
-    c.model = mg_gpt_defaults();
-    c.model.num_layers = 2;
-    c.model.hidden = 64;
-    c.model.ffn_hidden = 256;
-    c.model.heads = 4;
-    c.model.seq_length = 32;
+    mg_step_config c = tk_small_gpt(2, 64, 4, 32, 128, 2, 2); /* dropout 0.1 */
     c.model.max_position = 64;
-    c.model.vocab = 128;
-    c.model.hidden_dropout = 0.1f;
-    c.model.attention_dropout = 0.1f;
-    c.micro_batch = 2;
-    c.n_micro = 2;
-    c.training = true;
-    c.optim = mg_adamw_defaults();
     c.optim.lr = (mg_lr_schedule){.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 1, .decay_iters = 10,
                                   .style = MG_LR_COSINE};
     mg_step st;

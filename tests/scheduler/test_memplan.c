@@ -250,19 +250,7 @@ static void test_deterministic(void) {
  * by side): when two transient tensors share a buffer, every node touching the earlier
  * one is an ancestor of the node producing the later one. */
 static void test_no_false_order(void) {
-    mg_step_config sc = {0};
-    sc.model = mg_gpt_defaults();
-    sc.model.num_layers = 2;
-    sc.model.hidden = 32;
-    sc.model.heads = 2;
-    sc.model.ffn_hidden = 64;
-    sc.model.seq_length = 8;
-    sc.model.max_position = 8;
-    sc.model.vocab = 128;
-    sc.micro_batch = 2;
-    sc.n_micro = 2;
-    sc.training = true;
-    sc.optim = mg_adamw_defaults();
+    mg_step_config sc = tk_small_gpt(2, 32, 2, 8, 128, 2, 2);
     mg_step st;
     mg_error err = {0};
     mg_memplan *p = NULL;

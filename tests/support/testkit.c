@@ -187,6 +187,23 @@ done:
     return ok;
 }
 
+mg_step_config tk_small_gpt(int layers, int hidden, int heads, int seq, int64_t vocab, int micro_batch, int n_micro) {
+    mg_step_config c = {0};
+    c.model = mg_gpt_defaults();
+    c.model.num_layers = layers;
+    c.model.hidden = hidden;
+    c.model.heads = heads;
+    c.model.ffn_hidden = 4 * hidden;
+    c.model.seq_length = seq;
+    c.model.max_position = seq;
+    c.model.vocab = vocab;
+    c.micro_batch = micro_batch;
+    c.n_micro = n_micro;
+    c.training = true;
+    c.optim = mg_adamw_defaults();
+    return c;
+}
+
 int tk_main(int argc, char **argv, const tk_case *cases, int n_cases) {
     int ran = 0;
     for (int i = 0; i < n_cases; i++) {

@@ -9,6 +9,7 @@
 
 #include "mgraph/engine.h"
 #include "mgraph/graph.h"
+#include "mgraph/model.h"
 #include "mgraph/ops.h"
 #include "mgraph/train.h"
 
@@ -73,6 +74,10 @@ typedef struct tk_grad_opts {
  * leaf's gradient with central differences of the loss. Returns true on success. */
 bool tk_gradcheck(const char *label, int n_leaves, const tk_leaf *leaves, tk_build_fn build, void *ctx,
                   const tk_grad_opts *opts);
+
+/* A small GPT-2 training step for tests: the given shape, ffn 4h, positions = seq,
+ * dropout 0.1, Megatron's AdamW defaults, training on. */
+mg_step_config tk_small_gpt(int layers, int hidden, int heads, int seq, int64_t vocab, int micro_batch, int n_micro);
 
 /* Runs the sub-test named argv[1] from a table, or all of them. */
 typedef struct tk_case { const char *name; void (*fn)(void); } tk_case;
