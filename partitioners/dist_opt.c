@@ -98,24 +98,15 @@ void dopt_free(part_ctx *c) {
 }
 
 /* ---- helpers ------------------------------------------------------------------------------ */
-static mg_tensor *graph_err(part_ctx *c) {
-    const mg_error *e = mg_graph_error(c->P);
-    part_fail(c, e->code ? e->code : MG_ERR_RUNTIME, "distributed optimizer: %s", e->msg);
-    return NULL;
-}
-
 static mg_tensor *flat(part_ctx *c, mg_tensor *t) {
     int64_t n = mg_numel(t);
     return t->ndim == 1 ? t : mg_reshape(c->P, t, 1, &n);
 }
 
-static void name_abs(part_ctx *c, mg_tensor *t, const char *fmt, int a) {
+static void name_bucket(part_ctx *c, mg_tensor *t, const char *fmt, int bucket) {
     char nm[256];
-    snprintf(nm, sizeof nm, fmt, a);
-    int saved = c->P->n_scopes;
-    c->P->n_scopes = 0;
-    mg_set_name(c->P, t, nm);
-    c->P->n_scopes = saved;
+    snprintf(nm, sizeof nm, fmt, bucket);
+    part_rename(c, t, nm);
 }
 
 static int64_t range_lo(const part_ctx *c, const dbucket *b) { return (int64_t)c->dp_rank * (b->padded / c->dp); }
@@ -143,8 +134,7 @@ static int bucket_reduce(part_ctx *c, int bi) {
         all[k] = flat(c, d->params[b->first + i].grad);
         if (!all[k++]) {
             free(all);
-            graph_err(c);
-            return c->err->code;
+            return part_graph_error(c);
         }
     }
     if (b->padded > b->numel) {
@@ -154,16 +144,14 @@ static int bucket_reduce(part_ctx *c, int bi) {
     acc = k == 1 ? all[0] : mg_concat(c->P, k, all, 0);
     free(all);
     if (!acc) {
-        graph_err(c);
-        return c->err->code;
+        return part_graph_error(c);
     }
-    if (acc->src && acc->src->op == MG_OP_CONCAT) name_abs(c, acc, "grad_bucket%d", bi);
+    if (acc->src && acc->src->op == MG_OP_CONCAT) name_bucket(c, acc, "grad_bucket%d", bi);
     b->shard_grad = mg_reduce_scatter(c->P, acc, MG_GROUP_DP, c->dp, 0, c->seq++);
     if (!b->shard_grad) {
-        graph_err(c);
-        return c->err->code;
+        return part_graph_error(c);
     }
-    name_abs(c, b->shard_grad, "grad_bucket%d@dp_reduce_scatter", bi);
+    name_bucket(c, b->shard_grad, "grad_bucket%d@dp_reduce_scatter", bi);
     return MG_OK;
 }
 
@@ -212,8 +200,7 @@ static int dopt_sumsq(part_ctx *c, const mg_node *n) {
         out = mg_zeros(c->P, MG_F32, 1, (int64_t[]){1});
     }
     if (!out) {
-        graph_err(c);
-        return c->err->code;
+        return part_graph_error(c);
     }
     mg_sharding os = c->tp > 1 ? sh_partial() : sh_full();
     part_set_identity(c, out, n->out[0], os);
@@ -244,25 +231,20 @@ static int bucket_gather(part_ctx *c, int bi) {
     free(segs);
     mg_tensor *full = shard ? mg_allgather(c->P, shard, MG_GROUP_DP, c->dp, 0, c->seq++) : NULL;
     if (!full) {
-        graph_err(c);
-        return c->err->code;
+        return part_graph_error(c);
     }
-    name_abs(c, full, "param_bucket%d@dp_allgather", bi);
+    name_bucket(c, full, "param_bucket%d@dp_allgather", bi);
     for (int i = 0; i < b->count; i++) {
         dparam *p = &d->params[b->first + i];
         mg_tensor *old = c->st[p->p->id].t;
         mg_tensor *piece = mg_slice(c->P, full, 0, p->off, p->n);
         mg_tensor *upd = piece ? mg_reshape(c->P, piece, old->ndim, old->shape) : NULL;
         if (!upd) {
-            graph_err(c);
-            return c->err->code;
+            return part_graph_error(c);
         }
         char nm[512];
         snprintf(nm, sizeof nm, "%s.new", p->p->name);
-        int saved = c->P->n_scopes;
-        c->P->n_scopes = 0;
-        mg_set_name(c->P, upd, nm);
-        c->P->n_scopes = saved;
+        part_rename(c, upd, nm);
         upd->logical = old->logical;
         upd->shard = old->shard;
         upd->updates = old; /* written in place of the old value */
@@ -272,10 +254,7 @@ static int bucket_gather(part_ctx *c, int bi) {
 }
 
 static mg_tensor *moment_segment(part_ctx *c, const mg_tensor *lm, int64_t len, int64_t flat_off) {
-    int saved = c->P->n_scopes;
-    c->P->n_scopes = 0;
-    mg_tensor *t = mg_tensor_new(c->P, lm->name, false, MG_F32, MG_ROLE_OPT_STATE, 1, &len);
-    c->P->n_scopes = saved;
+    mg_tensor *t = part_new_leaf(c, lm->name, MG_F32, MG_ROLE_OPT_STATE, 1, &len);
     if (!t) return NULL;
     t->init = lm->init;
     t->persistent = true;
@@ -310,13 +289,11 @@ static int dopt_adamw(part_ctx *c, const mg_node *n) {
         in[5] = coef;
         for (int i = 0; i < 4; i++)
             if (!in[i]) {
-                graph_err(c);
-                return c->err->code;
+                return part_graph_error(c);
             }
         mg_node *an = mg_node_new(c->P, MG_OP_ADAMW, &n->attrs, 6, in, NULL);
         if (!an) {
-            graph_err(c);
-            return c->err->code;
+            return part_graph_error(c);
         }
         free(an->scope);
         an->scope = strdup(n->scope);

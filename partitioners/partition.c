@@ -25,11 +25,14 @@ int part_fail(part_ctx *c, int code, const char *fmt, ...) {
     return code;
 }
 
-static int graph_failed(part_ctx *c) {
+int part_graph_error(part_ctx *c) {
     const mg_error *e = mg_graph_error(c->P);
-    if (!e->code) return MG_OK;
+    if (!e->code) return part_fail(c, MG_ERR_RUNTIME, "partitioning: a node could not be built");
     return part_fail(c, e->code, "partitioning: %s", e->msg);
 }
+
+/* The per-node check: OK unless building the physical graph failed. */
+static int graph_failed(part_ctx *c) { return mg_graph_error(c->P)->code ? part_graph_error(c) : MG_OK; }
 
 /* ---- identities and shapes ------------------------------------------------------------ */
 static void local_shape(const part_ctx *c, const mg_tensor *lt, mg_sharding s, int64_t *shape) {
@@ -50,11 +53,19 @@ static void set_scope(mg_graph *g, const char *scope) {
     if (scope && *scope) mg_scope_push(g, "%s", scope);
 }
 
-static void rename_abs(mg_graph *g, mg_tensor *t, const char *name) {
-    int saved = g->n_scopes;
-    g->n_scopes = 0; /* absolute name */
-    mg_set_name(g, t, name);
-    g->n_scopes = saved;
+void part_rename(part_ctx *c, mg_tensor *t, const char *name) {
+    int saved = c->P->n_scopes;
+    c->P->n_scopes = 0; /* absolute name */
+    mg_set_name(c->P, t, name);
+    c->P->n_scopes = saved;
+}
+
+mg_tensor *part_new_leaf(part_ctx *c, const char *name, mg_dtype dt, mg_role role, int ndim, const int64_t *shape) {
+    int saved = c->P->n_scopes;
+    c->P->n_scopes = 0; /* leaves keep their absolute logical names */
+    mg_tensor *t = mg_tensor_new(c->P, name, false, dt, role, ndim, shape);
+    c->P->n_scopes = saved;
+    return t;
 }
 
 /* Aux and conversion nodes land in the scope, phase and micro-batch of the logical
@@ -69,10 +80,7 @@ static void enter_node_context(part_ctx *c, const mg_node *n) {
 mg_tensor *part_make_leaf(part_ctx *c, const mg_tensor *lt, mg_sharding s) {
     int64_t shape[MG_MAX_DIMS];
     local_shape(c, lt, s, shape);
-    int saved = c->P->n_scopes;
-    c->P->n_scopes = 0; /* leaves keep their absolute logical names */
-    mg_tensor *t = mg_tensor_new(c->P, lt->name, false, lt->dtype, lt->role, lt->ndim, shape);
-    c->P->n_scopes = saved;
+    mg_tensor *t = part_new_leaf(c, lt->name, lt->dtype, lt->role, lt->ndim, shape);
     if (!t) return NULL;
     t->init = lt->init;
     t->requires_grad = lt->requires_grad;
@@ -122,7 +130,7 @@ static mg_tensor *named(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const ch
     char nm[512];
     snprintf(nm, sizeof nm, "%s@%s", lt->name, what);
     for (int k = 1; mg_graph_find(c->P, nm); k++) snprintf(nm, sizeof nm, "%s@%s%d", lt->name, what, k);
-    rename_abs(c->P, t, nm);
+    part_rename(c, t, nm);
     part_set_identity(c, t, lt, s);
     return t;
 }
@@ -255,9 +263,9 @@ int part_bind(part_ctx *c, const mg_node *n, const mg_tensor *lo, mg_tensor *po,
             char nm[512];
             snprintf(nm, sizeof nm, "%s@aux", lo->name);
             for (int k = 1; mg_graph_find(c->P, nm); k++) snprintf(nm, sizeof nm, "%s@aux%d", lo->name, k);
-            rename_abs(c->P, other, nm);
+            part_rename(c, other, nm);
         }
-        rename_abs(c->P, po, lo->name);
+        part_rename(c, po, lo->name);
     }
     if (c->tp == 1) s = sh_full();
     /* the op's shape rule must agree with the state the rule claims */
@@ -288,11 +296,11 @@ static int finish_outputs(part_ctx *c) {
         enter_node_context(c, lt->src);
         char nm[512];
         snprintf(nm, sizeof nm, "%s@partial", lt->name);
-        rename_abs(c->P, p->t, nm);
+        part_rename(c, p->t, nm);
         p->t->persistent = false;
         mg_tensor *t = part_get_dp_full(c, lt, sh_full());
         if (!t) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
-        rename_abs(c->P, t, lt->name);
+        part_rename(c, t, lt->name);
         t->persistent = true;
         t->role = lt->role;
     }

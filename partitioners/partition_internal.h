@@ -71,6 +71,13 @@ mg_node *part_emit_aux(part_ctx *c, const mg_node *n, mg_op op, const mg_attrs *
 /* Sets a physical tensor's logical identity: lt's, with the block of `s`. */
 void part_set_identity(part_ctx *c, mg_tensor *t, const mg_tensor *lt, mg_sharding s);
 int part_fail(part_ctx *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* After a builder call on the physical graph returned NULL: records the graph's error
+ * (or a generic one) and returns a non-zero status. */
+int part_graph_error(part_ctx *c);
+/* Renames a physical tensor to an absolute name (ignoring the current scope). */
+void part_rename(part_ctx *c, mg_tensor *t, const char *name);
+/* Creates a leaf of the physical graph under an absolute name. */
+mg_tensor *part_new_leaf(part_ctx *c, const char *name, mg_dtype dt, mg_role role, int ndim, const int64_t *shape);
 /* Target for a partial tensor that an op needs whole: split along the sequence
  * (dim 0) under sequence parallelism when the op allows it and it divides, else full. */
 mg_sharding part_resolve_target(part_ctx *c, const mg_tensor *lt, bool allow_seq_split);

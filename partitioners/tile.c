@@ -32,8 +32,7 @@ int tile_matmul(part_ctx *c, const mg_node *n, mg_tensor *const *in, mg_sharding
         mg_tensor *a = mg_slice(P, A, 0, i * len, len);
         mg_tensor *b = ta ? mg_slice(P, B, 0, i * len, len) : B;
         parts[i] = mg_matmul(P, a, b, ta, tb);
-        if (!parts[i]) return part_fail(c, mg_graph_error(P)->code, "tiling %s: %s", n->out[0]->name,
-                                        mg_graph_error(P)->msg);
+        if (!parts[i]) return part_graph_error(c);
     }
     if (!ta) {
         y = mg_concat(P, k, parts, 0);
@@ -41,6 +40,6 @@ int tile_matmul(part_ctx *c, const mg_node *n, mg_tensor *const *in, mg_sharding
         y = parts[0];
         for (int i = 1; i < k; i++) y = mg_add(P, y, parts[i]);
     }
-    if (!y) return part_fail(c, mg_graph_error(P)->code, "tiling %s: %s", n->out[0]->name, mg_graph_error(P)->msg);
+    if (!y) return part_graph_error(c);
     return part_bind(c, n, n->out[0], y, out_state, dp_partial) ? c->err->code : 1;
 }

@@ -401,13 +401,13 @@ static int vocab_parallel_xent(part_ctx *c, const mg_node *n) {
     mg_tensor *pin[3] = {x, tg, gmax};
     snprintf(nm, sizeof nm, "%s@vp_parts", n->out[0]->name);
     mg_node *parts = gmax ? part_emit_aux(c, n, MG_OP_XENT_VP_PARTS, &at, 3, pin, nm) : NULL;
-    if (!parts) return c->err->code ? c->err->code : mg_graph_error(c->P)->code;
+    if (!parts) return c->err->code ? c->err->code : part_graph_error(c);
     mg_tensor *stats = mg_allreduce(c->P, parts->out[0], MG_GROUP_TP, c->tp, MG_REDUCE_SUM, c->seq++);
     mg_tensor *lin[3] = {stats, gmax, tg};
     mg_node tmp = *n; /* the loss node stands for the logical cross_entropy node */
     tmp.op = MG_OP_XENT_VP_LOSS;
     tmp.n_in = 3;
-    if (!stats) return mg_graph_error(c->P)->code;
+    if (!stats) return part_graph_error(c);
     mg_sharding outs[2] = {sh_full(), sh_full()};
     return part_emit(c, &tmp, lin, &at, outs, false) ? MG_OK : c->err->code;
 }
@@ -448,7 +448,7 @@ static int sumsq_node(part_ctx *c, const mg_node *n) {
     mg_sharding out = sh_partial();
     if (k == 0) { /* nothing to count here: a zero term */
         mg_tensor *z = mg_zeros(c->P, MG_F32, 1, (int64_t[]){1});
-        if (!z) return mg_graph_error(c->P)->code;
+        if (!z) return part_graph_error(c);
         c->st[n->out[0]->id] = (pt){z, false, out, false};
         part_set_identity(c, z, n->out[0], out);
         return MG_OK;
