@@ -20,28 +20,13 @@
 #include "mgraph/ops.h"
 #include "mgraph/train.h"
 #include "ops/op.h" /* mg_op_cost: FLOPs per node */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench_util.h"
 
 static double cpu_s(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
            1e-6 * (double)ru.ru_stime.tv_usec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static int die(const char *what, const mg_error *err) {
@@ -85,19 +70,19 @@ static int time_engine(setup *s, const char *policy, int warmup, int reps, doubl
     double c0 = cpu_s();
     for (int i = 0; i < reps && !rc; i++) {
         info.iteration = i;
-        double t0 = now_s();
+        double t0 = bench_now_s();
         rc = mg_engine_run(e, &info, err);
-        t[i] = now_s() - t0;
+        t[i] = bench_now_s() - t0;
     }
     *cpu_per_step = (cpu_s() - c0) / reps;
-    if (!rc) *med = median(t, reps);
-    g_min = t[0]; /* sorted by median() */
+    if (!rc) *med = bench_median(t, reps);
+    g_min = t[0]; /* sorted by bench_median() */
     mg_engine_get_stats(e, st);
     /* CPU the idle engine burns between steps (spinning workers unless paused) */
-    double c1 = cpu_s(), w1 = now_s();
+    double c1 = cpu_s(), w1 = bench_now_s();
     struct timespec nap = {0, 100000000};
     nanosleep(&nap, NULL);
-    g_idle_cpu = (cpu_s() - c1) / (now_s() - w1);
+    g_idle_cpu = (cpu_s() - c1) / (bench_now_s() - w1);
     free(t);
     mg_engine_free(e);
     return rc;
@@ -108,11 +93,11 @@ static int time_reference(setup *s, int reps, double *med, mg_error *err) {
     mg_exec_info info = {.seed = 1, .iteration = 0, .training = true};
     int rc = MG_OK;
     for (int i = 0; i < reps && !rc; i++) {
-        double t0 = now_s();
+        double t0 = bench_now_s();
         rc = mg_exec_reference(s->g, s->st, &info, err);
-        t[i] = now_s() - t0;
+        t[i] = bench_now_s() - t0;
     }
-    if (!rc) *med = median(t, reps);
+    if (!rc) *med = bench_median(t, reps);
     free(t);
     return rc;
 }
@@ -185,12 +170,12 @@ static void profile_ops(setup *s, double flops_total) {
         for (int i = 0; i < nd->n_in; i++) ptrs[i] = mg_storage_data(s->st, nd->in[i]);
         for (int o = 0; o < nd->n_out; o++) ptrs[nd->n_in + o] = mg_storage_data(s->st, nd->out[o]);
         mg_kernel_args a = {.node = nd, .in = ptrs, .out = ptrs + nd->n_in, .info = &info};
-        double t0 = now_s();
+        double t0 = bench_now_s();
         if (mg_op_def_get(nd->op)->cpu(&a, &err)) {
             free(finish);
             return;
         }
-        double dt = now_s() - t0, start = 0;
+        double dt = bench_now_s() - t0, start = 0;
         t_op[nd->op] += dt;
         for (int i = 0; i < nd->n_in; i++)
             if (nd->in[i]->src && finish[nd->in[i]->src->id] > start) start = finish[nd->in[i]->src->id];

@@ -97,32 +97,13 @@
 #include "mgraph/engine.h"
 #include "mgraph/model.h"
 #include "mgraph/plan.h"
+#include "bench_util.h"
 
 static int rank_, world_;
 
 static void die(const char *what, const mg_error *e) {
     fprintf(stderr, "[rank %d] %s: %s\n", rank_, what, e->msg);
     MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-static double load1(void) {
-    double l = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &l) != 1) l = -1;
-        fclose(f);
-    }
-    return l;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 typedef struct config {
@@ -301,7 +282,7 @@ static double replay_collectives(const mg_graph *P, int reps) {
     free(ord);
     free(x);
     free(y);
-    return median(best, reps);
+    return bench_median(best, reps);
 }
 
 /* ---- inputs ------------------------------------------------------------------------------------- */
@@ -402,7 +383,7 @@ int main(int argc, char **argv) {
     if (!rank_) {
         const mg_gpt_config *c = &sc.model;
         printf("== %s: %d rank(s) x %d worker(s); tp %d, dp %d, sp %d, distopt %d; load %.2f\n", cf->name, world_,
-               workers, plan.tp, mesh.size[MG_GROUP_DP], plan.sequence_parallel, plan.distributed_optimizer, load1());
+               workers, plan.tp, mesh.size[MG_GROUP_DP], plan.sequence_parallel, plan.distributed_optimizer, bench_load1());
         printf("  model: %d layers, hidden %d, heads %d, ffn %d, seq %d, vocab %lld, micro-batch %d x %d; %lld params "
                "(mg_gpt_num_params), %.2f GFLOP/step; physical graph %d nodes, %d tensors\n",
                c->num_layers, c->hidden, c->heads, c->ffn_hidden, c->seq_length, (long long)c->vocab, sc.micro_batch,
@@ -459,8 +440,8 @@ int main(int argc, char **argv) {
         double rep_s = (MPI_Wtime() - t0) / steps;
         double mb[MG_GROUP_COUNT];
         mg_comm_bytes(comm, mb);
-        double v[8] = {rep_s, mb[MG_GROUP_WORLD] / steps, median(cs, steps), median(cmp, steps), median(exp_, steps),
-                       median(wall, steps), median(idle, steps), 0};
+        double v[8] = {rep_s, mb[MG_GROUP_WORLD] / steps, bench_median(cs, steps), bench_median(cmp, steps), bench_median(exp_, steps),
+                       bench_median(wall, steps), bench_median(idle, steps), 0};
         double h = v[2] > 0 ? 1.0 - v[4] / v[2] : 0;
         v[7] = h;
         double mx[8], sm[8];
@@ -474,7 +455,7 @@ int main(int argc, char **argv) {
                    cf->name, r, world_, workers, step_s, (double)samples * sc.model.seq_length / step_s,
                    flops / step_s * 1e-12, mx[1], graph_bytes, anal, sm[2] / world_, xfer, sm[3] / world_,
                    sm[4] / world_, sm[7] / world_, sm[6] / world_, loss ? *(float *)mg_storage_data(sto, loss) : NAN,
-                   load1());
+                   bench_load1());
             fflush(stdout);
         }
     }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "mgraph/tokenizer.h"
+#include "bench_util.h"
 
 typedef struct doc {
     const char *p;
@@ -30,12 +31,6 @@ typedef struct job {
     uint64_t tokens;
     int failed;
 } job;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void *run_job(void *arg) {
     job *j = arg;
@@ -54,11 +49,6 @@ static void *run_job(void *arg) {
     return NULL;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* One timed pass; returns MB/s or -1. */
 static double measure(const mg_tokenizer_config *cfg, int workers, const doc *docs, size_t ndocs, size_t bytes,
                       uint64_t *tokens) {
@@ -73,14 +63,14 @@ static double measure(const mg_tokenizer_config *cfg, int workers, const doc *do
         }
     }
     atomic_size_t next = 0;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (int w = 0; w < workers; w++) {
         jobs[w] = (job){toks[w], docs, ndocs, &next, 0, 0};
         if (w > 0) pthread_create(&th[w], NULL, run_job, &jobs[w]);
     }
     run_job(&jobs[0]);
     for (int w = 1; w < workers; w++) pthread_join(th[w], NULL);
-    double el = now_s() - t0;
+    double el = bench_now_s() - t0;
     *tokens = 0;
     int failed = 0;
     for (int w = 0; w < workers; w++) {
@@ -150,7 +140,7 @@ int main(int argc, char **argv) {
                 if (r[i] < 0) return 1;
             }
             double s[3] = {r[0], r[1], r[2]};
-            qsort(s, 3, sizeof *s, cmp_double);
+            qsort(s, 3, sizeof *s, bench_cmp_double);
             printf("| %-22s | %7d | %13.2f | %6.2f %6.2f %6.2f   | %10llu |\n", cfgs[t].type, wl[k], s[1], r[0], r[1], r[2],
                    (unsigned long long)tokens);
             fflush(stdout);

@@ -51,6 +51,7 @@
 
 #include "mgraph/engine.h"
 #include "mgraph/model.h"
+#include "bench_util.h"
 #include "ops/op.h" /* profile: kernels one by one, mg_op_cost */
 
 /* OpenBLAS extensions (declared here: not every cblas.h has them) */
@@ -58,34 +59,6 @@ void openblas_set_num_threads(int);
 int openblas_get_num_threads(void);
 char *openblas_get_corename(void);
 char *openblas_get_config(void);
-
-/* 1-minute load average: timings on a shared machine mean little when it exceeds the
- * core count, so it is printed with the results. */
-static double load1(void) {
-    double l = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &l) != 1) l = -1;
-        fclose(f);
-    }
-    return l;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 typedef struct bench_model {
     const char *name;
@@ -172,9 +145,9 @@ static int profile_step(bench_model *bm, mg_error *err) {
                 for (int i = 0; i < nd->n_in; i++) ptrs[i] = mg_storage_data(sto, nd->in[i]);
                 for (int o = 0; o < nd->n_out; o++) ptrs[nd->n_in + o] = mg_storage_data(sto, nd->out[o]);
                 mg_kernel_args a = {.node = nd, .in = ptrs, .out = ptrs + nd->n_in, .info = &info};
-                double t0 = now_s();
+                double t0 = bench_now_s();
                 rc = mg_op_def_get(nd->op)->cpu(&a, err);
-                if (pass > 0) node_t[nd->id] += (now_s() - t0) / 3;
+                if (pass > 0) node_t[nd->id] += (bench_now_s() - t0) / 3;
             }
         }
     }
@@ -250,33 +223,33 @@ static int time_step(bench_model *bm, int reps, step_result *res, mg_error *err)
     }
     int n_idle = 0;
     for (int r = 0; r < reps && !rc; r++) {
-        double t0 = now_s();
+        double t0 = bench_now_s();
         for (int k = 0; k < bm->steps_per_rep && !rc; k++, it++) {
             mg_exec_info info = {.seed = 1234, .iteration = it, .training = true};
             rc = mg_engine_run(eng, &info, err);
             mg_engine_get_stats(eng, &es);
             idle[n_idle++] = es.idle_fraction;
         }
-        t[r] = (now_s() - t0) / bm->steps_per_rep;
+        t[r] = (bench_now_s() - t0) / bm->steps_per_rep;
         /* the same steps on the reference executor, interleaved so that both see the
          * same load; OpenBLAS is single-threaded while the engine exists */
-        t0 = now_s();
+        t0 = bench_now_s();
         for (int k = 0; k < bm->steps_per_rep && !rc; k++) {
             mg_exec_info info = {.seed = 1234, .iteration = it - bm->steps_per_rep + k, .training = true};
             rc = mg_exec_reference(st.g, sto, &info, err);
         }
-        tr[r] = (now_s() - t0) / bm->steps_per_rep;
+        tr[r] = (bench_now_s() - t0) / bm->steps_per_rep;
     }
     if (!rc) {
         float loss = *(float *)mg_storage_data(sto, st.loss);
         if (!isfinite(loss)) fprintf(stderr, "warning: %s: loss %g\n", bm->name, loss);
         int64_t samples = (int64_t)c.micro_batch * c.n_micro;
-        res->step_s = median(t, reps);
-        res->min_s = t[0]; /* sorted by median() */
-        res->ref_s = median(tr, reps);
+        res->step_s = bench_median(t, reps);
+        res->min_s = t[0]; /* sorted by bench_median() */
+        res->ref_s = bench_median(tr, reps);
         res->tokens_per_s = (double)samples * c.model.seq_length / res->step_s;
         res->gflops = mg_gpt_flops(&c.model, samples) / res->step_s * 1e-9;
-        res->idle = median(idle, n_idle);
+        res->idle = bench_median(idle, n_idle);
         res->workers = es.n_workers;
         res->tasks = es.tasks;
         res->persistent_bytes = plan->persistent_bytes;
@@ -343,9 +316,9 @@ static void *gemm_thread(void *p) {
     gemm_job *j = p;
     run_gemm(j->g, j->A, j->B, j->C); /* warm */
     pthread_barrier_wait(j->bar);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (int i = 0; i < j->iters; i++) run_gemm(j->g, j->A, j->B, j->C);
-    j->elapsed = now_s() - t0;
+    j->elapsed = bench_now_s() - t0;
     return NULL;
 }
 
@@ -380,7 +353,7 @@ static double gemm_rate(const gemm *g, int threads) {
         free(jobs[t].B);
         free(jobs[t].C);
     }
-    return median(rate, 5);
+    return bench_median(rate, 5);
 }
 
 typedef struct gemm_summary {
@@ -422,7 +395,7 @@ int main(int argc, char **argv) {
     }
     const char *ct = getenv("OPENBLAS_CORETYPE");
     printf("OpenBLAS: core %s (OPENBLAS_CORETYPE=%s), config: %s; load average %.2f\n", openblas_get_corename(),
-           ct ? ct : "unset", openblas_get_config(), load1());
+           ct ? ct : "unset", openblas_get_config(), bench_load1());
     bench_model models[2] = {model_124m(), model_default()};
     step_result res[2];
     gemm_summary gs[2];
@@ -448,7 +421,7 @@ int main(int argc, char **argv) {
                "%.0f MiB\n",
                res[i].step_s * 1e3, reps, bm->steps_per_rep, res[i].min_s * 1e3, res[i].workers, (long long)res[i].tasks,
                res[i].persistent_bytes / 1048576.0, res[i].activation_bytes / 1048576.0);
-        printf("  load average %.2f\n", load1());
+        printf("  load average %.2f\n", bench_load1());
         bench_gemms(bm, res[i].workers, true, &gs[i]);
         if (profile && profile_step(bm, &err)) {
             fprintf(stderr, "%s: profile: %s\n", bm->name, err.msg);
@@ -465,6 +438,6 @@ int main(int argc, char **argv) {
                    res[i].step_s * 1e3, res[i].tokens_per_s, res[i].gflops, gs[i].mix_concurrent,
                    res[i].gflops / gs[i].mix_concurrent, gs[i].mix_single, res[i].idle, res[i].ref_s * 1e3,
                    res[i].ref_s / res[i].step_s);
-    printf("load average at the end %.2f\n", load1());
+    printf("load average at the end %.2f\n", bench_load1());
     return 0;
 }
