@@ -68,11 +68,16 @@ static void run_release(run *r) {
 }
 
 /* ---- configuration checks and derived values ----------------------------------------- */
+/* Ranks of this job on this node, as Open MPI tells each of them (1 without mpirun). */
+static int local_ranks(void) {
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    return ls && atoi(ls) > 0 ? atoi(ls) : 1;
+}
+
 /* CPU workers a rank gets: the cores shared among the ranks of this node. */
 static int default_workers_here(const run *r) {
     if (r->cfg.cpu_workers > 0) return r->cfg.cpu_workers;
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    int ranks_here = local && atoi(local) > 0 ? atoi(local) : 1;
+    int ranks_here = local_ranks();
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int w = (int)(cores / ranks_here);
     return w < 1 ? 1 : w > 64 ? 64 : w;
@@ -229,8 +234,7 @@ static void fill_positions(mg_graph *g, mg_storage *store, int s) {
 
 /* StarPU workers: all cores (0) for a lone rank, else this rank's share. */
 static int default_workers(const run *r) {
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (r->cfg.cpu_workers <= 0 && (!local || atoi(local) <= 1)) return 0;
+    if (r->cfg.cpu_workers <= 0 && local_ranks() == 1) return 0;
     return default_workers_here(r);
 }
 
@@ -240,11 +244,11 @@ static int default_workers(const run *r) {
  * the cores, let the OS place threads (platform.md: pinned, spinning workers of
  * oversubscribed ranks starve each other). The user's own settings win. */
 static void place_workers(const run *r) {
-    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK"), *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (!lr || !ls || atoi(ls) <= 1 || getenv("STARPU_WORKERS_NOBIND") || getenv("STARPU_WORKERS_CPUID")) return;
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!lr || local_ranks() == 1 || getenv("STARPU_WORKERS_NOBIND") || getenv("STARPU_WORKERS_CPUID")) return;
     int rank = atoi(lr), workers = default_workers_here(r);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if ((long)atoi(ls) * workers > cores) {
+    if ((long)local_ranks() * workers > cores) {
         setenv("STARPU_WORKERS_NOBIND", "1", 1);
         return;
     }
@@ -465,8 +469,7 @@ int main(int argc, char **argv) {
     int provided, world = 1, rank = 0;
     /* Several ranks sharing a node's cores: a rank waiting in a collective must yield
      * its core to the peer it waits for, not spin on it (Open MPI reads this at init). */
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (local && atoi(local) > 1) setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+    if (local_ranks() > 1) setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
