@@ -16,5 +16,6 @@
 #include "mgraph/model.h"
 #include "mgraph/tokenizer.h"
 #include "mgraph/dataset.h"
+#include "mgraph/outfile.h"
 
 #endif

@@ -1,0 +1,195 @@
+/* Atomic output files (include/mgraph/outfile.h). */
+#include "mgraph/outfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct mg_outfile {
+    FILE *f;
+    char *path;        /* the target */
+    char *tmp;         /* the temporary file this created; NULL when writing a device directly */
+    char *what;
+    bool fsync;
+};
+
+static void outfile_free(mg_outfile *o) {
+    if (!o) return;
+    free(o->path);
+    free(o->tmp);
+    free(o->what);
+    free(o);
+}
+
+/* The directory part of path ("." when it has none). */
+static char *dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return strdup(".");
+    if (slash == path) return strdup("/");
+    return strndup(path, (size_t)(slash - path));
+}
+
+static uint64_t random_u64(void) {
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof x, GRND_NONBLOCK) != (ssize_t)sizeof x) {
+        /* no entropy yet: time and pid still make clashes unlikely, and O_EXCL makes them safe */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        x = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
+    }
+    return x;
+}
+
+/* Creates "<dir>/.<base>.tmp-<random>" exclusively; the mode is 0666 minus the umask. */
+static int create_temp(mg_outfile *o, mg_error *err) {
+    const char *base = strrchr(o->path, '/');
+    base = base ? base + 1 : o->path;
+    char *dir = dir_of(o->path);
+    if (!dir) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    size_t len = strlen(dir) + strlen(base) + 40;
+    o->tmp = malloc(len);
+    if (!o->tmp) {
+        free(dir);
+        return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    }
+    int fd = -1;
+    for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
+        snprintf(o->tmp, len, "%s/.%s.tmp-%016llx", dir, base, (unsigned long long)random_u64());
+        fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        int e = errno;
+        free(o->tmp);
+        o->tmp = NULL;
+        int rc = mg_error_set(err, MG_ERR_IO, "cannot write %s %s: cannot create a file in %s: %s", o->what, o->path,
+                              dir, strerror(e));
+        free(dir);
+        return rc;
+    }
+    free(dir);
+    o->f = fdopen(fd, "w");
+    if (!o->f) {
+        int e = errno;
+        close(fd);
+        unlink(o->tmp);
+        return mg_error_set(err, MG_ERR_IO, "cannot write %s %s: %s", o->what, o->path, strerror(e));
+    }
+    return MG_OK;
+}
+
+int mg_outfile_open(const char *path, const char *what, const mg_outfile_options *opt, mg_outfile **out,
+                    mg_error *err) {
+    *out = NULL;
+    if (!what) what = "output file";
+    if (!path || !*path) return mg_error_set(err, MG_ERR_INVALID, "%s: empty path", what);
+    if (strlen(path) >= PATH_MAX) return mg_error_set(err, MG_ERR_INVALID, "%s: path longer than %d bytes", what, PATH_MAX - 1);
+    mg_outfile *o = calloc(1, sizeof *o);
+    if (!o || !(o->path = strdup(path)) || !(o->what = strdup(what))) {
+        outfile_free(o);
+        return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    }
+    o->fsync = opt && opt->fsync;
+    struct stat st;
+    int rc = MG_OK;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        rc = mg_error_set(err, MG_ERR_IO, "cannot write %s %s: it is a directory", what, path);
+    } else if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        /* a device or FIFO: write into it as it is, never replace or remove it */
+        int fd = open(path, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0 || !(o->f = fdopen(fd, "w"))) {
+            int e = errno;
+            if (fd >= 0) close(fd);
+            rc = mg_error_set(err, MG_ERR_IO, "cannot write %s %s: %s", what, path, strerror(e));
+        }
+    } else {
+        rc = create_temp(o, err);
+    }
+    if (rc) {
+        outfile_free(o);
+        return rc;
+    }
+    *out = o;
+    return MG_OK;
+}
+
+FILE *mg_outfile_stream(mg_outfile *f) { return f ? f->f : NULL; }
+const char *mg_outfile_path(const mg_outfile *f) { return f ? f->path : NULL; }
+
+int mg_outfile_flush(mg_outfile *f, mg_error *err) {
+    if (!f || !f->f) return mg_error_set(err, MG_ERR_INVALID, "mg_outfile_flush: no open file");
+    errno = 0;
+    if (fflush(f->f) != 0 || ferror(f->f))
+        return mg_error_set(err, MG_ERR_IO, "writing %s %s failed: %s", f->what, f->path,
+                            errno ? strerror(errno) : "write error");
+    return MG_OK;
+}
+
+/* fsync of the directory holding path, so the rename itself is durable. */
+static int sync_dir(const char *path) {
+    char *dir = dir_of(path);
+    if (!dir) return -1;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(dir);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+int mg_outfile_commit(mg_outfile *f, mg_error *err) {
+    if (!f) return mg_error_set(err, MG_ERR_INVALID, "mg_outfile_commit: NULL file");
+    int rc = MG_OK, e = 0;
+    errno = 0;
+    if (fflush(f->f) != 0 || ferror(f->f)) e = errno ? errno : EIO;
+    if (!e && f->fsync && f->tmp && fsync(fileno(f->f)) != 0) e = errno;
+    if (fclose(f->f) != 0 && !e) e = errno ? errno : EIO;
+    f->f = NULL;
+    if (e) {
+        rc = mg_error_set(err, MG_ERR_IO, "writing %s %s failed: %s", f->what, f->path, strerror(e));
+    } else if (f->tmp) {
+        if (rename(f->tmp, f->path) != 0) {
+            e = errno;
+            rc = mg_error_set(err, MG_ERR_IO, "cannot write %s %s: renaming the finished file into place failed: %s",
+                              f->what, f->path, strerror(e));
+        } else {
+            free(f->tmp);
+            f->tmp = NULL; /* it is the target now */
+            if (f->fsync && sync_dir(f->path) != 0)
+                rc = mg_error_set(err, MG_ERR_IO, "cannot sync the directory of %s %s: %s", f->what, f->path,
+                                  strerror(errno));
+        }
+    }
+    if (f->tmp) unlink(f->tmp); /* ours: remove it; the target was never touched */
+    outfile_free(f);
+    return rc;
+}
+
+void mg_outfile_abort(mg_outfile *f) {
+    if (!f) return;
+    if (f->f) fclose(f->f);
+    if (f->tmp) unlink(f->tmp);
+    outfile_free(f);
+}
+
+int mg_write_file_atomic(const char *path, const char *what, const void *data, size_t len,
+                         const mg_outfile_options *opt, mg_error *err) {
+    mg_outfile *o;
+    int rc = mg_outfile_open(path, what, opt, &o, err);
+    if (rc) return rc;
+    if (len && fwrite(data, 1, len, mg_outfile_stream(o)) != len) {
+        int e = errno;
+        rc = mg_error_set(err, MG_ERR_IO, "writing %s %s failed: %s", what ? what : "output file", path,
+                          e ? strerror(e) : "short write");
+        mg_outfile_abort(o);
+        return rc;
+    }
+    return mg_outfile_commit(o, err);
+}
