@@ -1,5 +1,13 @@
-/* The op table: one entry per op kind, generated from include/mgraph/op_list.h. */
+/* The op table: one entry per op kind, generated from include/mgraph/op_list.h.
+ * A CUDA build returns copies of the defs with the cuda slot filled from the CUDA
+ * backend's kernel table (ops/cuda/registry.c); the defs themselves stay untouched. */
 #include "ops/op.h"
+
+#ifdef MG_CUDA
+#include <pthread.h>
+
+#include "ops/cuda/cuda_common.h"
+#endif
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,9 +19,27 @@ static const mg_op_def *const table[MG_OP_COUNT] = {
 #undef MG_OP
 };
 
+#ifdef MG_CUDA
+static mg_op_def with_cuda[MG_OP_COUNT];
+static pthread_once_t with_cuda_once = PTHREAD_ONCE_INIT;
+
+static void fill_cuda_slots(void) {
+    for (int op = 0; op < MG_OP_COUNT; op++) {
+        with_cuda[op] = *table[op];
+        if (mg_cuda_kernels[op]) with_cuda[op].cuda = mg_cuda_kernels[op];
+    }
+}
+
+const mg_op_def *mg_op_def_get(mg_op op) {
+    if (op < 0 || op >= MG_OP_COUNT) return NULL;
+    pthread_once(&with_cuda_once, fill_cuda_slots);
+    return &with_cuda[op];
+}
+#else
 const mg_op_def *mg_op_def_get(mg_op op) {
     return (op >= 0 && op < MG_OP_COUNT) ? table[op] : NULL;
 }
+#endif
 
 void mg_op_cost(const mg_node *n, double *flops, double *bytes) {
     const mg_op_def *d = mg_op_def_get(n->op);

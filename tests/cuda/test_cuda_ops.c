@@ -1,0 +1,324 @@
+/* CUDA kernels against the CPU kernels, node by node, on random inputs.
+ *
+ * Each case builds a small graph (forward, backward and, for the optimizer, the AdamW
+ * step), fills every leaf with random values and walks the nodes in topological order
+ * like the reference executor. Before a node runs on the CPU, its inputs are copied
+ * to the GPU; the op's CUDA kernel runs there on the same values and every output is
+ * compared with the CPU's. So each kernel is checked on the shapes and values a real
+ * graph gives it, backward ops included.
+ *
+ *   test_cuda_ops <op>[@fp32|tf32|bf16]   compare every node of kind <op> in every case
+ *                                         (fails if no case contains one)
+ *   test_cuda_ops registry <op>...        the listed ops, and only they, have CUDA kernels
+ *   test_cuda_ops cases <op>...           the harness itself, without a GPU: every case
+ *                                         builds and runs, and contains each listed op,
+ *                                         with the CPU kernel standing in for the CUDA one
+ *
+ * Without a CUDA device the comparisons exit 77 (ctest: skipped) with the reason.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cuda/cuda_common.h"
+#include "ops/op.h"
+#include "testkit.h"
+
+#define SKIP 77
+
+typedef struct cuda_case {
+    const char *name;
+    /* Builds the graph; returns the scalar loss to differentiate (NULL: forward only,
+     * or the graph error). */
+    mg_tensor *(*build)(mg_graph *g);
+    int32_t ids_hi; /* i32 leaves are uniform in [0, ids_hi) */
+    bool optimizer; /* append the AdamW step */
+} cuda_case;
+
+/* ---- graphs ------------------------------------------------------------------------ */
+static int64_t *dims(int n, ...) {
+    static int64_t s[8][MG_MAX_DIMS];
+    static int k;
+    int64_t *d = s[k++ & 7];
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++) d[i] = va_arg(ap, int64_t);
+    va_end(ap);
+    return d;
+}
+#define D(...) dims(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), __VA_ARGS__)
+#define ND(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t))
+#define PARAM(g, name, ...) mg_param(g, name, ND(__VA_ARGS__), D(__VA_ARGS__), (mg_init){MG_INIT_NORMAL, 0.5f})
+#define INPUT(g, name, dt, ...) mg_input(g, name, dt, ND(__VA_ARGS__), D(__VA_ARGS__))
+
+/* sum(y * r) with a random r: every element of y gets its own gradient */
+static mg_tensor *loss_of(mg_graph *g, mg_tensor *y) {
+    if (!y) return NULL;
+    char name[32];
+    snprintf(name, sizeof name, "loss_weights.%d", mg_graph_n_tensors(g));
+    mg_tensor *r = mg_input(g, name, MG_F32, y->ndim, y->shape);
+    return mg_sum(g, mg_mul(g, y, r), MG_ALL_AXES, false);
+}
+
+static mg_tensor *g_matmul(mg_graph *g) {
+    /* all transpose combinations, batched and shared-B, and odd sizes */
+    mg_tensor *a = PARAM(g, "a", 3, 37, 19), *b = PARAM(g, "b", 19, 23), *bt = PARAM(g, "bt", 23, 19);
+    mg_tensor *c = PARAM(g, "c", 3, 19, 37), *d = PARAM(g, "d", 3, 19, 23);
+    mg_tensor *y1 = mg_matmul(g, a, b, false, false);   /* [3, 37, 23] shared B */
+    mg_tensor *y2 = mg_matmul(g, a, bt, false, true);   /* [3, 37, 23] */
+    mg_tensor *y3 = mg_matmul(g, c, d, true, false);    /* [3, 37, 23] batched, trans_a */
+    mg_tensor *y4 = mg_matmul(g, a, mg_transpose(g, d, (int[]){0, 2, 1}), false, true); /* batched NT */
+    mg_tensor *y5 = mg_linear(g, mg_reshape(g, a, 2, D(111, 19)), bt, PARAM(g, "bias", 23));
+    mg_tensor *s = mg_add(g, mg_add(g, y1, y2), mg_add(g, y3, y4));
+    return mg_add(g, loss_of(g, s), loss_of(g, y5));
+}
+
+static mg_tensor *g_elementwise(mg_graph *g) {
+    mg_tensor *x = PARAM(g, "x", 4, 5, 6), *row = PARAM(g, "row", 6), *col = PARAM(g, "col", 4, 1, 6);
+    mg_tensor *y = mg_mul(g, mg_sub(g, x, row), col);           /* broadcasts both ways */
+    y = mg_add(g, mg_scale(g, y, -0.75f), mg_bias_add(g, x, row));
+    y = mg_add(g, y, mg_expand(g, PARAM(g, "e", 5, 1), 3, D(4, 5, 6)));
+    y = mg_add(g, y, mg_expand(g, mg_sum_to(g, PARAM(g, "big", 4, 300, 6), 3, D(4, 1, 6)), 3, D(4, 5, 6)));
+    y = mg_add(g, y, mg_expand(g, mg_sum_to(g, PARAM(g, "long", 2, 3000, 6), 2, D(1, 6)), 3, D(4, 5, 6)));
+    return loss_of(g, y);
+}
+
+static const cuda_case g_cases[] = {
+    {"matmul", g_matmul, 0, false},
+    {"elementwise", g_elementwise, 0, false},
+};
+enum { N_CASES = sizeof g_cases / sizeof g_cases[0] };
+
+/* ---- tolerances ----------------------------------------------------------------------- */
+static void tolerance(mg_op op, mg_cuda_gemm prec, double *rtol, double *atol) {
+    *rtol = 1e-5;
+    *atol = 1e-5;
+    switch (op) {
+    case MG_OP_MATMUL:
+        /* fp32 cuBLAS sums in another order than OpenBLAS; TF32 keeps 10 mantissa bits,
+         * bf16 7: errors ~ sqrt(K) * 2^-11 / 2^-8 relative to the |a||b| scale */
+        *rtol = prec == MG_CUDA_GEMM_FP32 ? 1e-5 : prec == MG_CUDA_GEMM_TF32 ? 5e-3 : 3e-2;
+        *atol = prec == MG_CUDA_GEMM_FP32 ? 1e-5 : prec == MG_CUDA_GEMM_TF32 ? 5e-3 : 3e-2;
+        break;
+    default: break;
+    }
+}
+
+/* ---- the walk ---------------------------------------------------------------------------- */
+static tk_rng g_rng = {20260616};
+
+static void fill_leaves(tk_run *r, const cuda_case *c) {
+    for (int i = 0; i < mg_graph_n_tensors(r->g); i++) {
+        const mg_tensor *t = mg_graph_tensor(r->g, i);
+        if (t->src) continue;
+        int64_t n = mg_numel(t);
+        if (t->dtype == MG_I32) {
+            int32_t *p = tk_i32(r, t);
+            for (int64_t k = 0; k < n; k++) p[k] = (int32_t)tk_uniform(&g_rng, 0, (float)c->ids_hi) % (c->ids_hi ? c->ids_hi : 1);
+        } else if (t->dtype == MG_F32 && t->role == MG_ROLE_OPT_STATE && t->persistent) {
+            tk_fill(&g_rng, tk_f32(r, t), n, 0.0f, 0.1f); /* Adam moments: v >= 0 */
+        } else if (t->dtype == MG_F32) {
+            tk_fill(&g_rng, tk_f32(r, t), n, -1.0f, 1.0f);
+        }
+    }
+}
+
+static size_t bytes_of(const mg_tensor *t) { return (size_t)mg_numel(t) * mg_dtype_size(t->dtype); }
+
+/* Harness self-check: host memory and the CPU kernel instead of the device. */
+static bool g_host_mode;
+
+static cudaError_t dev_alloc(void **p, size_t b) {
+    if (!g_host_mode) return cudaMalloc(p, b);
+    *p = malloc(b);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+static cudaError_t dev_copy(void *dst, const void *src, size_t b, enum cudaMemcpyKind k) {
+    if (!g_host_mode) return cudaMemcpy(dst, src, b, k);
+    memcpy(dst, src, b);
+    return cudaSuccess;
+}
+static cudaError_t dev_set(void *p, int v, size_t b) {
+    if (!g_host_mode) return cudaMemset(p, v, b);
+    memset(p, v, b);
+    return cudaSuccess;
+}
+static void dev_free(void *p) {
+    if (g_host_mode) free(p);
+    else cudaFree(p);
+}
+
+/* Runs node nd on the GPU with copies of its (current) host inputs; returns the
+ * device outputs copied back into host buffers gpu_out[]. */
+static int run_on_gpu(tk_run *r, const mg_node *nd, void **gpu_out, mg_error *err) {
+    const mg_op_def *def = mg_op_def_get(nd->op);
+    void *dptr[2 * MG_MAX_OUT + 64] = {0};
+    void *hptr[2 * MG_MAX_OUT + 64] = {0};
+    int np = nd->n_in + nd->n_out, rc = MG_OK;
+    if (np > (int)(sizeof dptr / sizeof dptr[0])) return mg_error_set(err, MG_ERR_UNSUPPORTED, "too many operands");
+    for (int i = 0; i < np && !rc; i++) {
+        const mg_tensor *t = i < nd->n_in ? nd->in[i] : nd->out[i - nd->n_in];
+        hptr[i] = mg_storage_data(r->st, t);
+        for (int j = 0; j < i; j++)
+            if (hptr[j] == hptr[i]) dptr[i] = dptr[j]; /* in place, or the same tensor twice */
+        if (dptr[i]) continue;
+        size_t b = bytes_of(t) ? bytes_of(t) : 4;
+        rc = mg_cuda_check(dev_alloc(&dptr[i], b), "cudaMalloc", err);
+        if (rc) break;
+        if (i < nd->n_in) rc = mg_cuda_check(dev_copy(dptr[i], hptr[i], bytes_of(t), cudaMemcpyHostToDevice), "H2D", err);
+        else rc = mg_cuda_check(dev_set(dptr[i], 0xff, b), "memset", err); /* NaN: unwritten outputs show */
+    }
+    if (!rc) {
+        mg_kernel_args ka = {.node = nd, .in = dptr, .out = dptr + nd->n_in, .info = &r->info};
+        rc = (g_host_mode ? def->cpu : def->cuda)(&ka, err);
+        if (!rc && !g_host_mode) rc = mg_cuda_check(cudaDeviceSynchronize(), mg_op_name(nd->op), err);
+    }
+    for (int o = 0; o < nd->n_out && !rc; o++)
+        rc = mg_cuda_check(dev_copy(gpu_out[o], dptr[nd->n_in + o], bytes_of(nd->out[o]), cudaMemcpyDeviceToHost), "D2H", err);
+    for (int i = 0; i < np; i++) {
+        bool dup = false;
+        for (int j = 0; j < i; j++) dup |= dptr[j] == dptr[i];
+        if (!dup && dptr[i]) dev_free(dptr[i]);
+    }
+    return rc;
+}
+
+/* Walks case c; compares nodes of kind `only`. Returns the number compared. */
+static int walk_case(const cuda_case *c, mg_op only, mg_cuda_gemm prec) {
+    mg_graph *g = mg_graph_new();
+    mg_error err = {0};
+    mg_tensor *loss = c->build(g);
+    if (loss && mg_graph_backward(g, loss, &err)) TK_CHECK(0, "%s: backward: %s", c->name, err.msg);
+    if (c->optimizer) {
+        mg_adamw_config cfg = mg_adamw_defaults();
+        cfg.lr.lr = 1e-3f;
+        mg_optimizer_outputs oo;
+        if (mg_graph_add_adamw(g, &cfg, &oo, &err)) TK_CHECK(0, "%s: adamw: %s", c->name, err.msg);
+    }
+    tk_run r;
+    int compared = 0;
+    if (tk_failures || tk_prepare(&r, g)) {
+        TK_CHECK(0, "%s: building the graph failed", c->name);
+        mg_graph_free(g);
+        return 0;
+    }
+    r.info.iteration = 3;
+    fill_leaves(&r, c);
+    mg_node **ord;
+    int n;
+    if (mg_graph_topo(g, &ord, &n, &err)) TK_CHECK(0, "%s: topo: %s", c->name, err.msg);
+    for (int k = 0; k < n && !tk_failures; k++) {
+        const mg_node *nd = ord[k];
+        const mg_op_def *def = mg_op_def_get(nd->op);
+        bool check = nd->op == only && (def->cuda || g_host_mode);
+        void *gpu_out[MG_MAX_OUT] = {0};
+        if (check) {
+            for (int o = 0; o < nd->n_out; o++) gpu_out[o] = malloc(bytes_of(nd->out[o]) + 4);
+            mg_error kerr = {0};
+            if (run_on_gpu(&r, nd, gpu_out, &kerr)) {
+                TK_CHECK(0, "%s: node %d (%s): %s", c->name, nd->id, mg_op_name(nd->op), kerr.msg);
+                check = false;
+            }
+        }
+        void *ptrs[2 * MG_MAX_OUT + 64];
+        for (int i = 0; i < nd->n_in; i++) ptrs[i] = mg_storage_data(r.st, nd->in[i]);
+        for (int o = 0; o < nd->n_out; o++) ptrs[nd->n_in + o] = mg_storage_data(r.st, nd->out[o]);
+        mg_kernel_args ka = {.node = nd, .in = ptrs, .out = ptrs + nd->n_in, .info = &r.info};
+        mg_error kerr = {0};
+        if (def->cpu(&ka, &kerr)) TK_CHECK(0, "%s: CPU node %d (%s): %s", c->name, nd->id, mg_op_name(nd->op), kerr.msg);
+        for (int o = 0; check && o < nd->n_out; o++) {
+            const mg_tensor *t = nd->out[o];
+            char what[160];
+            snprintf(what, sizeof what, "%s: node %d %s output %d '%s'", c->name, nd->id, mg_op_name(nd->op), o, t->name);
+            if (t->dtype == MG_F32) {
+                double rtol, atol;
+                tolerance(nd->op, prec, &rtol, &atol);
+                tk_expect_close(what, gpu_out[o], ptrs[nd->n_in + o], mg_numel(t), rtol, atol);
+            } else {
+                TK_CHECK(!memcmp(gpu_out[o], ptrs[nd->n_in + o], bytes_of(t)), "%s differs", what);
+            }
+        }
+        if (check) compared++;
+        for (int o = 0; o < nd->n_out; o++) free(gpu_out[o]);
+    }
+    tk_release(&r);
+    mg_graph_free(g);
+    return compared;
+}
+
+static int find_op(const char *name) {
+    for (int op = 0; op < MG_OP_COUNT; op++)
+        if (!strcmp(mg_op_name((mg_op)op), name)) return op;
+    return -1;
+}
+
+static int check_registry(int argc, char **argv) {
+    bool listed[MG_OP_COUNT] = {0};
+    for (int i = 0; i < argc; i++) {
+        int op = find_op(argv[i]);
+        TK_CHECK(op >= 0, "registry: unknown op '%s'", argv[i]);
+        if (op >= 0) listed[op] = true;
+    }
+    for (int op = 0; op < MG_OP_COUNT; op++) {
+        bool has = mg_op_def_get((mg_op)op)->cuda != NULL;
+        TK_CHECK(has == listed[op], "op %s: %s", mg_op_name((mg_op)op),
+                 has ? "has a CUDA kernel but no cuda.<op> test" : "is listed but has no CUDA kernel");
+    }
+    /* The probe must succeed (0 devices without a driver), never crash or abort. */
+    int nd = mg_cuda_device_count();
+    printf("registry: %d CUDA devices%s%s\n", nd, nd ? "" : "; ", mg_cuda_status());
+    return tk_failures ? 1 : 0;
+}
+
+static int check_cases(int argc, char **argv) {
+    g_host_mode = true;
+    for (int i = 0; i < argc; i++) {
+        int op = find_op(argv[i]), total = 0;
+        TK_CHECK(op >= 0, "cases: unknown op '%s'", argv[i]);
+        for (int c = 0; op >= 0 && c < N_CASES && !tk_failures; c++) total += walk_case(&g_cases[c], (mg_op)op, MG_CUDA_GEMM_FP32);
+        TK_CHECK(op < 0 || total > 0, "no case has a %s node", argv[i]);
+    }
+    if (!tk_failures) printf("cases: every listed op occurs in a case; all cases build and run\n");
+    return tk_failures ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "registry")) return check_registry(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "cases")) return check_cases(argc - 2, argv + 2);
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_cuda_ops <op>[@fp32|tf32|bf16] | registry <op>...\n");
+        return 2;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "%s", argv[1]);
+    mg_cuda_gemm prec = MG_CUDA_GEMM_FP32;
+    char *at = strchr(name, '@');
+    if (at) {
+        *at++ = 0;
+        mg_error err = {0};
+        if (mg_cuda_gemm_parse(at, &prec, &err)) {
+            fprintf(stderr, "%s\n", err.msg);
+            return 2;
+        }
+    }
+    int op = find_op(name);
+    if (op < 0 || !mg_op_def_get((mg_op)op)->cuda) {
+        fprintf(stderr, "op '%s' has no CUDA kernel\n", name);
+        return 2;
+    }
+    if (mg_cuda_device_count() == 0) {
+        printf("SKIP cuda.%s: %s\n", argv[1], mg_cuda_status());
+        return SKIP;
+    }
+    mg_cuda_set_gemm_precision(prec);
+    int total = 0;
+    for (int c = 0; c < N_CASES; c++) {
+        int k = walk_case(&g_cases[c], (mg_op)op, prec);
+        if (k) printf("%s: %d %s nodes match the CPU\n", g_cases[c].name, k, name);
+        total += k;
+    }
+    TK_CHECK(total > 0, "no case has a %s node", name);
+    if (!tk_failures) printf("cuda.%s: %d nodes OK\n", argv[1], total);
+    return tk_failures ? 1 : 0;
+}
