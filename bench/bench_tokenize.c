@@ -6,7 +6,7 @@
  * runs 3 times with freshly opened tokenizers (a cold GPT-2 word cache) and the
  * median is reported. Not a test: run it by hand, on a quiet machine.
  *
- *   bench_tokenize [DATA_DIR [MEGABYTES [WORKERS]]]   (defaults ../shared/data 50 nproc) */
+ *   bench_tokenize [DATA_DIR [MEGABYTES [WORKERS]]]   (defaults tests/data 50 nproc) */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -82,7 +82,7 @@ static double measure(const mg_tokenizer_config *cfg, int workers, const doc *do
 }
 
 int main(int argc, char **argv) {
-    const char *data = argc > 1 ? argv[1] : "../shared/data";
+    const char *data = argc > 1 ? argv[1] : "tests/data";
     double mb = argc > 2 ? atof(argv[2]) : 50;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int all = argc > 3 ? atoi(argv[3]) : (int)(ncpu > 0 ? ncpu : 1);

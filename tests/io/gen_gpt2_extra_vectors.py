@@ -1,6 +1,6 @@
 # Generates gpt2_extra_vectors.txt: OpenAI's original GPT-2 encoder algorithm (encoder.py,
 # with the 'regex' module from PyPI) on whitespace/Unicode edge cases and random strings.
-# Usage: python3 gen_gpt2_extra_vectors.py [OUT]  (reads /work/shared/data/gpt2)
+# Usage: python3 gen_gpt2_extra_vectors.py [OUT]  (reads tests/data/gpt2)
 import regex, json, sys
 def bytes_to_unicode():
     bs = list(range(ord("!"), ord("~")+1))+list(range(ord("¡"), ord("¬")+1))+list(range(ord("®"), ord("ÿ")+1))
@@ -8,7 +8,8 @@ def bytes_to_unicode():
     for b in range(2**8):
         if b not in bs: bs.append(b); cs.append(2**8+n); n += 1
     return dict(zip(bs, [chr(n) for n in cs]))
-D='/work/shared/data/gpt2/'
+import os
+D=os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'data', 'gpt2') + '/'
 enc=json.load(open(D+'vocab.json'))
 merges=[tuple(l.split()) for l in open(D+'merges.txt',encoding='utf-8').read().split('\n')[1:-1]]
 ranks=dict(zip(merges,range(len(merges))))

@@ -6,13 +6,14 @@
 set -u
 MPIEXEC=$1 RUN=$2 TEXT=$3 WORK=$4 CASE=$5
 mkdir -p "$WORK" && cd "$WORK" || exit 1
-[ -f "$TEXT" ] || { echo "skip: no $TEXT"; exit 77; }
 MPI="$MPIEXEC --oversubscribe --allow-run-as-root"
 SMALL=(--text-file "$TEXT" --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
        --micro-batch-size 2 --global-batch-size 8 --eval-interval 0 --log-interval 1 --lr 3e-3
        --lr-warmup-iters 2 --adam-eps 1e-5)
 
 fail() { echo "FAIL: $*"; exit 1; }
+# only the cases that train read the corpus; a missing one is a failure, never a skip
+needs_text() { [ -f "$TEXT" ] || fail "no corpus $TEXT"; }
 
 # expect_usage NAME MESSAGE-REGEX CMD...: exit 2 within 60 s, message on stderr, no metrics
 expect_usage() {
@@ -62,6 +63,7 @@ plan_file_bad)
 plan_file_missing)
     expect_usage "$CASE" "cannot read plan file" "$RUN" "${SMALL[@]}" --plan nowhere.plan ;;
 dry_run_world)
+    needs_text
     rm -f rank*.dot
     timeout 120 "$RUN" "${SMALL[@]}" --dry-run --world-size 8 --tensor-model-parallel-size 2 --sequence-parallel \
         --use-distributed-optimizer --dump-dot 'rank%r.dot' > out.txt 2>err.txt || { cat err.txt; fail "dry run"; }
@@ -75,6 +77,7 @@ dry_run_world)
     [ -e metrics.jsonl ] && fail "dry run trained"
     echo "ok $CASE" ;;
 train_matches_serial)
+    needs_text
     # a plan file (tp 2, sp) and flags (distributed optimizer) on 4 ranks vs the serial run
     printf '# tensor parallel with sequence parallel\ntensor-model-parallel-size 2\nsequence-parallel true\n' > tp.plan
     timeout 120 "$RUN" "${SMALL[@]}" --train-iters 6 --metrics-file serial.jsonl > serial.txt 2>&1 || fail "serial run"

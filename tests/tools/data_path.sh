@@ -3,12 +3,12 @@
 # GPT-2 BPE, then mgraph-run trains on --data-path with --split (train and validation
 # splits both used), caches its indices under --data-cache-path, and pads the
 # tokenizer's vocabulary as Megatron does (50257 -> 50304 at tp 1).
-#   data_path.sh PREPROCESS MGRAPH_RUN SHARED_DATA WORK_DIR
+#   data_path.sh PREPROCESS MGRAPH_RUN TEST_DATA WORK_DIR   (TEST_DATA: tests/data)
 set -u
 PRE=$1 RUN=$2 DATA=$3 WORK=$4
-[ -f "$DATA/gpt2/vocab.json" ] || { echo "skip: no GPT-2 vocabulary"; exit 77; }
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 fail() { echo "FAIL: $*"; exit 1; }
+[ -f "$DATA/gpt2/vocab.json" ] && [ -f "$DATA/tinyshakespeare.txt" ] || fail "no fixtures in $DATA"
 # 400 short documents from Tiny Shakespeare, one JSON object per line
 awk 'NR <= 4000 { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); line = line $0 " " }
      NR % 10 == 0 && NR <= 4000 { printf "{\"text\": \"%s\"}\n", line; line = "" }' \
