@@ -12,9 +12,9 @@
  * Workers: STARPU_NCPU (StarPU lets the environment win), else ncpus, else every core
  * hwloc sees, capped by the build's STARPU_MAXCPUS (4 on Debian).
  *
- * OpenBLAS gets cores / workers threads while StarPU runs (1 with a worker per core):
- * StarPU provides the parallelism, and a threaded sgemm inside each of several
- * workers would oversubscribe the cores.
+ * OpenBLAS runs one thread while StarPU runs (blas_threads.h): StarPU provides the
+ * parallelism, a threaded sgemm inside each of several workers would oversubscribe the
+ * cores, and the reference executor's bits match only with the same thread count.
  */
 #include <hwloc.h>
 #include <stdbool.h>
@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scheduler/blas_threads.h"
 #include "scheduler/starpu_internal.h"
 
 /* Default policy, chosen by measurement (bench/bench_engine, 2 CPU workers on the
@@ -42,13 +43,9 @@
  * policy of the roadmap. */
 #define MG_DEFAULT_POLICY "prio"
 
-void openblas_set_num_threads(int);
-int openblas_get_num_threads(void);
-
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_refs;
 static int g_running;          /* engines inside a step */
-static int g_saved_blas_threads;
 static char g_policy[64];
 /* Idle workers: 0 spin between steps; 1 (default) paused between steps, resumed
  * before submission; 2 resumed only once the whole step is submitted. Set by
@@ -135,12 +132,11 @@ int mg_starpu_acquire(const char *policy, int ncpus, mg_error *err) {
         return mg_error_set(err, MG_ERR_RUNTIME, "StarPU started no worker");
     }
     snprintf(g_policy, sizeof g_policy, "%s", name);
-    g_saved_blas_threads = openblas_get_num_threads();
-    /* Cores not given to StarPU workers go to OpenBLAS inside each worker: with fewer
-     * workers than cores (ncpus / STARPU_NCPU), big GEMMs still use every core. */
-    int nw = (int)starpu_cpu_worker_get_count();
-    int blas = nw > 0 && cores / nw > 1 ? cores / nw : 1;
-    openblas_set_num_threads(blas);
+    /* One BLAS thread per kernel, as in the reference executor, so that results do not
+     * depend on the thread count (blas_threads.h). It once gave each worker the cores
+     * left over (cores / workers): the ranks of one node each got every core's worth
+     * of BLAS threads on top of their workers, and bits changed with the worker count. */
+    mg_blas_single_acquire();
     /* Idle StarPU workers spin; paused, they sleep. Keep them paused between steps so
      * that the host (data loading, logging, MPI) gets the cores. */
     const char *pz = getenv("MG_STARPU_PAUSE");
@@ -160,7 +156,7 @@ void mg_starpu_release(void) {
     if (g_refs > 0 && --g_refs == 0) {
         if (!g_resumed) starpu_resume(); /* shutdown expects running workers */
         starpu_shutdown();
-        openblas_set_num_threads(g_saved_blas_threads > 0 ? g_saved_blas_threads : 1);
+        mg_blas_single_release();
         g_policy[0] = '\0';
     }
     pthread_mutex_unlock(&g_lock);

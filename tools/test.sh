@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Builds and runs the whole test suite twice: a normal build (build/) and an
 # AddressSanitizer + UndefinedBehaviorSanitizer build with leak checks (build-asan/).
+# The bitwise/equivalence tests also run under two OpenBLAS settings (kernel and thread
+# count forced, then both unset): their claims must hold whatever the environment says.
+# Every test must run: a skipped test fails the suite unless tests/expected-skips.txt
+# lists it (with the reason).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
@@ -10,10 +14,40 @@ export STARPU_SILENT=1 STARPU_HOME="${STARPU_HOME:-$PWD/build/starpu-home}"
 # ranks of the mpirun tests run as root in CI containers and oversubscribe the cores
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
+# run_ctest BUILD_DIR [ctest args...]: ctest, then fail on any test that did not run
+# (skipped: exit code under SKIP_RETURN_CODE, a failed fixture, DISABLED) and is not
+# listed in tests/expected-skips.txt. ctest itself reports skips as passes.
+run_ctest() {
+  local dir=$1 log
+  shift
+  log=$(mktemp)
+  ctest --test-dir "$dir" --output-on-failure "$@" 2>&1 | tee "$log"
+  local skipped expected unexpected
+  skipped=$(sed -nE 's/^[[:space:]]*[0-9]+ - ([^ ]+) \((Skipped|Disabled|Not Run)\)$/\1/p' "$log" | sort -u)
+  rm -f "$log"
+  expected=$(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' tests/expected-skips.txt | awk '{print $1}' | sort -u)
+  unexpected=$(comm -23 <(printf '%s\n' "$skipped" | sed '/^$/d') <(printf '%s\n' "$expected" | sed '/^$/d'))
+  if [ -n "$unexpected" ]; then
+    echo "FAIL: tests skipped that tests/expected-skips.txt does not list:" >&2
+    printf '  %s\n' $unexpected >&2
+    return 1
+  fi
+}
+
+# The tests whose claims are bitwise (StarPU == reference, same seed == same bits) or
+# parallel == serial; rerun under each OpenBLAS setting below.
+EQUIV='equivalence|bitwise|starpu_equals_reference|memplan_reuse_equal|scheduler\.engine\.(reference|one_worker|policies|gpt2)|cli_train_matches_serial|comm\.engine'
+# a kernel other than the one mgraph-run picks by itself on AVX-512 machines
+if grep -qw avx2 /proc/cpuinfo; then forced=Haswell; else forced=Prescott; fi
+
 echo "== normal build =="
 cmake -S . -B build >/dev/null
 cmake --build build -j"$jobs"
-ctest --test-dir build --output-on-failure -j"$jobs" --timeout 600
+run_ctest build -j"$jobs" --timeout 600
+echo "== equivalence tests with OPENBLAS_CORETYPE=$forced OPENBLAS_NUM_THREADS=2 =="
+OPENBLAS_CORETYPE=$forced OPENBLAS_NUM_THREADS=2 run_ctest build -j"$jobs" --timeout 600 -R "$EQUIV"
+echo "== equivalence tests with OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS unset =="
+(unset OPENBLAS_CORETYPE OPENBLAS_NUM_THREADS; run_ctest build -j"$jobs" --timeout 600 -R "$EQUIV")
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build =="
 cmake -S . -B build-asan -DMG_SANITIZE=ON >/dev/null
@@ -21,4 +55,4 @@ cmake --build build-asan -j"$jobs"
 # Leaks are reported; tests/lsan.supp suppresses only third-party libraries (with reasons).
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:fast_unwind_on_malloc=0:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 900
+run_ctest build-asan -j"$jobs" --timeout 900
