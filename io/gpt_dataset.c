@@ -27,9 +27,10 @@
 
 #include "io/dataset_internal.h"
 #include "io/hashmap.h"
+#include "mgraph/outfile.h"
 
-#define CACHE_MAGIC "MGGPTIX1"
-#define CACHE_VERSION 1ULL
+#define CACHE_MAGIC "MGGPTIX2"
+#define CACHE_VERSION 2ULL
 
 typedef struct gpt_part {
     const mg_indexed_dataset *ids;
@@ -225,21 +226,68 @@ static int make_key(const char *cache_dir, const char *prefix, uint64_t lo, uint
     return MG_OK;
 }
 
-/* Layout: magic[8] | u64 version | u64 key hash | u64 n_doc_idx | u64 num_samples
- *         | i32 doc_idx[n_doc_idx] (+4 bytes padding if odd) | i64 sample_idx[2(n+1)] | i64 shuffle_idx[n] */
+/* Layout: magic[8] | u64 version | u64 key hash | u64 n_doc_idx | u64 num_samples | u64 checksum
+ *         | i32 doc_idx[n_doc_idx] (+4 bytes padding if odd) | i64 sample_idx[2(n+1)] | i64 shuffle_idx[n]
+ * The checksum covers the three arrays: a damaged cache (a flipped bit, zeroed pages,
+ * a truncated copy) is rebuilt, never trusted. Then every entry is checked against the
+ * dataset as well, so that even a forged file with a valid checksum cannot send a
+ * read out of range or repeat samples. */
+static uint64_t cache_checksum(const gpt_part *p) {
+    uint64_t h = 0x6d67636b73756d31ULL;
+    if (p->n_doc_idx) h = mg_hash_bytes(p->doc_idx, p->n_doc_idx * 4, h); /* empty arrays may be NULL */
+    h = mg_hash_bytes(p->sample_idx, 16 * (p->num_samples + 1), h);
+    if (p->num_samples) h = mg_hash_bytes(p->shuffle_idx, 8 * p->num_samples, h);
+    return h;
+}
+
+/* The entries describe samples of this dataset: documents in range, sample starts in
+ * order and inside their documents, the shuffle a permutation. */
+static int cache_entries_valid(const gpt_part *p) {
+    uint64_t nseq = mg_indexed_num_sequences(p->ids), nd = p->n_doc_idx, ns = p->num_samples;
+    for (uint64_t i = 0; i < nd; i++)
+        if (p->doc_idx[i] < 0 || (uint64_t)p->doc_idx[i] >= nseq) return 0;
+    if (ns == 0) return 1;
+    int64_t prev_d = 0, prev_o = -1;
+    for (uint64_t i = 0; i <= ns; i++) {
+        int64_t d = p->sample_idx[2 * i], o = p->sample_idx[2 * i + 1];
+        if (d < 0 || (uint64_t)d >= nd || o < 0) return 0;
+        int32_t len = mg_indexed_sequence_length(p->ids, (uint64_t)p->doc_idx[d]);
+        if (o >= len && !(o == 0 && i == 0)) return 0;
+        if (d < prev_d || (d == prev_d && o <= prev_o)) return 0;
+        prev_d = d;
+        prev_o = o;
+    }
+    unsigned char *seen = calloc(ns, 1);
+    if (!seen) return 0;
+    int ok = 1;
+    for (uint64_t i = 0; ok && i < ns; i++) {
+        int64_t v = p->shuffle_idx[i];
+        if (v < 0 || (uint64_t)v >= ns || seen[v]) ok = 0;
+        else seen[v] = 1;
+    }
+    free(seen);
+    return ok;
+}
+
+static void cache_drop(gpt_part *p) {
+    const mg_indexed_dataset *ids = p->ids;
+    part_free(p);
+    p->ids = ids;
+}
+
 static int load_cache(gpt_part *p, const cache_key *k) {
     FILE *f = fopen(k->path, "rb");
     if (!f) return -1;
     char magic[8];
-    uint64_t h[4];
-    int ok = fread(magic, 1, 8, f) == 8 && memcmp(magic, CACHE_MAGIC, 8) == 0 && fread(h, 8, 4, f) == 4 &&
-             h[0] == CACHE_VERSION && h[1] == k->hash;
+    uint64_t h[5];
+    struct stat st;
+    int ok = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && fread(magic, 1, 8, f) == 8 &&
+             memcmp(magic, CACHE_MAGIC, 8) == 0 && fread(h, 8, 5, f) == 5 && h[0] == CACHE_VERSION && h[1] == k->hash;
     if (ok) {
-        struct stat st;
         uint64_t nd = h[2], ns = h[3];
-        uint64_t need = 40 + (nd * 4 + 7) / 8 * 8 + 16 * (ns + 1) + 8 * ns;
-        ok = fstat(fileno(f), &st) == 0 && nd < (uint64_t)st.st_size && ns < (uint64_t)st.st_size &&
-             (uint64_t)st.st_size == need;
+        /* bounded by the file size before any arithmetic can overflow */
+        ok = nd < (uint64_t)st.st_size && ns < (uint64_t)st.st_size &&
+             (uint64_t)st.st_size == 48 + (nd * 4 + 7) / 8 * 8 + 16 * (ns + 1) + 8 * ns;
         if (ok) {
             p->n_doc_idx = nd;
             p->num_samples = ns;
@@ -251,50 +299,38 @@ static int load_cache(gpt_part *p, const cache_key *k) {
                  (nd % 2 == 0 || fread(&pad, 4, 1, f) == 1) && fread(p->sample_idx, 8, 2 * (ns + 1), f) == 2 * (ns + 1) &&
                  (ns == 0 || fread(p->shuffle_idx, 8, ns, f) == ns);
         }
+        ok = ok && cache_checksum(p) == h[4] && cache_entries_valid(p);
     }
     fclose(f);
     if (!ok) {
-        const mg_indexed_dataset *ids = p->ids;
-        part_free(p);
-        p->ids = ids;
-        return -1;
-    }
-    /* Cheap sanity checks, so that a damaged cache cannot send a read out of range. */
-    uint64_t nseq = mg_indexed_num_sequences(p->ids);
-    for (uint64_t i = 0; i < p->n_doc_idx; i++)
-        if (p->doc_idx[i] < 0 || (uint64_t)p->doc_idx[i] >= nseq) ok = 0;
-    for (uint64_t i = 0; ok && i < p->num_samples; i++)
-        if (p->shuffle_idx[i] < 0 || (uint64_t)p->shuffle_idx[i] >= p->num_samples) ok = 0;
-    for (uint64_t i = 0; ok && p->num_samples && i <= p->num_samples; i++)
-        if (p->sample_idx[2 * i] < 0 || (uint64_t)p->sample_idx[2 * i] >= p->n_doc_idx) ok = 0;
-    if (!ok) {
-        const mg_indexed_dataset *ids = p->ids;
-        part_free(p);
-        p->ids = ids;
+        cache_drop(p);
         return -1;
     }
     p->from_cache = 1;
     return 0;
 }
 
+/* Written through mg_outfile: an exclusive, unpredictable temporary name in the cache
+ * directory (never following a symlink someone planted there), renamed into place, so
+ * concurrent ranks building the same cache never see half a file. */
 static int save_cache(const gpt_part *p, const cache_key *k, mg_error *err) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", k->path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return mg_error_set(err, MG_ERR_IO, "cannot write the index cache %s: %s", tmp, strerror(errno));
-    uint64_t h[4] = {CACHE_VERSION, k->hash, p->n_doc_idx, p->num_samples};
+    mg_outfile *o;
+    int rc = mg_outfile_open(k->path, "index cache", NULL, &o, err);
+    if (rc) return rc;
+    FILE *f = mg_outfile_stream(o);
+    uint64_t h[5] = {CACHE_VERSION, k->hash, p->n_doc_idx, p->num_samples, cache_checksum(p)};
     int32_t pad = 0;
     uint64_t ns = p->num_samples;
-    int ok = fwrite(CACHE_MAGIC, 1, 8, f) == 8 && fwrite(h, 8, 4, f) == 4 &&
-             (p->n_doc_idx == 0 || fwrite(p->doc_idx, 4, p->n_doc_idx, f) == p->n_doc_idx) && (p->n_doc_idx % 2 == 0 || fwrite(&pad, 4, 1, f) == 1) &&
+    int ok = fwrite(CACHE_MAGIC, 1, 8, f) == 8 && fwrite(h, 8, 5, f) == 5 &&
+             (p->n_doc_idx == 0 || fwrite(p->doc_idx, 4, p->n_doc_idx, f) == p->n_doc_idx) &&
+             (p->n_doc_idx % 2 == 0 || fwrite(&pad, 4, 1, f) == 1) &&
              fwrite(p->sample_idx, 8, 2 * (ns + 1), f) == 2 * (ns + 1) && (ns == 0 || fwrite(p->shuffle_idx, 8, ns, f) == ns);
-    if (fclose(f) != 0) ok = 0;
-    /* rename() is atomic: concurrent ranks building the same cache never see half a file. */
-    if (!ok || rename(tmp, k->path) != 0) {
-        remove(tmp);
-        return mg_error_set(err, MG_ERR_IO, "cannot write the index cache %s: %s", k->path, strerror(errno));
+    if (!ok) {
+        rc = mg_error_set(err, MG_ERR_IO, "cannot write the index cache %s: %s", k->path, strerror(errno));
+        mg_outfile_abort(o);
+        return rc;
     }
-    return MG_OK;
+    return mg_outfile_commit(o, err);
 }
 
 /* ---- --data-path parsing ---- */

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "mgraph/dataset.h"
+#include "mgraph/outfile.h"
 
 static const char IDX_MAGIC[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
 #define IDX_HEADER_BYTES 34 /* 9 + 8 + 1 + 8 + 8 */
@@ -164,6 +165,17 @@ int mg_indexed_open(const char *prefix, mg_indexed_dataset **out, mg_error *err)
             goto fail;
         }
     }
+    /* Megatron's writer lays the sequences out back to back, so the .bin ends where the
+     * last sequence does. A .bin of another size belongs to another .idx (one of the
+     * pair was rewritten or cut short): refuse the pair rather than train on it. */
+    uint64_t end = ds->nseq ? (uint64_t)ds->offsets[ds->nseq - 1] + (uint64_t)ds->lens[ds->nseq - 1] * isz : 0;
+    if (end != ds->bin_size) {
+        rc = mg_error_set(err, MG_ERR_IO,
+                          "%s and %s do not belong together: the index describes %llu bytes of data, the .bin has %zu "
+                          "(was one of them rewritten or cut short?)",
+                          idx, bin, (unsigned long long)end, ds->bin_size);
+        goto fail;
+    }
     if (ds->docidx[0] != 0 || ds->docidx[ds->ndoc_idx - 1] != (int64_t)ds->nseq) {
         rc = mg_error_set(err, MG_ERR_IO, "%s: document index must run from 0 to the sequence count %llu", idx,
                           (unsigned long long)ds->nseq);
@@ -243,8 +255,14 @@ int mg_indexed_read_tokens(const mg_indexed_dataset *ds, uint64_t seq, uint64_t 
 
 /* ---- writer ---- */
 
+/* Both files are written through mg_outfile: temporary files beside the targets,
+ * renamed into place only when the whole pair is written (the .idx last, so a
+ * previous pair is replaced by a complete new one), and nothing but those temporary
+ * files is ever removed. A reader that had the old pair mapped keeps reading the old
+ * files (a rename never truncates them: no SIGBUS). */
 struct mg_indexed_writer {
     char *idx_path, *bin_path;
+    mg_outfile *bin_out, *idx_out;
     FILE *bin;
     int dtype;
     size_t isz;
@@ -272,14 +290,13 @@ int mg_indexed_writer_open(const char *prefix, int dtype, mg_indexed_writer **ou
     sprintf(w->bin_path, "%s.bin", prefix);
     w->dtype = dtype;
     w->isz = mg_indexed_dtype_size(dtype);
-    w->finalized = 1; /* nothing to remove if opening fails */
-    w->bin = fopen(w->bin_path, "wb");
-    if (!w->bin) {
-        int rc = mg_error_set(err, MG_ERR_IO, "cannot create %s: %s", w->bin_path, strerror(errno));
+    int rc = mg_outfile_open(w->bin_path, "dataset", NULL, &w->bin_out, err);
+    if (!rc) rc = mg_outfile_open(w->idx_path, "dataset index", NULL, &w->idx_out, err);
+    if (rc) {
         mg_indexed_writer_free(w);
         return rc;
     }
-    w->finalized = 0;
+    w->bin = mg_outfile_stream(w->bin_out);
     w->docidx = malloc(16 * sizeof *w->docidx);
     if (!w->docidx) {
         mg_indexed_writer_free(w);
@@ -303,6 +320,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
 }
 
 int mg_indexed_writer_add_raw(mg_indexed_writer *w, const void *items, size_t n, mg_error *err) {
+    if (!w->bin) return mg_error_set(err, MG_ERR_INVALID, "indexed writer for %s already finalized", w->idx_path);
     if (n > INT32_MAX) return mg_error_set(err, MG_ERR_INVALID, "sequence of %zu items exceeds int32 lengths", n);
     size_t c1 = w->cap_seq, c2 = w->cap_seq;
     if (grow((void **)&w->lens, &c1, w->nseq + 1, sizeof *w->lens) ||
@@ -357,12 +375,7 @@ static void put_u64(unsigned char *p, uint64_t v) {
 
 int mg_indexed_writer_finalize(mg_indexed_writer *w, mg_error *err) {
     if (w->finalized) return mg_error_set(err, MG_ERR_INVALID, "indexed writer for %s already finalized", w->idx_path);
-    int rc = MG_OK;
-    if (fclose(w->bin) != 0) rc = mg_error_set(err, MG_ERR_IO, "cannot write %s: %s", w->bin_path, strerror(errno));
-    w->bin = NULL;
-    if (rc) return rc;
-    FILE *f = fopen(w->idx_path, "wb");
-    if (!f) return mg_error_set(err, MG_ERR_IO, "cannot create %s: %s", w->idx_path, strerror(errno));
+    FILE *f = mg_outfile_stream(w->idx_out);
     unsigned char hdr[IDX_HEADER_BYTES];
     memcpy(hdr, IDX_MAGIC, 9);
     put_u64(hdr + 9, 1);
@@ -372,20 +385,28 @@ int mg_indexed_writer_finalize(mg_indexed_writer *w, mg_error *err) {
     /* The arrays are written in host order: mgraph targets little-endian hosts only. */
     int ok = fwrite(hdr, 1, sizeof hdr, f) == sizeof hdr && fwrite(w->lens, 4, w->nseq, f) == w->nseq &&
              fwrite(w->offs, 8, w->nseq, f) == w->nseq && fwrite(w->docidx, 8, w->ndoc, f) == w->ndoc;
-    if (fclose(f) != 0) ok = 0;
     if (!ok) return mg_error_set(err, MG_ERR_IO, "cannot write %s: %s", w->idx_path, strerror(errno));
+    /* Everything is written (and flushed) before anything is renamed: then the .bin,
+     * then the .idx, which a reader checks against the .bin's size. */
+    int rc = mg_outfile_flush(w->idx_out, err);
+    if (rc) return rc;
+    mg_outfile *bin = w->bin_out, *idx = w->idx_out;
+    w->bin_out = w->idx_out = NULL;
+    w->bin = NULL;
     w->finalized = 1;
-    return MG_OK;
+    rc = mg_outfile_commit(bin, err);
+    if (rc) {
+        mg_outfile_abort(idx);
+        return rc;
+    }
+    return mg_outfile_commit(idx, err);
 }
 
 void mg_indexed_writer_free(mg_indexed_writer *w) {
     if (!w) return;
-    if (w->bin) fclose(w->bin);
-    if (!w->finalized) {
-        /* A half-written dataset must not be mistaken for a good one. */
-        if (w->bin_path) remove(w->bin_path);
-        if (w->idx_path) remove(w->idx_path);
-    }
+    /* unfinished: only the temporary files go; whatever was at the targets stays */
+    mg_outfile_abort(w->bin_out);
+    mg_outfile_abort(w->idx_out);
     free(w->idx_path);
     free(w->bin_path);
     free(w->lens);

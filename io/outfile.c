@@ -122,6 +122,7 @@ int mg_outfile_open(const char *path, const char *what, const mg_outfile_options
 
 FILE *mg_outfile_stream(mg_outfile *f) { return f ? f->f : NULL; }
 const char *mg_outfile_path(const mg_outfile *f) { return f ? f->path : NULL; }
+const char *mg_outfile_temp_path(const mg_outfile *f) { return f ? f->tmp : NULL; }
 
 int mg_outfile_flush(mg_outfile *f, mg_error *err) {
     if (!f || !f->f) return mg_error_set(err, MG_ERR_INVALID, "mg_outfile_flush: no open file");

@@ -420,6 +420,21 @@ static void progress(int tty, int final, double t0, double *last, double interva
     fflush(stderr);
 }
 
+/* The input an output file of `base` (.bin or .idx) would replace, or NULL. The
+ * output is renamed over the target at the end, so writing onto an input would
+ * replace the very data being read. */
+static const char *output_is_input(const options *o, const char *base) {
+    char path[8200];
+    for (int e = 0; e < 2; e++) {
+        snprintf(path, sizeof path, "%s.%s", base, e ? "idx" : "bin");
+        struct stat so, si;
+        if (stat(path, &so) != 0) continue;
+        for (int i = 0; i < o->ninputs; i++)
+            if (stat(o->inputs[i], &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) return o->inputs[i];
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     options o;
     int rc = parse_args(argc, argv, &o);
@@ -475,7 +490,18 @@ int main(int argc, char **argv) {
     int dtype = mg_indexed_dtype_for_vocab(mg_tokenizer_vocab_size(tok0));
     for (int k = 0; k < o.nkeys; k++) {
         char path[8192];
-        snprintf(path, sizeof path, "%s_%s_document", o.prefix, o.keys[k]);
+        if (snprintf(path, sizeof path, "%s_%s_document", o.prefix, o.keys[k]) >= (int)sizeof path - 4) {
+            fprintf(stderr, "%s: --output-prefix %s is too long\n", g_prog, o.prefix);
+            exit_code = 2;
+            goto done;
+        }
+        const char *clash = output_is_input(&o, path);
+        if (clash) {
+            fprintf(stderr, "%s: the output %s.{bin,idx} would replace the input %s: choose another --output-prefix\n",
+                    g_prog, path, clash);
+            exit_code = 2;
+            goto done;
+        }
         if ((rc = mg_indexed_writer_open(path, dtype, &out[k], &err))) {
             fprintf(stderr, "%s: %s\n", g_prog, err.msg);
             exit_code = 1;

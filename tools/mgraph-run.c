@@ -3,8 +3,11 @@
  * Exit status: 0 success, 2 bad usage or input (one message on stderr), 1 failure
  * while running.
  */
+#include <limits.h>
 #include <math.h>
 #include <mpi.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,7 @@
 #include "mgraph/dot.h"
 #include "mgraph/engine.h"
 #include "mgraph/model.h"
+#include "mgraph/outfile.h"
 #include "mgraph/plan.h"
 #include "mgraph/tokenizer.h"
 #include "blas_env.h"
@@ -44,9 +48,14 @@ typedef struct run {
     mg_memplan *train_plan, *eval_plan;
     mg_storage *train_st, *eval_st;
     mg_engine *train_eng, *eval_eng;
-    FILE *metrics;
+    mg_outfile *metrics;        /* the logger's --metrics-file */
+    bool metrics_failed;        /* writing it failed: nothing of it is kept */
+    bool metrics_complete;      /* the run ended well: the file is put in place even if empty */
+    int64_t metrics_records;
+    bool started;               /* past the last input check: every failure now is a run-time one */
     int32_t *sample;
     int64_t eval_batches_done;
+    int64_t nan_at;             /* test hook: poison a weight before this iteration (1-based), 0: never */
 } run;
 
 static void run_release(run *r) {
@@ -63,8 +72,84 @@ static void run_release(run *r) {
     mg_step_release(&r->train);
     mg_dataset_free(r->data);
     mg_tokenizer_free(r->tok);
-    if (r->metrics) fclose(r->metrics);
+    mg_outfile_abort(r->metrics); /* only when a failure path left it open */
     free(r->sample);
+}
+
+/* ---- the metrics file --------------------------------------------------------------------
+ * The logger writes whole JSON lines, flushed one by one, into a temporary file beside
+ * the target (mg_outfile), so a write error (disk full, /dev/full) is seen at the
+ * record that hit it and ends the run with exit 1, leaving no file cut mid-record. The
+ * file is renamed into place when the run ends: on success, and also on a run-time
+ * failure (a NaN, a data error): its records are whole and tell how the run got
+ * there. SIGTERM, SIGINT and SIGHUP rename it too (rename is async-signal-safe and the
+ * temporary file holds only flushed whole records), so a stopped job keeps its
+ * metrics; during the run they can be followed in the temporary file, whose name is
+ * printed at the start. Devices (/dev/null) are written in place, never removed. */
+static char g_metrics_tmp[PATH_MAX], g_metrics_path[PATH_MAX];
+static volatile sig_atomic_t g_metrics_armed;
+
+static void on_stop_signal(int sig) {
+    if (g_metrics_armed) {
+        g_metrics_armed = 0;
+        rename(g_metrics_tmp, g_metrics_path);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static int metrics_open(run *r, mg_error *err) {
+    int rc = mg_outfile_open(r->cfg.metrics_file, "--metrics-file", NULL, &r->metrics, err);
+    if (rc) return rc;
+    const char *tmp = mg_outfile_temp_path(r->metrics);
+    if (tmp && strlen(tmp) < sizeof g_metrics_tmp && strlen(r->cfg.metrics_file) < sizeof g_metrics_path) {
+        strcpy(g_metrics_tmp, tmp);
+        strcpy(g_metrics_path, r->cfg.metrics_file);
+        g_metrics_armed = 1;
+        printf("mgraph-run: metrics are written to %s, which becomes %s when the run ends\n", tmp, r->cfg.metrics_file);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+    }
+    return MG_OK;
+}
+
+/* A number as JSON has it: NaN and Inf are not numbers there, they become null. */
+static const char *json_number(char buf[32], double v) {
+    if (isfinite(v)) snprintf(buf, 32, "%.9e", v);
+    else snprintf(buf, 32, "null");
+    return buf;
+}
+
+/* One whole record, flushed. */
+__attribute__((format(printf, 3, 4))) static int metrics_record(run *r, mg_error *err, const char *fmt, ...) {
+    if (!r->metrics) return MG_OK;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(mg_outfile_stream(r->metrics), fmt, ap);
+    va_end(ap);
+    int rc = mg_outfile_flush(r->metrics, err);
+    if (rc) r->metrics_failed = true;
+    else r->metrics_records++;
+    return rc;
+}
+
+/* Puts the file in place (keep) or discards it. A failed run that wrote no record
+ * leaves whatever was at the target alone. */
+static int metrics_close(run *r, bool keep, mg_error *err) {
+    g_metrics_armed = 0;
+    mg_outfile *m = r->metrics;
+    r->metrics = NULL;
+    if (!m) return MG_OK;
+    if (!keep || r->metrics_failed || (!r->metrics_records && !r->metrics_complete)) {
+        mg_outfile_abort(m);
+        return MG_OK;
+    }
+    return mg_outfile_commit(m, err);
 }
 
 /* ---- configuration checks and derived values ----------------------------------------- */
@@ -204,6 +289,8 @@ static int open_data(run *r, mg_step_config *sc, mg_error *err) {
 static int fill_batch(run *r, mg_graph *g, int n_micro, mg_storage *store, int split, uint64_t first, mg_error *err) {
     int s = r->cfg.seq_length, mbs = r->cfg.micro_batch_size;
     uint64_t n = mg_dataset_num_samples(r->data, split);
+    int64_t vocab = mg_tokenizer_vocab_size(r->tok);
+    static const char *split_names[] = {"train", "validation", "test"};
     char nm[64];
     for (int k = 0; k < n_micro; k++) {
         snprintf(nm, sizeof nm, "mb%d.input_ids", k);
@@ -213,8 +300,17 @@ static int fill_batch(run *r, mg_graph *g, int n_micro, mg_storage *store, int s
         if (!tt || !lt) continue;
         int32_t *tok = mg_storage_data(store, tt), *lab = mg_storage_data(store, lt);
         for (int j = 0; j < mbs; j++) {
-            int rc = mg_dataset_sample(r->data, split, (first + (uint64_t)(k * mbs + j)) % n, r->sample, err);
+            uint64_t idx = (first + (uint64_t)k * (uint64_t)mbs + (uint64_t)j) % n;
+            int rc = mg_dataset_sample(r->data, split, idx, r->sample, err);
             if (rc) return rc;
+            /* the embedding would read a zero row for such an id: say it instead */
+            for (int t = 0; t <= s; t++)
+                if (r->sample[t] < 0 || r->sample[t] >= vocab)
+                    return mg_error_set(err, MG_ERR_INVALID,
+                                        "data error: sample %llu of the %s split holds token id %d, outside the "
+                                        "vocabulary of %s [0, %lld) (is the dataset tokenized with another tokenizer?)",
+                                        (unsigned long long)idx, split_names[split], r->sample[t],
+                                        mg_tokenizer_type(r->tok), (long long)vocab);
             for (int t = 0; t < s; t++) {
                 tok[t * mbs + j] = r->sample[t];
                 lab[t * mbs + j] = r->sample[t + 1];
@@ -308,15 +404,35 @@ static int evaluate(run *r, int64_t iteration, mg_error *err) {
            " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
            "-----------------------------------------------------------------------------------------------\n",
            (long long)iteration, val, exp(val));
-    if (r->metrics) fprintf(r->metrics, "{\"iteration\": %lld, \"val_loss\": %.9e}\n", (long long)iteration, val);
-    return MG_OK;
+    char jv[32];
+    return metrics_record(r, err, "{\"iteration\": %lld, \"val_loss\": %s}\n", (long long)iteration, json_number(jv, val));
+}
+
+/* Test hook (MGRAPH_TEST_NAN_AT=RANK:ITERATION): this rank's first weight element
+ * becomes NaN before that iteration, the way a bad kernel or bit flip on one rank
+ * would show. Tests use it to check that one rank's NaN ends every rank. */
+static void poison_a_weight(run *r) {
+    for (int i = 0; i < mg_graph_n_tensors(r->train_g); i++) {
+        mg_tensor *t = mg_graph_tensor(r->train_g, i);
+        if (t->role != MG_ROLE_PARAM || t->dtype != MG_F32 || mg_numel(t) == 0) continue;
+        *(float *)mg_storage_data(r->train_st, t) = NAN;
+        return;
+    }
+}
+
+static void read_test_hooks(run *r) {
+    const char *v = getenv("MGRAPH_TEST_NAN_AT");
+    int rank = -1;
+    long long at = 0;
+    if (v && sscanf(v, "%d:%lld", &rank, &at) == 2 && rank == r->mesh.rank && at > 0) r->nan_at = at;
 }
 
 static int train(run *r, mg_error *err) {
     mg_run_config *c = &r->cfg;
     double flops = mg_gpt_flops(&r->train.model.cfg, c->global_batch_size) / r->mesh.world;
     double interval_ms = 0, interval_loss = 0;
-    int interval_n = 0;
+    int interval_n = 0, interval_nan = 0;
+    bool check_nan = !c->no_check_for_nan_in_loss_and_grad;
     mg_tensor *loss_t = mg_graph_find(r->train_g, "lm_loss"), *lr_t = mg_graph_find(r->train_g, "optimizer.lr"),
               *gn_t = mg_graph_find(r->train_g, "optimizer.grad_norm");
     if (!loss_t || !lr_t || !gn_t)
@@ -325,6 +441,7 @@ static int train(run *r, mg_error *err) {
         double t0 = now_s();
         int rc = fill_batch(r, r->train_g, r->train.n_micro, r->train_st, MG_SPLIT_TRAIN,
                             (uint64_t)it * (uint64_t)c->global_batch_size, err);
+        if (!rc && it + 1 == r->nan_at) poison_a_weight(r);
         if (!rc) rc = execute(r, r->train_g, r->train_st, r->train_eng, it, true, err);
         if (rc) return rc;
         double ms = 1e3 * (now_s() - t0);
@@ -333,28 +450,46 @@ static int train(run *r, mg_error *err) {
         float gn = *(float *)mg_storage_data(r->train_st, gn_t);
         double tps = (double)c->global_batch_size * c->seq_length / (ms * 1e-3);
         double tflops = flops / (ms * 1e-3 * 1e12);
-        if (!isfinite(loss)) return mg_error_set(err, MG_ERR_RUNTIME, "loss is %g at iteration %lld", loss, (long long)it + 1);
-        if (r->metrics)
-            fprintf(r->metrics,
-                    "{\"iteration\": %lld, \"lm_loss\": %.9e, \"lr\": %.9e, \"grad_norm\": %.9e, \"elapsed_ms\": %.3f, "
+        /* Megatron's --check-for-nan-in-loss-and-grad: a NaN or Inf ends the run, naming
+         * the rank that saw it; without the check the run goes on and the log line
+         * counts the iterations whose loss or gradient norm was not finite. fp32 has no
+         * loss scaler, so no iteration is skipped (Megatron's fp32 optimizer applies
+         * every update too): "number of skipped iterations" stays 0 by construction. */
+        bool nan_here = !isfinite(loss) || !isfinite(gn);
+        if (nan_here && check_nan) {
+            char host[256] = "?";
+            gethostname(host, sizeof host - 1);
+            return mg_error_set(err, MG_ERR_RUNTIME,
+                                "Rank %d: found %s in the %s at iteration %lld (node %s); "
+                                "--no-check-for-nan-in-loss-and-grad trains on",
+                                r->mesh.rank, isnan(isfinite(loss) ? gn : loss) ? "NaN" : "Inf",
+                                isfinite(loss) ? "gradient norm" : "loss", (long long)it + 1, host);
+        }
+        interval_nan += nan_here;
+        char jl[32], jg[32];
+        rc = metrics_record(r, err,
+                    "{\"iteration\": %lld, \"lm_loss\": %s, \"lr\": %.9e, \"grad_norm\": %s, \"elapsed_ms\": %.3f, "
                     "\"tokens_per_s\": %.1f, \"tflops\": %.6f}\n",
-                    (long long)it + 1, loss, lr, gn, ms, tps, tflops);
+                    (long long)it + 1, json_number(jl, loss), lr, json_number(jg, gn), ms, tps, tflops);
+        if (rc) return rc;
         interval_ms += ms;
-        interval_loss += loss;
+        if (!nan_here) interval_loss += loss; /* the average is over the finite losses */
         interval_n++;
         if (is_logger(r) && ((it + 1) % c->log_interval == 0 || it + 1 == c->train_iters)) {
             double avg_ms = interval_ms / interval_n;
             printf(" iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
                    "throughput per GPU (TFLOP/s/GPU): %.3f | learning rate: %.6E | global batch size: %5d | "
-                   "lm loss: %.6E | loss scale: 1.0 | grad norm: %.3f | number of skipped iterations:   0 | "
-                   "number of nan iterations:   0 |\n",
+                   "lm loss: %.6E | loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3d | "
+                   "number of nan iterations: %3d |\n",
                    (long long)it + 1, (long long)c->train_iters, (long long)(it + 1) * c->global_batch_size, avg_ms,
-                   flops / (avg_ms * 1e-3 * 1e12), lr, c->global_batch_size, interval_loss / interval_n, gn);
+                   flops / (avg_ms * 1e-3 * 1e12), lr, c->global_batch_size,
+                   interval_n > interval_nan ? interval_loss / (interval_n - interval_nan) : (double)NAN, gn, 0,
+                   interval_nan);
             fflush(stdout);
         }
         if ((it + 1) % c->log_interval == 0) {
             interval_ms = interval_loss = 0;
-            interval_n = 0;
+            interval_n = interval_nan = 0;
         }
         if (c->eval_interval > 0 && c->eval_iters > 0 && (it + 1) % c->eval_interval == 0) {
             rc = evaluate(r, it + 1, err);
@@ -429,18 +564,30 @@ static int dry_run_world(run *r, int world, mg_error *err) {
 
 
 /* Ends the run. Input errors are found by every rank alike before any collective
- * (agree_on_input makes sure), so each rank exits 2 by itself; a failure while
- * running may hit one rank only, so it aborts them all rather than leave the others
- * waiting in a collective. */
+ * (agree_on_input makes sure), so each rank exits 2 by itself. Once training has
+ * started every failure is a run-time one (exit 1), a data error or NaN found
+ * mid-run included: it may hit one rank only while the others wait in a collective,
+ * so the rank prints its message and then aborts them all (MPI_Abort, before
+ * releasing anything: its own StarPU workers may be blocked in a collective too).
+ * A rank that dies without a word (SIGKILL) is Open MPI's to notice: mpirun ends
+ * the job when one of its processes dies. */
 static int finish(run *r, int rc, const mg_error *err) {
     int code = 0;
     if (rc) {
-        code = mg_status_is_usage(rc) ? 2 : 1;
+        code = !r->started && mg_status_is_usage(rc) ? 2 : 1;
         if (err->msg[0]) fprintf(stderr, "mgraph-run: %s%s\n", code == 2 ? "error: " : "failed: ", err->msg);
     }
-    bool multi = r->mpi_world > 1;
+    /* a failed run keeps the whole records it wrote (see metrics_open) */
+    mg_error merr = {0};
+    r->metrics_complete = !rc;
+    if (metrics_close(r, !rc || r->started, &merr)) {
+        fprintf(stderr, "mgraph-run: failed: %s\n", merr.msg);
+        code = 1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    if (code == 1 && r->mpi_world > 1) MPI_Abort(MPI_COMM_WORLD, code);
     run_release(r);
-    if (code == 1 && multi) MPI_Abort(MPI_COMM_WORLD, code);
     MPI_Finalize();
     return code;
 }
@@ -526,9 +673,11 @@ int main(int argc, char **argv) {
     rc = rank_graph(&r, &r.train, &r.mesh, &r.train_g, &err);
     if (!rc && with_eval) rc = rank_graph(&r, &r.eval, &r.mesh, &r.eval_g, &err);
     if (!rc && r.cfg.dump_dot) rc = dump_dot(&r, r.train_g, rank, world, &err);
-    if (!rc && r.cfg.metrics_file && is_logger(&r) && !(r.metrics = fopen(r.cfg.metrics_file, "w")))
-        rc = mg_error_set(&err, MG_ERR_IO, "cannot write --metrics-file %s", r.cfg.metrics_file);
+    if (!rc && r.cfg.metrics_file && is_logger(&r)) rc = metrics_open(&r, &err);
     rc = agree_on_input(&r, rc, &err);
+    if (rc) return finish(&r, rc, &err);
+    r.started = true;
+    read_test_hooks(&r);
     if (!rc && world > 1) rc = mg_comm_new(&r.mesh, &r.comm, &err);
     if (!rc) rc = prepare(&r, r.train_g, &r.train_plan, &r.train_st, &r.train_eng, &err);
     if (!rc && with_eval) rc = prepare(&r, r.eval_g, &r.eval_plan, &r.eval_st, &r.eval_eng, &err);
@@ -542,11 +691,6 @@ int main(int argc, char **argv) {
         mg_engine_get_stats(r.train_eng, &es);
         printf("mgraph-run: last step on StarPU: %lld tasks, %d workers, %.1f ms, idle %.1f%%\n", (long long)es.tasks,
                es.n_workers, es.wall_s * 1e3, 100.0 * es.idle_fraction);
-    }
-    if (rc && r.metrics) { /* no partial output */
-        fclose(r.metrics);
-        r.metrics = NULL;
-        remove(r.cfg.metrics_file);
     }
     return finish(&r, rc, &err);
 }

@@ -75,6 +75,10 @@ static const flag flags[] = {
     {"--cpu-workers", F_INT, O(cpu_workers), "StarPU CPU workers (0: all cores)"},
     {"--matmul-tiles", F_INT, O(matmul_tiles), "split large matmuls into N tasks for the workers (default 1)"},
     {"--overlap-grad-reduce", F_BOOL, O(overlap_grad_reduce), "run collectives on a communication thread beside compute"},
+    {"--check-for-nan-in-loss-and-grad", F_BOOL, O(check_for_nan_in_loss_and_grad),
+     "stop with an error at a NaN/Inf loss or gradient norm (default)"},
+    {"--no-check-for-nan-in-loss-and-grad", F_BOOL, O(no_check_for_nan_in_loss_and_grad),
+     "train on through NaN/Inf, counting them in the log line"},
     {"--help", F_BOOL, O(help), "this text"},
 };
 #undef O

@@ -38,6 +38,8 @@ typedef struct mg_run_config {
     const char *sched_policy;
     int cpu_workers;
     bool overlap_grad_reduce;
+    /* Megatron's --check-for-nan-in-loss-and-grad, on unless --no-check-for-nan-in-loss-and-grad */
+    bool check_for_nan_in_loss_and_grad, no_check_for_nan_in_loss_and_grad;
     int matmul_tiles;        /* 0: not given (plan file, else 1) */
     bool help;
 } mg_run_config;

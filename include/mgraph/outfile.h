@@ -39,6 +39,10 @@ int mg_outfile_open(const char *path, const char *what, const mg_outfile_options
 FILE *mg_outfile_stream(mg_outfile *f);
 /* The path being written (the target, not the temporary name). */
 const char *mg_outfile_path(const mg_outfile *f);
+/* The temporary file being written, or NULL when a device is written in place. A
+ * long-running writer may show it (to follow progress) or, from a signal handler,
+ * rename() it into place to keep what it flushed so far. */
+const char *mg_outfile_temp_path(const mg_outfile *f);
 /* Flushes; reports a write error seen so far (ENOSPC, EIO...) as MG_ERR_IO without
  * closing, so long-running writers can stop early. */
 int mg_outfile_flush(mg_outfile *f, mg_error *err);

@@ -192,6 +192,43 @@ static void gpt_cache(void) {
     mg_gpt_dataset_cache_stats(c, &loaded, &built);
     CHECK(loaded == 0 && built == 3, "damaged cache rebuilt (%d loaded)", loaded);
     mg_dataset_free(c);
+    /* Damage that keeps the size: zeroed pages at the end (the shuffle all zeros, which
+     * passed the range checks and trained on one sample) and one changed byte in the
+     * middle (a sample offset or document). Both are rebuilt and give the same samples. */
+    const char *damage[] = {"for f in '%s'/*; do truncate -s -96 \"$f\" && truncate -s +96 \"$f\"; done",
+                            "for f in '%s'/*; do s=$(stat -c %%s \"$f\"); printf '\\007' | "
+                            "dd of=\"$f\" bs=1 seek=$((s / 2)) conv=notrunc status=none; done"};
+    mg_dataset *fresh = open_gpt(prefix, "90,10,0", 16, 3, 0, NULL);
+    if (!fresh) return;
+    for (int d = 0; d < 2; d++) {
+        snprintf(cmd, sizeof cmd, damage[d], cache);
+        if (system(cmd) != 0) return;
+        c = open_gpt(prefix, "90,10,0", 16, 3, 0, cache);
+        if (!c) return;
+        mg_gpt_dataset_cache_stats(c, &loaded, &built);
+        CHECK(loaded == 0 && built == 3, "damage %d: cache rebuilt, not trusted (%d loaded)", d, loaded);
+        CHECK(same_samples(c, fresh, 0) && same_samples(c, fresh, 1), "damage %d: rebuilt samples match", d);
+        mg_dataset_free(c);
+    }
+    /* Symlinks planted under the old predictable temporary names (<cache>.tmp.<pid>)
+     * must not be followed: the victim stays intact, the caches appear as regular files,
+     * and the planted links (not ours) stay where they are. */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && printf precious > ../victim && for f in *.idxcache; do rm \"$f\"; "
+             "ln -s ../victim \"$f.tmp.%ld\"; done",
+             cache, (long)getpid());
+    if (system(cmd) != 0) return;
+    c = open_gpt(prefix, "90,10,0", 16, 3, 0, cache);
+    if (!c) return;
+    mg_gpt_dataset_cache_stats(c, &loaded, &built);
+    CHECK(built == 3, "caches rebuilt after removal (%d built)", built);
+    mg_dataset_free(c);
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && [ \"$(cat ../victim)\" = precious ] && [ $(find . -name '*.idxcache' -type f | wc -l) -eq 3 ] && "
+             "for l in *.tmp.%ld; do [ -L \"$l\" ] || exit 1; done",
+             cache, (long)getpid());
+    CHECK(system(cmd) == 0, "a planted symlink was followed or removed (victim overwritten?)");
+    mg_dataset_free(fresh);
     mg_dataset_free(a);
     mg_dataset_free(b);
     mg_dataset_free(m);
