@@ -22,6 +22,7 @@
 #include "mgraph/plan.h"
 #include "mgraph/tokenizer.h"
 #include "blas_env.h"
+#include "run_checkpoint.h"
 #include "run_config.h"
 
 #ifndef MG_DEFAULT_CORPUS
@@ -56,6 +57,8 @@ typedef struct run {
     int32_t *sample;
     int64_t eval_batches_done;
     int64_t nan_at;             /* test hook: poison a weight before this iteration (1-based), 0: never */
+    const mg_step_config *sc;   /* the training step's configuration (checkpoint metadata) */
+    mg_run_resume resume;       /* --load: where training resumes (iteration 0 when none) */
 } run;
 
 static void run_release(run *r) {
@@ -74,6 +77,7 @@ static void run_release(run *r) {
     mg_tokenizer_free(r->tok);
     mg_outfile_abort(r->metrics); /* only when a failure path left it open */
     free(r->sample);
+    mg_run_resume_close(&r->resume);
 }
 
 /* ---- the metrics file --------------------------------------------------------------------
@@ -218,6 +222,10 @@ static int resolve(mg_run_config *c, mg_step_config *sc, mg_error *err) {
     if (strcmp(c->engine, "starpu") && strcmp(c->engine, "reference"))
         return mg_error_set(err, MG_ERR_INVALID, "--engine must be starpu or reference (got '%s')", c->engine);
     if (c->cpu_workers < 0) return mg_error_set(err, MG_ERR_INVALID, "--cpu-workers must be >= 0");
+    if (c->save_interval < 0 || c->save_retain < 0)
+        return mg_error_set(err, MG_ERR_INVALID, "--save-interval and --save-retain must be >= 0");
+    if ((c->save_interval || c->save_retain) && !c->save)
+        return mg_error_set(err, MG_ERR_INVALID, "--save-interval and --save-retain need --save DIR");
     memset(sc, 0, sizeof *sc);
     mg_gpt_config *m = &sc->model;
     *m = mg_gpt_defaults();
@@ -359,6 +367,8 @@ static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, m
     int rc = mg_memplan_build(g, true, plan, err);
     if (!rc) rc = mg_storage_new(g, *plan, store, err);
     if (!rc) rc = mg_storage_init(*store, (uint64_t)r->cfg.seed, err);
+    /* --load: the training graph's state, before the engine takes the buffers */
+    if (!rc && g == r->train_g) rc = mg_run_resume_fill(&r->resume, g, *store, err);
     if (rc) return rc;
     fill_positions(g, *store, r->cfg.seq_length);
     if (!strcmp(r->cfg.engine, "starpu")) {
@@ -371,7 +381,7 @@ static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, m
 
 static int execute(run *r, mg_graph *g, mg_storage *store, mg_engine *eng, int64_t iteration, bool training,
                    mg_error *err) {
-    mg_exec_info info = {(uint64_t)r->cfg.seed, iteration, training, r->comm};
+    mg_exec_info info = {r->resume.seed, iteration, training, r->comm};
     return eng ? mg_engine_run(eng, &info, err) : mg_exec_reference(g, store, &info, err);
 }
 
@@ -427,6 +437,18 @@ static void read_test_hooks(run *r) {
     if (v && sscanf(v, "%d:%lld", &rank, &at) == 2 && rank == r->mesh.rank && at > 0) r->nan_at = at;
 }
 
+/* --save: the state after `iteration` iterations. */
+static int save(run *r, int64_t iteration, uint64_t consumed, mg_error *err) {
+    mg_run_save_state s = {iteration, (int64_t)consumed, r->eval_batches_done, r->resume.seed,
+                           mg_tokenizer_vocab_size(r->tok)};
+    int rc = mg_run_save(&r->cfg, r->sc, &r->plan, &r->mesh, r->mpi_world, r->train_g, r->train_st, &s, err);
+    if (!rc && r->mesh.rank == 0) {
+        printf("  successfully saved checkpoint from iteration %7lld to %s\n", (long long)iteration, r->cfg.save);
+        fflush(stdout);
+    }
+    return rc;
+}
+
 static int train(run *r, mg_error *err) {
     mg_run_config *c = &r->cfg;
     double flops = mg_gpt_flops(&r->train.model.cfg, c->global_batch_size) / r->mesh.world;
@@ -437,10 +459,11 @@ static int train(run *r, mg_error *err) {
               *gn_t = mg_graph_find(r->train_g, "optimizer.grad_norm");
     if (!loss_t || !lr_t || !gn_t)
         return mg_error_set(err, MG_ERR_RUNTIME, "the step graph lacks lm_loss, optimizer.lr or optimizer.grad_norm");
-    for (int64_t it = 0; it < c->train_iters; it++) {
+    int64_t start = r->resume.iteration;
+    for (int64_t it = start; it < c->train_iters; it++) {
         double t0 = now_s();
-        int rc = fill_batch(r, r->train_g, r->train.n_micro, r->train_st, MG_SPLIT_TRAIN,
-                            (uint64_t)it * (uint64_t)c->global_batch_size, err);
+        uint64_t consumed = (uint64_t)r->resume.consumed_samples + (uint64_t)(it - start) * (uint64_t)c->global_batch_size;
+        int rc = fill_batch(r, r->train_g, r->train.n_micro, r->train_st, MG_SPLIT_TRAIN, consumed, err);
         if (!rc && it + 1 == r->nan_at) poison_a_weight(r);
         if (!rc) rc = execute(r, r->train_g, r->train_st, r->train_eng, it, true, err);
         if (rc) return rc;
@@ -481,7 +504,7 @@ static int train(run *r, mg_error *err) {
                    "throughput per GPU (TFLOP/s/GPU): %.3f | learning rate: %.6E | global batch size: %5d | "
                    "lm loss: %.6E | loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3d | "
                    "number of nan iterations: %3d |\n",
-                   (long long)it + 1, (long long)c->train_iters, (long long)(it + 1) * c->global_batch_size, avg_ms,
+                   (long long)it + 1, (long long)c->train_iters, (long long)consumed + c->global_batch_size, avg_ms,
                    flops / (avg_ms * 1e-3 * 1e12), lr, c->global_batch_size,
                    interval_n > interval_nan ? interval_loss / (interval_n - interval_nan) : (double)NAN, gn, 0,
                    interval_nan);
@@ -493,6 +516,10 @@ static int train(run *r, mg_error *err) {
         }
         if (c->eval_interval > 0 && c->eval_iters > 0 && (it + 1) % c->eval_interval == 0) {
             rc = evaluate(r, it + 1, err);
+            if (rc) return rc;
+        }
+        if (c->save && ((c->save_interval > 0 && (it + 1) % c->save_interval == 0) || it + 1 == c->train_iters)) {
+            rc = save(r, it + 1, consumed + (uint64_t)c->global_batch_size, err);
             if (rc) return rc;
         }
     }
@@ -650,7 +677,10 @@ int main(int argc, char **argv) {
         rc = mg_plan_check_model(&r.plan, plan_world, &pm, &err);
     }
     if (!rc) rc = mg_step_build(&sc, &r.train, &err);
-    bool with_eval = r.cfg.eval_interval > 0 && r.cfg.eval_iters > 0;
+    bool with_eval = (r.cfg.eval_interval > 0 || r.cfg.skip_train) && r.cfg.eval_iters > 0;
+    r.sc = &sc;
+    if (!rc) rc = mg_run_resume_open(&r.cfg, &sc.model, mg_tokenizer_vocab_size(r.tok), &r.resume, &err);
+    if (!rc && r.cfg.skip_train && !with_eval) rc = mg_error_set(&err, MG_ERR_INVALID, "--skip-train needs --eval-iters >= 1");
     if (!rc && with_eval) {
         mg_step_config ec = sc;
         ec.training = false;
@@ -681,11 +711,18 @@ int main(int argc, char **argv) {
     if (!rc && world > 1) rc = mg_comm_new(&r.mesh, &r.comm, &err);
     if (!rc) rc = prepare(&r, r.train_g, &r.train_plan, &r.train_st, &r.train_eng, &err);
     if (!rc && with_eval) rc = prepare(&r, r.eval_g, &r.eval_plan, &r.eval_st, &r.eval_eng, &err);
+    rc = agree_on_input(&r, rc, &err); /* a checkpoint one rank could not read stops them all */
+    /* --skip-train evaluates the first --eval-iters validation batches, whatever the
+     * checkpoint had drawn: the same windows for every model compared */
+    r.eval_batches_done = r.cfg.skip_train ? 0 : r.resume.eval_batches_done;
+    mg_run_resume_close(&r.resume);
+    if (!rc && r.cfg.load && rank == 0)
+        printf("  loaded checkpoint from %s at iteration %lld\n", r.cfg.load, (long long)r.resume.iteration);
     if (!rc && rank == 0) {
         describe(&r, r.train_g, rank);
         fflush(stdout);
     }
-    if (!rc) rc = train(&r, &err);
+    if (!rc) rc = r.cfg.skip_train ? evaluate(&r, r.resume.iteration, &err) : train(&r, &err);
     if (!rc && r.train_eng && is_logger(&r)) {
         mg_engine_stats es;
         mg_engine_get_stats(r.train_eng, &es);

@@ -79,6 +79,14 @@ static const flag flags[] = {
      "stop with an error at a NaN/Inf loss or gradient norm (default)"},
     {"--no-check-for-nan-in-loss-and-grad", F_BOOL, O(no_check_for_nan_in_loss_and_grad),
      "train on through NaN/Inf, counting them in the log line"},
+    {"--save", F_STR, O(save), "checkpoint directory to save to"},
+    {"--save-interval", F_I64, O(save_interval), "iterations between checkpoints (and one at the end)"},
+    {"--save-retain", F_INT, O(save_retain), "keep the newest N checkpoints in --save (0: all)"},
+    {"--load", F_STR, O(load), "checkpoint directory (or iter_N directory) to resume from"},
+    {"--no-load-optim", F_BOOL, O(no_load_optim), "with --load: do not load the Adam moments"},
+    {"--no-load-rng", F_BOOL, O(no_load_rng), "with --load: use --seed, not the checkpoint's RNG seed"},
+    {"--finetune", F_BOOL, O(finetune), "with --load: load the model only, start at iteration 0"},
+    {"--skip-train", F_BOOL, O(skip_train), "evaluate on the validation split, train nothing"},
     {"--help", F_BOOL, O(help), "this text"},
 };
 #undef O

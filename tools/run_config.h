@@ -41,6 +41,11 @@ typedef struct mg_run_config {
     /* Megatron's --check-for-nan-in-loss-and-grad, on unless --no-check-for-nan-in-loss-and-grad */
     bool check_for_nan_in_loss_and_grad, no_check_for_nan_in_loss_and_grad;
     int matmul_tiles;        /* 0: not given (plan file, else 1) */
+    /* checkpoints (tools/run_checkpoint.c) */
+    const char *save, *load;
+    int64_t save_interval;
+    int save_retain;         /* keep the newest N iteration directories (0: all) */
+    bool no_load_optim, no_load_rng, finetune, skip_train;
     bool help;
 } mg_run_config;
 

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# mgraph-run --save / --load end to end.
+#   cli.sh MGRAPH_RUN TEXT_FILE WORK_DIR CASE
+# CASE:
+#   kill9     one rank, dropout on: kill -9 after a save (and at random moments during
+#             saves), --load resumes with per-iteration losses bitwise equal to the
+#             uninterrupted run
+#   plan      the same under tp=2 (2 ranks): save, resume, bitwise equal
+#   reshard   save under tp=2 x dp=2 with the distributed optimizer (4 ranks), load under
+#             1 rank and under tp=2: the next iterations match within 1e-5
+#   flags     --finetune, --no-load-optim, --no-load-rng, --save-retain, --skip-train
+#   bad       model-flag mismatch, corrupt and truncated checkpoints: exit 2 with a message
+set -u
+RUN=$1 TEXT=$2 WORK=$3 CASE=$4
+[ -f "$TEXT" ] || { echo "skip: no $TEXT"; exit 77; }
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
+export STARPU_SILENT=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+fail() { echo "FAIL: $*"; exit 1; }
+# a small GPT with dropout on (0.1 by default); iterations 1..8, evaluations at 4 and 8
+ARGS=(--text-file "$TEXT" --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
+      --micro-batch-size 2 --global-batch-size 4 --eval-interval 4 --eval-iters 2 --log-interval 1
+      --lr 1e-3 --lr-warmup-iters 2 --lr-decay-iters 8 --cpu-workers 1)
+losses() { grep -o '"iteration": [0-9]*, "\(lm\|val\)_loss": [^,}]*' "$1"; }
+# losses of iterations after $2 (and validations after it)
+after() { losses "$1" | awk -v k="$2" '{ it = $2; sub(",", "", it); if (it + 0 > k) print }'; }
+same_bits() { # $1 reference metrics, $2 resumed metrics, $3 iteration resumed from
+    [ -n "$(after "$2" "$3")" ] || fail "$2 has no iteration after $3"
+    local n
+    n=$(after "$2" "$3" | wc -l)
+    diff <(after "$1" "$3" | head -n "$n") <(after "$2" "$3") > /dev/null ||
+        { diff <(after "$1" "$3") <(after "$2" "$3"); fail "$2 differs from $1 after iteration $3"; }
+}
+close_to() { # within relative 1e-5, iteration by iteration
+    [ -n "$(after "$2" "$3")" ] || fail "$2 has no iteration after $3"
+    paste <(after "$1" "$3") <(after "$2" "$3") | awk '{ a = $4 + 0; b = $8 + 0; d = a - b; if (d < 0) d = -d;
+        if ($2 != $6 || d > 1e-5 * (a < 0 ? -a : a)) { print "mismatch: " $0; bad = 1 } } END { exit bad }' ||
+        fail "$2 does not match $1 within 1e-5"
+}
+tracker() { cat "$1/latest_checkpointed_iteration.txt" 2>/dev/null; }
+
+case "$CASE" in
+kill9)
+    "$RUN" "${ARGS[@]}" --train-iters 8 --metrics-file full.jsonl > full.txt 2>&1 || { cat full.txt; fail "uninterrupted run"; }
+    # killed right after its first save (iteration 3)
+    "$RUN" "${ARGS[@]}" --train-iters 100000 --save ck --save-interval 3 > killed.txt 2>&1 &
+    pid=$!
+    for _ in $(seq 1 3000); do [ -n "$(tracker ck)" ] && break; kill -0 $pid 2> /dev/null || break; sleep 0.01; done
+    kill -9 $pid; wait $pid 2> /dev/null
+    t=$(tracker ck)
+    [ -n "$t" ] && [ "$t" -lt 8 ] || fail "no early checkpoint to resume from (tracker '$t')"
+    "$RUN" "${ARGS[@]}" --train-iters 8 --load ck --metrics-file resumed.jsonl > resumed.txt 2>&1 ||
+        { cat resumed.txt; fail "resume"; }
+    grep -q "loaded checkpoint from ck at iteration $t" resumed.txt || fail "no load line"
+    same_bits full.jsonl resumed.jsonl "$t"
+    # killed at random moments while saving every iteration: the tracker always names a
+    # whole checkpoint, and resuming from it is still bitwise equal
+    for delay in 0.1 0.6 1.3; do
+        rm -rf ck2
+        "$RUN" "${ARGS[@]}" --train-iters 100000 --save ck2 --save-interval 1 --save-retain 2 > k2.txt 2>&1 &
+        pid=$!
+        for _ in $(seq 1 3000); do [ -n "$(tracker ck2)" ] && break; kill -0 $pid 2> /dev/null || break; sleep 0.01; done
+        sleep $delay
+        kill -9 $pid; wait $pid 2> /dev/null
+        t=$(tracker ck2)
+        [ -n "$t" ] && [ "$t" -lt 8 ] || { echo "(tracker '$t' after a ${delay}s delay: nothing to compare)"; continue; }
+        "$RUN" "${ARGS[@]}" --train-iters 8 --load ck2 --metrics-file r2.jsonl > r2.txt 2>&1 ||
+            { cat r2.txt; fail "resume after a kill during saves (delay $delay)"; }
+        same_bits full.jsonl r2.jsonl "$t"
+        echo "killed after ${delay}s at tracker $t: $(ls ck2 | tr '\n' ' ')"
+    done
+    ;;
+plan)
+    mpirun -np 2 "$RUN" "${ARGS[@]}" --tensor-model-parallel-size 2 --sequence-parallel --train-iters 8 \
+        --metrics-file full.jsonl > full.txt 2>&1 || { cat full.txt; fail "uninterrupted tp=2 run"; }
+    mpirun -np 2 "$RUN" "${ARGS[@]}" --tensor-model-parallel-size 2 --sequence-parallel --train-iters 3 \
+        --save ck > first.txt 2>&1 || { cat first.txt; fail "tp=2 run with --save"; }
+    [ "$(tracker ck)" = 3 ] || fail "tracker '$(tracker ck)', want 3"
+    mpirun -np 2 "$RUN" "${ARGS[@]}" --tensor-model-parallel-size 2 --sequence-parallel --train-iters 8 \
+        --load ck --metrics-file resumed.jsonl > resumed.txt 2>&1 || { cat resumed.txt; fail "tp=2 resume"; }
+    same_bits full.jsonl resumed.jsonl 3
+    ;;
+reshard)
+    P=(--tensor-model-parallel-size 2 --use-distributed-optimizer --sequence-parallel)
+    mpirun -np 4 "$RUN" "${ARGS[@]}" "${P[@]}" --train-iters 6 --save ck --save-interval 3 \
+        --metrics-file full.jsonl > full.txt 2>&1 || { cat full.txt; fail "tp2 x dp2 run"; }
+    [ "$(ls ck/iter_0000003/*.safetensors | wc -l)" -eq 4 ] || fail "want one file per rank"
+    "$RUN" "${ARGS[@]}" --train-iters 6 --load ck/iter_0000003 --metrics-file one.jsonl > one.txt 2>&1 ||
+        { cat one.txt; fail "load under 1 rank"; }
+    close_to full.jsonl one.jsonl 3
+    mpirun -np 2 "$RUN" "${ARGS[@]}" --tensor-model-parallel-size 2 --train-iters 6 --load ck/iter_0000003 \
+        --metrics-file tp2.jsonl > tp2.txt 2>&1 || { cat tp2.txt; fail "load under tp=2"; }
+    close_to full.jsonl tp2.jsonl 3
+    # and back: a single-rank checkpoint loads under the 4-rank plan
+    "$RUN" "${ARGS[@]}" --train-iters 3 --save ck1 > s1.txt 2>&1 || { cat s1.txt; fail "single-rank save"; }
+    mpirun -np 4 "$RUN" "${ARGS[@]}" "${P[@]}" --train-iters 6 --load ck1 --metrics-file four.jsonl > four.txt 2>&1 ||
+        { cat four.txt; fail "load under tp2 x dp2"; }
+    close_to full.jsonl four.jsonl 3
+    ;;
+flags)
+    "$RUN" "${ARGS[@]}" --train-iters 4 --save ck --save-interval 1 --save-retain 2 --metrics-file a.jsonl > a.txt 2>&1 ||
+        { cat a.txt; fail "save every iteration"; }
+    [ "$(ls -d ck/iter_* | tr '\n' ' ')" = "ck/iter_0000003 ck/iter_0000004 " ] || fail "--save-retain 2 kept: $(ls ck)"
+    # --finetune: the model only, from iteration 1 again
+    "$RUN" "${ARGS[@]}" --train-iters 2 --load ck --finetune --metrics-file ft.jsonl > ft.txt 2>&1 ||
+        { cat ft.txt; fail "--finetune"; }
+    grep -q '"iteration": 1, "lm_loss"' ft.jsonl || fail "--finetune did not restart at iteration 1"
+    # --no-load-optim: same weights, fresh moments: iteration 5 differs from the full run's
+    "$RUN" "${ARGS[@]}" --train-iters 8 --metrics-file full.jsonl > full.txt 2>&1 || fail "full run"
+    "$RUN" "${ARGS[@]}" --train-iters 5 --load ck --metrics-file same.jsonl > same.txt 2>&1 || fail "plain load"
+    "$RUN" "${ARGS[@]}" --train-iters 6 --load ck --no-load-optim --metrics-file noopt.jsonl > noopt.txt 2>&1 ||
+        fail "--no-load-optim"
+    same_bits full.jsonl same.jsonl 4
+    # iteration 5's loss only depends on the weights (equal); iteration 6 on the moments
+    [ "$(after noopt.jsonl 4 | head -1)" = "$(after full.jsonl 4 | head -1)" ] || fail "--no-load-optim changed the weights"
+    [ "$(after noopt.jsonl 5 | head -1)" != "$(after full.jsonl 5 | head -1)" ] || fail "--no-load-optim loaded the moments"
+    # --no-load-rng with another --seed: other dropout masks (and data order), so other losses
+    "$RUN" "${ARGS[@]}" --train-iters 5 --load ck --seed 99 --metrics-file seed99.jsonl > s99.txt 2>&1 || fail "--seed 99"
+    "$RUN" "${ARGS[@]}" --train-iters 5 --load ck --seed 99 --no-load-rng --metrics-file rng.jsonl > rng.txt 2>&1 ||
+        fail "--no-load-rng"
+    [ "$(after rng.jsonl 4)" != "$(after seed99.jsonl 4)" ] || fail "--no-load-rng changed nothing"
+    # --skip-train: the validation line at the loaded iteration, no training
+    "$RUN" "${ARGS[@]}" --train-iters 8 --load ck --skip-train --metrics-file skip.jsonl > skip.txt 2>&1 ||
+        { cat skip.txt; fail "--skip-train"; }
+    grep -q "validation loss at iteration 4 " skip.txt || { cat skip.txt; fail "--skip-train printed no validation line"; }
+    ! grep -q '"lm_loss"' skip.jsonl || fail "--skip-train trained"
+    [ "$(grep -o '"val_loss": [^}]*' skip.jsonl)" = "$(grep '"iteration": 4, "val_loss"' a.jsonl | grep -o '"val_loss": [^}]*')" ] ||
+        fail "--skip-train's validation loss differs from the run's at iteration 4"
+    ;;
+bad)
+    "$RUN" "${ARGS[@]}" --train-iters 2 --save ck > s.txt 2>&1 || { cat s.txt; fail "save"; }
+    expect2() { # $1 message part, rest: extra args
+        local want=$1; shift
+        "$RUN" "${ARGS[@]}" --train-iters 4 "$@" > out.txt 2> err.txt
+        local rc=$?
+        [ $rc -eq 2 ] || { cat err.txt; fail "'$*' exited $rc, want 2"; }
+        grep -q -- "$want" err.txt || { cat err.txt; fail "'$*': message lacks '$want'"; }
+        [ "$(wc -l < err.txt)" -le 3 ] || { cat err.txt; fail "'$*': more than a message"; }
+    }
+    expect2 "--hidden-size" --load ck --hidden-size 128
+    expect2 "--num-layers" --load ck --num-layers 3
+    expect2 "not a checkpoint" --load nowhere
+    expect2 "need --save" --save-interval 3
+    cp -r ck good
+    f=ck/iter_0000002/rank_00000.safetensors
+    size=$(stat -c %s $f)
+    head -c $((size - 100)) good/iter_0000002/rank_00000.safetensors > $f
+    expect2 "truncated" --load ck
+    head -c 7 good/iter_0000002/rank_00000.safetensors > $f
+    expect2 "rank_00000.safetensors" --load ck
+    cp good/iter_0000002/rank_00000.safetensors $f
+    printf '\x55' | dd of=$f bs=1 seek=$((size - 50)) conv=notrunc 2> /dev/null
+    expect2 "checksum" --load ck
+    cp good/iter_0000002/rank_00000.safetensors $f
+    sed -i 's/"iteration": 2/"iteration": 3/' ck/iter_0000002/index.json
+    expect2 "index.json" --load ck
+    cp good/iter_0000002/index.json ck/iter_0000002/index.json
+    echo garbage > ck/latest_checkpointed_iteration.txt
+    expect2 "latest_checkpointed_iteration.txt" --load ck
+    echo 2 > ck/latest_checkpointed_iteration.txt
+    "$RUN" "${ARGS[@]}" --train-iters 3 --load ck > ok.txt 2>&1 || { cat ok.txt; fail "restored checkpoint does not load"; }
+    ;;
+*) fail "unknown case $CASE" ;;
+esac
+echo "ok: $CASE"

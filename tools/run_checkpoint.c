@@ -1,0 +1,251 @@
+/* mgraph-run's --save / --load (tools/run_checkpoint.h). */
+#include "run_checkpoint.h"
+
+#include <jansson.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the physical graph as pieces ---------------------------------------------------------
+ * Kept to this one function so that it can switch to the partitioner's typed bindings
+ * (logical tensor -> local tensor + block) when they exist. */
+
+/* Persistent leaves are the state that outlives a step: parameters and Adam moments. */
+static bool is_state(const mg_tensor *t) {
+    return !t->src && t->persistent && (t->role == MG_ROLE_PARAM || t->role == MG_ROLE_OPT_STATE);
+}
+
+/* The parameter a moment belongs to ("x.weight.exp_avg" -> "x.weight"). */
+static mg_tensor *moment_param(const mg_graph *g, const char *name) {
+    char base[512];
+    const char *suf[] = {".exp_avg_sq", ".exp_avg"};
+    size_t n = strlen(name);
+    for (int i = 0; i < 2; i++) {
+        size_t k = strlen(suf[i]);
+        if (n > k && n - k < sizeof base && !strcmp(name + n - k, suf[i])) {
+            memcpy(base, name, n - k);
+            base[n - k] = '\0';
+            return mg_graph_find(g, base);
+        }
+    }
+    return NULL;
+}
+
+/* Describes state tensor t of this rank's graph as a piece. *owner says whether this
+ * rank is the one that writes it (each logical element is saved by one rank only:
+ * data-parallel rank 0, tensor-parallel rank 0 for what tp replicates; every dp rank
+ * for its distributed-optimizer segments). */
+static int piece_of(const mg_graph *g, const mg_mesh *mesh, mg_tensor *t, mg_storage *st, mg_ckpt_piece *p,
+                    bool *owner, mg_error *err) {
+    memset(p, 0, sizeof *p);
+    p->name = t->name;
+    p->dtype = t->dtype;
+    p->data = mg_storage_data(st, t);
+    int tp0 = mesh->coord[MG_GROUP_TP] == 0, dp0 = mesh->coord[MG_GROUP_DP] == 0;
+    if (t->shard.kind == MG_SHARD_SPLIT && t->shard.group == MG_GROUP_DP) {
+        /* a distributed-optimizer moment: a flat segment of its parameter's tp block */
+        mg_tensor *par = moment_param(g, t->name);
+        /* (dist_opt.c gives the segment the logical moment's numel as its logical shape,
+         * and its offset inside this rank's tp block: only the offset is used here) */
+        if (!par || t->ndim != 1 || t->logical.ndim != 1 || t->logical.offset[0] + t->shape[0] > mg_numel(par))
+            return mg_error_set(err, MG_ERR_RUNTIME, "checkpoint: cannot place optimizer segment '%s'", t->name);
+        p->ndim = par->logical.ndim;
+        for (int d = 0; d < p->ndim; d++) {
+            p->shape[d] = par->logical.shape[d];
+            p->offset[d] = par->logical.offset[d];
+            p->block[d] = par->shape[d];
+        }
+        p->lo = t->logical.offset[0];
+        p->hi = p->lo + t->shape[0];
+        *owner = par->shard.kind == MG_SHARD_SPLIT || tp0;
+        return MG_OK;
+    }
+    if (t->logical.ndim != t->ndim)
+        return mg_error_set(err, MG_ERR_RUNTIME, "checkpoint: '%s' has %d dims, its logical tensor %d", t->name, t->ndim,
+                            t->logical.ndim);
+    p->ndim = t->ndim;
+    for (int d = 0; d < p->ndim; d++) {
+        p->shape[d] = t->logical.shape[d];
+        p->offset[d] = t->logical.offset[d];
+        p->block[d] = t->shape[d];
+    }
+    *owner = dp0 && (t->shard.kind == MG_SHARD_SPLIT || tp0);
+    return MG_OK;
+}
+
+/* The state pieces of g: all of them (owned_only false), or those this rank saves. */
+static int collect(const mg_graph *g, const mg_mesh *mesh, mg_storage *st, bool owned_only, bool moments,
+                   mg_ckpt_piece **out, int *n, mg_error *err) {
+    int nt = mg_graph_n_tensors(g), k = 0;
+    mg_ckpt_piece *v = calloc((size_t)nt + 1, sizeof *v);
+    if (!v) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < nt; i++) {
+        mg_tensor *t = mg_graph_tensor(g, i);
+        if (!is_state(t) || (!moments && t->role != MG_ROLE_PARAM)) continue;
+        bool owner = false;
+        int rc = piece_of(g, mesh, t, st, &v[k], &owner, err);
+        if (rc) {
+            free(v);
+            return rc;
+        }
+        if (owner || !owned_only) k++;
+    }
+    *out = v;
+    *n = k;
+    return MG_OK;
+}
+
+/* ---- run metadata ------------------------------------------------------------------------ */
+static json_t *model_json(const mg_run_config *c, const mg_gpt_config *m, int64_t vocab_unpadded) {
+    return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:i, s:s, s:f}", "arch", "gpt2", "num_layers",
+                     m->num_layers, "hidden_size", m->hidden, "ffn_hidden_size", m->ffn_hidden, "num_attention_heads",
+                     m->heads, "max_position_embeddings", m->max_position, "seq_length", m->seq_length,
+                     "padded_vocab_size", (json_int_t)m->vocab, "vocab_size", (json_int_t)vocab_unpadded,
+                     "make_vocab_size_divisible_by", c->make_vocab_size_divisible_by, "tokenizer_type",
+                     c->tokenizer_type, "layernorm_epsilon", (double)m->ln_eps);
+}
+
+static char *meta_text(const mg_run_config *c, const mg_step_config *sc, const mg_plan *plan, const mg_mesh *mesh,
+                       const mg_run_save_state *s) {
+    const mg_adamw_config *o = &sc->optim;
+    const char *styles[] = {"constant", "linear", "cosine"};
+    json_t *m = json_pack(
+        "{s:o, s:{s:i, s:i, s:i, s:b, s:b, s:I}, s:I, s:I, s:{s:I, s:I, s:i, s:i, s:s?, s:s?, s:s?}, "
+        "s:{s:f, s:f, s:I, s:I, s:s, s:I}, s:{s:s, s:I}, s:{s:f, s:f, s:f, s:f, s:f}, s:{s:f, s:f}}",
+        "model", model_json(c, &sc->model, s->vocab_unpadded),
+        "plan", "tensor_model_parallel_size", plan->tp, "data_parallel_size", mesh->size[MG_GROUP_DP], "world_size",
+        mesh->world, "sequence_parallel", plan->sequence_parallel, "use_distributed_optimizer",
+        plan->distributed_optimizer, "bucket_size", (json_int_t)plan->bucket_numel,
+        "iteration", (json_int_t)s->iteration, "consumed_samples", (json_int_t)s->consumed_samples,
+        "data", "consumed_train_samples", (json_int_t)s->consumed_samples, "eval_batches_done",
+        (json_int_t)s->eval_batches_done, "global_batch_size", c->global_batch_size, "micro_batch_size",
+        c->micro_batch_size, "text_file", c->text_file, "data_path", c->data_path, "split", c->split,
+        "lr_schedule", "lr", (double)o->lr.lr, "min_lr", (double)o->lr.min_lr, "warmup_iters",
+        (json_int_t)o->lr.warmup_iters, "decay_iters", (json_int_t)o->lr.decay_iters, "style", styles[o->lr.style],
+        "num_steps", (json_int_t)s->iteration,
+        "rng", "kind", "philox4x32-10(seed, logical key, element, iteration)", "seed", (json_int_t)s->seed,
+        "optimizer", "beta1", (double)o->beta1, "beta2", (double)o->beta2, "eps", (double)o->eps, "weight_decay",
+        (double)o->weight_decay, "clip_grad", (double)o->clip_grad,
+        "dropout", "hidden", (double)sc->model.hidden_dropout, "attention", (double)sc->model.attention_dropout);
+    char *text = m ? json_dumps(m, JSON_COMPACT) : NULL;
+    json_decref(m);
+    return text;
+}
+
+/* ---- saving ---------------------------------------------------------------------------------- */
+/* Every rank learns whether any failed; a rank that did not gets a message saying so. */
+static int agree(int mpi_world, int rc, mg_error *err) {
+    if (mpi_world <= 1) return rc;
+    int mine = rc != 0, any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any && !rc) return mg_error_set(err, MG_ERR_IO, "checkpoint save failed on another rank");
+    return rc;
+}
+
+int mg_run_save(const mg_run_config *cfg, const mg_step_config *sc, const mg_plan *plan, const mg_mesh *mesh,
+                int mpi_world, mg_graph *g, mg_storage *st, const mg_run_save_state *s, mg_error *err) {
+    int rc = mesh->rank == 0 ? mg_ckpt_begin(cfg->save, s->iteration, err) : MG_OK;
+    rc = agree(mpi_world, rc, err);
+    mg_ckpt_piece *pieces = NULL;
+    int n = 0;
+    if (!rc) rc = collect(g, mesh, st, true, true, &pieces, &n, err);
+    if (!rc) rc = mg_ckpt_write_rank(cfg->save, s->iteration, mesh->rank, pieces, n, err);
+    free(pieces);
+    rc = agree(mpi_world, rc, err);
+    if (!rc && mesh->rank == 0) {
+        char *meta = meta_text(cfg, sc, plan, mesh, s);
+        rc = meta ? mg_ckpt_finish(cfg->save, s->iteration, mesh->world, meta, cfg->save_retain, err)
+                  : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+        free(meta);
+    }
+    return agree(mpi_world, rc, err);
+}
+
+/* ---- loading ----------------------------------------------------------------------------------- */
+void mg_run_resume_close(mg_run_resume *r) {
+    mg_ckpt_close(r->ck);
+    r->ck = NULL;
+}
+
+static int64_t get_int(json_t *o, const char *path1, const char *path2, bool *ok) {
+    json_t *v = json_object_get(o, path1);
+    if (path2) v = json_object_get(v, path2);
+    if (!json_is_integer(v)) *ok = false;
+    return json_integer_value(v);
+}
+
+/* Model flags must match: the message names the flag. */
+static int check_model(const mg_ckpt *ck, json_t *saved, const mg_run_config *c, const mg_gpt_config *m,
+                       int64_t vocab_unpadded, mg_error *err) {
+    json_t *now = model_json(c, m, vocab_unpadded);
+    const struct { const char *key, *flag; } fl[] = {
+        {"num_layers", "--num-layers"},
+        {"hidden_size", "--hidden-size"},
+        {"ffn_hidden_size", "--ffn-hidden-size"},
+        {"num_attention_heads", "--num-attention-heads"},
+        {"max_position_embeddings", "--max-position-embeddings"},
+        {"vocab_size", "--tokenizer-type / --vocab-file (vocabulary size)"},
+        {"padded_vocab_size", "--make-vocab-size-divisible-by (padded vocabulary, 128 x tp by default)"},
+        {"tokenizer_type", "--tokenizer-type"},
+    };
+    int rc = MG_OK;
+    for (size_t i = 0; i < sizeof fl / sizeof *fl && !rc; i++) {
+        json_t *a = json_object_get(saved, fl[i].key), *b = json_object_get(now, fl[i].key);
+        if (!a) {
+            rc = mg_error_set(err, MG_ERR_IO, "%s: the checkpoint's model flags lack %s", mg_ckpt_dir(ck), fl[i].key);
+        } else if (!json_equal(a, b)) {
+            char *x = json_dumps(a, JSON_ENCODE_ANY), *y = json_dumps(b, JSON_ENCODE_ANY);
+            rc = mg_error_set(err, MG_ERR_INVALID, "%s does not match the checkpoint %s: it was saved with %s, this run has %s",
+                              fl[i].flag, mg_ckpt_dir(ck), x ? x : "?", y ? y : "?");
+            free(x);
+            free(y);
+        }
+    }
+    json_decref(now);
+    return rc;
+}
+
+int mg_run_resume_open(const mg_run_config *cfg, const mg_gpt_config *model, int64_t vocab_unpadded,
+                       mg_run_resume *out, mg_error *err) {
+    memset(out, 0, sizeof *out);
+    out->seed = (uint64_t)cfg->seed;
+    if (!cfg->load) return MG_OK;
+    int rc = mg_ckpt_open(cfg->load, &out->ck, err);
+    if (rc) return rc;
+    json_error_t je;
+    json_t *meta = json_loads(mg_ckpt_meta(out->ck), 0, &je);
+    if (!meta) rc = mg_error_set(err, MG_ERR_IO, "%s: metadata is not JSON", mg_ckpt_dir(out->ck));
+    if (!rc) rc = check_model(out->ck, json_object_get(meta, "model"), cfg, model, vocab_unpadded, err);
+    bool ok = true;
+    int64_t it = get_int(meta, "iteration", NULL, &ok), consumed = get_int(meta, "consumed_samples", NULL, &ok),
+            evals = get_int(meta, "data", "eval_batches_done", &ok), seed = get_int(meta, "rng", "seed", &ok);
+    if (!rc && (!ok || it < 0 || consumed < 0 || evals < 0 || it != mg_ckpt_iteration(out->ck)))
+        rc = mg_error_set(err, MG_ERR_IO, "%s: iteration, consumed_samples, data or rng state missing or inconsistent",
+                          mg_ckpt_dir(out->ck));
+    json_decref(meta);
+    if (rc) {
+        mg_run_resume_close(out);
+        return rc;
+    }
+    /* Megatron: --finetune loads the model only and starts at iteration 0 */
+    out->load_optim = !cfg->finetune && !cfg->no_load_optim;
+    if (!cfg->finetune) {
+        out->iteration = it;
+        out->consumed_samples = consumed;
+        out->eval_batches_done = evals;
+        if (!cfg->no_load_rng) out->seed = (uint64_t)seed;
+    }
+    return MG_OK;
+}
+
+int mg_run_resume_fill(mg_run_resume *r, mg_graph *g, mg_storage *st, mg_error *err) {
+    if (!r->ck) return MG_OK;
+    mg_mesh one = {0};
+    mg_ckpt_piece *pieces = NULL;
+    int n = 0;
+    int rc = collect(g, &one, st, false, r->load_optim, &pieces, &n, err);
+    if (!rc) rc = mg_ckpt_fill(r->ck, pieces, n, err);
+    free(pieces);
+    return rc;
+}
