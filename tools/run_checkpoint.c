@@ -128,6 +128,7 @@ static char *meta_text(const mg_run_config *c, const mg_step_config *sc, const m
         "optimizer", "beta1", (double)o->beta1, "beta2", (double)o->beta2, "eps", (double)o->eps, "weight_decay",
         (double)o->weight_decay, "clip_grad", (double)o->clip_grad,
         "dropout", "hidden", (double)sc->model.hidden_dropout, "attention", (double)sc->model.attention_dropout);
+    if (m) json_object_set_new(m, "optimizer_state", json_true());
     char *text = m ? json_dumps(m, JSON_COMPACT) : NULL;
     json_decref(m);
     return text;
@@ -223,13 +224,15 @@ int mg_run_resume_open(const mg_run_config *cfg, const mg_gpt_config *model, int
     if (!rc && (!ok || it < 0 || consumed < 0 || evals < 0 || it != mg_ckpt_iteration(out->ck)))
         rc = mg_error_set(err, MG_ERR_IO, "%s: iteration, consumed_samples, data or rng state missing or inconsistent",
                           mg_ckpt_dir(out->ck));
+    /* a checkpoint without optimizer state (mgraph-convert --from-hf) loads its model only */
+    bool has_optim = json_is_true(json_object_get(meta, "optimizer_state"));
     json_decref(meta);
     if (rc) {
         mg_run_resume_close(out);
         return rc;
     }
     /* Megatron: --finetune loads the model only and starts at iteration 0 */
-    out->load_optim = !cfg->finetune && !cfg->no_load_optim;
+    out->load_optim = has_optim && !cfg->finetune && !cfg->no_load_optim && !cfg->skip_train;
     if (!cfg->finetune) {
         out->iteration = it;
         out->consumed_samples = consumed;
