@@ -325,7 +325,7 @@ static int retain_newest(const char *root, int64_t current, int retain, mg_error
         n++;
     }
     closedir(d);
-    if (!rc) qsort(v, (size_t)n, sizeof *v, cmp_iter);
+    if (!rc && n) qsort(v, (size_t)n, sizeof *v, cmp_iter);
     for (int i = retain - 1; !rc && i < n; i++) {
         char p[PATH_MAX];
         snprintf(p, sizeof p, "%s/%s", root, v[i].name);
