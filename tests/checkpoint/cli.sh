@@ -12,7 +12,7 @@
 #   bad       model-flag mismatch, corrupt and truncated checkpoints: exit 2 with a message
 set -u
 RUN=$1 TEXT=$2 WORK=$3 CASE=$4
-[ -f "$TEXT" ] || { echo "skip: no $TEXT"; exit 77; }
+[ -f "$TEXT" ] || { echo "FAIL: no $TEXT"; exit 1; }
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 export STARPU_SILENT=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 fail() { echo "FAIL: $*"; exit 1; }
