@@ -712,6 +712,7 @@ int main(int argc, char **argv) {
     if (!rc) rc = prepare(&r, r.train_g, &r.train_plan, &r.train_st, &r.train_eng, &err);
     if (!rc && with_eval) rc = prepare(&r, r.eval_g, &r.eval_plan, &r.eval_st, &r.eval_eng, &err);
     rc = agree_on_input(&r, rc, &err); /* a checkpoint one rank could not read stops them all */
+    if (rc && mg_status_is_usage(rc)) r.started = false; /* --load of a bad checkpoint: input, exit 2 everywhere */
     /* --skip-train evaluates the first --eval-iters validation batches, whatever the
      * checkpoint had drawn: the same windows for every model compared */
     r.eval_batches_done = r.cfg.skip_train ? 0 : r.resume.eval_batches_done;
