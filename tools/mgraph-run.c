@@ -194,38 +194,21 @@ static int resolve_plan(run *r, int world, mg_error *err) {
         return mg_error_set(err, MG_ERR_INVALID, "--matmul-tiles must be in 1..64 (got %d)", c->matmul_tiles);
     if (c->matmul_tiles > 0) p->matmul_tiles = c->matmul_tiles;
     if (c->sequence_parallel) p->sequence_parallel = true;
+    if (p->sequence_parallel && p->tp == 1) {
+        /* Megatron's validate_args: warn and disable, so that numerics do not change */
+        if (r->mesh.rank == 0)
+            fprintf(stderr, "mgraph-run: warning: disabling sequence parallelism because tensor model parallelism is "
+                            "disabled (tp 1)\n");
+        p->sequence_parallel = false;
+    }
     if (c->use_distributed_optimizer) p->distributed_optimizer = true;
     return mg_plan_check(p, world, err);
 }
 
-static int resolve(mg_run_config *c, mg_step_config *sc, mg_error *err) {
-    if (c->ffn_hidden_size <= 0) c->ffn_hidden_size = 4 * c->hidden_size;
-    if (c->max_position_embeddings <= 0) c->max_position_embeddings = c->seq_length;
+/* The step configuration from the checked flags (mg_run_config_check). */
+static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) {
+    if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * dp; /* Megatron's default */
     if (c->lr_decay_iters < 0) c->lr_decay_iters = c->train_iters;
-    if (c->micro_batch_size < 1) return mg_error_set(err, MG_ERR_INVALID, "--micro-batch-size must be >= 1");
-    if (c->global_batch_size < 1) return mg_error_set(err, MG_ERR_INVALID, "--global-batch-size must be >= 1");
-    if (c->global_batch_size % c->micro_batch_size)
-        return mg_error_set(err, MG_ERR_INVALID, "--global-batch-size (%d) must be a multiple of --micro-batch-size (%d)",
-                            c->global_batch_size, c->micro_batch_size);
-    if (c->train_iters < 1) return mg_error_set(err, MG_ERR_INVALID, "--train-iters must be >= 1");
-    if (c->log_interval < 1) return mg_error_set(err, MG_ERR_INVALID, "--log-interval must be >= 1");
-    if (c->eval_interval < 0 || c->eval_iters < 0)
-        return mg_error_set(err, MG_ERR_INVALID, "--eval-interval and --eval-iters must be >= 0");
-    if (!(c->lr >= 0) || !(c->min_lr >= 0) || c->min_lr > c->lr)
-        return mg_error_set(err, MG_ERR_INVALID, "need 0 <= --min-lr <= --lr (got %g, %g)", c->min_lr, c->lr);
-    if (c->lr_warmup_iters < 0) return mg_error_set(err, MG_ERR_INVALID, "--lr-warmup-iters must be >= 0");
-    if (!(c->adam_beta1 >= 0 && c->adam_beta1 < 1) || !(c->adam_beta2 >= 0 && c->adam_beta2 < 1))
-        return mg_error_set(err, MG_ERR_INVALID, "--adam-beta1/--adam-beta2 must be in [0, 1)");
-    if (!(c->adam_eps > 0)) return mg_error_set(err, MG_ERR_INVALID, "--adam-eps must be > 0");
-    if (c->make_vocab_size_divisible_by < 1)
-        return mg_error_set(err, MG_ERR_INVALID, "--make-vocab-size-divisible-by must be >= 1");
-    if (strcmp(c->engine, "starpu") && strcmp(c->engine, "reference"))
-        return mg_error_set(err, MG_ERR_INVALID, "--engine must be starpu or reference (got '%s')", c->engine);
-    if (c->cpu_workers < 0) return mg_error_set(err, MG_ERR_INVALID, "--cpu-workers must be >= 0");
-    if (c->save_interval < 0 || c->save_retain < 0)
-        return mg_error_set(err, MG_ERR_INVALID, "--save-interval and --save-retain must be >= 0");
-    if ((c->save_interval || c->save_retain) && !c->save)
-        return mg_error_set(err, MG_ERR_INVALID, "--save-interval and --save-retain need --save DIR");
     memset(sc, 0, sizeof *sc);
     mg_gpt_config *m = &sc->model;
     *m = mg_gpt_defaults();
@@ -252,8 +235,7 @@ static int resolve(mg_run_config *c, mg_step_config *sc, mg_error *err) {
     if (!strcmp(c->lr_decay_style, "cosine")) o->lr.style = MG_LR_COSINE;
     else if (!strcmp(c->lr_decay_style, "linear")) o->lr.style = MG_LR_LINEAR;
     else if (strcmp(c->lr_decay_style, "constant"))
-        return mg_error_set(err, MG_ERR_INVALID, "--lr-decay-style must be constant, linear or cosine (got '%s')",
-                            c->lr_decay_style);
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "--lr-decay-style %s is not supported yet", c->lr_decay_style);
     return mg_gpt_check(m, err);
 }
 
@@ -651,11 +633,14 @@ int main(int argc, char **argv) {
     r.mesh.world = world;
     r.mesh.rank = rank;
     mg_run_config_defaults(&r.cfg);
-    int rc = mg_run_config_parse(&r.cfg, argc, argv, &err);
-    if (!rc && r.cfg.help) {
+    mg_run_notes notes = {0};
+    mg_run_config_parse(&r.cfg, argc, argv, &notes);
+    if (!notes.n_errors && r.cfg.help) {
         if (rank == 0) mg_run_config_usage(stdout);
         return finish(&r, 0, &err);
     }
+    mg_run_config_check(&r.cfg, &notes);
+    int rc = MG_OK;
     if (!rc && provided < MPI_THREAD_SERIALIZED && world > 1)
         rc = mg_error_set(&err, MG_ERR_RUNTIME, "MPI provides thread level %d, mgraph needs MPI_THREAD_SERIALIZED", provided);
     int plan_world = world;
@@ -666,10 +651,24 @@ int main(int argc, char **argv) {
         else plan_world = r.cfg.world_size;
     }
     if (!rc) rc = resolve_plan(&r, plan_world, &err);
+    /* every bad flag of the command line in one run, plan problems included */
+    if (rc && mg_status_is_usage(rc)) {
+        mg_run_notes_error(&notes, "%s", err.msg);
+        mg_error_clear(&err);
+        rc = MG_OK;
+    }
+    if (rank == 0) mg_run_notes_print(&notes, stderr);
+    if (!rc && notes.n_errors)
+        rc = MG_ERR_INVALID; /* the notes above said why */
+    if (!rc && r.cfg.demo && rank == 0) {
+        printf("mgraph-run: no flags given: the demo run, as if given");
+        for (const char *const *a = mg_run_config_demo_args(); *a; a++) printf(" %s", *a);
+        printf("\n");
+    }
     if (!rc) /* with --world-size, the mesh of rank 0 of the planned world (every rank is partitioned below) */
         rc = mg_mesh_init(&r.mesh, plan_world, plan_world == world ? rank : 0, r.plan.tp, r.plan.cp, r.plan.ep,
                           r.plan.pp, &err);
-    if (!rc) rc = resolve(&r.cfg, &sc, &err);
+    if (!rc) rc = resolve(&r.cfg, plan_world / (r.plan.tp * r.plan.pp * r.plan.cp), &sc, &err);
     if (!rc) rc = open_data(&r, &sc, &err);
     if (!rc) {
         mg_plan_model pm = {sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,

@@ -1,10 +1,13 @@
-/* Flag table and parser for mgraph-run. One table drives parsing and --help. */
+/* Flag table and parser for mgraph-run. One table drives parsing, checking of
+ * choices, the flags accepted without effect or refused, and --help. */
 #include "run_config.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,184 +16,477 @@
 #define MG_DEFAULT_CORPUS ""
 #endif
 
-typedef enum { F_INT, F_I64, F_FLOAT, F_STR, F_BOOL } ftype;
+/* F_LIST: one or more values up to the next flag (Megatron's nargs='*', --data-path).
+ * F_INT3: exactly three integers (nargs=3, --rampup-batch-size). */
+typedef enum { F_INT, F_I64, F_FLOAT, F_STR, F_BOOL, F_LIST, F_INT3 } ftype;
+/* USE: mgraph does what Megatron does. NOOP: accepted, changes nothing here (a
+ * warning says why). REFUSE: Megatron's flag, which mgraph cannot honour yet: the run
+ * stops with exit 2 and the reason. */
+typedef enum { USE, NOOP, REFUSE } fkind;
 
 typedef struct flag {
     const char *name;
     ftype type;
-    size_t off;
-    const char *help;
+    size_t off;           /* NOFF: the value is checked and dropped */
+    fkind kind;
+    const char *choices;  /* F_STR: "a|b|c" of the values allowed, or NULL */
+    const char *help;     /* USE: what it does; NOOP / REFUSE: why */
 } flag;
 
+#define NOFF SIZE_MAX
 #define O(f) offsetof(mg_run_config, f)
 static const flag flags[] = {
-    {"--num-layers", F_INT, O(num_layers), "transformer layers"},
-    {"--hidden-size", F_INT, O(hidden_size), "hidden size h"},
-    {"--ffn-hidden-size", F_INT, O(ffn_hidden_size), "MLP hidden size (default 4h)"},
-    {"--num-attention-heads", F_INT, O(num_attention_heads), "attention heads (must divide h)"},
-    {"--seq-length", F_INT, O(seq_length), "tokens per sample"},
-    {"--max-position-embeddings", F_INT, O(max_position_embeddings), "position table size (default seq-length)"},
-    {"--make-vocab-size-divisible-by", F_INT, O(make_vocab_size_divisible_by), "vocab padding unit (x tp)"},
-    {"--init-method-std", F_FLOAT, O(init_method_std), "std of the normal weight init"},
-    {"--hidden-dropout", F_FLOAT, O(hidden_dropout), "dropout after embeddings, attention and MLP"},
-    {"--attention-dropout", F_FLOAT, O(attention_dropout), "dropout on attention probabilities"},
-    {"--micro-batch-size", F_INT, O(micro_batch_size), "sequences per micro-batch"},
-    {"--global-batch-size", F_INT, O(global_batch_size), "sequences per iteration (gradient accumulation)"},
-    {"--train-iters", F_I64, O(train_iters), "iterations to train"},
-    {"--lr", F_FLOAT, O(lr), "peak learning rate"},
-    {"--min-lr", F_FLOAT, O(min_lr), "learning rate at the end of decay"},
-    {"--lr-decay-style", F_STR, O(lr_decay_style), "constant | linear | cosine"},
-    {"--lr-warmup-iters", F_I64, O(lr_warmup_iters), "linear warmup iterations"},
-    {"--lr-decay-iters", F_I64, O(lr_decay_iters), "decay iterations (default train-iters)"},
-    {"--weight-decay", F_FLOAT, O(weight_decay), "decoupled weight decay (not on norms and biases)"},
-    {"--adam-beta1", F_FLOAT, O(adam_beta1), "Adam beta1"},
-    {"--adam-beta2", F_FLOAT, O(adam_beta2), "Adam beta2"},
-    {"--adam-eps", F_FLOAT, O(adam_eps), "Adam epsilon"},
-    {"--clip-grad", F_FLOAT, O(clip_grad), "global gradient-norm clip (0: off)"},
-    {"--seed", F_I64, O(seed), "seed of weights, dropout and data order"},
-    {"--log-interval", F_I64, O(log_interval), "iterations between log lines"},
-    {"--eval-interval", F_I64, O(eval_interval), "iterations between evaluations (0: none)"},
-    {"--eval-iters", F_I64, O(eval_iters), "validation batches per evaluation"},
-    {"--text-file", F_STR, O(text_file), "raw text to train on (byte-level by default)"},
-    {"--data-path", F_STR, O(data_path), "Megatron indexed dataset prefix, or blend 'w1 p1 w2 p2'"},
-    {"--split", F_STR, O(split), "train,valid,test proportions (e.g. 949,50,1)"},
-    {"--data-cache-path", F_STR, O(data_cache_path), "where dataset indices are cached"},
-    {"--tokenizer-type", F_STR, O(tokenizer_type), "ByteLevelTokenizer | GPT2BPETokenizer | SentencePieceTokenizer"},
-    {"--vocab-file", F_STR, O(vocab_file), "GPT-2 vocab.json"},
-    {"--merge-file", F_STR, O(merge_file), "GPT-2 merges.txt"},
-    {"--tokenizer-model", F_STR, O(tokenizer_model), "SentencePiece tokenizer.model"},
-    {"--tensor-model-parallel-size", F_INT, O(tensor_model_parallel_size), "tp"},
-    {"--pipeline-model-parallel-size", F_INT, O(pipeline_model_parallel_size), "pp"},
-    {"--context-parallel-size", F_INT, O(context_parallel_size), "cp"},
-    {"--expert-model-parallel-size", F_INT, O(expert_model_parallel_size), "ep"},
-    {"--sequence-parallel", F_BOOL, O(sequence_parallel), "split norms and dropout along the sequence (with tp)"},
-    {"--use-distributed-optimizer", F_BOOL, O(use_distributed_optimizer), "shard optimizer state over dp"},
-    {"--world-size", F_INT, O(world_size), "with --dry-run: partition for N ranks without launching them"},
-    {"--plan", F_STR, O(plan_file), "partition plan file (flags override it)"},
-    {"--metrics-file", F_STR, O(metrics_file), "JSON Lines metrics, one object per iteration/evaluation"},
-    {"--dump-dot", F_STR, O(dump_dot), "write the executed graph as DOT (%r: rank)"},
-    {"--dry-run", F_BOOL, O(dry_run), "build (and dump) the graph, do not train"},
-    {"--engine", F_STR, O(engine), "starpu (default) | reference (serial, for debugging)"},
-    {"--sched-policy", F_STR, O(sched_policy), "StarPU scheduling policy (default: STARPU_SCHED or measured best)"},
-    {"--cpu-workers", F_INT, O(cpu_workers), "StarPU CPU workers (0: all cores)"},
-    {"--matmul-tiles", F_INT, O(matmul_tiles), "split large matmuls into N tasks for the workers (default 1)"},
-    {"--overlap-grad-reduce", F_BOOL, O(overlap_grad_reduce), "run collectives on a communication thread beside compute"},
-    {"--check-for-nan-in-loss-and-grad", F_BOOL, O(check_for_nan_in_loss_and_grad),
+    /* model */
+    {"--num-layers", F_INT, O(num_layers), USE, NULL, "transformer layers"},
+    {"--hidden-size", F_INT, O(hidden_size), USE, NULL, "hidden size h"},
+    {"--ffn-hidden-size", F_INT, O(ffn_hidden_size), USE, NULL, "MLP hidden size (default 4h)"},
+    {"--num-attention-heads", F_INT, O(num_attention_heads), USE, NULL, "attention heads (must divide h)"},
+    {"--seq-length", F_INT, O(seq_length), USE, NULL, "tokens per sample"},
+    {"--max-position-embeddings", F_INT, O(max_position_embeddings), USE, NULL, "position table size (default seq-length)"},
+    {"--make-vocab-size-divisible-by", F_INT, O(make_vocab_size_divisible_by), USE, NULL, "vocab padding unit (x tp)"},
+    {"--init-method-std", F_FLOAT, O(init_method_std), USE, NULL, "std of the normal weight init"},
+    {"--hidden-dropout", F_FLOAT, O(hidden_dropout), USE, NULL, "dropout after embeddings, attention and MLP"},
+    {"--attention-dropout", F_FLOAT, O(attention_dropout), USE, NULL, "dropout on attention probabilities"},
+    {"--position-embedding-type", F_STR, O(position_embedding_type), USE,
+     "learned_absolute|rope|yarn|mrope|relative|none", "learned_absolute (the only one mgraph's GPT has so far)"},
+    {"--normalization", F_STR, O(normalization), USE, "LayerNorm|RMSNorm", "LayerNorm (the only one mgraph's GPT has so far)"},
+    /* batch and schedule */
+    {"--micro-batch-size", F_INT, O(micro_batch_size), USE, NULL, "sequences per micro-batch"},
+    {"--global-batch-size", F_INT, O(global_batch_size), USE, NULL, "sequences per iteration (default micro-batch x dp)"},
+    {"--rampup-batch-size", F_INT3, NOFF, REFUSE, NULL,
+     "a batch-size ramp needs a micro-batch count that changes per iteration; mgraph's training step has a fixed one"},
+    {"--step-batch-size-schedule", F_STR, NOFF, REFUSE, NULL,
+     "a batch-size schedule needs a micro-batch count that changes per iteration; mgraph's training step has a fixed one"},
+    {"--train-iters", F_I64, O(train_iters), USE, NULL, "iterations to train (300 when --train-samples is not given)"},
+    {"--train-samples", F_I64, O(train_samples), USE, NULL, "samples to train (sample-based schedule)"},
+    {"--lr", F_FLOAT, O(lr), USE, NULL, "peak learning rate"},
+    {"--min-lr", F_FLOAT, O(min_lr), USE, NULL, "learning rate at the end of decay"},
+    {"--lr-decay-style", F_STR, O(lr_decay_style), USE, "constant|linear|cosine|inverse-square-root|WSD",
+     "constant | linear | cosine | inverse-square-root | WSD"},
+    {"--lr-wsd-decay-style", F_STR, O(lr_wsd_decay_style), USE, "exponential|linear|cosine|minus_sqrt",
+     "annealing of WSD: exponential | linear | cosine | minus_sqrt"},
+    {"--lr-warmup-iters", F_I64, O(lr_warmup_iters), USE, NULL, "linear warmup iterations"},
+    {"--lr-warmup-samples", F_I64, O(lr_warmup_samples), USE, NULL, "linear warmup samples"},
+    {"--lr-warmup-fraction", F_FLOAT, O(lr_warmup_fraction), USE, NULL, "warmup as a fraction of the decay span"},
+    {"--lr-warmup-init", F_FLOAT, O(lr_warmup_init), USE, NULL, "learning rate warmup starts from"},
+    {"--lr-decay-iters", F_I64, O(lr_decay_iters), USE, NULL, "decay iterations (default train-iters)"},
+    {"--lr-decay-samples", F_I64, O(lr_decay_samples), USE, NULL, "decay samples (default train-samples)"},
+    {"--lr-wsd-decay-iters", F_I64, O(lr_wsd_decay_iters), USE, NULL, "iterations of WSD's annealing phase"},
+    {"--lr-wsd-decay-samples", F_I64, O(lr_wsd_decay_samples), USE, NULL, "samples of WSD's annealing phase"},
+    {"--weight-decay", F_FLOAT, O(weight_decay), USE, NULL, "decoupled weight decay (not on norms and biases)"},
+    {"--adam-beta1", F_FLOAT, O(adam_beta1), USE, NULL, "Adam beta1"},
+    {"--adam-beta2", F_FLOAT, O(adam_beta2), USE, NULL, "Adam beta2"},
+    {"--adam-eps", F_FLOAT, O(adam_eps), USE, NULL, "Adam epsilon"},
+    {"--clip-grad", F_FLOAT, O(clip_grad), USE, NULL, "global gradient-norm clip (0: off)"},
+    {"--seed", F_I64, O(seed), USE, NULL, "seed of weights, dropout and data order"},
+    {"--fp16", F_BOOL, NOFF, REFUSE, NULL, "fp16 training needs loss scaling, which mgraph does not have"},
+    {"--bf16", F_BOOL, NOFF, REFUSE, NULL,
+     "bf16 compute with fp32 master weights needs a bf16 kernel path, and this build has none on the device in use (CPU)"},
+    /* logging and evaluation */
+    {"--log-interval", F_I64, O(log_interval), USE, NULL, "iterations between log lines"},
+    {"--log-throughput", F_BOOL, O(log_throughput), USE, NULL, "add TFLOP/s per rank to the log line"},
+    {"--eval-interval", F_I64, O(eval_interval), USE, NULL, "iterations between validations (default, 0: none)"},
+    {"--eval-iters", F_I64, O(eval_iters), USE, NULL, "batches per validation/test evaluation (0: none)"},
+    {"--tensorboard-dir", F_STR, O(tensorboard_dir), USE, NULL, "write TensorBoard event files here"},
+    {"--tensorboard-log-interval", F_I64, O(tensorboard_log_interval), USE, NULL, "iterations between TensorBoard scalars"},
+    {"--log-timers-to-tensorboard", F_BOOL, O(log_timers_to_tensorboard), USE, NULL, "add iteration time to TensorBoard"},
+    {"--log-validation-ppl-to-tensorboard", F_BOOL, O(log_validation_ppl_to_tensorboard), USE, NULL,
+     "add validation perplexity to TensorBoard"},
+    {"--metrics-file", F_STR, O(metrics_file), USE, NULL, "JSON Lines metrics, one object per iteration/evaluation"},
+    {"--dump-dot", F_STR, O(dump_dot), USE, NULL, "write the executed graph as DOT (%r: rank)"},
+    {"--dry-run", F_BOOL, O(dry_run), USE, NULL, "build (and dump) the graph, do not train"},
+    {"--save", F_STR, O(save), USE, NULL, "checkpoint directory to save to"},
+    {"--save-interval", F_I64, O(save_interval), USE, NULL, "iterations between checkpoints (and one at the end)"},
+    {"--save-retain", F_INT, O(save_retain), USE, NULL, "keep the newest N checkpoints in --save (0: all)"},
+    {"--load", F_STR, O(load), USE, NULL, "checkpoint directory (or iter_N directory) to resume from"},
+    {"--no-load-optim", F_BOOL, O(no_load_optim), USE, NULL, "with --load: do not load the Adam moments"},
+    {"--no-load-rng", F_BOOL, O(no_load_rng), USE, NULL, "with --load: use --seed, not the checkpoint's RNG seed"},
+    {"--finetune", F_BOOL, O(finetune), USE, NULL, "with --load: load the model only, start at iteration 0"},
+    {"--skip-train", F_BOOL, O(skip_train), USE, NULL, "evaluate on the validation split, train nothing"},
+    /* data */
+    {"--text-file", F_STR, O(text_file), USE, NULL, "raw text to train on (byte-level unless a tokenizer is given)"},
+    {"--data-path", F_LIST, O(data_path), USE, NULL, "Megatron indexed dataset prefix, or blend w1 p1 w2 p2 ..."},
+    {"--split", F_STR, O(split), USE, NULL, "train,valid,test proportions (--data-path: 969,30,1; text: 90,10,0)"},
+    {"--data-cache-path", F_STR, O(data_cache_path), USE, NULL, "where dataset indices are cached"},
+    {"--tokenizer-type", F_STR, O(tokenizer_type), USE, "ByteLevelTokenizer|GPT2BPETokenizer|SentencePieceTokenizer",
+     "GPT2BPETokenizer (default with --data-path or --vocab-file) | ByteLevelTokenizer | SentencePieceTokenizer"},
+    {"--vocab-file", F_STR, O(vocab_file), USE, NULL, "GPT-2 vocab.json"},
+    {"--merge-file", F_STR, O(merge_file), USE, NULL, "GPT-2 merges.txt"},
+    {"--tokenizer-model", F_STR, O(tokenizer_model), USE, NULL, "SentencePiece tokenizer.model"},
+    {"--num-workers", F_INT, NOFF, NOOP, NULL, "mgraph reads samples in the training process (no loader workers)"},
+    {"--dataloader-type", F_STR, NOFF, NOOP, "single|cyclic|external",
+     "mgraph reads the dataset's shuffled sample order front to back, as Megatron's 'single' loader does"},
+    /* parallelism */
+    {"--tensor-model-parallel-size", F_INT, O(tensor_model_parallel_size), USE, NULL, "tp"},
+    {"--pipeline-model-parallel-size", F_INT, O(pipeline_model_parallel_size), USE, NULL, "pp"},
+    {"--context-parallel-size", F_INT, O(context_parallel_size), USE, NULL, "cp"},
+    {"--expert-model-parallel-size", F_INT, O(expert_model_parallel_size), USE, NULL, "ep"},
+    {"--num-layers-per-virtual-pipeline-stage", F_INT, NOFF, NOOP, NULL,
+     "interleaving applies to pipeline parallelism, which mgraph does not have yet"},
+    {"--sequence-parallel", F_BOOL, O(sequence_parallel), USE, NULL, "split norms and dropout along the sequence (with tp > 1)"},
+    {"--use-distributed-optimizer", F_BOOL, O(use_distributed_optimizer), USE, NULL, "shard optimizer state over dp"},
+    {"--distributed-backend", F_STR, NOFF, NOOP, "nccl|gloo", "ranks communicate through MPI"},
+    {"--world-size", F_INT, O(world_size), USE, NULL, "with --dry-run: partition for N ranks without launching them"},
+    {"--plan", F_STR, O(plan_file), USE, NULL, "partition plan file (flags override it)"},
+    /* implementation choices of Megatron's that do not change what is computed */
+    {"--use-mcore-models", F_BOOL, NOFF, NOOP, NULL, "mgraph has one model implementation"},
+    {"--transformer-impl", F_STR, NOFF, NOOP, "local|transformer_engine|inference_optimized",
+     "mgraph has one transformer implementation"},
+    {"--attention-backend", F_STR, NOFF, NOOP, "auto|flash|fused|unfused|local", "mgraph has one fused attention kernel"},
+    {"--no-masked-softmax-fusion", F_BOOL, NOFF, NOOP, NULL, "mgraph's attention kernel fuses scale, mask and softmax"},
+    {"--recompute-granularity", F_STR, NOFF, NOOP, "full|selective", "mgraph keeps activations (no recomputation yet)"},
+    {"--recompute-method", F_STR, NOFF, NOOP, "uniform|block", "mgraph keeps activations (no recomputation yet)"},
+    {"--recompute-num-layers", F_INT, NOFF, NOOP, NULL, "mgraph keeps activations (no recomputation yet)"},
+    /* execution */
+    {"--engine", F_STR, O(engine), USE, "starpu|reference", "starpu (default) | reference (serial, for debugging)"},
+    {"--sched-policy", F_STR, O(sched_policy), USE, NULL, "StarPU scheduling policy (default: STARPU_SCHED or measured best)"},
+    {"--cpu-workers", F_INT, O(cpu_workers), USE, NULL, "StarPU CPU workers (0: all cores)"},
+    {"--matmul-tiles", F_INT, O(matmul_tiles), USE, NULL, "split large matmuls into N tasks for the workers (default 1)"},
+    {"--overlap-grad-reduce", F_BOOL, O(overlap_grad_reduce), USE, NULL, "run collectives on a communication thread beside compute"},
+    {"--check-for-nan-in-loss-and-grad", F_BOOL, O(check_for_nan_in_loss_and_grad), USE, NULL,
      "stop with an error at a NaN/Inf loss or gradient norm (default)"},
-    {"--no-check-for-nan-in-loss-and-grad", F_BOOL, O(no_check_for_nan_in_loss_and_grad),
+    {"--no-check-for-nan-in-loss-and-grad", F_BOOL, O(no_check_for_nan_in_loss_and_grad), USE, NULL,
      "train on through NaN/Inf, counting them in the log line"},
-    {"--save", F_STR, O(save), "checkpoint directory to save to"},
-    {"--save-interval", F_I64, O(save_interval), "iterations between checkpoints (and one at the end)"},
-    {"--save-retain", F_INT, O(save_retain), "keep the newest N checkpoints in --save (0: all)"},
-    {"--load", F_STR, O(load), "checkpoint directory (or iter_N directory) to resume from"},
-    {"--no-load-optim", F_BOOL, O(no_load_optim), "with --load: do not load the Adam moments"},
-    {"--no-load-rng", F_BOOL, O(no_load_rng), "with --load: use --seed, not the checkpoint's RNG seed"},
-    {"--finetune", F_BOOL, O(finetune), "with --load: load the model only, start at iteration 0"},
-    {"--skip-train", F_BOOL, O(skip_train), "evaluate on the validation split, train nothing"},
-    {"--help", F_BOOL, O(help), "this text"},
+    {"--help", F_BOOL, O(help), USE, NULL, "this text"},
 };
 #undef O
+#define N_FLAGS (sizeof flags / sizeof *flags)
 
+/* The run mgraph-run makes with no flag: a ~3.2M-parameter byte-level GPT on Debian's
+ * fortunes corpus, with the schedule and logging that suit 300 short iterations. */
+static const char *const demo_args[] = {
+    "--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "128",
+    "--micro-batch-size", "4", "--global-batch-size", "8", "--train-iters", "300", "--lr", "1e-3",
+    "--min-lr", "1e-4", "--lr-decay-style", "cosine", "--lr-warmup-iters", "30", "--log-interval", "10",
+    "--eval-interval", "100", "--eval-iters", "4", "--tokenizer-type", "ByteLevelTokenizer",
+    NULL};
+
+const char *const *mg_run_config_demo_args(void) { return demo_args; }
+
+/* ---- notes ------------------------------------------------------------------------------ */
+static void note(char *buf, size_t cap, int *n, const char *fmt, va_list ap) {
+    size_t len = strlen(buf);
+    if (len + 2 < cap) {
+        vsnprintf(buf + len, cap - len - 1, fmt, ap);
+        len = strlen(buf);
+        buf[len] = '\n';
+        buf[len + 1] = '\0';
+    }
+    (*n)++;
+}
+
+void mg_run_notes_error(mg_run_notes *n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    note(n->errors, sizeof n->errors, &n->n_errors, fmt, ap);
+    va_end(ap);
+}
+
+void mg_run_notes_warn(mg_run_notes *n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    note(n->warnings, sizeof n->warnings, &n->n_warnings, fmt, ap);
+    va_end(ap);
+}
+
+static void print_lines(const char *text, const char *prefix, FILE *f) {
+    for (const char *p = text; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        fprintf(f, "mgraph-run: %s%.*s\n", prefix, (int)len, p);
+        p += len + (nl != NULL);
+    }
+}
+
+void mg_run_notes_print(const mg_run_notes *n, FILE *f) {
+    print_lines(n->warnings, "warning: ", f);
+    print_lines(n->errors, "error: ", f);
+}
+
+/* ---- defaults and parsing ----------------------------------------------------------------- */
 void mg_run_config_defaults(mg_run_config *c) {
     memset(c, 0, sizeof *c);
-    /* The default run: a ~3.2M-parameter byte-level GPT on Debian's fortunes corpus. */
+    /* Megatron requires these; mgraph's small model instead */
     c->num_layers = 4;
     c->hidden_size = 256;
     c->num_attention_heads = 4;
     c->seq_length = 128;
+    c->micro_batch_size = 4;
+    c->global_batch_size = 0; /* Megatron: micro-batch x data-parallel size */
+    c->train_iters = -1;      /* 300 unless --train-samples */
+    c->train_samples = -1;
+    c->lr = 1e-3f;
+    /* Megatron's defaults (arguments.py, training_config.py, transformer_config.py) */
     c->make_vocab_size_divisible_by = 128;
     c->init_method_std = 0.02f;
     c->hidden_dropout = 0.1f;
     c->attention_dropout = 0.1f;
-    c->micro_batch_size = 4;
-    c->global_batch_size = 8;
-    c->train_iters = 300;
-    c->lr = 1e-3f;
-    c->min_lr = 1e-4f;
-    c->lr_decay_style = "cosine";
-    c->lr_warmup_iters = 30;
-    c->lr_decay_iters = -1;
+    c->position_embedding_type = "learned_absolute";
+    c->normalization = "LayerNorm";
+    c->min_lr = 0.0f;
+    c->lr_decay_style = "linear";
+    c->lr_wsd_decay_style = "exponential";
+    c->lr_warmup_iters = 0;
+    c->lr_warmup_samples = 0;
+    c->lr_warmup_fraction = -1; /* not given */
+    c->lr_warmup_init = 0.0f;
+    c->lr_decay_iters = c->lr_decay_samples = -1;
+    c->lr_wsd_decay_iters = c->lr_wsd_decay_samples = -1;
     c->weight_decay = 0.01f;
     c->adam_beta1 = 0.9f;
     c->adam_beta2 = 0.999f;
     c->adam_eps = 1e-8f;
     c->clip_grad = 1.0f;
     c->seed = 1234;
-    c->log_interval = 10;
-    c->eval_interval = 100;
-    c->eval_iters = 4;
-    c->tokenizer_type = "ByteLevelTokenizer";
+    c->log_interval = 100;
+    c->eval_interval = -1; /* Megatron's None: no periodic validation */
+    c->eval_iters = 100;
+    c->tensorboard_log_interval = 1;
+    c->tokenizer_type = NULL; /* GPT2BPETokenizer with Megatron data or a vocabulary; bytes for text */
     /* parallel sizes stay 0 = "not given": a plan file may set them, else 1 */
     c->engine = "starpu";
 }
 
-static int parse_value(const flag *f, const char *v, mg_run_config *c, mg_error *err) {
-    void *dst = (char *)c + f->off;
+static bool in_choices(const char *choices, const char *v) {
+    size_t n = strlen(v);
+    for (const char *p = choices; p && *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && !strncmp(p, v, n)) return true;
+        p += len + (bar != NULL);
+    }
+    return false;
+}
+
+/* Parses one value of f into dst (NULL: check only); false with a note when malformed. */
+static bool parse_value(const flag *f, const char *v, void *dst, mg_run_notes *notes) {
     char *end = NULL;
     errno = 0;
     switch (f->type) {
-    case F_INT: {
+    case F_INT:
+    case F_INT3: {
         long x = strtol(v, &end, 10);
-        if (!*v || *end || errno || x < INT_MIN || x > INT_MAX)
-            return mg_error_set(err, MG_ERR_INVALID, "%s expects an integer, got '%s'", f->name, v);
-        *(int *)dst = (int)x;
-        return MG_OK;
+        if (!*v || *end || errno || x < INT_MIN || x > INT_MAX) break;
+        if (dst) *(int *)dst = (int)x;
+        return true;
     }
     case F_I64: {
         long long x = strtoll(v, &end, 10);
-        if (!*v || *end || errno) return mg_error_set(err, MG_ERR_INVALID, "%s expects an integer, got '%s'", f->name, v);
-        *(int64_t *)dst = x;
-        return MG_OK;
+        if (!*v || *end || errno) break;
+        if (dst) *(int64_t *)dst = x;
+        return true;
     }
     case F_FLOAT: {
         float x = strtof(v, &end);
-        if (!*v || *end || errno || !isfinite(x))
-            return mg_error_set(err, MG_ERR_INVALID, "%s expects a number, got '%s'", f->name, v);
-        *(float *)dst = x;
-        return MG_OK;
+        if (!*v || *end || errno || !isfinite(x)) {
+            mg_run_notes_error(notes, "%s expects a number, got '%s'", f->name, v);
+            return false;
+        }
+        if (dst) *(float *)dst = x;
+        return true;
     }
     case F_STR:
-        if (!*v) return mg_error_set(err, MG_ERR_INVALID, "%s expects a non-empty value", f->name);
-        *(const char **)dst = v;
-        return MG_OK;
+    case F_LIST:
+        if (!*v) {
+            mg_run_notes_error(notes, "%s expects a non-empty value", f->name);
+            return false;
+        }
+        if (f->choices && !in_choices(f->choices, v)) {
+            mg_run_notes_error(notes, "%s must be one of %s (got '%s')", f->name, f->choices, v);
+            return false;
+        }
+        if (dst) *(const char **)dst = v;
+        return true;
     case F_BOOL: break;
     }
-    return mg_error_set(err, MG_ERR_INVALID, "%s takes no value", f->name);
+    mg_run_notes_error(notes, "%s expects an integer, got '%s'", f->name, v);
+    return false;
 }
 
-int mg_run_config_parse(mg_run_config *c, int argc, char **argv, mg_error *err) {
+static const flag *find_flag(const char *a, size_t len) {
+    for (size_t k = 0; k < N_FLAGS; k++)
+        if (strlen(flags[k].name) == len && strncmp(flags[k].name, a, len) == 0) return &flags[k];
+    return NULL;
+}
+
+static bool is_flag(const char *a) { return a && a[0] == '-' && a[1] == '-'; }
+
+/* --data-path A B C: the values joined by one space, as mg_gpt_dataset_open reads a blend. */
+static void join_list(mg_run_config *c, char **v, int n, mg_run_notes *notes) {
+    size_t o = 0;
+    c->data_path_buf[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(v[i]);
+        if (o + len + 2 > sizeof c->data_path_buf) {
+            mg_run_notes_error(notes, "--data-path: the values are longer than %zu characters", sizeof c->data_path_buf);
+            return;
+        }
+        if (i) c->data_path_buf[o++] = ' ';
+        memcpy(c->data_path_buf + o, v[i], len + 1);
+        o += len;
+    }
+    c->data_path = c->data_path_buf;
+}
+
+static void parse_args(mg_run_config *c, int argc, const char *const *argv, mg_run_notes *notes) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strncmp(a, "--", 2) != 0)
-            return mg_error_set(err, MG_ERR_INVALID, "unexpected argument '%s' (flags start with --)", a);
-        const char *eq = strchr(a, '=');
-        size_t len = eq ? (size_t)(eq - a) : strlen(a);
-        const flag *f = NULL;
-        for (size_t k = 0; k < sizeof flags / sizeof *flags; k++)
-            if (strlen(flags[k].name) == len && strncmp(flags[k].name, a, len) == 0) f = &flags[k];
-        if (!f) return mg_error_set(err, MG_ERR_INVALID, "unknown flag '%.*s' (see --help)", (int)len, a);
-        if (f->type == F_BOOL) {
-            if (eq) return mg_error_set(err, MG_ERR_INVALID, "%s takes no value", f->name);
-            *(bool *)((char *)c + f->off) = true;
+        if (!is_flag(a)) {
+            mg_run_notes_error(notes, "unexpected argument '%s' (flags start with --)", a);
             continue;
         }
-        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        /* "--dump-dot --dry-run" forgot a value: never take a flag as one */
-        if (!v || (!eq && strncmp(v, "--", 2) == 0)) return mg_error_set(err, MG_ERR_INVALID, "%s needs a value", f->name);
-        int rc = parse_value(f, v, c, err);
-        if (rc) return rc;
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        const flag *f = find_flag(a, len);
+        if (!f) {
+            mg_run_notes_error(notes, "unknown flag '%.*s' (see --help)", (int)len, a);
+            while (!eq && i + 1 < argc && !is_flag(argv[i + 1])) i++; /* its values, if any */
+            continue;
+        }
+        void *dst = f->off == NOFF ? NULL : (char *)c + f->off;
+        bool ok = true;
+        if (f->type == F_BOOL) {
+            if (eq) {
+                mg_run_notes_error(notes, "%s takes no value", f->name);
+                continue;
+            }
+            if (dst) *(bool *)dst = true;
+        } else if (f->type == F_LIST || f->type == F_INT3) {
+            int first = i + 1, n = 0;
+            while (first + n < argc && !is_flag(argv[first + n])) n++;
+            i += n;
+            if (eq || n == 0 || (f->type == F_INT3 && n != 3)) {
+                mg_run_notes_error(notes, "%s needs %s value%s, separated by spaces", f->name,
+                                   f->type == F_INT3 ? "three" : "one or more", f->type == F_INT3 ? "s" : "(s)");
+                continue;
+            }
+            for (int k = 0; k < n && ok; k++) ok = parse_value(f, argv[first + k], NULL, notes);
+            if (ok && dst) join_list(c, (char **)argv + first, n, notes);
+        } else {
+            const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
+            /* "--dump-dot --dry-run" forgot a value: never take a flag as one */
+            if (!v || (!eq && is_flag(v))) {
+                mg_run_notes_error(notes, "%s needs a value", f->name);
+                continue;
+            }
+            if (!eq) i++;
+            ok = parse_value(f, v, dst, notes);
+        }
+        if (!ok) continue;
+        if (f->kind == REFUSE) mg_run_notes_error(notes, "%s is not supported: %s", f->name, f->help);
+        if (f->kind == NOOP) mg_run_notes_warn(notes, "%s has no effect: %s", f->name, f->help);
     }
-    return MG_OK;
+}
+
+void mg_run_config_parse(mg_run_config *c, int argc, char **argv, mg_run_notes *notes) {
+    if (argc <= 1) {
+        int n = 0;
+        while (demo_args[n]) n++;
+        /* parse_args skips argv[0] */
+        const char *args[sizeof demo_args / sizeof *demo_args + 1];
+        args[0] = argc ? argv[0] : "mgraph-run";
+        memcpy(args + 1, demo_args, (size_t)n * sizeof *args);
+        parse_args(c, n + 1, args, notes);
+        c->demo = true;
+        return;
+    }
+    parse_args(c, argc, (const char *const *)argv, notes);
+}
+
+/* ---- checks -------------------------------------------------------------------------------- */
+void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
+    if (c->ffn_hidden_size <= 0) c->ffn_hidden_size = 4 * c->hidden_size;
+    if (c->max_position_embeddings <= 0) c->max_position_embeddings = c->seq_length;
+    if (strcmp(c->position_embedding_type, "learned_absolute"))
+        mg_run_notes_error(n, "--position-embedding-type %s is not supported: mgraph's GPT has learned absolute "
+                              "position embeddings only",
+                           c->position_embedding_type);
+    if (strcmp(c->normalization, "LayerNorm"))
+        mg_run_notes_error(n, "--normalization %s is not supported: mgraph's GPT has LayerNorm only", c->normalization);
+    if (c->micro_batch_size < 1) mg_run_notes_error(n, "--micro-batch-size must be >= 1");
+    if (c->global_batch_size < 0) mg_run_notes_error(n, "--global-batch-size must be >= 1");
+    else if (c->global_batch_size > 0 && c->micro_batch_size >= 1 && c->global_batch_size % c->micro_batch_size)
+        mg_run_notes_error(n, "--global-batch-size (%d) must be a multiple of --micro-batch-size (%d)",
+                           c->global_batch_size, c->micro_batch_size);
+    /* Megatron: iteration-based or sample-based, never both (arguments.py validate_args) */
+    bool by_iters = c->train_iters >= 0, by_samples = c->train_samples >= 0;
+    if (by_iters && by_samples) mg_run_notes_error(n, "give --train-iters or --train-samples, not both");
+    if (by_iters && c->train_iters < 1) mg_run_notes_error(n, "--train-iters must be >= 1");
+    if (by_samples && c->train_samples < 1) mg_run_notes_error(n, "--train-samples must be >= 1");
+    if (!by_samples && !by_iters) c->train_iters = 300;
+    if (by_samples) {
+        if (c->lr_decay_iters >= 0) mg_run_notes_error(n, "--lr-decay-iters is for --train-iters (use --lr-decay-samples)");
+        if (c->lr_warmup_iters) mg_run_notes_error(n, "--lr-warmup-iters is for --train-iters (use --lr-warmup-samples)");
+        if (c->lr_wsd_decay_iters >= 0)
+            mg_run_notes_error(n, "--lr-wsd-decay-iters is for --train-iters (use --lr-wsd-decay-samples)");
+    } else {
+        if (c->lr_decay_samples >= 0) mg_run_notes_error(n, "--lr-decay-samples is for --train-samples (use --lr-decay-iters)");
+        if (c->lr_warmup_samples) mg_run_notes_error(n, "--lr-warmup-samples is for --train-samples (use --lr-warmup-iters)");
+        if (c->lr_wsd_decay_samples >= 0)
+            mg_run_notes_error(n, "--lr-wsd-decay-samples is for --train-samples (use --lr-wsd-decay-iters)");
+    }
+    if (c->lr_warmup_fraction != -1 && (c->lr_warmup_iters || c->lr_warmup_samples))
+        mg_run_notes_error(n, "give one of --lr-warmup-fraction and --lr-warmup-%s", by_samples ? "samples" : "iters");
+    if (c->lr_warmup_fraction != -1 && !(c->lr_warmup_fraction >= 0 && c->lr_warmup_fraction <= 1))
+        mg_run_notes_error(n, "--lr-warmup-fraction must be in [0, 1] (got %g)", c->lr_warmup_fraction);
+    if (c->lr_warmup_iters < 0 || c->lr_warmup_samples < 0) mg_run_notes_error(n, "the warmup must be >= 0");
+    if (c->lr_decay_iters == 0 || c->lr_decay_samples == 0 || c->lr_decay_iters < -1 || c->lr_decay_samples < -1)
+        mg_run_notes_error(n, "the decay span (--lr-decay-iters/--lr-decay-samples) must be >= 1");
+    if (!(c->lr >= 0) || !(c->min_lr >= 0) || c->min_lr > c->lr)
+        mg_run_notes_error(n, "need 0 <= --min-lr <= --lr (got --min-lr %g, --lr %g)", c->min_lr, c->lr);
+    if (!(c->lr_warmup_init >= 0) || c->lr_warmup_init > c->lr)
+        mg_run_notes_error(n, "need 0 <= --lr-warmup-init <= --lr (got %g)", c->lr_warmup_init);
+    if (!strcmp(c->lr_decay_style, "WSD") && c->lr_wsd_decay_iters < 0 && c->lr_wsd_decay_samples < 0)
+        mg_run_notes_error(n, "--lr-decay-style WSD needs --lr-wsd-decay-%s", by_samples ? "samples" : "iters");
+    if (c->lr_wsd_decay_iters == 0 || c->lr_wsd_decay_samples == 0 || c->lr_wsd_decay_iters < -1 ||
+        c->lr_wsd_decay_samples < -1)
+        mg_run_notes_error(n, "the WSD annealing span must be >= 1");
+    if (!(c->adam_beta1 >= 0 && c->adam_beta1 < 1) || !(c->adam_beta2 >= 0 && c->adam_beta2 < 1))
+        mg_run_notes_error(n, "--adam-beta1/--adam-beta2 must be in [0, 1)");
+    if (!(c->adam_eps > 0)) mg_run_notes_error(n, "--adam-eps must be > 0");
+    if (c->log_interval < 1) mg_run_notes_error(n, "--log-interval must be >= 1");
+    if (c->tensorboard_log_interval < 1) mg_run_notes_error(n, "--tensorboard-log-interval must be >= 1");
+    if (c->eval_iters < 0) mg_run_notes_error(n, "--eval-iters must be >= 0");
+    if (c->make_vocab_size_divisible_by < 1) mg_run_notes_error(n, "--make-vocab-size-divisible-by must be >= 1");
+    if (c->cpu_workers < 0) mg_run_notes_error(n, "--cpu-workers must be >= 0");
+    if (c->save_interval < 0 || c->save_retain < 0) mg_run_notes_error(n, "--save-interval and --save-retain must be >= 0");
+    if ((c->save_interval || c->save_retain) && !c->save)
+        mg_run_notes_error(n, "--save-interval and --save-retain need --save DIR");
+    if (c->text_file && c->data_path) mg_run_notes_error(n, "give --text-file or --data-path, not both");
+    /* Megatron's pretrain_gpt.py defaults to GPT2BPETokenizer; mgraph's own raw-text
+     * input (--text-file, the default corpus) is byte-level unless a vocabulary is given. */
+    if (!c->tokenizer_type)
+        c->tokenizer_type = c->data_path || c->vocab_file || c->merge_file ? "GPT2BPETokenizer"
+                            : c->tokenizer_model                           ? "SentencePieceTokenizer"
+                                                                           : "ByteLevelTokenizer";
+    if (!strcmp(c->tokenizer_type, "GPT2BPETokenizer") && (!c->vocab_file || !c->merge_file))
+        mg_run_notes_error(n, "--tokenizer-type GPT2BPETokenizer (Megatron's default with --data-path) needs "
+                              "--vocab-file and --merge-file");
 }
 
 void mg_run_config_usage(FILE *out) {
     fprintf(out, "usage: mgraph-run [flags]\n\n"
-                 "Trains a GPT model with mgraph. Flag names follow Megatron-LM's pretrain_gpt.py.\n"
-                 "With no flags: a small byte-level GPT on Debian's fortunes corpus (%s).\n\n",
+                 "Trains a GPT model with mgraph. Flag names and defaults follow Megatron-LM's pretrain_gpt.py.\n"
+                 "With no flags: a small byte-level GPT on Debian's fortunes corpus (%s), as if given\n ",
             *MG_DEFAULT_CORPUS ? MG_DEFAULT_CORPUS : "not found at configure time");
-    for (size_t k = 0; k < sizeof flags / sizeof *flags; k++) {
-        const char *arg = flags[k].type == F_BOOL ? "" : flags[k].type == F_STR ? " S" : " N";
-        fprintf(out, "  %s%-*s %s\n", flags[k].name, (int)(34 - strlen(flags[k].name)), arg, flags[k].help);
+    int col = 1;
+    for (const char *const *a = demo_args; *a; a++) {
+        if (col + (int)strlen(*a) > 100) {
+            fprintf(out, "\n ");
+            col = 1;
+        }
+        col += fprintf(out, " %s", *a);
+    }
+    fprintf(out, "\n\n");
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 1) fprintf(out, "\nAccepted for Megatron's recipes, no effect in mgraph:\n");
+        if (pass == 2) fprintf(out, "\nAccepted, then refused (exit 2) until mgraph can honour them:\n");
+        for (size_t k = 0; k < N_FLAGS; k++) {
+            if ((int)flags[k].kind != pass) continue;
+            const char *arg = flags[k].type == F_BOOL ? "" : flags[k].type == F_STR ? " S" : flags[k].type == F_LIST ? " S..."
+                                                         : flags[k].type == F_INT3 ? " N N N" : " N";
+            fprintf(out, "  %s%-*s %s\n", flags[k].name, (int)(40 - strlen(flags[k].name)), arg, flags[k].help);
+        }
     }
     fprintf(out, "\nExit status: 0 success, 2 bad usage or input, 1 failure while running.\n");
 }

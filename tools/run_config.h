@@ -1,4 +1,4 @@
-/* mgraph-run's configuration: Megatron's pretrain_gpt.py flag names where they exist. */
+/* mgraph-run's configuration: Megatron's pretrain_gpt.py flag names and defaults. */
 #ifndef MG_TOOLS_RUN_CONFIG_H
 #define MG_TOOLS_RUN_CONFIG_H
 
@@ -13,16 +13,22 @@ typedef struct mg_run_config {
     int num_layers, hidden_size, ffn_hidden_size, num_attention_heads, seq_length, max_position_embeddings;
     int make_vocab_size_divisible_by;
     float init_method_std, hidden_dropout, attention_dropout;
-    /* batch and schedule */
-    int micro_batch_size, global_batch_size;
-    int64_t train_iters;
-    float lr, min_lr;
-    const char *lr_decay_style;
-    int64_t lr_warmup_iters, lr_decay_iters;
+    const char *position_embedding_type, *normalization;
+    /* batch and schedule (-1: not given) */
+    int micro_batch_size, global_batch_size;   /* global 0: micro-batch x data-parallel size */
+    int64_t train_iters, train_samples;
+    float lr, min_lr, lr_warmup_init, lr_warmup_fraction;
+    const char *lr_decay_style, *lr_wsd_decay_style;
+    int64_t lr_warmup_iters, lr_decay_iters, lr_warmup_samples, lr_decay_samples;
+    int64_t lr_wsd_decay_iters, lr_wsd_decay_samples;
     float weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad;
     int64_t seed;
     /* logging and evaluation */
     int64_t log_interval, eval_interval, eval_iters;
+    bool log_throughput;
+    const char *tensorboard_dir;
+    int64_t tensorboard_log_interval;
+    bool log_timers_to_tensorboard, log_validation_ppl_to_tensorboard;
     const char *metrics_file, *dump_dot;
     bool dry_run;
     /* data */
@@ -47,12 +53,36 @@ typedef struct mg_run_config {
     int save_retain;         /* keep the newest N iteration directories (0: all) */
     bool no_load_optim, no_load_rng, finetune, skip_train;
     bool help;
+    bool demo;               /* no flag was given: the demo run's own values were applied */
+    char data_path_buf[4096]; /* --data-path's values (Megatron's nargs='*'), joined by spaces */
 } mg_run_config;
 
+/* What a command line got wrong (every bad flag, not only the first) and what it
+ * asked for that has no effect in mgraph. One line per entry. */
+typedef struct mg_run_notes {
+    int n_errors, n_warnings;
+    char errors[8192], warnings[4096];
+} mg_run_notes;
+
+void mg_run_notes_error(mg_run_notes *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void mg_run_notes_warn(mg_run_notes *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints every error and warning line, prefixed "mgraph-run: error: " / "warning: ". */
+void mg_run_notes_print(const mg_run_notes *n, FILE *f);
+
+/* Megatron's defaults; where Megatron has none (the flag is required there), the
+ * small model mgraph trains by default. */
 void mg_run_config_defaults(mg_run_config *c);
-/* Parses argv (flags override the defaults). MG_ERR_INVALID with a message naming
- * the flag for unknown flags, missing or malformed values. */
-int mg_run_config_parse(mg_run_config *c, int argc, char **argv, mg_error *err);
+/* Parses argv over the defaults. With no flag at all (argc == 1), the demo run's own
+ * values are parsed instead (see mg_run_config_demo_args). Every unknown flag,
+ * malformed value, value outside a flag's choices and flag mgraph accepts but cannot
+ * honour is recorded in notes; flags Megatron has that change nothing here are
+ * recorded as warnings. */
+void mg_run_config_parse(mg_run_config *c, int argc, char **argv, mg_run_notes *notes);
+/* Checks values and combinations (Megatron's own assertions among them) and fills
+ * the values derived from others; every problem goes to notes. */
+void mg_run_config_check(mg_run_config *c, mg_run_notes *notes);
+/* The demo run's flags (a NULL-terminated list), written out so that --help shows them. */
+const char *const *mg_run_config_demo_args(void);
 void mg_run_config_usage(FILE *f);
 
 #endif

@@ -51,8 +51,13 @@ pipeline_not_yet)
     expect_usage "$CASE" "pipeline parallelism is not supported yet" \
         $MPI -np 2 "$RUN" "${SMALL[@]}" --pipeline-model-parallel-size 2 --metrics-file metrics.jsonl ;;
 sp_without_tp)
-    expect_usage "$CASE" "sequence-parallel needs" \
-        $MPI -np 2 "$RUN" "${SMALL[@]}" --sequence-parallel --metrics-file metrics.jsonl ;;
+    # Megatron's validate_args: at tp 1 sequence parallelism is disabled with a warning
+    timeout 60 $MPI -np 2 "$RUN" "${SMALL[@]}" --sequence-parallel --dry-run > out.txt 2>err.txt ||
+        { cat err.txt; fail "$CASE: --sequence-parallel at tp 1 should be disabled, not refused"; }
+    grep -q "warning: disabling sequence parallelism because tensor model parallelism is disabled" err.txt ||
+        { cat err.txt; fail "$CASE: no warning"; }
+    grep -q "sequence parallel" out.txt && fail "$CASE: sequence parallelism still on"
+    echo "ok $CASE" ;;
 batch_not_divisible)
     expect_usage "$CASE" "global-batch-size 6 is not a multiple of --micro-batch-size x data-parallel size" \
         $MPI -np 2 "$RUN" "${SMALL[@]}" --global-batch-size 6 --metrics-file metrics.jsonl ;;

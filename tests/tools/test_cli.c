@@ -242,7 +242,7 @@ static void test_train_loss_falls(void) {
     const char *mf = wpath(0, "train.jsonl");
     result r = mgraph_run("train", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
                           "--seq-length", "64", "--micro-batch-size", "4", "--global-batch-size", "8", "--lr", "3e-3",
-                          "--lr-warmup-iters", "10", "--train-iters", "300", "--log-interval", "50", "--eval-interval",
+                          "--lr-warmup-iters", "10", "--lr-decay-style", "cosine", "--min-lr", "3e-4", "--train-iters", "300", "--log-interval", "50", "--eval-interval",
                           "150", "--eval-iters", "4", "--seed", "1234", "--text-file", g_text, "--metrics-file", mf,
                           NULL);
     TK_CHECK(r.status == 0, "mgraph-run exited %d", r.status);
