@@ -13,7 +13,7 @@ DP2=(--text-file corpus.txt --num-layers 1 --hidden-size 32 --num-attention-head
 awk 'NR <= 300 { gsub(/"/, ""); printf "{\"text\": \"%s\"}\n", $0 }' corpus.txt > docs.jsonl
 "$PRE" --input docs.jsonl --output-prefix bad > /dev/null 2>&1 || fail "preprocess"
 printf '\x2c\x01' | dd of=bad_text_document.bin bs=1 seek=4000 conv=notrunc status=none  # id 300 at token 2000
-bounded mpirun -np 2 "$RUN" --data-path bad_text_document --split 100,0,0 "${DP2[@]:2}" --train-iters 100000
+bounded mpirun -np 2 "$RUN" --data-path bad_text_document --tokenizer-type ByteLevelTokenizer --split 100,0,0 "${DP2[@]:2}" --train-iters 100000
 [ $rc -eq 1 ] && [[ $out == *"data error: sample"*"token id 300, outside the vocabulary"* ]] && [ "${secs%.*}" -lt 30 ] &&
     ok "data error on one rank: every rank ended, exit 1 in $secs s" || fail "data error on one rank: rc $rc in $secs s: $out"
 

@@ -72,14 +72,14 @@ bounded "$PRE" --input in_text_document.bin --output-prefix in
 #       files, or one copied over) is refused, not trained on
 head -n 100 good.jsonl > small.jsonl
 "$PRE" --input small.jsonl --output-prefix mix > /dev/null 2>&1 && cp keep.bin mix_text_document.bin
-bounded "$RUN" --data-path mix_text_document --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 \
+bounded "$RUN" --data-path mix_text_document --tokenizer-type ByteLevelTokenizer --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 \
     --micro-batch-size 2 --global-batch-size 4 --train-iters 2 --eval-iters 0
 [ $rc -eq 2 ] && [[ $out == *"do not belong together"* ]] && ok "mismatched .bin/.idx: exit 2" ||
     fail "mismatched pair: rc $rc: $out"
 
 # -- 3. rewriting a dataset while a run has it mapped: the run goes on (no SIGBUS),
 #       because the new files replace the old by rename and never truncate them
-"$RUN" --data-path ds_text_document --split 100,0,0 --num-layers 1 --hidden-size 32 --num-attention-heads 2 \
+"$RUN" --data-path ds_text_document --tokenizer-type ByteLevelTokenizer --split 100,0,0 --num-layers 1 --hidden-size 32 --num-attention-heads 2 \
     --seq-length 64 --micro-batch-size 2 --global-batch-size 4 --train-iters 1000000 --log-interval 100000 \
     --eval-iters 0 --cpu-workers 1 > mapped.txt 2>&1 &
 pid=$!
