@@ -282,8 +282,8 @@ static int bench_gpt2(int layers, int hidden, int seq, int mb) {
         return die("setup", &err);
     int32_t *pos = mg_storage_data(s.st, st.positions);
     for (int i = 0; i < seq; i++) pos[i] = i;
-    int32_t *tok = mg_storage_data(s.st, st.tokens[0]), *tgt = mg_storage_data(s.st, st.targets[0]);
-    for (int64_t i = 0; i < mg_numel(st.tokens[0]); i++) {
+    int32_t *tok = mg_storage_data(s.st, st.tokens), *tgt = mg_storage_data(s.st, st.targets);
+    for (int64_t i = 0; i < mg_numel(st.tokens); i++) {
         tok[i] = (int32_t)((i * 7919) % 8192);
         tgt[i] = (int32_t)((i * 104729) % 8192);
     }

@@ -286,8 +286,7 @@ static double replay_collectives(const mg_graph *P, int reps) {
 }
 
 /* ---- inputs ------------------------------------------------------------------------------------- */
-static void fill_inputs(mg_graph *g, mg_storage *st, const mg_step_config *sc) {
-    char nm[64];
+static void fill_inputs(mg_graph *g, mg_storage *st, const mg_step_config *sc, int dp, int dp_rank) {
     int s = sc->model.seq_length, b = sc->micro_batch;
     mg_tensor *pos = mg_graph_find(g, "position_ids");
     if (pos) {
@@ -295,19 +294,16 @@ static void fill_inputs(mg_graph *g, mg_storage *st, const mg_step_config *sc) {
         for (int t = 0; t < s; t++) p[t] = t;
     }
     uint64_t x = 88172645463325252ull;
-    for (int k = 0; k < sc->n_micro; k++) {
-        snprintf(nm, sizeof nm, "mb%d.input_ids", k);
-        mg_tensor *tok = mg_graph_find(g, nm);
-        snprintf(nm, sizeof nm, "mb%d.labels", k);
-        mg_tensor *lab = mg_graph_find(g, nm);
+    mg_tensor *tok = mg_graph_find(g, "input_ids"), *lab = mg_graph_find(g, "labels");
+    /* global micro-batch k runs on data-parallel rank k % dp as its instance k / dp */
+    for (int k = 0; k < sc->n_micro; k++)
         for (int i = 0; i < s * b; i++) {
             x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* same stream on every rank */
-            if (tok && lab) {
-                ((int32_t *)mg_storage_data(st, tok))[i] = (int32_t)(x & 255);
-                ((int32_t *)mg_storage_data(st, lab))[i] = (int32_t)((x >> 8) & 255);
+            if (tok && lab && k % dp == dp_rank) {
+                ((int32_t *)mg_storage_data_mb(st, tok, k / dp))[i] = (int32_t)(x & 255);
+                ((int32_t *)mg_storage_data_mb(st, lab, k / dp))[i] = (int32_t)((x >> 8) & 255);
             }
         }
-    }
 }
 
 int main(int argc, char **argv) {
@@ -365,14 +361,16 @@ int main(int argc, char **argv) {
     const char *ov = getenv("BENCH_OVERLAP");
     mg_engine_options eo = {.sched_policy = NULL, .ncpus = workers, .use_priorities = true,
                             .comm_thread = ov && atoi(ov) > 0};
-    if (mg_memplan_build(G, true, &mp, &err) || mg_storage_new(G, mp, &sto, &err) || mg_storage_init(sto, 1234, &err) ||
-        mg_engine_new(G, sto, &eo, &eng, &err))
+    int dp = mesh.size[MG_GROUP_DP], dp_rank = mesh.coord[MG_GROUP_DP];
+    mg_storage_options so = {sc.n_micro / dp, plan.microbatch_slots};
+    if (mg_memplan_build(G, true, &mp, &err) || mg_storage_new_ex(G, mp, &so, &sto, &err) ||
+        mg_storage_init(sto, 1234, &err) || mg_engine_new(G, sto, &eo, &eng, &err))
         die("engine", &err);
-    fill_inputs(G, sto, &sc);
+    fill_inputs(G, sto, &sc, dp, dp_rank);
     mg_tensor *loss = mg_graph_find(G, "lm_loss");
 
     double gb[MG_GROUP_COUNT];
-    mg_plan_comm_bytes(G, gb);
+    mg_plan_comm_bytes(G, sc.n_micro / mesh.size[MG_GROUP_DP], gb);
     double graph_bytes = 0;
     for (int g = 0; g < MG_GROUP_COUNT; g++) graph_bytes += gb[g]; /* per group; WORLD: world-group ones */
     term terms[16];
@@ -403,7 +401,7 @@ int main(int argc, char **argv) {
     int64_t it = 0;
     int warmup = getenv("BENCH_WARMUP") ? atoi(getenv("BENCH_WARMUP")) : 2;
     for (int w = 0; w < warmup; w++, it++) {
-        mg_exec_info info = {1234, it, true, comm};
+        mg_exec_info info = {1234, it, true, comm, sc.n_micro / dp, dp_rank, dp, 0, 0};
         if (mg_engine_run(eng, &info, &err)) die("warm-up step", &err);
     }
     double xfer = P ? replay_collectives(P, 5) : 0;
@@ -417,7 +415,7 @@ int main(int argc, char **argv) {
         double t0 = MPI_Wtime();
         for (int k = 0; k < steps; k++, it++) {
             double c0 = mg_comm_seconds(comm);
-            mg_exec_info info = {1234, it, true, comm};
+            mg_exec_info info = {1234, it, true, comm, sc.n_micro / dp, dp_rank, dp, 0, 0};
             if (mg_engine_run(eng, &info, &err)) die("step", &err);
             mg_engine_stats es;
             mg_engine_get_stats(eng, &es);

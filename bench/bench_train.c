@@ -51,6 +51,7 @@
 
 #include "mgraph/engine.h"
 #include "mgraph/model.h"
+#include "mgraph/plan.h"
 #include "bench_util.h"
 #include "ops/op.h" /* profile: kernels one by one, mg_op_cost */
 
@@ -95,8 +96,8 @@ static bench_model model_default(void) {
 static int fill_inputs(mg_step *st, mg_storage *sto, int seq) {
     uint64_t x = 88172645463325252ull; /* xorshift bytes as tokens */
     for (int k = 0; k < st->n_micro; k++) {
-        int32_t *tok = mg_storage_data(sto, st->tokens[k]), *lab = mg_storage_data(sto, st->targets[k]);
-        for (int64_t i = 0; i < mg_numel(st->tokens[k]); i++) {
+        int32_t *tok = mg_storage_data_mb(sto, st->tokens, k), *lab = mg_storage_data_mb(sto, st->targets, k);
+        for (int64_t i = 0; i < mg_numel(st->tokens); i++) {
             x ^= x << 13, x ^= x >> 7, x ^= x << 17;
             tok[i] = (int32_t)(x & 255);
             lab[i] = (int32_t)((x >> 8) & 255);
@@ -120,7 +121,8 @@ static int profile_step(bench_model *bm, mg_error *err) {
     int rc = mg_step_build(&c, &st, err);
     if (rc) return rc;
     rc = mg_memplan_build(st.g, true, &plan, err);
-    if (!rc) rc = mg_storage_new(st.g, plan, &sto, err);
+    mg_storage_options so = {c.n_micro, MG_PLAN_DEFAULT_SLOTS};
+    if (!rc) rc = mg_storage_new_ex(st.g, plan, &so, &sto, err);
     if (!rc) rc = mg_storage_init(sto, 1234, err);
     mg_node **ord = NULL;
     int n = 0;
@@ -135,20 +137,25 @@ static int profile_step(bench_model *bm, mg_error *err) {
         fill_inputs(&st, sto, c.model.seq_length);
         void *ptrs[256];
         for (int pass = 0; pass < 4 && !rc; pass++) {
-            mg_exec_info info = {.seed = 1234, .iteration = pass, .training = true};
-            for (int k = 0; k < n && !rc; k++) {
-                const mg_node *nd = ord[k];
-                if (nd->n_in + nd->n_out > 256) {
-                    rc = mg_error_set(err, MG_ERR_UNSUPPORTED, "profile: node with %d buffers", nd->n_in + nd->n_out);
-                    break;
+            mg_exec_info step = {.seed = 1234, .iteration = pass, .training = true, .n_micro = c.n_micro};
+            /* the schedule of mg_exec_reference: per-micro-batch nodes per instance, then the rest */
+            for (int mb = -1; mb < c.n_micro && !rc; mb++)
+                for (int k = 0; k < n && !rc; k++) {
+                    const mg_node *nd = ord[k];
+                    int inst = mb + 1 < c.n_micro ? mb + 1 : -1; /* -1 last: the once-per-step part */
+                    if ((inst >= 0) != (nd->mb >= 0)) continue;
+                    if (nd->n_in + nd->n_out > 256) {
+                        rc = mg_error_set(err, MG_ERR_UNSUPPORTED, "profile: node with %d buffers", nd->n_in + nd->n_out);
+                        break;
+                    }
+                    mg_exec_info info = mg_exec_instance(&step, inst);
+                    for (int i = 0; i < nd->n_in; i++) ptrs[i] = mg_storage_data_mb(sto, nd->in[i], inst);
+                    for (int o = 0; o < nd->n_out; o++) ptrs[nd->n_in + o] = mg_storage_data_mb(sto, nd->out[o], inst);
+                    mg_kernel_args a = {.node = nd, .in = ptrs, .out = ptrs + nd->n_in, .info = &info};
+                    double t0 = bench_now_s();
+                    rc = mg_op_def_get(nd->op)->cpu(&a, err);
+                    if (pass > 0) node_t[nd->id] += (bench_now_s() - t0) / 3;
                 }
-                for (int i = 0; i < nd->n_in; i++) ptrs[i] = mg_storage_data(sto, nd->in[i]);
-                for (int o = 0; o < nd->n_out; o++) ptrs[nd->n_in + o] = mg_storage_data(sto, nd->out[o]);
-                mg_kernel_args a = {.node = nd, .in = ptrs, .out = ptrs + nd->n_in, .info = &info};
-                double t0 = bench_now_s();
-                rc = mg_op_def_get(nd->op)->cpu(&a, err);
-                if (pass > 0) node_t[nd->id] += (bench_now_s() - t0) / 3;
-            }
         }
     }
     openblas_set_num_threads(saved);
@@ -194,7 +201,7 @@ typedef struct step_result {
     size_t persistent_bytes, activation_bytes;
 } step_result;
 
-static int time_step(bench_model *bm, int reps, step_result *res, mg_error *err) {
+static int time_step(bench_model *bm, int reps, int slots, step_result *res, mg_error *err) {
     mg_step_config c = bm->cfg;
     c.training = true;
     c.optim = mg_adamw_defaults();
@@ -207,7 +214,8 @@ static int time_step(bench_model *bm, int reps, step_result *res, mg_error *err)
     int rc = mg_step_build(&c, &st, err);
     if (rc) return rc;
     rc = mg_memplan_build(st.g, true, &plan, err);
-    if (!rc) rc = mg_storage_new(st.g, plan, &sto, err);
+    mg_storage_options so = {c.n_micro, slots};
+    if (!rc) rc = mg_storage_new_ex(st.g, plan, &so, &sto, err);
     if (!rc) rc = mg_storage_init(sto, 1234, err);
     if (!rc) {
         fill_inputs(&st, sto, c.model.seq_length);
@@ -218,14 +226,14 @@ static int time_step(bench_model *bm, int reps, step_result *res, mg_error *err)
     int64_t it = 0;
     mg_engine_stats es = {0};
     for (int w = 0; w < 2 && !rc; w++, it++) {
-        mg_exec_info info = {.seed = 1234, .iteration = it, .training = true};
+        mg_exec_info info = {.seed = 1234, .iteration = it, .training = true, .n_micro = c.n_micro};
         rc = mg_engine_run(eng, &info, err);
     }
     int n_idle = 0;
     for (int r = 0; r < reps && !rc; r++) {
         double t0 = bench_now_s();
         for (int k = 0; k < bm->steps_per_rep && !rc; k++, it++) {
-            mg_exec_info info = {.seed = 1234, .iteration = it, .training = true};
+            mg_exec_info info = {.seed = 1234, .iteration = it, .training = true, .n_micro = c.n_micro};
             rc = mg_engine_run(eng, &info, err);
             mg_engine_get_stats(eng, &es);
             idle[n_idle++] = es.idle_fraction;
@@ -235,7 +243,8 @@ static int time_step(bench_model *bm, int reps, step_result *res, mg_error *err)
          * same load; OpenBLAS is single-threaded while the engine exists */
         t0 = bench_now_s();
         for (int k = 0; k < bm->steps_per_rep && !rc; k++) {
-            mg_exec_info info = {.seed = 1234, .iteration = it - bm->steps_per_rep + k, .training = true};
+            mg_exec_info info = {.seed = 1234, .iteration = it - bm->steps_per_rep + k, .training = true,
+                                 .n_micro = c.n_micro};
             rc = mg_exec_reference(st.g, sto, &info, err);
         }
         tr[r] = (bench_now_s() - t0) / bm->steps_per_rep;
@@ -253,7 +262,7 @@ static int time_step(bench_model *bm, int reps, step_result *res, mg_error *err)
         res->workers = es.n_workers;
         res->tasks = es.tasks;
         res->persistent_bytes = plan->persistent_bytes;
-        res->activation_bytes = plan->transient_bytes;
+        res->activation_bytes = (double)plan->slot_bytes * slots + (double)plan->step_bytes;
     }
     free(t);
     free(tr);
@@ -393,6 +402,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: bench_train [reps >= 1] [all|124m|default] [profile]\n");
         return 2;
     }
+    /* micro-batches in flight (activation copies); BENCH_SLOTS=1 is Megatron's strict
+     * forward-backward-per-micro-batch order */
+    int slots = getenv("BENCH_SLOTS") ? atoi(getenv("BENCH_SLOTS")) : MG_PLAN_DEFAULT_SLOTS;
+    if (slots < 1) slots = 1;
     const char *ct = getenv("OPENBLAS_CORETYPE");
     printf("OpenBLAS: core %s (OPENBLAS_CORETYPE=%s), config: %s; load average %.2f\n", openblas_get_corename(),
            ct ? ct : "unset", openblas_get_config(), bench_load1());
@@ -411,7 +424,7 @@ int main(int argc, char **argv) {
                mg_gpt_flops(c, (int64_t)bm->cfg.micro_batch * bm->cfg.n_micro) * 1e-9);
         fflush(stdout);
         mg_error err = {0};
-        if (time_step(bm, reps, &res[i], &err)) {
+        if (time_step(bm, reps, slots, &res[i], &err)) {
             fprintf(stderr, "%s: %s\n", bm->name, err.msg);
             return 1;
         }

@@ -58,7 +58,7 @@ static bool is_persistent(const mg_tensor *t) {
            !t->src;
 }
 
-static int new_buffer(planner *pl, size_t bytes, bool persistent, mg_error *err) {
+static int new_buffer(planner *pl, size_t bytes, mg_buffer_kind kind, mg_error *err) {
     mg_memplan *p = pl->p;
     if (p->n_buffers == pl->cap_buffers) {
         int cap = pl->cap_buffers ? 2 * pl->cap_buffers : 64;
@@ -66,7 +66,9 @@ static int new_buffer(planner *pl, size_t bytes, bool persistent, mg_error *err)
         if (b) p->buffer_bytes = b;
         bool *q = realloc(p->buffer_persistent, (size_t)cap * sizeof *q);
         if (q) p->buffer_persistent = q;
-        if (!b || !q) return mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d buffers", cap);
+        mg_buffer_kind *k = realloc(p->buffer_kind, (size_t)cap * sizeof *k);
+        if (k) p->buffer_kind = k;
+        if (!b || !q || !k) return mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d buffers", cap);
         pl->cap_buffers = cap;
     }
     if (pl->buf_class) {
@@ -76,7 +78,8 @@ static int new_buffer(planner *pl, size_t bytes, bool persistent, mg_error *err)
         bc[p->n_buffers] = -1;
     }
     p->buffer_bytes[p->n_buffers] = bytes;
-    p->buffer_persistent[p->n_buffers] = persistent;
+    p->buffer_persistent[p->n_buffers] = kind == MG_BUF_PERSISTENT || kind == MG_BUF_MICROBATCH;
+    p->buffer_kind[p->n_buffers] = kind;
     return p->n_buffers++;
 }
 
@@ -93,12 +96,14 @@ static bool ordered_after(const planner *pl, int b, int m) {
     return true;
 }
 
-/* Best fit among the free buffers node m may use; removes it from the list. -1: none. */
-static int take_free(planner *pl, size_t need, int m) {
+/* Best fit among the free buffers of `kind` node m may use; removes it from the list.
+ * -1: none. Slot and step buffers never mix: a slot buffer is replicated per slot, and
+ * sharing one with the once-per-step part would order the step after every slot. */
+static int take_free(planner *pl, size_t need, int m, mg_buffer_kind kind) {
     int best = -1, largest = -1;
     for (int i = 0; i < pl->n_free; i++) {
         int b = pl->free_list[i];
-        if (!ordered_after(pl, b, m)) continue;
+        if (pl->p->buffer_kind[b] != kind || !ordered_after(pl, b, m)) continue;
         size_t sz = pl->p->buffer_bytes[b];
         if (sz >= need && (best < 0 || sz < pl->p->buffer_bytes[pl->free_list[best]] ||
                            (sz == pl->p->buffer_bytes[pl->free_list[best]] && b < pl->free_list[best])))
@@ -147,9 +152,33 @@ static int check_update_order(const mg_graph *g, mg_node **ord, int n, int *upd,
     return MG_OK;
 }
 
+/* The per-micro-batch part runs several times before the once-per-step part runs once:
+ * it may not read the step part's results, and the step part may read its results only
+ * through classes that live across micro-batches (accumulators). */
+static int check_schedule_order(const planner *pl, mg_node **ord, int n, mg_error *err) {
+    for (int k = 0; k < n; k++) {
+        const mg_node *nd = ord[k];
+        for (int j = 0; j < nd->n_in; j++) {
+            const mg_tensor *x = nd->in[j];
+            if (!x->src) continue;
+            if (nd->mb >= 0 && x->src->mb < 0)
+                return mg_error_set(err, MG_ERR_INVALID,
+                                    "%s node %d (per micro-batch) reads '%s', which the once-per-step part produces",
+                                    mg_op_name(nd->op), nd->id, x->name);
+            if (nd->mb < 0 && x->src->mb >= 0 && !pl->persist[pl->root[x->id]])
+                return mg_error_set(err, MG_ERR_INVALID,
+                                    "%s node %d (once per step) reads '%s', a per-micro-batch value that does not "
+                                    "live across micro-batches (accumulate it)",
+                                    mg_op_name(nd->op), nd->id, x->name);
+        }
+    }
+    return MG_OK;
+}
+
 void mg_memplan_free(mg_memplan *p) {
     if (!p) return;
     free(p->buffer_bytes);
+    free(p->buffer_kind);
     free(p->buffer_persistent);
     free(p->buffer_of);
     free(p);
@@ -216,10 +245,18 @@ static int plan(planner *pl, bool reuse, mg_error *err) {
         pl->persist[i] = false;
         p->buffer_of[i] = -1;
     }
-    for (int i = 0; i < nt; i++) {
+    bool *per_mb = calloc((size_t)nt + 1, sizeof *per_mb);
+    if (!per_mb) return mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
+    for (int i = 0; i < nt && !rc; i++) {
         const mg_tensor *t = mg_graph_tensor(g, i);
-        if ((rc = find_root(g, t, &pl->root[i], err))) return rc;
+        if ((rc = find_root(g, t, &pl->root[i], err))) break;
         if (is_persistent(t)) pl->persist[pl->root[i]] = true;
+        if (t->per_microbatch) per_mb[pl->root[i]] = true;
+    }
+    if (!rc) rc = check_schedule_order(pl, ord, n, err);
+    if (rc) {
+        free(per_mb);
+        return rc;
     }
     for (int k = 0; k < n; k++) {
         const mg_node *nd = ord[k];
@@ -236,11 +273,17 @@ static int plan(planner *pl, bool reuse, mg_error *err) {
      * on the activations, which keeps checkpoints' buffer layout stable. */
     for (int i = 0; i < nt; i++) {
         if (pl->root[i] != i || !pl->persist[i]) continue;
-        int b = new_buffer(pl, tensor_bytes(mg_graph_tensor(g, i)), true, err);
-        if (b < 0) return b;
+        mg_buffer_kind kind = per_mb[i] ? MG_BUF_MICROBATCH : MG_BUF_PERSISTENT;
+        int b = new_buffer(pl, tensor_bytes(mg_graph_tensor(g, i)), kind, err);
+        if (b < 0) {
+            free(per_mb);
+            return b;
+        }
         p->buffer_of[i] = b;
-        p->persistent_bytes += p->buffer_bytes[b];
+        if (kind == MG_BUF_PERSISTENT) p->persistent_bytes += p->buffer_bytes[b];
+        else p->microbatch_bytes += p->buffer_bytes[b];
     }
+    free(per_mb);
 
     /* Transient classes by liveness. */
     for (int k = 0; k < n; k++) {
@@ -251,8 +294,9 @@ static int plan(planner *pl, bool reuse, mg_error *err) {
             if (r != t->id || pl->persist[r]) continue; /* members: assigned below; persistent: done */
             size_t need = tensor_bytes(t);
             p->unshared_bytes += need;
-            int b = reuse ? take_free(pl, need, k) : -1;
-            if (b < 0 && (b = new_buffer(pl, need, false, err)) < 0) return b;
+            mg_buffer_kind kind = nd->mb >= 0 ? MG_BUF_SLOT : MG_BUF_STEP;
+            int b = reuse ? take_free(pl, need, k, kind) : -1;
+            if (b < 0 && (b = new_buffer(pl, need, kind, err)) < 0) return b;
             p->buffer_of[r] = b;
             if (pl->buf_class) pl->buf_class[b] = r;
         }
@@ -275,8 +319,11 @@ static int plan(planner *pl, bool reuse, mg_error *err) {
         if (p->buffer_of[i] < 0) /* a tensor no node produces nor any node reaches */
             return mg_error_set(err, MG_ERR_INVALID, "tensor '%s' got no buffer", mg_graph_tensor(g, i)->name);
     }
-    for (int b = 0; b < p->n_buffers; b++)
-        if (!p->buffer_persistent[b]) p->transient_bytes += p->buffer_bytes[b];
+    for (int b = 0; b < p->n_buffers; b++) {
+        if (p->buffer_kind[b] == MG_BUF_SLOT) p->slot_bytes += p->buffer_bytes[b];
+        if (p->buffer_kind[b] == MG_BUF_STEP) p->step_bytes += p->buffer_bytes[b];
+    }
+    p->transient_bytes = p->slot_bytes + p->step_bytes;
     return MG_OK;
 }
 
@@ -324,7 +371,9 @@ int mg_memplan_build(mg_graph *g, bool reuse, mg_memplan **out, mg_error *err) {
 
 void mg_memplan_summary(const mg_memplan *p, char *buf, size_t len) {
     const double mib = 1024.0 * 1024.0;
-    snprintf(buf, len, "persistent %.2f MiB, activations %.2f MiB (%.2f MiB without reuse), %d buffers",
-             (double)p->persistent_bytes / mib, (double)p->transient_bytes / mib, (double)p->unshared_bytes / mib,
-             p->n_buffers);
+    snprintf(buf, len,
+             "persistent %.2f MiB, activations %.2f MiB per micro-batch in flight + %.2f MiB per step (%.2f MiB "
+             "without reuse), inputs %.2f MiB per micro-batch, %d buffers",
+             (double)p->persistent_bytes / mib, (double)p->slot_bytes / mib, (double)p->step_bytes / mib,
+             (double)p->unshared_bytes / mib, (double)p->microbatch_bytes / mib, p->n_buffers);
 }

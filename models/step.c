@@ -1,5 +1,5 @@
-/* The step graph: all micro-batches of one global batch, their mean loss, and (when
- * training) backward and the AdamW step. */
+/* The step graph: one micro-batch's forward and backward, gradient and loss
+ * accumulation across the step's micro-batches, and (when training) the AdamW step. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,17 +7,43 @@
 #include "mgraph/model.h"
 #include "mgraph/ops.h"
 
+/* A persistent accumulator leaf and the in-place accumulate node adding x into it. */
+static mg_tensor *accumulate(mg_graph *g, mg_tensor *x, const char *acc_name, const char *out_name) {
+    if (!x) return NULL;
+    mg_tensor *acc = mg_state(g, acc_name, MG_F32, x->ndim, x->shape, (mg_init){MG_INIT_ZEROS, 0});
+    if (!acc) return NULL;
+    acc->role = MG_ROLE_GRAD;
+    mg_tensor *in[2] = {acc, x};
+    mg_node *n = mg_node_new(g, MG_OP_ACCUMULATE, NULL, 2, in, out_name);
+    if (!n) return NULL;
+    n->out[0]->updates = acc;
+    n->out[0]->role = x->role;
+    return n->out[0];
+}
+
+/* Replaces each parameter's per-micro-batch gradient by its accumulation over the
+ * step's micro-batches (what the optimizer reads). */
+static int accumulate_grads(mg_graph *g, mg_error *err) {
+    int n = mg_graph_n_tensors(g);
+    for (int i = 0; i < n; i++) {
+        mg_tensor *p = mg_graph_tensor(g, i);
+        if (!p->requires_grad || !p->grad) continue;
+        char acc[512], out[512];
+        snprintf(acc, sizeof acc, "%s.main_grad", p->name);
+        snprintf(out, sizeof out, "%s.main_grad.acc", p->name);
+        mg_tensor *sum = accumulate(g, p->grad, acc, out);
+        if (!sum) return mg_error_set(err, mg_graph_error(g)->code, "step: %s", mg_graph_error(g)->msg);
+        p->grad = sum;
+    }
+    return MG_OK;
+}
+
 int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
     memset(st, 0, sizeof *st);
     if (c->micro_batch < 1 || c->n_micro < 1)
         return mg_error_set(err, MG_ERR_INVALID, "micro-batch size and micro-batch count must be >= 1");
     st->g = mg_graph_new();
-    st->tokens = calloc((size_t)c->n_micro, sizeof *st->tokens);
-    st->targets = calloc((size_t)c->n_micro, sizeof *st->targets);
-    if (!st->g || !st->tokens || !st->targets) {
-        mg_step_release(st);
-        return mg_error_set(err, MG_ERR_NOMEM, "step: out of memory");
-    }
+    if (!st->g) return mg_error_set(err, MG_ERR_NOMEM, "step: out of memory");
     st->n_micro = c->n_micro;
     mg_graph *g = st->g;
     int rc = mg_gpt2_params(g, &c->model, &st->model, err);
@@ -25,22 +51,24 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
         mg_step_release(st);
         return rc;
     }
-    int64_t s = c->model.seq_length, b = c->micro_batch;
+    int64_t s = c->model.seq_length, b = c->micro_batch, one = 1;
     st->positions = mg_input(g, "position_ids", MG_I32, 1, &s);
-    mg_tensor *total = NULL;
-    for (int k = 0; k < c->n_micro; k++) {
-        mg_graph_set_mb(g, k);
-        mg_scope_push(g, "mb%d", k);
-        st->tokens[k] = mg_input(g, "input_ids", MG_I32, 2, (int64_t[]){s, b});
-        st->targets[k] = mg_input(g, "labels", MG_I32, 2, (int64_t[]){s, b});
-        mg_tensor *l = mg_gpt2_forward(g, &st->model, st->tokens[k], st->positions, st->targets[k], c->training);
-        mg_scope_pop(g);
-        /* the sum over micro-batches belongs to none of them (data parallelism makes
-         * it a partial sum over ranks) */
-        mg_graph_set_mb(g, -1);
-        total = total ? mg_add(g, total, l) : l;
-    }
-    st->loss = c->n_micro > 1 ? mg_scale(g, total, 1.0f / (float)c->n_micro) : total;
+    st->loss_scale = mg_input(g, "loss_scale", MG_F32, 1, &one);
+    if (st->loss_scale) st->loss_scale->init = (mg_init){MG_INIT_CONSTANT, 1.0f / (float)c->n_micro};
+    /* the per-micro-batch part */
+    mg_graph_set_mb(g, 0);
+    st->tokens = mg_input(g, "input_ids", MG_I32, 2, (int64_t[]){s, b});
+    st->targets = mg_input(g, "labels", MG_I32, 2, (int64_t[]){s, b});
+    if (st->tokens) st->tokens->per_microbatch = true;
+    if (st->targets) st->targets->per_microbatch = true;
+    mg_tensor *l = mg_gpt2_forward(g, &st->model, st->tokens, st->positions, st->targets, c->training);
+    /* Megatron divides each micro-batch's loss by the number of micro-batches before
+     * backward; the scaled losses summed over the step are the mean loss. */
+    mg_tensor *scaled = l && st->loss_scale ? mg_mul(g, l, st->loss_scale) : NULL;
+    mg_tensor *sum = accumulate(g, scaled, "lm_loss.acc", "lm_loss.sum");
+    /* once per step: the step's mean loss, read by the host */
+    mg_graph_set_mb(g, -1);
+    st->loss = sum ? mg_scale(g, sum, 1.0f) : NULL;
     if (st->loss) {
         mg_set_name(g, st->loss, "lm_loss");
         st->loss->role = MG_ROLE_LOSS;
@@ -49,7 +77,11 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
     if (mg_graph_error(g)->code) {
         rc = mg_error_set(err, mg_graph_error(g)->code, "%s", mg_graph_error(g)->msg);
     } else if (c->training) {
-        rc = mg_graph_backward(g, st->loss, err);
+        mg_graph_set_mb(g, 0);
+        rc = mg_graph_backward(g, scaled, err);
+        mg_graph_set_mb(g, 0);
+        if (!rc) rc = accumulate_grads(g, err);
+        mg_graph_set_mb(g, -1);
         if (!rc) rc = mg_graph_add_adamw(g, &c->optim, &st->opt, err);
     }
     if (!rc) rc = mg_graph_validate(g, err);
@@ -60,7 +92,5 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
 void mg_step_release(mg_step *st) {
     mg_gpt_release(&st->model);
     mg_graph_free(st->g);
-    free(st->tokens);
-    free(st->targets);
     memset(st, 0, sizeof *st);
 }

@@ -142,7 +142,7 @@ static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg
     c->keep_scale = 1.0f / (1.0f - at->dropout_p);
     c->seed = info->seed;
     c->key = at->rng_key;
-    c->stream = mg_rng_dropout_stream(info->iteration, n->mb);
+    c->stream = mg_rng_dropout_stream(info->iteration, info->mb_global);
 }
 
 /* Number of keys query row i sees (a prefix of the local keys). */

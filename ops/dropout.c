@@ -35,7 +35,7 @@ static int dropout_cpu(const mg_kernel_args *a, mg_error *err) {
         return MG_OK;
     }
     uint64_t seed = a->info->seed, key = n->attrs.dropout.rng_key;
-    uint64_t stream = mg_rng_dropout_stream(a->info->iteration, n->mb);
+    uint64_t stream = mg_rng_dropout_stream(a->info->iteration, a->info->mb_global);
     float scale = 1.0f / (1.0f - p);
     /* The last dimension is contiguous in the logical tensor too: one logical index
      * per row, then consecutive. */

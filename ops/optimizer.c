@@ -2,6 +2,7 @@
  * They are graph nodes like any other so partitioners can shard the step and the
  * scheduler can overlap it with communication. */
 #include <math.h>
+#include <string.h>
 
 #include "mgraph/train.h"
 #include "ops/op.h"
@@ -11,6 +12,40 @@ static void scalar_desc(mg_tensor_desc *d) {
     d->ndim = 1;
     for (int i = 0; i < MG_MAX_DIMS; i++) d->shape[i] = 1;
 }
+
+/* ---- accumulate(acc, x) -> acc + x, written in place of acc ----------------------------
+ * Gradient accumulation over the micro-batches of a step (Megatron's main_grad): the
+ * first micro-batch instance of the step copies x, the others add it, so the buffer
+ * needs no zeroing pass and the sum is taken in micro-batch order, the same on every
+ * plan. Outside a micro-batch schedule (mb_local < 0) it copies. */
+static int infer_accumulate(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
+    if (!mg_same_shape(n->in[0], n->in[1]) || n->in[0]->dtype != MG_F32 || n->in[1]->dtype != MG_F32)
+        return mg_shape_error(err, n, "accumulator and value must be f32 tensors of one shape");
+    mg_desc_of(n->in[0], &out[0]);
+    return 1;
+}
+
+static int accumulate_cpu(const mg_kernel_args *a, mg_error *err) {
+    (void)err;
+    const float *x = a->in[1];
+    float *acc = a->out[0]; /* the accumulator's own buffer (the output updates in[0]) */
+    int64_t n = mg_numel(a->node->in[0]);
+    if (a->info->mb_local <= 0) {
+        if (acc != x) memcpy(acc, x, (size_t)n * sizeof *acc);
+    } else {
+        const float *prev = a->in[0];
+        for (int64_t i = 0; i < n; i++) acc[i] = prev[i] + x[i];
+    }
+    return MG_OK;
+}
+
+static void cost_accumulate(const mg_node *n, double *flops, double *bytes) {
+    *flops = (double)mg_numel(n->in[0]);
+    *bytes = 3.0 * 4.0 * (double)mg_numel(n->in[0]);
+}
+
+const mg_op_def mg_opdef_ACCUMULATE = {"accumulate", 2, 2, MG_OPF_NO_GRAD, infer_accumulate, NULL, cost_accumulate,
+                                       accumulate_cpu, NULL};
 
 /* ---- lr_schedule: () -> lr [1] at this iteration --------------------------------- */
 static int infer_lr(const mg_node *n, mg_tensor_desc *out, mg_error *err) {

@@ -100,7 +100,8 @@ void mg_rng_init_tensor(const mg_tensor *t, uint64_t seed, float *dst) {
     case MG_INIT_NONE:
     case MG_INIT_ZEROS: memset(dst, 0, (size_t)n * sizeof *dst); break;
     case MG_INIT_ONES:
-        for (int64_t i = 0; i < n; i++) dst[i] = 1.0f;
+    case MG_INIT_CONSTANT:
+        for (int64_t i = 0; i < n; i++) dst[i] = t->init.kind == MG_INIT_ONES ? 1.0f : t->init.std;
         break;
     case MG_INIT_NORMAL:
         for (int64_t i = 0; i < n; i++)

@@ -163,6 +163,7 @@ int dopt_after_node(part_ctx *c, const mg_node *n) {
         if (pid < 0 || c->st[lo->id].absent || !c->st[lo->id].t) continue;
         int k = d->param_of[pid];
         if (k < 0) continue;
+        part_enter_step_context(c); /* reduced once per step, after the last micro-batch */
         dparam *p = &d->params[k];
         mg_sharding want = c->tp > 1 ? part_state(c, p->p) : sh_full();
         /* whole over tp in the parameter's state; still a share over dp */

@@ -1,18 +1,17 @@
-/* Data parallelism: which micro-batches are this rank's, and the reduction of what
- * they contribute.
+/* Data parallelism: the reduction of what each rank's micro-batches contribute.
  *
- * The logical step graph unrolls all M micro-batches of the global batch, and
- * autodiff sums each parameter's gradient over them with adds that belong to no
- * micro-batch. Data parallelism needs nothing more: rank d of dp owns micro-batches
- * [d M/dp, (d+1) M/dp) and skips the others' nodes; a sum over micro-batches then
- * holds, on each rank, that rank's share (a partial sum over dp). Adds and scales
+ * The step graph holds one micro-batch's forward and backward (nodes with mb >= 0),
+ * which every data-parallel rank runs for its own micro-batches (rank d of dp runs
+ * global micro-batches d, d + dp, ..., as Megatron's sampler deals them out: see
+ * mg_exec_info). Gradients and the loss accumulate across a rank's micro-batches in
+ * place, so what flows from the per-micro-batch part into the once-per-step part
+ * (mb < 0) is, on each rank, that rank's share: a partial sum over dp. Adds and scales
  * carry shares along; anything else needs the whole value, so an all-reduce over dp
- * is inserted. Parameter gradients are reduced the moment they are final, so their
- * all-reduce overlaps the rest of the backward pass.
+ * is inserted, in the once-per-step part. Parameter gradients are reduced the moment
+ * their accumulation is final, so with the engine's interleaving of the last
+ * micro-batch and the step part, their all-reduce overlaps the rest of the backward.
  */
 #include "partitioners/partition_internal.h"
-
-bool dp_owns(const part_ctx *c, int mb) { return mb < 0 || mb / c->mb_per_rank == c->dp_rank; }
 
 /* An input is a share when it says so, or when it comes out of a micro-batch into
  * the shared (mb == -1) part of the graph. */
@@ -23,10 +22,6 @@ static bool is_share(const part_ctx *c, const mg_node *n, const mg_tensor *in) {
 }
 
 static bool is_absent(const part_ctx *c, const mg_tensor *in) { return c->st[in->id].absent; }
-
-static void mark_absent(part_ctx *c, const mg_node *n) {
-    for (int j = 0; j < n->n_out; j++) c->st[n->out[j]->id] = (pt){NULL, true, sh_full(), false};
-}
 
 /* Replaces a share by its sum over dp (for consumers that are not linear in it). */
 static int reduce_share(part_ctx *c, const mg_tensor *lt) {
@@ -42,35 +37,11 @@ static int reduce_share(part_ctx *c, const mg_tensor *lt) {
 int dp_partition_node(part_ctx *c, const mg_node *n, bool *dp_partial_out) {
     *dp_partial_out = false;
     if (c->dp == 1) return 0;
-    if (!dp_owns(c, n->mb)) {
-        mark_absent(c, n);
-        return 1;
-    }
     if (n->mb >= 0) return 0; /* inside a micro-batch: shares cannot occur */
-    int n_absent = 0, n_share = 0;
-    for (int i = 0; i < n->n_in; i++) {
-        n_absent += is_absent(c, n->in[i]);
-        n_share += !is_absent(c, n->in[i]) && is_share(c, n, n->in[i]);
-    }
-    if (!n_absent && !n_share) return 0;
+    int n_share = 0;
+    for (int i = 0; i < n->n_in; i++) n_share += !is_absent(c, n->in[i]) && is_share(c, n, n->in[i]);
+    if (!n_share) return 0;
     bool linear = n->op == MG_OP_ADD || n->op == MG_OP_SCALE;
-    if (n_absent) {
-        if (!linear)
-            return part_fail(c, MG_ERR_RUNTIME, "partitioning: %s '%s' on rank %d needs a tensor of another rank's "
-                             "micro-batch", mg_op_name(n->op), n->out[0]->name, c->mesh->rank);
-        if (n_absent == n->n_in) {
-            mark_absent(c, n);
-            return 1;
-        }
-        /* add(share, absent): the other rank's term is zero here; the result is this
-         * rank's share itself */
-        const mg_tensor *present = is_absent(c, n->in[0]) ? n->in[1] : n->in[0];
-        part_state(c, present);
-        pt p = c->st[present->id];
-        p.dp_partial = true;
-        c->st[n->out[0]->id] = p;
-        return 1;
-    }
     if (linear && n_share == n->n_in) {
         *dp_partial_out = true; /* shares in, share out */
         return 0;
@@ -85,6 +56,7 @@ int dp_partition_node(part_ctx *c, const mg_node *n, bool *dp_partial_out) {
 
 int dp_after_node(part_ctx *c, const mg_node *n) {
     if (c->dp == 1 || c->dopt) return MG_OK;
+    part_enter_step_context(c); /* the reduction runs once per step, after the last micro-batch */
     for (int j = 0; j < n->n_out; j++) {
         const mg_tensor *lo = n->out[j];
         if (c->final_grad_of[lo->id] < 0 || c->st[lo->id].absent || !c->st[lo->id].t) continue;

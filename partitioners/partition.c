@@ -73,7 +73,14 @@ mg_tensor *part_new_leaf(part_ctx *c, const char *name, mg_dtype dt, mg_role rol
 static void enter_node_context(part_ctx *c, const mg_node *n) {
     set_scope(c->P, n ? n->scope : "");
     mg_graph_set_phase(c->P, n ? n->phase : MG_PHASE_FORWARD);
-    mg_graph_set_mb(c->P, n ? n->mb : -1);
+    c->cur_mb = n ? n->mb : -1;
+    mg_graph_set_mb(c->P, c->cur_mb);
+}
+
+void part_enter_step_context(part_ctx *c) {
+    mg_graph_set_phase(c->P, MG_PHASE_OPTIMIZER);
+    c->cur_mb = -1;
+    mg_graph_set_mb(c->P, -1);
 }
 
 /* ---- leaves ---------------------------------------------------------------------------------- */
@@ -86,6 +93,7 @@ mg_tensor *part_make_leaf(part_ctx *c, const mg_tensor *lt, mg_sharding s) {
     t->requires_grad = lt->requires_grad;
     t->no_weight_decay = lt->no_weight_decay;
     t->persistent = lt->persistent;
+    t->per_microbatch = lt->per_microbatch;
     part_set_identity(c, t, lt, s);
     return t;
 }
@@ -108,9 +116,15 @@ mg_sharding part_state(part_ctx *c, const mg_tensor *lt) {
 }
 
 /* ---- conversions ------------------------------------------------------------------------------- */
+/* Conversions are cached per part of the schedule: a tensor made in the per-micro-batch
+ * part lives in a slot and cannot serve the once-per-step part, and the step part's
+ * results cannot serve the micro-batches that run before it. */
 static mg_tensor *cache_find(part_ctx *c, int lid, mg_sharding want, bool dp_full) {
+    bool per_mb = c->cur_mb >= 0;
     for (int i = c->n_conv - 1; i >= 0; i--)
-        if (c->conv[i].lid == lid && sh_eq(c->conv[i].want, want) && c->conv[i].dp_full == dp_full) return c->conv[i].t;
+        if (c->conv[i].lid == lid && sh_eq(c->conv[i].want, want) && c->conv[i].dp_full == dp_full &&
+            c->conv[i].per_mb == per_mb)
+            return c->conv[i].t;
     return NULL;
 }
 
@@ -122,7 +136,7 @@ static void cache_put(part_ctx *c, int lid, mg_sharding want, bool dp_full, mg_t
         c->conv = e;
         c->cap_conv = cap;
     }
-    c->conv[c->n_conv++] = (conv_entry){lid, want, dp_full, t};
+    c->conv[c->n_conv++] = (conv_entry){lid, want, dp_full, c->cur_mb >= 0, t};
 }
 
 static mg_tensor *named(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const char *what, mg_sharding s) {
@@ -320,13 +334,7 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
     c.dp = mesh->size[MG_GROUP_DP];
     c.dp_rank = mesh->coord[MG_GROUP_DP];
     int nt = mg_graph_n_tensors(L), rc = MG_OK;
-    for (int i = 0; i < mg_graph_n_nodes(L); i++)
-        if (mg_graph_node(L, i)->mb + 1 > c.n_micro) c.n_micro = mg_graph_node(L, i)->mb + 1;
-    if (c.n_micro == 0) c.n_micro = 1;
-    if (c.n_micro % c.dp)
-        return mg_error_set(err, MG_ERR_INVALID, "%d micro-batches cannot be split over %d data-parallel ranks",
-                            c.n_micro, c.dp);
-    c.mb_per_rank = c.n_micro / c.dp;
+    c.cur_mb = -1;
     c.P = mg_graph_new();
     c.st = calloc((size_t)nt + 1, sizeof *c.st);
     c.final_grad_of = malloc(((size_t)nt + 1) * sizeof *c.final_grad_of);

@@ -19,6 +19,7 @@ typedef struct conv_entry {
     int lid;
     mg_sharding want;
     bool dp_full;
+    bool per_mb;         /* made in the per-micro-batch part (not reusable by the step part) */
     mg_tensor *t;
 } conv_entry;
 
@@ -30,7 +31,7 @@ typedef struct part_ctx {
     const mg_plan *plan;
     const mg_mesh *mesh;
     int tp, tp_rank, dp, dp_rank;
-    int n_micro, mb_per_rank;
+    int cur_mb;              /* micro-batch field of the nodes being emitted (>= 0: per micro-batch) */
     pt *st;                  /* [n logical tensors] */
     int *final_grad_of;      /* [n logical tensors]: param id whose final gradient it is, or -1 */
     conv_entry *conv;        /* conversion cache */
@@ -78,6 +79,9 @@ int part_graph_error(part_ctx *c);
 void part_rename(part_ctx *c, mg_tensor *t, const char *name);
 /* Creates a leaf of the physical graph under an absolute name. */
 mg_tensor *part_new_leaf(part_ctx *c, const char *name, mg_dtype dt, mg_role role, int ndim, const int64_t *shape);
+/* Nodes emitted from now on belong to the once-per-step part (reductions of
+ * accumulated gradients, the optimizer), whatever node is being partitioned. */
+void part_enter_step_context(part_ctx *c);
 /* Target for a partial tensor that an op needs whole: split along the sequence
  * (dim 0) under sequence parallelism when the op allows it and it divides, else full. */
 mg_sharding part_resolve_target(part_ctx *c, const mg_tensor *lt, bool allow_seq_split);
@@ -91,7 +95,6 @@ int tp_partition_node(part_ctx *c, const mg_node *n, bool dp_partial);
 mg_sharding tp_param_state(const part_ctx *c, const mg_tensor *lt);
 
 /* ---- dp.c: data parallelism ------------------------------------------------------------------ */
-bool dp_owns(const part_ctx *c, int mb);
 /* Handles nodes whose inputs are absent or data-parallel partial. Returns 1 if it
  * handled n (emitted or aliased), 0 to let the tensor-parallel rules run, < 0 on error. */
 int dp_partition_node(part_ctx *c, const mg_node *n, bool *dp_partial_out);

@@ -18,6 +18,7 @@ void mg_plan_defaults(mg_plan *p) {
     p->tp = p->pp = p->cp = p->ep = 1;
     p->bucket_numel = 40000000; /* Megatron's default bucket size */
     p->matmul_tiles = 1;
+    p->microbatch_slots = MG_PLAN_DEFAULT_SLOTS;
     p->matmul_tile_min_flops = 5e7; /* ~0.5 ms of sgemm: smaller tiles cost more than they share */
     /* Megatron's GPT: column-parallel QKV and fc1 (weights and biases split on output
      * features), row-parallel projections (split on input features; their biases stay
@@ -94,6 +95,10 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
             if (!v1 || v2 || parse_int(v1, 1, 64, &x))
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: matmul-tiles expects an integer in 1..64", path, ln);
             else p->matmul_tiles = (int)x;
+        } else if (!strcmp(key, "microbatch-slots")) {
+            if (!v1 || v2 || parse_int(v1, 1, 64, &x))
+                rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: microbatch-slots expects an integer in 1..64", path, ln);
+            else p->microbatch_slots = (int)x;
         } else if (!strcmp(key, "bucket-size")) {
             if (!v1 || v2 || parse_int(v1, 1, 1L << 40, &x))
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: bucket-size expects a positive integer", path, ln);
@@ -119,9 +124,10 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
 void mg_plan_print(const mg_plan *p, FILE *f) {
     fprintf(f, "tensor-model-parallel-size %d\npipeline-model-parallel-size %d\ncontext-parallel-size %d\n"
                "expert-model-parallel-size %d\nsequence-parallel %s\nuse-distributed-optimizer %s\nbucket-size %lld\n"
-               "matmul-tiles %d\n",
+               "matmul-tiles %d\nmicrobatch-slots %d\n",
             p->tp, p->pp, p->cp, p->ep, p->sequence_parallel ? "true" : "false",
-            p->distributed_optimizer ? "true" : "false", (long long)p->bucket_numel, p->matmul_tiles);
+            p->distributed_optimizer ? "true" : "false", (long long)p->bucket_numel, p->matmul_tiles,
+            p->microbatch_slots);
     for (int i = 0; i < p->n_rules; i++) fprintf(f, "shard %s %d\n", p->rules[i].pattern, p->rules[i].dim);
 }
 
@@ -152,6 +158,8 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
     if (p->bucket_numel < 1) return mg_error_set(err, MG_ERR_INVALID, "bucket size must be >= 1");
     if (p->matmul_tiles < 1 || p->matmul_tiles > 64)
         return mg_error_set(err, MG_ERR_INVALID, "matmul tiles must be in 1..64 (got %d)", p->matmul_tiles);
+    if (p->microbatch_slots < 1 || p->microbatch_slots > 64)
+        return mg_error_set(err, MG_ERR_INVALID, "micro-batch slots must be in 1..64 (got %d)", p->microbatch_slots);
     return MG_OK;
 }
 
@@ -183,13 +191,14 @@ int mg_plan_check_model(const mg_plan *p, int world, const mg_plan_model *m, mg_
     return MG_OK;
 }
 
-void mg_plan_comm_bytes(const mg_graph *P, double bytes[MG_GROUP_COUNT]) {
+void mg_plan_comm_bytes(const mg_graph *P, int n_micro, double bytes[MG_GROUP_COUNT]) {
     for (int g = 0; g < MG_GROUP_COUNT; g++) bytes[g] = 0;
     for (int i = 0; i < mg_graph_n_nodes(P); i++) {
         const mg_node *n = mg_graph_node(P, i);
         if (!(mg_op_def_get(n->op)->flags & MG_OPF_COMM)) continue;
         double f, b;
         mg_op_cost(n, &f, &b);
+        if (n->mb >= 0) b *= n_micro > 0 ? n_micro : 1;
         if (n->attrs.comm.group >= 0 && n->attrs.comm.group < MG_GROUP_COUNT) bytes[n->attrs.comm.group] += b;
     }
 }

@@ -480,12 +480,26 @@ static int adamw_moments(part_ctx *c, const mg_node *n) {
     return MG_OK;
 }
 
+/* An accumulator is a leaf created on first use in the state of what it accumulates:
+ * a gradient that is a partial sum over tp (norm weights under sequence parallelism)
+ * accumulates as one, and is reduced once per step instead of once per micro-batch. */
+static int accumulator_leaf(part_ctx *c, const mg_node *n) {
+    const mg_tensor *acc = n->in[0];
+    pt *p = &c->st[acc->id];
+    if (p->t || acc->src) return MG_OK;
+    mg_sharding s = part_state(c, n->in[1]);
+    p->tp = c->tp > 1 ? s : sh_full();
+    p->t = part_make_leaf(c, acc, p->tp);
+    if (!p->t) return c->err->code ? c->err->code : mg_graph_error(c->P)->code;
+    return MG_OK;
+}
+
 int tp_partition_node(part_ctx *c, const mg_node *n, bool dp_partial) {
     if (n->n_in > MAXIN || n->n_out > MAXIN)
         return part_fail(c, MG_ERR_UNSUPPORTED, "partitioning: %s has too many inputs", mg_op_name(n->op));
     if (c->tp > 1 && n->op == MG_OP_SUMSQ) return sumsq_node(c, n);
-    if (n->op == MG_OP_ADAMW) {
-        int rc = adamw_moments(c, n);
+    if (n->op == MG_OP_ADAMW || n->op == MG_OP_ACCUMULATE) {
+        int rc = n->op == MG_OP_ADAMW ? adamw_moments(c, n) : accumulator_leaf(c, n);
         if (rc) return rc;
     }
     rule_io r;
@@ -506,6 +520,7 @@ int tp_partition_node(part_ctx *c, const mg_node *n, bool dp_partial) {
         case MG_OP_MUL: rc = rule_binary(c, n, &r); break;
         case MG_OP_BIAS_ADD: rc = rule_bias_add(c, n, &r); break;
         case MG_OP_SCALE:
+        case MG_OP_ACCUMULATE:
         case MG_OP_DROPOUT: rc = rule_same_state(c, n, &r, true, false); break;
         case MG_OP_GELU:
         case MG_OP_SILU:

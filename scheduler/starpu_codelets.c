@@ -33,17 +33,18 @@ static double now_s(void) {
 }
 
 static void run_kernel(void *buffers[], void *cl_arg, mg_kernel_fn fn) {
-    mg_task_arg *a = cl_arg;
+    mg_task_inst *ti = cl_arg;
+    mg_task_arg *a = ti->arg;
     mg_engine *e = a->e;
     const mg_node *nd = a->node;
     if (atomic_load_explicit(&e->failed, memory_order_relaxed)) return; /* the step is lost already */
     int np = nd->n_in + nd->n_out;
-    for (int i = 0; i < np; i++) a->ptrs[i] = (void *)STARPU_VECTOR_GET_PTR(buffers[a->slot[i]]);
+    for (int i = 0; i < np; i++) ti->ptrs[i] = (void *)STARPU_VECTOR_GET_PTR(buffers[a->slot[i]]);
     if (e->comm_thread && (mg_op_def_get(nd->op)->flags & MG_OPF_COMM)) {
-        mg_comm_thread_submit(e, a, fn); /* the worker goes back to compute */
+        mg_comm_thread_submit(e, ti, fn); /* the worker goes back to compute */
         return;
     }
-    mg_kernel_args ka = {.node = nd, .in = a->ptrs, .out = a->ptrs + nd->n_in, .info = &e->info};
+    mg_kernel_args ka = {.node = nd, .in = ti->ptrs, .out = ti->ptrs + nd->n_in, .info = &ti->info};
     mg_error kerr = {0};
     double t0 = now_s();
     int rc = fn(&ka, &kerr);
@@ -55,20 +56,20 @@ static void run_kernel(void *buffers[], void *cl_arg, mg_kernel_fn fn) {
 }
 
 static void cpu_trampoline(void *buffers[], void *cl_arg) {
-    mg_task_arg *a = cl_arg;
-    run_kernel(buffers, cl_arg, mg_op_def_get(a->node->op)->cpu);
+    const mg_task_inst *ti = cl_arg;
+    run_kernel(buffers, cl_arg, mg_op_def_get(ti->arg->node->op)->cpu);
 }
 
 #ifdef STARPU_USE_CUDA
 static void cuda_trampoline(void *buffers[], void *cl_arg) {
-    mg_task_arg *a = cl_arg;
-    run_kernel(buffers, cl_arg, mg_op_def_get(a->node->op)->cuda);
+    const mg_task_inst *ti = cl_arg;
+    run_kernel(buffers, cl_arg, mg_op_def_get(ti->arg->node->op)->cuda);
 }
 #endif
 
 static uint32_t shape_footprint(struct starpu_task *task) {
-    const mg_task_arg *a = task->cl_arg;
-    const mg_node *nd = a->node;
+    const mg_task_inst *ti = task->cl_arg;
+    const mg_node *nd = ti->arg->node;
     uint32_t h = starpu_hash_crc32c_be((uint32_t)nd->op, 0);
     for (int i = 0; i < nd->n_in + nd->n_out; i++) {
         const mg_tensor *t = i < nd->n_in ? nd->in[i] : nd->out[i - nd->n_in];

@@ -24,7 +24,7 @@
 #define QCAP 64
 
 typedef struct comm_job {
-    mg_task_arg *arg;
+    mg_task_inst *ti;
     mg_kernel_fn fn;
     struct starpu_task *task;
 } comm_job;
@@ -60,9 +60,9 @@ static void *loop(void *p) {
         ct->len--;
         pthread_mutex_unlock(&ct->mu);
 
-        const mg_node *nd = j.arg->node;
+        const mg_node *nd = j.ti->arg->node;
         if (!atomic_load_explicit(&e->failed, memory_order_relaxed)) {
-            mg_kernel_args ka = {.node = nd, .in = j.arg->ptrs, .out = j.arg->ptrs + nd->n_in, .info = &e->info};
+            mg_kernel_args ka = {.node = nd, .in = j.ti->ptrs, .out = j.ti->ptrs + nd->n_in, .info = &j.ti->info};
             mg_error kerr = {0};
             double t0 = now_s();
             int rc = j.fn(&ka, &kerr);
@@ -105,7 +105,7 @@ void mg_comm_thread_stop(mg_engine *e) {
 }
 
 /* Called by the trampoline on a worker, inside the collective's task. */
-void mg_comm_thread_submit(mg_engine *e, mg_task_arg *a, mg_kernel_fn fn) {
+void mg_comm_thread_submit(mg_engine *e, mg_task_inst *ti, mg_kernel_fn fn) {
     mg_comm_thread *ct = e->comm_thread;
     struct starpu_task *t = starpu_task_get_current();
     starpu_task_end_dep_add(t, 1); /* before returning: the task must not terminate yet */
@@ -117,7 +117,7 @@ void mg_comm_thread_submit(mg_engine *e, mg_task_arg *a, mg_kernel_fn fn) {
         sched_yield();
         pthread_mutex_lock(&ct->mu);
     }
-    ct->q[(ct->head + ct->len) % QCAP] = (comm_job){a, fn, t};
+    ct->q[(ct->head + ct->len) % QCAP] = (comm_job){ti, fn, t};
     ct->len++;
     pthread_cond_signal(&ct->cv);
     pthread_mutex_unlock(&ct->mu);

@@ -4,8 +4,17 @@
  * creation and reused by every step: registration costs microseconds and kilobytes
  * per handle, so per-step registration would dominate small graphs.
  *
+ * Micro-batches: the per-micro-batch part of the graph (nodes with mb >= 0) is submitted
+ * once per micro-batch instance of the step, the once-per-step part once (see
+ * submit_step). Per-micro-batch inputs and the per-micro-batch part's transients have
+ * one copy per instance or per slot (mg_storage_options), each registered as its own
+ * handle; a task gets the handles of its instance's copies at submission. Slots are
+ * what lets micro-batch i+1's forward run while micro-batch i's backward does, and the
+ * write-after-read dependencies on a reused slot are what bound memory to `slots`
+ * micro-batches in flight.
+ *
  * Dependencies: StarPU's sequential consistency, with tasks submitted in the graph's
- * topological order. Each task accesses its inputs' buffers R, its outputs' buffers W,
+ * topological order (per instance). Each task accesses its inputs' buffers R, its outputs' buffers W,
  * and RW where an output shares an input's buffer (an in-place `updates`). StarPU then
  * derives exactly the dependencies the serial order implies: RAW from the dataflow,
  * and WAR/WAW wherever the memory plan reuses a buffer for a later tensor, which is
@@ -64,24 +73,24 @@ static void free_args(mg_engine *e) {
     if (!e->args) return;
     for (int k = 0; k < e->n_nodes; k++) {
         free(e->args[k].slot);
-        free(e->args[k].ptrs);
-        free(e->args[k].handles);
+        free(e->args[k].bufs);
         free(e->args[k].modes);
     }
     free(e->args);
     e->args = NULL;
 }
 
-/* Dedupes the node's buffers into the task's handle list and records the slots. */
+/* Dedupes the node's plan buffers into the task's buffer list and records the slots.
+ * Tensors in one plan buffer share its copy for any micro-batch instance (a buffer has
+ * one kind), so deduplicating by plan buffer is the same as by handle. */
 static int build_arg(mg_engine *e, mg_task_arg *a, const mg_node *nd, mg_error *err) {
     int np = nd->n_in + nd->n_out;
     a->e = e;
     a->node = nd;
     a->slot = malloc((size_t)np * sizeof *a->slot);
-    a->ptrs = malloc((size_t)np * sizeof *a->ptrs);
-    a->handles = malloc(((size_t)np + 1) * sizeof *a->handles); /* + the comm token */
+    a->bufs = malloc(((size_t)np + 1) * sizeof *a->bufs); /* + the comm token */
     a->modes = malloc(((size_t)np + 1) * sizeof *a->modes);
-    if (!a->slot || !a->ptrs || !a->handles || !a->modes)
+    if (!a->slot || !a->bufs || !a->modes)
         return mg_error_set(err, MG_ERR_NOMEM, "out of memory building task of node %d", nd->id);
     for (int i = 0; i < np; i++) {
         const mg_tensor *t = i < nd->n_in ? nd->in[i] : nd->out[i - nd->n_in];
@@ -89,9 +98,9 @@ static int build_arg(mg_engine *e, mg_task_arg *a, const mg_node *nd, mg_error *
         if (b < 0) return mg_error_set(err, MG_ERR_INVALID, "tensor '%s' has no storage buffer", t->name);
         enum starpu_data_access_mode m = i < nd->n_in ? STARPU_R : STARPU_W;
         int s = 0;
-        while (s < a->nbuf && a->handles[s] != e->handles[b]) s++;
+        while (s < a->nbuf && a->bufs[s] != b) s++;
         if (s == a->nbuf) {
-            a->handles[a->nbuf] = e->handles[b];
+            a->bufs[a->nbuf] = b;
             a->modes[a->nbuf++] = m;
         } else {
             a->modes[s] |= m; /* R|W == RW: in-place update, or mul(x, x) stays R */
@@ -99,7 +108,7 @@ static int build_arg(mg_engine *e, mg_task_arg *a, const mg_node *nd, mg_error *
         a->slot[i] = s;
     }
     if (mg_op_def_get(nd->op)->flags & MG_OPF_COMM) {
-        a->handles[a->nbuf] = e->comm_token;
+        a->bufs[a->nbuf] = -1;
         a->modes[a->nbuf++] = STARPU_RW;
     }
     return MG_OK;
@@ -141,6 +150,7 @@ void mg_engine_free(mg_engine *e) {
     if (e->comm_token) starpu_data_unregister(e->comm_token);
     free(e->comm_token_buf);
     free_args(e);
+    free(e->scratch);
     free(e->order);
     pthread_mutex_destroy(&e->err_lock);
     free(e);
@@ -221,12 +231,16 @@ int mg_engine_new(mg_graph *g, mg_storage *s, const mg_engine_options *opt, mg_e
     if (opt->use_priorities)
         rc = mg_starpu_map_priorities(e->order, n, starpu_sched_get_min_priority(), starpu_sched_get_max_priority(),
                                       prio, err);
+    int max_buf = 1;
     for (int k = 0; k < n && !rc; k++) {
         rc = build_arg(e, &e->args[k], e->order[k], err);
         bool comm = mg_op_def_get(e->order[k]->op)->flags & MG_OPF_COMM;
         e->args[k].priority = comm && opt->use_priorities ? starpu_sched_get_max_priority() : prio[k];
+        if (e->args[k].nbuf > max_buf) max_buf = e->args[k].nbuf;
     }
     free(prio);
+    if (!rc && !(e->scratch = malloc((size_t)max_buf * sizeof *e->scratch)))
+        rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory creating the engine");
     if (rc) {
         mg_engine_free(e);
         return rc;
@@ -235,20 +249,42 @@ int mg_engine_new(mg_graph *g, mg_storage *s, const mg_engine_options *opt, mg_e
     return MG_OK;
 }
 
-static int submit(mg_task_arg *a, mg_error *err) {
+/* Submits node a as micro-batch instance mb (-1: the once-per-step part). */
+static int submit(mg_engine *e, mg_task_arg *a, int mb, mg_error *err) {
+    const mg_node *nd = a->node;
+    mg_task_inst *ti = malloc(sizeof *ti + (size_t)(nd->n_in + nd->n_out) * sizeof(void *));
+    if (!ti) return mg_error_set(err, MG_ERR_NOMEM, "out of memory creating a StarPU task");
+    ti->arg = a;
+    ti->info = mg_exec_instance(&e->info, mb);
+    for (int s = 0; s < a->nbuf; s++) {
+        if (a->bufs[s] < 0) {
+            e->scratch[s] = e->comm_token;
+            continue;
+        }
+        int c = mg_storage_copy_of(e->s, a->bufs[s], mb);
+        if (c < 0) {
+            free(ti);
+            return mg_error_set(err, MG_ERR_INVALID, "node %d (%s): no storage for micro-batch instance %d", nd->id,
+                                mg_op_name(nd->op), mb);
+        }
+        e->scratch[s] = e->handles[c];
+    }
     struct starpu_task *t = starpu_task_create();
-    if (!t) return mg_error_set(err, MG_ERR_NOMEM, "out of memory creating a StarPU task");
-    t->cl = mg_starpu_codelet(a->node->op);
-    t->cl_arg = a;
-    t->cl_arg_free = 0;
+    if (!t) {
+        free(ti);
+        return mg_error_set(err, MG_ERR_NOMEM, "out of memory creating a StarPU task");
+    }
+    t->cl = mg_starpu_codelet(nd->op);
+    t->cl_arg = ti;
+    t->cl_arg_free = 1; /* StarPU frees the instance when the task ends */
     t->nbuffers = a->nbuf;
     t->priority = a->priority;
     if (a->nbuf <= STARPU_NMAXBUFS) {
-        memcpy(t->handles, a->handles, (size_t)a->nbuf * sizeof *a->handles);
+        memcpy(t->handles, e->scratch, (size_t)a->nbuf * sizeof *e->scratch);
         memcpy(t->modes, a->modes, (size_t)a->nbuf * sizeof *a->modes);
     } else {
         /* StarPU frees dyn_handles / dyn_modes with the task (starpu_task_clean) */
-        t->dyn_handles = malloc((size_t)a->nbuf * sizeof *a->handles);
+        t->dyn_handles = malloc((size_t)a->nbuf * sizeof *e->scratch);
         t->dyn_modes = malloc((size_t)a->nbuf * sizeof *a->modes);
         if (!t->dyn_handles || !t->dyn_modes) {
             free(t->dyn_handles);
@@ -258,20 +294,40 @@ static int submit(mg_task_arg *a, mg_error *err) {
             starpu_task_destroy(t);
             return mg_error_set(err, MG_ERR_NOMEM, "out of memory creating a StarPU task");
         }
-        memcpy(t->dyn_handles, a->handles, (size_t)a->nbuf * sizeof *a->handles);
+        memcpy(t->dyn_handles, e->scratch, (size_t)a->nbuf * sizeof *e->scratch);
         memcpy(t->dyn_modes, a->modes, (size_t)a->nbuf * sizeof *a->modes);
     }
     int rc = starpu_task_submit(t);
     if (rc != 0) {
         starpu_task_destroy(t);
-        return mg_error_set(err, MG_ERR_RUNTIME, "StarPU refused task %s (node %d): %s", mg_op_name(a->node->op),
-                            a->node->id, rc == -ENODEV ? "no worker can run it" : strerror(-rc));
+        return mg_error_set(err, MG_ERR_RUNTIME, "StarPU refused task %s (node %d): %s", mg_op_name(nd->op), nd->id,
+                            rc == -ENODEV ? "no worker can run it" : strerror(-rc));
     }
     return MG_OK;
 }
 
+/* The step's submission order: every instance but the last runs the per-micro-batch
+ * part; the last instance runs it interleaved with the once-per-step part in the
+ * graph's topological order. The partitioner emits a gradient's reduction right after
+ * the node that finishes it, so in that order the reductions of the last layers'
+ * gradients are submitted (and, through the comm token, issued) while the backward of
+ * the first layers is still running. Every rank submits its collectives in this same
+ * order, which keeps the groups' orders consistent (deadlock freedom). */
+static int submit_step(mg_engine *e, mg_error *err) {
+    int n_micro = mg_exec_n_micro(&e->info), rc = MG_OK;
+    for (int mb = 0; mb < n_micro - 1 && !rc; mb++)
+        for (int k = 0; k < e->n_nodes && !rc; k++)
+            if (e->order[k]->mb >= 0) rc = submit(e, &e->args[k], mb, err);
+    for (int k = 0; k < e->n_nodes && !rc; k++)
+        rc = submit(e, &e->args[k], e->order[k]->mb >= 0 ? n_micro - 1 : -1, err);
+    return rc;
+}
+
 int mg_engine_run(mg_engine *e, const mg_exec_info *info, mg_error *err) {
     if (!e || !info) return mg_error_set(err, MG_ERR_INVALID, "mg_engine_run: NULL argument");
+    if (mg_exec_n_micro(info) > mg_storage_n_micro(e->s))
+        return mg_error_set(err, MG_ERR_INVALID, "step of %d micro-batches, storage holds inputs for %d",
+                            mg_exec_n_micro(info), mg_storage_n_micro(e->s));
     e->info = *info;
     atomic_store(&e->failed, 0);
     atomic_store(&e->tasks, 0);
@@ -280,8 +336,7 @@ int mg_engine_run(mg_engine *e, const mg_exec_info *info, mg_error *err) {
 
     double t0 = now_s();
     mg_starpu_step_begin();
-    int rc = MG_OK;
-    for (int k = 0; k < e->n_nodes && !rc; k++) rc = submit(&e->args[k], err);
+    int rc = submit_step(e, err);
     mg_starpu_step_submitted();
     /* Wait even after a failed submission: submitted tasks still use the buffers. */
     starpu_task_wait_for_all();

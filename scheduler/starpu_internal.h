@@ -9,19 +9,27 @@
 #include "mgraph/engine.h"
 #include "ops/op.h"
 
-/* Per node, built once in mg_engine_new and passed as the task's cl_arg: the
- * trampoline needs the node (kernel, shapes), the engine (exec info, stats, errors)
- * and where each kernel argument sits among the task's deduplicated buffers. */
+/* Per node, built once in mg_engine_new: the node (kernel, shapes), the engine (stats,
+ * errors), and its deduplicated buffers: `bufs` are memory-plan buffer indices, mapped
+ * to the handle of the right copy (micro-batch input, slot) at each submission. */
 typedef struct mg_task_arg {
     mg_engine *e;
     const mg_node *node;
-    int nbuf;                               /* distinct handles this task accesses */
+    int nbuf;                               /* distinct plan buffers (+ the comm token) */
     int *slot;                              /* [n_in + n_out]: index into the task's buffers */
-    void **ptrs;                            /* [n_in + n_out] scratch: a node runs once per step */
-    starpu_data_handle_t *handles;          /* [nbuf] */
+    int *bufs;                              /* [nbuf]: plan buffer; -1 for the comm token */
     enum starpu_data_access_mode *modes;    /* [nbuf] */
     int priority;                           /* StarPU priority, from mg_graph_priorities */
 } mg_task_arg;
+
+/* Per submitted task (its cl_arg, freed by StarPU when the task ends): which node, the
+ * micro-batch instance it runs for (the kernel's exec info) and scratch for the kernel's
+ * buffer pointers. */
+typedef struct mg_task_inst {
+    mg_task_arg *arg;
+    mg_exec_info info;
+    void *ptrs[];                           /* [n_in + n_out] */
+} mg_task_inst;
 
 typedef struct mg_comm_thread mg_comm_thread;
 
@@ -33,6 +41,7 @@ struct mg_engine {
     int n_handles;
     starpu_data_handle_t *handles;          /* one per storage buffer, registered once */
     mg_task_arg *args;                      /* [n_nodes], in topo order */
+    starpu_data_handle_t *scratch;          /* [max nbuf]: handles of the task being submitted */
     /* Collectives run one at a time in the graph's order: each accesses this token RW
      * (see starpu_engine.c). NULL when the graph has no collective. */
     starpu_data_handle_t comm_token;
@@ -40,7 +49,7 @@ struct mg_engine {
     /* Collectives run on this thread, not on workers (starpu_comm_thread.c); NULL when
      * the graph has none or the option is off. */
     mg_comm_thread *comm_thread;
-    mg_exec_info info;                      /* the running step's info, read by kernels */
+    mg_exec_info info;                      /* the running step's info (per task: mg_task_inst) */
     bool use_priorities;
     /* first kernel error wins; `failed` lets later tasks skip their kernels */
     pthread_mutex_t err_lock;
@@ -75,7 +84,7 @@ int mg_starpu_map_priorities(mg_node *const *order, int n, int min_prio, int max
 int mg_comm_thread_start(mg_engine *e, mg_error *err);
 void mg_comm_thread_stop(mg_engine *e);
 /* From inside a collective's task: hand the kernel over; the task ends when it is done. */
-void mg_comm_thread_submit(mg_engine *e, mg_task_arg *a, mg_kernel_fn fn);
+void mg_comm_thread_submit(mg_engine *e, mg_task_inst *ti, mg_kernel_fn fn);
 /* Seconds the thread spent in collectives since the last call. */
 double mg_comm_thread_take_busy(mg_engine *e);
 

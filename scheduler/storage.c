@@ -1,4 +1,6 @@
-/* Host storage for a graph: one 64-byte-aligned allocation per memory-plan buffer.
+/* Host storage for a graph: 64-byte-aligned allocations for the memory plan's buffers,
+ * replicated per micro-batch instance (MICROBATCH) or per slot (SLOT) as the schedule
+ * needs them (include/mgraph/memplan.h).
  *
  * The plan decides sharing; storage only materialises it, so every executor
  * (reference, StarPU, later CUDA device copies) sees the same bytes for a tensor.
@@ -13,69 +15,116 @@
 struct mg_storage {
     mg_graph *g;
     const mg_memplan *plan;
-    int n_buffers;
-    void **data;      /* [n_buffers] */
+    int n_micro, n_slots;
+    int *first;       /* [plan buffers]: index of the buffer's first copy in data */
+    int n_data;
+    void **data;      /* [n_data]: every copy of every plan buffer */
+    size_t *bytes;    /* [n_data] */
 };
 
 enum { MG_STORAGE_ALIGN = 64 };
 
 void mg_storage_free(mg_storage *s) {
     if (!s) return;
-    for (int b = 0; b < s->n_buffers; b++) free(s->data[b]);
+    for (int b = 0; b < s->n_data; b++) free(s->data[b]);
     free(s->data);
+    free(s->bytes);
+    free(s->first);
     free(s);
 }
 
-int mg_storage_new(mg_graph *g, const mg_memplan *plan, mg_storage **out, mg_error *err) {
+static int copies_of(const mg_storage *s, int b) {
+    switch (s->plan->buffer_kind[b]) {
+    case MG_BUF_MICROBATCH: return s->n_micro;
+    case MG_BUF_SLOT: return s->n_slots;
+    default: return 1;
+    }
+}
+
+int mg_storage_new_ex(mg_graph *g, const mg_memplan *plan, const mg_storage_options *opt, mg_storage **out,
+                      mg_error *err) {
     *out = NULL;
     if (!g || !plan) return mg_error_set(err, MG_ERR_INVALID, "mg_storage_new: NULL graph or plan");
     if (plan->n_tensors != mg_graph_n_tensors(g))
         return mg_error_set(err, MG_ERR_INVALID, "mg_storage_new: plan is for %d tensors, graph has %d",
                             plan->n_tensors, mg_graph_n_tensors(g));
+    int n_micro = opt && opt->n_micro > 0 ? opt->n_micro : 1, n_slots = opt && opt->n_slots > 0 ? opt->n_slots : 1;
     mg_storage *s = calloc(1, sizeof *s);
-    if (!s || !(s->data = calloc((size_t)plan->n_buffers + 1, sizeof *s->data))) {
-        free(s);
-        return mg_error_set(err, MG_ERR_NOMEM, "out of memory allocating storage");
-    }
+    if (!s) return mg_error_set(err, MG_ERR_NOMEM, "out of memory allocating storage");
     s->g = g;
     s->plan = plan;
-    for (int b = 0; b < plan->n_buffers; b++) {
-        /* aligned_alloc wants a multiple of the alignment; a zero-size buffer still gets
-         * one line so that every buffer has a distinct, non-NULL address. */
-        size_t bytes = (plan->buffer_bytes[b] + MG_STORAGE_ALIGN - 1) / MG_STORAGE_ALIGN * MG_STORAGE_ALIGN;
-        if (!bytes) bytes = MG_STORAGE_ALIGN;
-        s->data[b] = aligned_alloc(MG_STORAGE_ALIGN, bytes);
-        if (!s->data[b]) {
-            mg_storage_free(s);
-            return mg_error_set(err, MG_ERR_NOMEM, "out of memory allocating buffer %d (%zu bytes)", b, bytes);
-        }
-        s->n_buffers = b + 1;
-        /* Zeroed so that runs are reproducible even when a kernel reads padding or a
-         * host forgets to fill an input. */
-        memset(s->data[b], 0, bytes);
+    s->n_micro = n_micro;
+    s->n_slots = n_slots;
+    s->first = malloc(((size_t)plan->n_buffers + 1) * sizeof *s->first);
+    int64_t total = 0;
+    for (int b = 0; s->first && b < plan->n_buffers; b++) {
+        s->first[b] = (int)total;
+        total += copies_of(s, b);
     }
+    if (!s->first || total > (1 << 30) || !(s->data = calloc((size_t)total + 1, sizeof *s->data)) ||
+        !(s->bytes = calloc((size_t)total + 1, sizeof *s->bytes))) {
+        mg_storage_free(s);
+        return mg_error_set(err, MG_ERR_NOMEM, "out of memory allocating storage");
+    }
+    for (int b = 0; b < plan->n_buffers; b++)
+        for (int c = 0; c < copies_of(s, b); c++) {
+            /* aligned_alloc wants a multiple of the alignment; a zero-size buffer still
+             * gets one line so that every buffer has a distinct, non-NULL address. */
+            size_t bytes = (plan->buffer_bytes[b] + MG_STORAGE_ALIGN - 1) / MG_STORAGE_ALIGN * MG_STORAGE_ALIGN;
+            if (!bytes) bytes = MG_STORAGE_ALIGN;
+            int i = s->first[b] + c;
+            s->data[i] = aligned_alloc(MG_STORAGE_ALIGN, bytes);
+            if (!s->data[i]) {
+                s->n_data = i;
+                mg_storage_free(s);
+                return mg_error_set(err, MG_ERR_NOMEM, "out of memory allocating buffer %d (%zu bytes)", b, bytes);
+            }
+            s->bytes[i] = plan->buffer_bytes[b];
+            s->n_data = i + 1;
+            /* Zeroed so that runs are reproducible even when a kernel reads padding or a
+             * host forgets to fill an input. */
+            memset(s->data[i], 0, bytes);
+        }
     *out = s;
     return MG_OK;
 }
 
-void *mg_storage_data(const mg_storage *s, const mg_tensor *t) {
-    if (!s || !t || t->id < 0 || t->id >= s->plan->n_tensors) return NULL;
-    return s->data[s->plan->buffer_of[t->id]];
+int mg_storage_new(mg_graph *g, const mg_memplan *plan, mg_storage **out, mg_error *err) {
+    return mg_storage_new_ex(g, plan, NULL, out, err);
 }
+
+int mg_storage_copy_of(const mg_storage *s, int b, int mb) {
+    if (!s || b < 0 || b >= s->plan->n_buffers) return -1;
+    int c = 0;
+    if (mb > 0) {
+        if (s->plan->buffer_kind[b] == MG_BUF_MICROBATCH) c = mb < s->n_micro ? mb : -1;
+        else if (s->plan->buffer_kind[b] == MG_BUF_SLOT) c = mb % s->n_slots;
+    }
+    return c < 0 ? -1 : s->first[b] + c;
+}
+
+void *mg_storage_data_mb(const mg_storage *s, const mg_tensor *t, int mb) {
+    int i = mg_storage_copy_of(s, mg_storage_buffer_of(s, t), mb);
+    return i < 0 ? NULL : s->data[i];
+}
+
+void *mg_storage_data(const mg_storage *s, const mg_tensor *t) { return mg_storage_data_mb(s, t, 0); }
 
 int mg_storage_buffer_of(const mg_storage *s, const mg_tensor *t) {
     if (!s || !t || t->id < 0 || t->id >= s->plan->n_tensors) return -1;
     return s->plan->buffer_of[t->id];
 }
 
-int mg_storage_n_buffers(const mg_storage *s) { return s ? s->n_buffers : 0; }
+int mg_storage_n_micro(const mg_storage *s) { return s ? s->n_micro : 0; }
+int mg_storage_n_slots(const mg_storage *s) { return s ? s->n_slots : 0; }
+int mg_storage_n_buffers(const mg_storage *s) { return s ? s->n_data : 0; }
 
 void *mg_storage_buffer(const mg_storage *s, int buffer) {
-    return s && buffer >= 0 && buffer < s->n_buffers ? s->data[buffer] : NULL;
+    return s && buffer >= 0 && buffer < s->n_data ? s->data[buffer] : NULL;
 }
 
 size_t mg_storage_buffer_bytes(const mg_storage *s, int buffer) {
-    return s && buffer >= 0 && buffer < s->n_buffers ? s->plan->buffer_bytes[buffer] : 0;
+    return s && buffer >= 0 && buffer < s->n_data ? s->bytes[buffer] : 0;
 }
 
 int mg_storage_init(mg_storage *s, uint64_t seed, mg_error *err) {
@@ -85,14 +134,14 @@ int mg_storage_init(mg_storage *s, uint64_t seed, mg_error *err) {
         if (t->src || t->updates) continue; /* produced by the graph: nothing to initialise */
         void *dst = mg_storage_data(s, t);
         size_t bytes = (size_t)mg_numel(t) * mg_dtype_size(t->dtype);
-        if (t->init.kind == MG_INIT_ONES || t->init.kind == MG_INIT_NORMAL) {
+        if (t->init.kind == MG_INIT_ONES || t->init.kind == MG_INIT_NORMAL || t->init.kind == MG_INIT_CONSTANT) {
             if (t->dtype != MG_F32)
                 return mg_error_set(err, MG_ERR_UNSUPPORTED, "tensor '%s': random/ones init of %s tensors is not supported",
                                     t->name, mg_dtype_name(t->dtype));
             mg_rng_init_tensor(t, seed, dst);
         } else {
             /* zeros, no init spec, inputs (i32 ids and targets): all zeros */
-            memset(dst, 0, bytes);
+            for (int c = 0; c < (t->per_microbatch ? s->n_micro : 1); c++) memset(mg_storage_data_mb(s, t, c), 0, bytes);
         }
     }
     return MG_OK;

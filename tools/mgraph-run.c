@@ -273,24 +273,30 @@ static int open_data(run *r, mg_step_config *sc, mg_error *err) {
     return r->sample ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
 }
 
-/* Writes samples [first, first + gbs) of a split into the token and label inputs of
- * graph g, laid out [s, b] per micro-batch. Inputs of micro-batches another data-
- * parallel rank owns are not in g and are skipped. */
-static int fill_batch(run *r, mg_graph *g, int n_micro, mg_storage *store, int split, uint64_t first, mg_error *err) {
-    int s = r->cfg.seq_length, mbs = r->cfg.micro_batch_size;
+/* Data-parallel size and this rank's place in it. */
+static int dp_size(const run *r) { return r->mesh.size[MG_GROUP_DP] > 0 ? r->mesh.size[MG_GROUP_DP] : 1; }
+static int dp_rank(const run *r) { return r->mesh.coord[MG_GROUP_DP]; }
+/* Micro-batches this rank runs per step. */
+static int local_micro(const run *r) { return r->train.n_micro / dp_size(r); }
+
+/* Writes samples [first, first + gbs) of a split into graph g's per-micro-batch inputs,
+ * laid out [s, b]. This rank's micro-batch instance i is global micro-batch
+ * i * dp + dp_rank (Megatron's sampler: each group of dp micro-batches is dealt out to
+ * the data-parallel ranks in order), samples first + (that) * mbs + j. Also sets
+ * loss_scale to 1 / micro-batches of the global batch. */
+static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_t first, mg_error *err) {
+    int s = r->cfg.seq_length, mbs = r->cfg.micro_batch_size, n_global = r->cfg.global_batch_size / mbs;
     uint64_t n = mg_dataset_num_samples(r->data, split);
     int64_t vocab = mg_tokenizer_vocab_size(r->tok);
     static const char *split_names[] = {"train", "validation", "test"};
-    char nm[64];
-    for (int k = 0; k < n_micro; k++) {
-        snprintf(nm, sizeof nm, "mb%d.input_ids", k);
-        mg_tensor *tt = mg_graph_find(g, nm);
-        snprintf(nm, sizeof nm, "mb%d.labels", k);
-        mg_tensor *lt = mg_graph_find(g, nm);
-        if (!tt || !lt) continue;
-        int32_t *tok = mg_storage_data(store, tt), *lab = mg_storage_data(store, lt);
+    mg_tensor *tt = mg_graph_find(g, "input_ids"), *lt = mg_graph_find(g, "labels"), *ls = mg_graph_find(g, "loss_scale");
+    if (!tt || !lt || !ls) return mg_error_set(err, MG_ERR_RUNTIME, "the step graph lacks input_ids, labels or loss_scale");
+    *(float *)mg_storage_data(store, ls) = 1.0f / (float)n_global;
+    for (int i = 0; i < local_micro(r); i++) {
+        uint64_t mb = (uint64_t)i * (uint64_t)dp_size(r) + (uint64_t)dp_rank(r);
+        int32_t *tok = mg_storage_data_mb(store, tt, i), *lab = mg_storage_data_mb(store, lt, i);
         for (int j = 0; j < mbs; j++) {
-            uint64_t idx = (first + (uint64_t)k * (uint64_t)mbs + (uint64_t)j) % n;
+            uint64_t idx = (first + mb * (uint64_t)mbs + (uint64_t)j) % n;
             int rc = mg_dataset_sample(r->data, split, idx, r->sample, err);
             if (rc) return rc;
             /* the embedding would read a zero row for such an id: say it instead */
@@ -347,7 +353,8 @@ static void place_workers(const run *r) {
 
 static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, mg_engine **eng, mg_error *err) {
     int rc = mg_memplan_build(g, true, plan, err);
-    if (!rc) rc = mg_storage_new(g, *plan, store, err);
+    mg_storage_options so = {local_micro(r), r->plan.microbatch_slots};
+    if (!rc) rc = mg_storage_new_ex(g, *plan, &so, store, err);
     if (!rc) rc = mg_storage_init(*store, (uint64_t)r->cfg.seed, err);
     /* --load: the training graph's state, before the engine takes the buffers */
     if (!rc && g == r->train_g) rc = mg_run_resume_fill(&r->resume, g, *store, err);
@@ -363,7 +370,8 @@ static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, m
 
 static int execute(run *r, mg_graph *g, mg_storage *store, mg_engine *eng, int64_t iteration, bool training,
                    mg_error *err) {
-    mg_exec_info info = {r->resume.seed, iteration, training, r->comm};
+    mg_exec_info info = {.seed = r->resume.seed, .iteration = iteration, .training = training, .comm = r->comm,
+                         .n_micro = local_micro(r), .mb_offset = dp_rank(r), .mb_stride = dp_size(r)};
     return eng ? mg_engine_run(eng, &info, err) : mg_exec_reference(g, store, &info, err);
 }
 
@@ -385,7 +393,7 @@ static int evaluate(run *r, int64_t iteration, mg_error *err) {
     double sum = 0;
     for (int64_t e = 0; e < r->cfg.eval_iters; e++) {
         uint64_t first = (uint64_t)(r->eval_batches_done++) * (uint64_t)r->cfg.global_batch_size;
-        int rc = fill_batch(r, r->eval_g, r->eval.n_micro, r->eval_st, MG_SPLIT_VALID, first, err);
+        int rc = fill_batch(r, r->eval_g, r->eval_st, MG_SPLIT_VALID, first, err);
         if (!rc) rc = execute(r, r->eval_g, r->eval_st, r->eval_eng, iteration, false, err);
         if (rc) return rc;
         sum += *(float *)mg_storage_data(r->eval_st, mg_graph_find(r->eval_g, "lm_loss"));
@@ -445,7 +453,7 @@ static int train(run *r, mg_error *err) {
     for (int64_t it = start; it < c->train_iters; it++) {
         double t0 = now_s();
         uint64_t consumed = (uint64_t)r->resume.consumed_samples + (uint64_t)(it - start) * (uint64_t)c->global_batch_size;
-        int rc = fill_batch(r, r->train_g, r->train.n_micro, r->train_st, MG_SPLIT_TRAIN, consumed, err);
+        int rc = fill_batch(r, r->train_g, r->train_st, MG_SPLIT_TRAIN, consumed, err);
         if (!rc && it + 1 == r->nan_at) poison_a_weight(r);
         if (!rc) rc = execute(r, r->train_g, r->train_st, r->train_eng, it, true, err);
         if (rc) return rc;
@@ -543,7 +551,7 @@ static int dump_dot(run *r, const mg_graph *g, int rank, int world, mg_error *er
 
 static void describe(const run *r, const mg_graph *g, int rank) {
     double bytes[MG_GROUP_COUNT];
-    mg_plan_comm_bytes(g, bytes);
+    mg_plan_comm_bytes(g, local_micro(r), bytes);
     int n_comm = 0;
     for (int i = 0; i < mg_graph_n_nodes(g); i++) n_comm += mg_graph_node(g, i)->op >= MG_OP_ALLREDUCE;
     mg_memplan *p = NULL;
@@ -553,7 +561,6 @@ static void describe(const run *r, const mg_graph *g, int rank) {
     mg_memplan_free(p);
     printf("mgraph-run: rank %d: %d nodes, %d collectives, bytes sent per step: tp %.0f, dp %.0f; memory: %s\n", rank,
            mg_graph_n_nodes(g), n_comm, bytes[MG_GROUP_TP], bytes[MG_GROUP_DP], line);
-    (void)r;
 }
 
 /* --dry-run --world-size N: partition for every rank in this one process. */

@@ -22,20 +22,37 @@ extern "C" {
 /* ---- storage --------------------------------------------------------------- */
 typedef struct mg_storage mg_storage;
 
-/* Allocates one 64-byte-aligned host buffer per plan buffer. plan is borrowed and
- * must outlive the storage. */
+/* How many copies storage keeps of the replicated buffer kinds (mg_buffer_kind):
+ * n_micro copies of MICROBATCH buffers (the most micro-batches a step may have on this
+ * rank) and n_slots copies of SLOT buffers (micro-batches in flight at once). 0 means 1. */
+typedef struct mg_storage_options {
+    int n_micro;
+    int n_slots;
+} mg_storage_options;
+
+/* Allocates 64-byte-aligned host buffers for the plan's buffers (replicated as opt
+ * says; NULL: one copy each). plan is borrowed and must outlive the storage. */
 int mg_storage_new(mg_graph *g, const mg_memplan *plan, mg_storage **out, mg_error *err);
+int mg_storage_new_ex(mg_graph *g, const mg_memplan *plan, const mg_storage_options *opt, mg_storage **out,
+                      mg_error *err);
 void mg_storage_free(mg_storage *s);
+/* Data of tensor t; for replicated buffers, the copy of micro-batch instance 0. */
 void *mg_storage_data(const mg_storage *s, const mg_tensor *t);
+/* Data of tensor t as micro-batch instance `mb` sees it (its MICROBATCH copy, its slot). */
+void *mg_storage_data_mb(const mg_storage *s, const mg_tensor *t, int mb);
+int mg_storage_n_micro(const mg_storage *s);
+int mg_storage_n_slots(const mg_storage *s);
 /* Fills parameters and state from their init specs (counter RNG, mg_rng_init_tensor). */
 int mg_storage_init(mg_storage *s, uint64_t seed, mg_error *err);
+/* Allocated buffers (every copy of every plan buffer), for executors that register them. */
 int mg_storage_n_buffers(const mg_storage *s);
 void *mg_storage_buffer(const mg_storage *s, int buffer);
 size_t mg_storage_buffer_bytes(const mg_storage *s, int buffer);
 
 /* ---- reference executor ------------------------------------------------------ */
-/* Runs every node in topological order on the calling thread. The ground truth the
- * StarPU engine is tested against. */
+/* Runs the step on the calling thread: the per-micro-batch part once per micro-batch
+ * instance (info->n_micro), each time in topological order, then the once-per-step
+ * part. The ground truth the StarPU engine is tested against. */
 int mg_exec_reference(mg_graph *g, mg_storage *s, const mg_exec_info *info, mg_error *err);
 
 /* ---- StarPU engine ------------------------------------------------------------ */
@@ -64,7 +81,10 @@ typedef struct mg_engine_stats {
 /* Starts StarPU (once per process; reference-counted) and registers one data handle
  * per storage buffer, reused by every step. */
 int mg_engine_new(mg_graph *g, mg_storage *s, const mg_engine_options *opt, mg_engine **out, mg_error *err);
-/* Submits every node as a task in topological order and waits for the step. */
+/* Submits the step and waits for it: the per-micro-batch part once per instance
+ * (info->n_micro; instance i in slot i % slots), the once-per-step part interleaved with
+ * the last instance in topological order, so gradient reductions start as soon as the
+ * last micro-batch has produced their inputs. */
 int mg_engine_run(mg_engine *e, const mg_exec_info *info, mg_error *err);
 void mg_engine_get_stats(const mg_engine *e, mg_engine_stats *st);
 /* Unregisters the handles; shuts StarPU down with the last engine. */

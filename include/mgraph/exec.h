@@ -2,6 +2,7 @@
 #ifndef MGRAPH_EXEC_H
 #define MGRAPH_EXEC_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "mgraph/graph.h"
@@ -18,7 +19,27 @@ typedef struct mg_exec_info {
     int64_t iteration;    /* 0-based training iteration (Adam's step is iteration + 1) */
     bool training;        /* false: dropout is the identity */
     mg_comm *comm;        /* NULL on a single rank */
+    /* The micro-batch schedule of this step. A graph's per-micro-batch part (nodes with
+     * mb >= 0: one micro-batch's forward and backward) runs n_micro times; its other
+     * nodes (mb < 0: gradient reductions, the optimizer) run once, after it. Instance i
+     * is global micro-batch mb_offset + i * mb_stride, which keys its dropout masks:
+     * data-parallel rank d of dp runs micro-batches d, d + dp, ... as Megatron's sampler
+     * hands them out, so every plan draws the serial run's masks. 0 means 1 / 0 / 1. */
+    int n_micro, mb_offset, mb_stride;
+    /* Set by the executor for each kernel call, read by kernels: the instance running
+     * (0..n_micro-1; -1 outside the per-micro-batch part) and its global index. */
+    int mb_local, mb_global;
 } mg_exec_info;
+
+/* Instances of the per-micro-batch part this info asks for (>= 1). */
+static inline int mg_exec_n_micro(const mg_exec_info *i) { return i->n_micro > 0 ? i->n_micro : 1; }
+/* The info a kernel sees for instance `local` (-1: outside the per-micro-batch part). */
+static inline mg_exec_info mg_exec_instance(const mg_exec_info *i, int local) {
+    mg_exec_info k = *i;
+    k.mb_local = local;
+    k.mb_global = local < 0 ? -1 : i->mb_offset + local * (i->mb_stride > 0 ? i->mb_stride : 1);
+    return k;
+}
 
 #ifdef __cplusplus
 }

@@ -75,7 +75,8 @@ typedef struct mg_logical {
 } mg_logical;
 
 /* Initial value of a parameter or state tensor. */
-typedef enum mg_init_kind { MG_INIT_NONE, MG_INIT_ZEROS, MG_INIT_ONES, MG_INIT_NORMAL } mg_init_kind;
+typedef enum mg_init_kind { MG_INIT_NONE, MG_INIT_ZEROS, MG_INIT_ONES, MG_INIT_NORMAL, MG_INIT_CONSTANT } mg_init_kind;
+/* std: the standard deviation of NORMAL, the value of every element for CONSTANT. */
 typedef struct mg_init { mg_init_kind kind; float std; } mg_init;
 
 typedef struct mg_node mg_node;
@@ -101,6 +102,8 @@ typedef struct mg_tensor {
     bool requires_grad;           /* parameters (and anything a test marks) */
     bool no_weight_decay;         /* norms and biases, as Megatron */
     bool persistent;              /* lives across steps (params, grads accumulators, moments) */
+    bool per_microbatch;          /* an input with one value per micro-batch of a step (token ids,
+                                   * labels): storage keeps one copy per micro-batch instance */
     int n_uses;                   /* number of node inputs that read it */
 } mg_tensor;
 

@@ -1,10 +1,8 @@
 /* Models written with the builder API, and the training step built from them.
  *
  * A model is (1) its parameters, created once per graph with Hugging Face names, and
- * (2) a forward function called once per micro-batch. The step builder unrolls the
- * micro-batches of one global batch into a single graph, so that gradient
- * accumulation, data parallelism (micro-batches per rank) and pipeline schedules
- * (micro-batches per stage) are all graph-level facts.
+ * (2) a forward function for one micro-batch. The step builder (below) makes one
+ * micro-batch's forward and backward the per-micro-batch part of the step graph.
  */
 #ifndef MGRAPH_MODEL_H
 #define MGRAPH_MODEL_H
@@ -65,10 +63,19 @@ mg_tensor *mg_gpt2_forward(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_t
                            mg_tensor *targets, bool training);
 
 /* ---- the training / evaluation step --------------------------------------------------- */
+/* The step graph holds ONE micro-batch's forward and backward (nodes with mb == 0),
+ * and, once per step (nodes with mb == -1), what follows the last micro-batch:
+ * gradient reductions, the optimizer, the mean loss. Executors run the per-micro-batch
+ * part once per micro-batch of the step (mg_exec_info.n_micro), so the graph, the
+ * partitioner's work and the activation memory do not grow with the global batch.
+ * Gradients accumulate in place across micro-batches (Megatron's main_grad; op
+ * accumulate), and so does the loss. The host sets `loss_scale` to 1 / (micro-batches
+ * in the global batch): the per-micro-batch loss is scaled by it before backward, as
+ * Megatron divides by the number of micro-batches. */
 typedef struct mg_step_config {
     mg_gpt_config model;
     int micro_batch;         /* sequences per micro-batch */
-    int n_micro;             /* micro-batches per step (global batch / micro batch) */
+    int n_micro;             /* micro-batches per step (global batch / micro batch): loss_scale's usual value */
     bool training;           /* false: forward only, no dropout (evaluation) */
     mg_adamw_config optim;
 } mg_step_config;
@@ -76,11 +83,12 @@ typedef struct mg_step_config {
 typedef struct mg_step {
     mg_graph *g;             /* owned */
     mg_gpt model;
-    int n_micro;
-    mg_tensor **tokens;      /* [n_micro] inputs [s, b] */
-    mg_tensor **targets;     /* [n_micro] inputs [s, b] */
-    mg_tensor *positions;    /* [s], 0..s-1 */
-    mg_tensor *loss;         /* mean over micro-batches, [1] */
+    int n_micro;             /* from the config */
+    mg_tensor *tokens;       /* per-micro-batch input [s, b] "input_ids" (mg_tensor.per_microbatch) */
+    mg_tensor *targets;      /* per-micro-batch input [s, b] "labels" */
+    mg_tensor *positions;    /* [s], 0..s-1 "position_ids" */
+    mg_tensor *loss_scale;   /* [1] input "loss_scale": 1 / micro-batches of the global batch */
+    mg_tensor *loss;         /* [1] "lm_loss": the mean loss over the step's micro-batches */
     mg_optimizer_outputs opt;/* NULL tensors when !training */
 } mg_step;
 

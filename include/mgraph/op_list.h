@@ -48,6 +48,7 @@ MG_OP(XENT_VP_MAX, "xent_vp_max")
 MG_OP(XENT_VP_PARTS, "xent_vp_parts")
 MG_OP(XENT_VP_LOSS, "xent_vp_loss")
 /* optimizer step */
+MG_OP(ACCUMULATE, "accumulate")
 MG_OP(SUMSQ, "sumsq")
 MG_OP(CLIP_COEF, "clip_coef")
 MG_OP(LR_SCHEDULE, "lr_schedule")

@@ -34,6 +34,8 @@ extern "C" {
 #endif
 
 #define MG_PLAN_MAX_RULES 64
+/* Micro-batches in flight per rank unless a plan says otherwise (bench_train, 2 cores). */
+#define MG_PLAN_DEFAULT_SLOTS 2
 
 /* "Parameters whose name matches `pattern` (fnmatch(3) glob) are split along `dim`
  * over the tensor-parallel group." */
@@ -50,6 +52,7 @@ typedef struct mg_plan {
     int matmul_tiles;            /* split each large matmul into this many tasks (1: off) so
                                   * a rank's workers share it (partitioners/tile.c) */
     double matmul_tile_min_flops;/* ... when it has at least this many FLOPs (default 5e7) */
+    int microbatch_slots;        /* micro-batches in flight at once on a rank (activation copies) */
     int n_rules;
     mg_shard_rule rules[MG_PLAN_MAX_RULES];
 } mg_plan;
@@ -66,6 +69,7 @@ void mg_plan_defaults(mg_plan *p);
  *     sequence-parallel true
  *     use-distributed-optimizer true
  *     bucket-size 40000000
+ *     microbatch-slots 2                    (micro-batches in flight: activation memory x slots)
  *     shard h.*.attn.c_attn.weight 0        (adds a rule; "shard-clear" drops the defaults)
  * Unknown keys and malformed values are errors naming the file and line. */
 int mg_plan_read(mg_plan *p, const char *path, mg_error *err);
@@ -85,14 +89,14 @@ int mg_plan_check_model(const mg_plan *p, int world, const mg_plan_model *m, mg_
 
 /* Partitions logical graph L (a training step, after backward and optimizer) for
  * the rank `mesh->rank`. The physical graph keeps the logical names, so the host
- * finds its inputs and parameters by name; tensors a rank does not hold (other ranks'
- * micro-batches) are absent. Micro-batch k of M belongs to the data-parallel rank
- * k / (M / dp). */
+ * finds its inputs and parameters by name. Its per-micro-batch part (mb >= 0) is what
+ * the rank runs for each of its micro-batches (data parallelism: see mg_exec_info). */
 int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg_graph **P, mg_error *err);
 
 /* Analytic bytes this rank sends per step on each group (ring algorithms), from the
- * collective nodes of a physical graph. */
-void mg_plan_comm_bytes(const mg_graph *P, double bytes[MG_GROUP_COUNT]);
+ * collective nodes of a physical graph: those of the per-micro-batch part count once
+ * per micro-batch this rank runs (n_micro), the others once. */
+void mg_plan_comm_bytes(const mg_graph *P, int n_micro, double bytes[MG_GROUP_COUNT]);
 
 #ifdef __cplusplus
 }

