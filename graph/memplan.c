@@ -313,6 +313,14 @@ static int plan(planner *pl, bool reuse, mg_error *err) {
         }
     }
 
+    /* Saved activations: forward-produced transient classes whose last use is backward. */
+    for (int i = 0; i < nt; i++) {
+        const mg_tensor *t = mg_graph_tensor(g, i);
+        if (pl->root[i] != i || pl->persist[i] || !t->src || t->src->phase != MG_PHASE_FORWARD || pl->last[i] < 0)
+            continue;
+        if (ord[pl->last[i]]->phase == MG_PHASE_BACKWARD) p->saved_bytes += tensor_bytes(t);
+    }
+
     /* Members of a class share the root's buffer. */
     for (int i = 0; i < nt; i++) {
         p->buffer_of[i] = p->buffer_of[pl->root[i]];
@@ -372,8 +380,9 @@ int mg_memplan_build(mg_graph *g, bool reuse, mg_memplan **out, mg_error *err) {
 void mg_memplan_summary(const mg_memplan *p, char *buf, size_t len) {
     const double mib = 1024.0 * 1024.0;
     snprintf(buf, len,
-             "persistent %.2f MiB, activations %.2f MiB per micro-batch in flight + %.2f MiB per step (%.2f MiB "
-             "without reuse), inputs %.2f MiB per micro-batch, %d buffers",
-             (double)p->persistent_bytes / mib, (double)p->slot_bytes / mib, (double)p->step_bytes / mib,
-             (double)p->unshared_bytes / mib, (double)p->microbatch_bytes / mib, p->n_buffers);
+             "persistent %.2f MiB, activations %.2f MiB per micro-batch in flight (%.2f MiB saved for backward) + "
+             "%.2f MiB per step (%.2f MiB without reuse), inputs %.2f MiB per micro-batch, %d buffers",
+             (double)p->persistent_bytes / mib, (double)p->slot_bytes / mib, (double)p->saved_bytes / mib,
+             (double)p->step_bytes / mib, (double)p->unshared_bytes / mib, (double)p->microbatch_bytes / mib,
+             p->n_buffers);
 }

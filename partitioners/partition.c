@@ -72,12 +72,14 @@ mg_tensor *part_new_leaf(part_ctx *c, const char *name, mg_dtype dt, mg_role rol
  * node being partitioned. */
 static void enter_node_context(part_ctx *c, const mg_node *n) {
     set_scope(c->P, n ? n->scope : "");
-    mg_graph_set_phase(c->P, n ? n->phase : MG_PHASE_FORWARD);
+    c->cur_phase = n ? n->phase : MG_PHASE_FORWARD;
+    mg_graph_set_phase(c->P, c->cur_phase);
     c->cur_mb = n ? n->mb : -1;
     mg_graph_set_mb(c->P, c->cur_mb);
 }
 
 void part_enter_step_context(part_ctx *c) {
+    c->cur_phase = MG_PHASE_OPTIMIZER;
     mg_graph_set_phase(c->P, MG_PHASE_OPTIMIZER);
     c->cur_mb = -1;
     mg_graph_set_mb(c->P, -1);
@@ -118,12 +120,15 @@ mg_sharding part_state(part_ctx *c, const mg_tensor *lt) {
 /* ---- conversions ------------------------------------------------------------------------------- */
 /* Conversions are cached per part of the schedule: a tensor made in the per-micro-batch
  * part lives in a slot and cannot serve the once-per-step part, and the step part's
- * results cannot serve the micro-batches that run before it. */
+ * results cannot serve the micro-batches that run before it. And per phase, as
+ * Megatron does: backward gathers its sequence-parallel inputs again instead of
+ * keeping the forward's gathered copies alive until the weight gradients (one more
+ * all-gather per layer input, tp-fold less activation memory: Korthikanti et al.). */
 static mg_tensor *cache_find(part_ctx *c, int lid, mg_sharding want, bool dp_full) {
     bool per_mb = c->cur_mb >= 0;
     for (int i = c->n_conv - 1; i >= 0; i--)
         if (c->conv[i].lid == lid && sh_eq(c->conv[i].want, want) && c->conv[i].dp_full == dp_full &&
-            c->conv[i].per_mb == per_mb)
+            c->conv[i].per_mb == per_mb && c->conv[i].phase == c->cur_phase)
             return c->conv[i].t;
     return NULL;
 }
@@ -136,7 +141,7 @@ static void cache_put(part_ctx *c, int lid, mg_sharding want, bool dp_full, mg_t
         c->conv = e;
         c->cap_conv = cap;
     }
-    c->conv[c->n_conv++] = (conv_entry){lid, want, dp_full, c->cur_mb >= 0, t};
+    c->conv[c->n_conv++] = (conv_entry){lid, want, dp_full, c->cur_mb >= 0, c->cur_phase, t};
 }
 
 static mg_tensor *named(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const char *what, mg_sharding s) {

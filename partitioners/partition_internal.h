@@ -20,6 +20,7 @@ typedef struct conv_entry {
     mg_sharding want;
     bool dp_full;
     bool per_mb;         /* made in the per-micro-batch part (not reusable by the step part) */
+    mg_phase phase;      /* made in forward / backward / optimizer nodes */
     mg_tensor *t;
 } conv_entry;
 
@@ -32,6 +33,7 @@ typedef struct part_ctx {
     const mg_mesh *mesh;
     int tp, tp_rank, dp, dp_rank;
     int cur_mb;              /* micro-batch field of the nodes being emitted (>= 0: per micro-batch) */
+    mg_phase cur_phase;      /* phase of the nodes being emitted */
     pt *st;                  /* [n logical tensors] */
     int *final_grad_of;      /* [n logical tensors]: param id whose final gradient it is, or -1 */
     conv_entry *conv;        /* conversion cache */

@@ -45,6 +45,9 @@ typedef struct mg_memplan {
     size_t step_bytes;        /* sum of STEP buffers */
     size_t transient_bytes;   /* slot_bytes + step_bytes: the activation peak with one slot */
     size_t unshared_bytes;    /* what transient tensors would take without reuse */
+    /* Activations saved for backward (one micro-batch): transients a forward node
+     * produces and a backward node reads last, what Korthikanti et al. count. */
+    size_t saved_bytes;
 } mg_memplan;
 
 /* reuse == false gives every tensor its own buffer (debugging, reference runs). */
