@@ -19,7 +19,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 # a small GPT with dropout on (0.1 by default); iterations 1..8, evaluations at 4 and 8
 ARGS=(--text-file "$TEXT" --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
       --micro-batch-size 2 --global-batch-size 4 --eval-interval 4 --eval-iters 2 --log-interval 1
-      --lr 1e-3 --lr-warmup-iters 2 --lr-decay-iters 8 --cpu-workers 1)
+      --lr 1e-3 --lr-warmup-iters 2 --lr-decay-iters 8 --cpu-workers 1 --hidden-dropout 0.1 --attention-dropout 0.1)
 losses() { grep -o '"iteration": [0-9]*, "\(lm\|val\)_loss": [^,}]*' "$1"; }
 # losses of iterations after $2 (and validations after it)
 after() { losses "$1" | awk -v k="$2" '{ it = $2; sub(",", "", it); if (it + 0 > k) print }'; }
