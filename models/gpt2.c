@@ -1,5 +1,8 @@
-/* GPT-2: learned positions, pre-LayerNorm blocks, causal attention, GELU MLP, final
- * LayerNorm, output layer tied to the word embedding. Activations are [s, b, h]. */
+/* The GPT model with Megatron's options. GPT-2: learned positions, pre-LayerNorm blocks,
+ * causal attention, GELU MLP, final LayerNorm, output layer tied to the word embedding.
+ * LLaMA / Mistral: RMSNorm, rotary positions, grouped-query attention, SwiGLU MLP, no
+ * biases, untied output layer. Each option is independent, as in Megatron's GPTModel.
+ * Activations are [s, b, h]. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,36 +23,70 @@ static mg_tensor *vec(mg_graph *g, const char *name, int64_t n, mg_init_kind ini
     return t;
 }
 
+/* A linear layer "<name>.weight" [out, in] and, unless disabled, "<name>.bias". */
+static void linear_params(mg_graph *g, const char *name, int64_t out, int64_t in, float std, bool bias, mg_tensor **w,
+                          mg_tensor **b) {
+    char nm[96];
+    snprintf(nm, sizeof nm, "%s.weight", name);
+    *w = weight(g, nm, out, in, std);
+    snprintf(nm, sizeof nm, "%s.bias", name);
+    *b = bias ? vec(g, nm, out, MG_INIT_ZEROS) : NULL;
+}
+
+/* A norm "<name>.weight" (ones) and, for LayerNorm, "<name>.bias" (zeros). */
+static void norm_params(mg_graph *g, const mg_gpt_config *c, const char *name, mg_tensor **w, mg_tensor **b) {
+    char nm[96];
+    snprintf(nm, sizeof nm, "%s.weight", name);
+    *w = vec(g, nm, c->hidden, MG_INIT_ONES);
+    snprintf(nm, sizeof nm, "%s.bias", name);
+    *b = c->norm == MG_NORM_LAYERNORM ? vec(g, nm, c->hidden, MG_INIT_ZEROS) : NULL;
+}
+
+static void gpt2_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer *l, float std, float out_std) {
+    int64_t h = c->hidden, f = c->ffn_hidden;
+    norm_params(g, c, "ln_1", &l->ln1_w, &l->ln1_b);
+    linear_params(g, "attn.c_attn", 3 * h, h, std, true, &l->qkv_w, &l->qkv_b);
+    linear_params(g, "attn.c_proj", h, h, out_std, true, &l->proj_w, &l->proj_b);
+    norm_params(g, c, "ln_2", &l->ln2_w, &l->ln2_b);
+    linear_params(g, "mlp.c_fc", f, h, std, true, &l->fc_w, &l->fc_b);
+    linear_params(g, "mlp.c_proj", h, f, out_std, true, &l->fc2_w, &l->fc2_b);
+}
+
+static void llama_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer *l, float std, float out_std) {
+    int64_t h = c->hidden, f = c->ffn_hidden, kv = (int64_t)mg_gpt_kv_groups(c) * (h / c->heads);
+    bool bias = !c->disable_bias_linear;
+    norm_params(g, c, "input_layernorm", &l->ln1_w, &l->ln1_b);
+    linear_params(g, "self_attn.q_proj", h, h, std, bias, &l->q_w, &l->q_b);
+    linear_params(g, "self_attn.k_proj", kv, h, std, bias, &l->k_w, &l->k_b);
+    linear_params(g, "self_attn.v_proj", kv, h, std, bias, &l->v_w, &l->v_b);
+    linear_params(g, "self_attn.o_proj", h, h, out_std, bias, &l->proj_w, &l->proj_b);
+    norm_params(g, c, "post_attention_layernorm", &l->ln2_w, &l->ln2_b);
+    if (c->swiglu) linear_params(g, "mlp.gate_proj", f, h, std, bias, &l->gate_w, &l->gate_b);
+    linear_params(g, "mlp.up_proj", f, h, std, bias, &l->fc_w, &l->fc_b);
+    linear_params(g, "mlp.down_proj", h, f, out_std, bias, &l->fc2_w, &l->fc2_b);
+}
+
 int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m, mg_error *err) {
     memset(m, 0, sizeof *m);
     int rc = mg_gpt_check(c, err);
     if (rc) return rc;
     m->cfg = *c;
     m->layers = calloc((size_t)c->num_layers, sizeof *m->layers);
-    if (!m->layers) return mg_error_set(err, MG_ERR_NOMEM, "gpt2: out of memory");
-    int64_t h = c->hidden, f = c->ffn_hidden;
+    if (!m->layers) return mg_error_set(err, MG_ERR_NOMEM, "gpt: out of memory");
+    int64_t h = c->hidden;
     float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->num_layers);
-    m->wte = weight(g, "wte.weight", c->vocab, h, std);
-    m->wpe = weight(g, "wpe.weight", c->max_position, h, std);
+    bool gpt2 = mg_gpt_is_gpt2(c);
+    m->wte = weight(g, gpt2 ? "wte.weight" : "model.embed_tokens.weight", c->vocab, h, std);
+    if (c->pos_emb == MG_POS_LEARNED)
+        m->wpe = weight(g, gpt2 ? "wpe.weight" : "model.embed_positions.weight", c->max_position, h, std);
     for (int i = 0; i < c->num_layers; i++) {
-        mg_gpt_layer *l = &m->layers[i];
-        mg_scope_push(g, "h.%d", i);
-        l->ln1_w = vec(g, "ln_1.weight", h, MG_INIT_ONES);
-        l->ln1_b = vec(g, "ln_1.bias", h, MG_INIT_ZEROS);
-        l->qkv_w = weight(g, "attn.c_attn.weight", 3 * h, h, std);
-        l->qkv_b = vec(g, "attn.c_attn.bias", 3 * h, MG_INIT_ZEROS);
-        l->proj_w = weight(g, "attn.c_proj.weight", h, h, out_std);
-        l->proj_b = vec(g, "attn.c_proj.bias", h, MG_INIT_ZEROS);
-        l->ln2_w = vec(g, "ln_2.weight", h, MG_INIT_ONES);
-        l->ln2_b = vec(g, "ln_2.bias", h, MG_INIT_ZEROS);
-        l->fc_w = weight(g, "mlp.c_fc.weight", f, h, std);
-        l->fc_b = vec(g, "mlp.c_fc.bias", f, MG_INIT_ZEROS);
-        l->fc2_w = weight(g, "mlp.c_proj.weight", h, f, out_std);
-        l->fc2_b = vec(g, "mlp.c_proj.bias", h, MG_INIT_ZEROS);
+        mg_scope_push(g, gpt2 ? "h.%d" : "model.layers.%d", i);
+        if (gpt2) gpt2_layer_params(g, c, &m->layers[i], std, out_std);
+        else llama_layer_params(g, c, &m->layers[i], std, out_std);
         mg_scope_pop(g);
     }
-    m->lnf_w = vec(g, "ln_f.weight", h, MG_INIT_ONES);
-    m->lnf_b = vec(g, "ln_f.bias", h, MG_INIT_ZEROS);
+    norm_params(g, c, gpt2 ? "ln_f" : "model.norm", &m->lnf_w, &m->lnf_b);
+    if (c->untie_embeddings) m->lm_head = weight(g, "lm_head.weight", c->vocab, h, std);
     if (mg_graph_error(g)->code) return mg_error_set(err, mg_graph_error(g)->code, "%s", mg_graph_error(g)->msg);
     return MG_OK;
 }
@@ -59,15 +96,42 @@ void mg_gpt_release(mg_gpt *m) {
     m->layers = NULL;
 }
 
-static mg_tensor *attention_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x, bool training) {
+static mg_tensor *norm(mg_graph *g, const mg_gpt_config *c, mg_tensor *x, mg_tensor *w, mg_tensor *b) {
+    return c->norm == MG_NORM_RMSNORM ? mg_rmsnorm(g, x, w, c->ln_eps) : mg_layernorm(g, x, w, b, c->ln_eps);
+}
+
+/* q [s, b, nh, hd], k and v [s, b, G, hd]: from GPT-2's fused c_attn (grouped per head
+ * [q k v]) or from separate projections (heads contiguous, as Hugging Face). */
+static void qkv_heads(mg_graph *g, const mg_gpt_config *c, const mg_gpt_layer *l, mg_tensor *x, mg_tensor **q,
+                      mg_tensor **k, mg_tensor **v) {
+    int64_t s = x->shape[0], b = x->shape[1], nh = c->heads, hd = c->hidden / nh, ng = mg_gpt_kv_groups(c);
+    if (l->qkv_w) {
+        mg_tensor *qkv = mg_linear(g, x, l->qkv_w, l->qkv_b); /* [s, b, 3h], per head [q k v] */
+        qkv = mg_reshape(g, qkv, 4, (int64_t[]){s, b, nh, 3 * hd});
+        mg_tensor *parts[3] = {0};
+        mg_split(g, qkv, 3, 3, (int64_t[]){hd, hd, hd}, parts);
+        *q = parts[0], *k = parts[1], *v = parts[2];
+        return;
+    }
+    *q = mg_reshape(g, mg_linear(g, x, l->q_w, l->q_b), 4, (int64_t[]){s, b, nh, hd});
+    *k = mg_reshape(g, mg_linear(g, x, l->k_w, l->k_b), 4, (int64_t[]){s, b, ng, hd});
+    *v = mg_reshape(g, mg_linear(g, x, l->v_w, l->v_b), 4, (int64_t[]){s, b, ng, hd});
+}
+
+static mg_tensor *attention_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x,
+                                  mg_tensor *positions, bool training) {
     const mg_gpt_config *c = &m->cfg;
-    int64_t s = x->shape[0], b = x->shape[1], h = c->hidden, nh = c->heads, hd = h / nh;
-    mg_scope_push(g, "attn");
-    mg_tensor *qkv = mg_linear(g, x, l->qkv_w, l->qkv_b); /* [s, b, 3h], per head [q k v] */
-    qkv = mg_reshape(g, qkv, 4, (int64_t[]){s, b, nh, 3 * hd});
-    mg_tensor *parts[3] = {0};
-    mg_split(g, qkv, 3, 3, (int64_t[]){hd, hd, hd}, parts);
-    mg_tensor *y = mg_attention(g, parts[0], parts[1], parts[2], true, training ? c->attention_dropout : 0.0f);
+    if (!x) return NULL;
+    int64_t s = x->shape[0], b = x->shape[1], h = c->hidden;
+    mg_scope_push(g, l->qkv_w ? "attn" : "self_attn");
+    mg_tensor *q = NULL, *k = NULL, *v = NULL;
+    qkv_heads(g, c, l, x, &q, &k, &v);
+    if (c->pos_emb == MG_POS_ROPE) {
+        int64_t rd = mg_gpt_rotary_dim(c);
+        q = mg_rope_partial(g, q, positions, c->rotary_base, rd);
+        k = mg_rope_partial(g, k, positions, c->rotary_base, rd);
+    }
+    mg_tensor *y = mg_attention(g, q, k, v, true, training ? c->attention_dropout : 0.0f);
     y = mg_reshape(g, y, 3, (int64_t[]){s, b, h});
     y = mg_linear(g, y, l->proj_w, l->proj_b);
     y = mg_dropout(g, y, training ? c->hidden_dropout : 0.0f);
@@ -78,7 +142,8 @@ static mg_tensor *attention_block(mg_graph *g, const mg_gpt *m, const mg_gpt_lay
 static mg_tensor *mlp_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x, bool training) {
     mg_scope_push(g, "mlp");
     mg_tensor *y = mg_linear(g, x, l->fc_w, l->fc_b);
-    y = mg_gelu(g, y);
+    /* SwiGLU as LLaMA: silu(gate(x)) * up(x); two column-parallel layers under TP */
+    y = m->cfg.swiglu ? mg_mul(g, mg_silu(g, mg_linear(g, x, l->gate_w, l->gate_b)), y) : mg_gelu(g, y);
     y = mg_linear(g, y, l->fc2_w, l->fc2_b);
     y = mg_dropout(g, y, training ? m->cfg.hidden_dropout : 0.0f);
     mg_scope_pop(g);
@@ -90,20 +155,24 @@ mg_tensor *mg_gpt2_forward(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_t
     const mg_gpt_config *c = &m->cfg;
     if (!tokens || !positions || !targets) return NULL;
     int64_t s = tokens->shape[0], h = c->hidden;
-    mg_tensor *x = mg_embedding(g, tokens, m->wte);                         /* [s, b, h] */
-    mg_tensor *pe = mg_embedding(g, positions, m->wpe);                     /* [s, h] */
-    x = mg_add(g, x, mg_reshape(g, pe, 3, (int64_t[]){s, 1, h}));
+    bool gpt2 = mg_gpt_is_gpt2(c);
+    mg_tensor *x = mg_embedding(g, tokens, m->wte); /* [s, b, h] */
+    if (m->wpe) {
+        mg_tensor *pe = mg_embedding(g, positions, m->wpe); /* [s, h] */
+        x = mg_add(g, x, mg_reshape(g, pe, 3, (int64_t[]){s, 1, h}));
+    }
     x = mg_dropout(g, x, training ? c->hidden_dropout : 0.0f);
     for (int i = 0; i < c->num_layers; i++) {
         const mg_gpt_layer *l = &m->layers[i];
-        mg_scope_push(g, "h.%d", i);
-        mg_tensor *a = mg_layernorm(g, x, l->ln1_w, l->ln1_b, c->ln_eps);
-        x = mg_add(g, x, attention_block(g, m, l, a, training));
-        mg_tensor *f = mg_layernorm(g, x, l->ln2_w, l->ln2_b, c->ln_eps);
+        mg_scope_push(g, gpt2 ? "h.%d" : "model.layers.%d", i);
+        mg_tensor *a = norm(g, c, x, l->ln1_w, l->ln1_b);
+        x = mg_add(g, x, attention_block(g, m, l, a, positions, training));
+        mg_tensor *f = norm(g, c, x, l->ln2_w, l->ln2_b);
         x = mg_add(g, x, mlp_block(g, m, l, f, training));
         mg_scope_pop(g);
     }
-    x = mg_layernorm(g, x, m->lnf_w, m->lnf_b, c->ln_eps);
-    mg_tensor *logits = mg_matmul(g, x, m->wte, false, true);              /* [s, b, V], tied */
+    x = norm(g, c, x, m->lnf_w, m->lnf_b);
+    mg_tensor *out = m->lm_head ? m->lm_head : m->wte;
+    mg_tensor *logits = mg_matmul(g, x, out, false, true); /* [s, b, V] */
     return mg_cross_entropy(g, logits, targets, -1);
 }

@@ -14,6 +14,8 @@ mg_gpt_config mg_gpt_defaults(void) {
     c.hidden_dropout = 0.1f;
     c.attention_dropout = 0.1f;
     c.ln_eps = 1e-5f;
+    c.rotary_base = 10000.0f;
+    c.rotary_percent = 1.0f;
     return c;
 }
 
@@ -29,6 +31,28 @@ int mg_gpt_check(const mg_gpt_config *c, mg_error *err) {
     if (c->max_position < c->seq_length)
         return mg_error_set(err, MG_ERR_INVALID, "--seq-length (%d) exceeds --max-position-embeddings (%d)",
                             c->seq_length, c->max_position);
+    if (c->query_groups < 0)
+        return mg_error_set(err, MG_ERR_INVALID, "--num-query-groups must be >= 1 (got %d)", c->query_groups);
+    int g = mg_gpt_kv_groups(c), hd = c->hidden / c->heads;
+    if (g < 1 || c->heads % g)
+        return mg_error_set(err, MG_ERR_INVALID, "--num-query-groups (%d) must divide --num-attention-heads (%d)", g,
+                            c->heads);
+    if (c->norm != MG_NORM_LAYERNORM && c->norm != MG_NORM_RMSNORM)
+        return mg_error_set(err, MG_ERR_INVALID, "unknown normalization %d", (int)c->norm);
+    if (c->pos_emb != MG_POS_LEARNED && c->pos_emb != MG_POS_ROPE && c->pos_emb != MG_POS_NONE)
+        return mg_error_set(err, MG_ERR_INVALID, "unknown position embedding type %d", (int)c->pos_emb);
+    if (!(c->ln_eps > 0)) return mg_error_set(err, MG_ERR_INVALID, "--norm-epsilon must be > 0 (got %g)", c->ln_eps);
+    if (c->pos_emb == MG_POS_ROPE) {
+        if (!(c->rotary_base > 0))
+            return mg_error_set(err, MG_ERR_INVALID, "--rotary-base must be > 0 (got %g)", c->rotary_base);
+        if (!(c->rotary_percent > 0 && c->rotary_percent <= 1))
+            return mg_error_set(err, MG_ERR_INVALID, "--rotary-percent must be in (0, 1] (got %g)", c->rotary_percent);
+        int rd = mg_gpt_rotary_dim(c);
+        if (rd < 2 || rd % 2)
+            return mg_error_set(err, MG_ERR_INVALID,
+                                "rotary dimension int(head dim %d x --rotary-percent %g) = %d must be even and >= 2", hd,
+                                c->rotary_percent, rd);
+    }
     if (c->vocab < 1) return mg_error_set(err, MG_ERR_INVALID, "vocabulary size must be >= 1");
     if (!(c->init_std >= 0)) return mg_error_set(err, MG_ERR_INVALID, "--init-method-std must be >= 0");
     if (!(c->hidden_dropout >= 0 && c->hidden_dropout < 1))
@@ -38,17 +62,38 @@ int mg_gpt_check(const mg_gpt_config *c, mg_error *err) {
     return MG_OK;
 }
 
+int mg_gpt_kv_groups(const mg_gpt_config *c) { return c->query_groups > 0 ? c->query_groups : c->heads; }
+
+int mg_gpt_rotary_dim(const mg_gpt_config *c) {
+    int hd = c->heads > 0 ? c->hidden / c->heads : 0;
+    /* Megatron: int(kv_channels * rotary_percent); the float product of a percent such
+     * as 0.5 and an integer is exact, so no rounding surprise */
+    return (int)((float)hd * c->rotary_percent);
+}
+
+bool mg_gpt_is_gpt2(const mg_gpt_config *c) {
+    return c->norm == MG_NORM_LAYERNORM && c->pos_emb == MG_POS_LEARNED && !c->swiglu &&
+           mg_gpt_kv_groups(c) == c->heads && !c->untie_embeddings && !c->disable_bias_linear;
+}
+
 int64_t mg_gpt_num_params(const mg_gpt_config *c) {
-    int64_t h = c->hidden, f = c->ffn_hidden;
-    int64_t layer = 2 * h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + (f * h + f) + (h * f + h);
-    return c->vocab * h + (int64_t)c->max_position * h + c->num_layers * layer + 2 * h;
+    int64_t h = c->hidden, f = c->ffn_hidden, kv = (int64_t)mg_gpt_kv_groups(c) * (h / c->heads);
+    int64_t norm = c->norm == MG_NORM_RMSNORM ? h : 2 * h;
+    int64_t bias = c->disable_bias_linear ? 0 : 1;
+    int64_t mlp_in = c->swiglu ? 2 : 1;
+    int64_t layer = 2 * norm + (h + 2 * kv) * (h + bias) + h * (h + bias) + mlp_in * f * (h + bias) + h * (f + bias);
+    int64_t pos = c->pos_emb == MG_POS_LEARNED ? (int64_t)c->max_position * h : 0;
+    int64_t out = c->untie_embeddings ? c->vocab * h : 0;
+    return c->vocab * h + out + pos + c->num_layers * layer + norm;
 }
 
 double mg_gpt_flops(const mg_gpt_config *c, int64_t samples) {
-    /* Forward matmul FLOPs per token and layer: QKV 6h², projection 2h², MLP 4·h·ffn,
-     * attention scores and weighted sum 4·s·h halved by the causal mask; logits 2hV.
-     * Training = 3 × forward (backward is twice the forward). */
+    /* Forward matmul FLOPs per token and layer: Q 2h², K and V 4·h·kv (kv = groups ×
+     * head dim; 4h² without GQA), projection 2h², MLP 4·h·ffn (6·h·ffn with SwiGLU's
+     * gate), attention scores and weighted sum 4·s·h halved by the causal mask; logits
+     * 2hV. Training = 3 × forward (backward is twice the forward). */
     double h = c->hidden, s = c->seq_length, L = c->num_layers, f = c->ffn_hidden, V = (double)c->vocab;
-    double per_token = L * (8 * h * h + 4 * h * f + 2 * s * h) + 2 * h * V;
+    double kv = (double)mg_gpt_kv_groups(c) * (c->hidden / c->heads), mlp = c->swiglu ? 6 : 4;
+    double per_token = L * (4 * h * h + 4 * h * kv + mlp * h * f + 2 * s * h) + 2 * h * V;
     return 3.0 * per_token * s * (double)samples;
 }

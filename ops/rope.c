@@ -90,3 +90,19 @@ const mg_op_def mg_opdef_ROPE = {"rope", 2, 2, 0, infer_rope, rope_grad, cost_ro
 mg_tensor *mg_rope(mg_graph *g, mg_tensor *x, mg_tensor *pos, float theta) {
     return rope_node(g, x, pos, theta, false, NULL);
 }
+
+mg_tensor *mg_rope_partial(mg_graph *g, mg_tensor *x, mg_tensor *pos, float theta, int64_t rot_dim) {
+    if (!x || !pos) return NULL;
+    int last = x->ndim - 1;
+    int64_t hd = x->shape[last];
+    if (rot_dim == hd) return mg_rope(g, x, pos, theta);
+    if (rot_dim < 2 || rot_dim > hd || rot_dim % 2) {
+        mg_graph_fail(g, MG_ERR_SHAPE, "rope: rotary dimension %lld must be even and in [2, head dim %lld]",
+                      (long long)rot_dim, (long long)hd);
+        return NULL;
+    }
+    mg_tensor *parts[2] = {0};
+    if (mg_split(g, x, last, 2, (int64_t[]){rot_dim, hd - rot_dim}, parts)) return NULL;
+    parts[0] = mg_rope(g, parts[0], pos, theta);
+    return parts[0] ? mg_concat(g, 2, parts, last) : NULL;
+}

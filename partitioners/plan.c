@@ -31,6 +31,20 @@ void mg_plan_defaults(mg_plan *p) {
     add_rule(p, "*attn.c_proj.weight", 1);
     add_rule(p, "*mlp.c_proj.weight", 1);
     add_rule(p, "wte.weight", 0);
+    /* the same layout under Hugging Face LLaMA names: q/k/v and gate/up column-parallel
+     * (with their biases), o/down row-parallel, embedding and untied lm_head
+     * vocab-parallel (the output layer's logits then feed the vocab-parallel
+     * cross-entropy) */
+    add_rule(p, "*self_attn.[qkv]_proj.weight", 0);
+    add_rule(p, "*self_attn.[qkv]_proj.bias", 0);
+    add_rule(p, "*mlp.gate_proj.weight", 0);
+    add_rule(p, "*mlp.gate_proj.bias", 0);
+    add_rule(p, "*mlp.up_proj.weight", 0);
+    add_rule(p, "*mlp.up_proj.bias", 0);
+    add_rule(p, "*self_attn.o_proj.weight", 1);
+    add_rule(p, "*mlp.down_proj.weight", 1);
+    add_rule(p, "model.embed_tokens.weight", 0);
+    add_rule(p, "lm_head.weight", 0);
 }
 
 static char *trim(char *s) {
@@ -170,6 +184,12 @@ int mg_plan_check_model(const mg_plan *p, int world, const mg_plan_model *m, mg_
     if (m->heads % p->tp)
         return mg_error_set(err, MG_ERR_INVALID, "--num-attention-heads %d is not divisible by tensor-parallel size %d",
                             m->heads, p->tp);
+    /* Megatron asserts num_query_groups % tp == 0; KV heads are not replicated here */
+    if (m->query_groups > 0 && m->query_groups % p->tp)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--num-query-groups %d is not divisible by tensor-parallel size %d (each rank must hold "
+                            "whole key/value groups; replicating key/value heads is not supported)",
+                            m->query_groups, p->tp);
     if (m->hidden % p->tp)
         return mg_error_set(err, MG_ERR_INVALID, "--hidden-size %d is not divisible by tensor-parallel size %d",
                             m->hidden, p->tp);

@@ -302,14 +302,27 @@ static int rule_norm(part_ctx *c, const mg_node *n, rule_io *r) {
 
 /* norm backward: dy follows x; weight gradients of a token shard are partial. */
 static int rule_norm_bwd(part_ctx *c, const mg_node *n, rule_io *r) {
-    (void)c;
-    mg_sharding s = r->in[1]; /* x is whole by rule_norm */
+    /* x in the state rule_norm gave the forward: a partial x (a vocab-parallel
+     * embedding with no position table added to it, as under RoPE) was resolved there */
+    mg_sharding s = whole(c, n, r, 1, true);
+    if (is_split(s) && s.dim == n->in[1]->ndim - 1) s = sh_full();
     r->want[0] = s;
     r->want[1] = s;
     r->want[2] = sh_full(); /* w */
     for (int i = 3; i < n->n_in; i++) r->want[i] = s;
     r->out[0] = s;
     for (int j = 1; j < n->n_out; j++) r->out[j] = is_split(s) ? sh_partial() : sh_full();
+    return MG_OK;
+}
+
+/* rope(x, pos): x split anywhere but its last dim (heads under tp, tokens under sp);
+ * the positions follow a token split, else stay whole. */
+static int rule_rope(part_ctx *c, const mg_node *n, rule_io *r) {
+    mg_sharding s = whole(c, n, r, 0, true);
+    if (is_split(s) && s.dim == n->in[0]->ndim - 1) s = sh_full();
+    r->want[0] = s;
+    r->want[1] = is_split(s) && s.dim == 0 ? s : sh_full();
+    r->out[0] = s;
     return MG_OK;
 }
 
@@ -529,8 +542,8 @@ int tp_partition_node(part_ctx *c, const mg_node *n, bool dp_partial) {
         case MG_OP_SWIGLU:
         case MG_OP_SWIGLU_BWD:
         case MG_OP_SOFTMAX:
-        case MG_OP_SOFTMAX_BWD:
-        case MG_OP_ROPE: rc = rule_same_state(c, n, &r, false, true); break;
+        case MG_OP_SOFTMAX_BWD: rc = rule_same_state(c, n, &r, false, true); break;
+        case MG_OP_ROPE: rc = rule_rope(c, n, &r); break;
         case MG_OP_RESHAPE: rc = rule_reshape(c, n, &r); break;
         case MG_OP_SPLIT: rc = rule_structural(c, n, &r, n->attrs.split.dim); break;
         case MG_OP_CONCAT: rc = rule_structural(c, n, &r, n->attrs.axis.dim); break;

@@ -221,6 +221,18 @@ static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) 
     m->init_std = c->init_method_std;
     m->hidden_dropout = c->hidden_dropout;
     m->attention_dropout = c->attention_dropout;
+    /* the LLaMA family (choices checked by mg_run_config_check) */
+    m->norm = strcmp(c->normalization, "RMSNorm") ? MG_NORM_LAYERNORM : MG_NORM_RMSNORM;
+    m->pos_emb = !strcmp(c->position_embedding_type, "rope")   ? MG_POS_ROPE
+                 : !strcmp(c->position_embedding_type, "none") ? MG_POS_NONE
+                                                               : MG_POS_LEARNED;
+    m->rotary_base = c->rotary_base;
+    m->rotary_percent = c->rotary_percent;
+    m->ln_eps = c->norm_epsilon;
+    m->swiglu = c->swiglu;
+    m->query_groups = c->group_query_attention ? c->num_query_groups : 0;
+    m->untie_embeddings = c->untie_embeddings_and_output_weights;
+    m->disable_bias_linear = c->disable_bias_linear;
     sc->micro_batch = c->micro_batch_size;
     sc->n_micro = c->global_batch_size / c->micro_batch_size;
     sc->training = true;
@@ -679,7 +691,8 @@ int main(int argc, char **argv) {
     if (!rc) rc = open_data(&r, &sc, &err);
     if (!rc) {
         mg_plan_model pm = {sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
-                            sc.model.vocab, r.cfg.global_batch_size, r.cfg.micro_batch_size};
+                            sc.model.vocab, r.cfg.global_batch_size, r.cfg.micro_batch_size,
+                            mg_gpt_kv_groups(&sc.model)};
         rc = mg_plan_check_model(&r.plan, plan_world, &pm, &err);
     }
     if (!rc) rc = mg_step_build(&sc, &r.train, &err);

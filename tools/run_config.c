@@ -48,8 +48,18 @@ static const flag flags[] = {
     {"--hidden-dropout", F_FLOAT, O(hidden_dropout), USE, NULL, "dropout after embeddings, attention and MLP"},
     {"--attention-dropout", F_FLOAT, O(attention_dropout), USE, NULL, "dropout on attention probabilities"},
     {"--position-embedding-type", F_STR, O(position_embedding_type), USE,
-     "learned_absolute|rope|yarn|mrope|relative|none", "learned_absolute (the only one mgraph's GPT has so far)"},
-    {"--normalization", F_STR, O(normalization), USE, "LayerNorm|RMSNorm", "LayerNorm (the only one mgraph's GPT has so far)"},
+     "learned_absolute|rope|yarn|mrope|relative|none", "learned_absolute (default) | rope | none"},
+    {"--rotary-base", F_FLOAT, O(rotary_base), USE, NULL, "RoPE base theta (default 10000)"},
+    {"--rotary-percent", F_FLOAT, O(rotary_percent), USE, NULL, "fraction of each head RoPE rotates (default 1.0)"},
+    {"--normalization", F_STR, O(normalization), USE, "LayerNorm|RMSNorm", "LayerNorm (default) | RMSNorm"},
+    {"--norm-epsilon", F_FLOAT, O(norm_epsilon), USE, NULL, "epsilon of the norms (default 1e-5)"},
+    {"--swiglu", F_BOOL, O(swiglu), USE, NULL, "SwiGLU MLP: silu(gate(x)) * up(x) (ffn default int(8h/3/64)*64)"},
+    {"--group-query-attention", F_BOOL, O(group_query_attention), USE, NULL,
+     "grouped-query attention (with --num-query-groups)"},
+    {"--num-query-groups", F_INT, O(num_query_groups), USE, NULL, "key/value head groups with --group-query-attention"},
+    {"--untie-embeddings-and-output-weights", F_BOOL, O(untie_embeddings_and_output_weights), USE, NULL,
+     "separate output layer (lm_head) instead of the word embedding"},
+    {"--disable-bias-linear", F_BOOL, O(disable_bias_linear), USE, NULL, "no biases on the linear layers"},
     /* batch and schedule */
     {"--micro-batch-size", F_INT, O(micro_batch_size), USE, NULL, "sequences per micro-batch"},
     {"--global-batch-size", F_INT, O(global_batch_size), USE, NULL, "sequences per iteration (default micro-batch x dp)"},
@@ -223,6 +233,10 @@ void mg_run_config_defaults(mg_run_config *c) {
     c->attention_dropout = 0.1f;
     c->position_embedding_type = "learned_absolute";
     c->normalization = "LayerNorm";
+    c->rotary_base = 10000.0f;
+    c->rotary_percent = 1.0f;
+    c->norm_epsilon = 1e-5f;
+    c->num_query_groups = 1; /* used with --group-query-attention */
     c->min_lr = 0.0f;
     c->lr_decay_style = "linear";
     c->lr_wsd_decay_style = "exponential";
@@ -395,14 +409,18 @@ void mg_run_config_parse(mg_run_config *c, int argc, char **argv, mg_run_notes *
 
 /* ---- checks -------------------------------------------------------------------------------- */
 void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
-    if (c->ffn_hidden_size <= 0) c->ffn_hidden_size = 4 * c->hidden_size;
+    /* Megatron: with SwiGLU the default ffn keeps the parameter count of 4h, rounded
+     * down to a multiple of 64 */
+    if (c->ffn_hidden_size <= 0)
+        c->ffn_hidden_size = c->swiglu ? (int)((4.0 * c->hidden_size * 2 / 3) / 64) * 64 : 4 * c->hidden_size;
     if (c->max_position_embeddings <= 0) c->max_position_embeddings = c->seq_length;
-    if (strcmp(c->position_embedding_type, "learned_absolute"))
-        mg_run_notes_error(n, "--position-embedding-type %s is not supported: mgraph's GPT has learned absolute "
-                              "position embeddings only",
+    if (strcmp(c->position_embedding_type, "learned_absolute") && strcmp(c->position_embedding_type, "rope") &&
+        strcmp(c->position_embedding_type, "none"))
+        mg_run_notes_error(n, "--position-embedding-type %s is not supported: mgraph's GPT has learned_absolute, rope "
+                              "and none",
                            c->position_embedding_type);
-    if (strcmp(c->normalization, "LayerNorm"))
-        mg_run_notes_error(n, "--normalization %s is not supported: mgraph's GPT has LayerNorm only", c->normalization);
+    if (c->group_query_attention && c->num_query_groups < 1)
+        mg_run_notes_error(n, "--num-query-groups must be >= 1 (got %d)", c->num_query_groups);
     if (c->micro_batch_size < 1) mg_run_notes_error(n, "--micro-batch-size must be >= 1");
     if (c->global_batch_size < 0) mg_run_notes_error(n, "--global-batch-size must be >= 1");
     else if (c->global_batch_size > 0 && c->micro_batch_size >= 1 && c->global_batch_size % c->micro_batch_size)

@@ -14,6 +14,10 @@ typedef struct mg_run_config {
     int make_vocab_size_divisible_by;
     float init_method_std, hidden_dropout, attention_dropout;
     const char *position_embedding_type, *normalization;
+    /* the LLaMA family (Megatron's names) */
+    float rotary_base, rotary_percent, norm_epsilon;
+    bool swiglu, group_query_attention, untie_embeddings_and_output_weights, disable_bias_linear;
+    int num_query_groups;
     /* batch and schedule (-1: not given) */
     int micro_batch_size, global_batch_size;   /* global 0: micro-batch x data-parallel size */
     int64_t train_iters, train_samples;

@@ -14,6 +14,14 @@
 extern "C" {
 #endif
 
+/* Megatron's --normalization / --position-embedding-type choices. The zero values are
+ * GPT-2's, so a zeroed config plus sizes is a GPT-2. */
+typedef enum mg_norm_kind { MG_NORM_LAYERNORM = 0, MG_NORM_RMSNORM } mg_norm_kind;
+typedef enum mg_pos_emb_kind { MG_POS_LEARNED = 0, MG_POS_ROPE, MG_POS_NONE } mg_pos_emb_kind;
+
+/* One GPT with Megatron's options (as Megatron's GPTModel): GPT-2 is LayerNorm, learned
+ * absolute positions, GELU MLP, biases, tied output layer; LLaMA / Mistral are RMSNorm,
+ * RoPE, SwiGLU, grouped-query attention, no biases, untied output layer. */
 typedef struct mg_gpt_config {
     int num_layers;
     int hidden;
@@ -24,7 +32,15 @@ typedef struct mg_gpt_config {
     int64_t vocab;           /* padded vocabulary (Megatron: multiple of 128 * tp) */
     float init_std;          /* --init-method-std */
     float hidden_dropout, attention_dropout;
-    float ln_eps;            /* 1e-5 */
+    float ln_eps;            /* --norm-epsilon, 1e-5 */
+    mg_norm_kind norm;       /* --normalization */
+    mg_pos_emb_kind pos_emb; /* --position-embedding-type */
+    float rotary_base;       /* --rotary-base (10000) */
+    float rotary_percent;    /* --rotary-percent (1.0): RoPE on the first percent of each head */
+    bool swiglu;             /* --swiglu: gate and up projections of ffn_hidden each */
+    int query_groups;        /* --num-query-groups with --group-query-attention; 0 = heads */
+    bool untie_embeddings;   /* --untie-embeddings-and-output-weights */
+    bool disable_bias_linear;/* --disable-bias-linear: no bias on QKV, projection, MLP */
 } mg_gpt_config;
 
 /* Megatron-ish defaults for a small model; the caller sets sizes. */
@@ -32,32 +48,54 @@ mg_gpt_config mg_gpt_defaults(void);
 /* Checks the config on its own: sizes positive, heads divide hidden, seq <= max
  * position, ... MG_ERR_INVALID naming the rule. */
 int mg_gpt_check(const mg_gpt_config *c, mg_error *err);
+/* Key/value head groups (query_groups, or heads when 0) and RoPE's rotated dims per head
+ * (Megatron: int(head_dim * rotary_percent)). */
+int mg_gpt_kv_groups(const mg_gpt_config *c);
+int mg_gpt_rotary_dim(const mg_gpt_config *c);
+/* True when the config is exactly GPT-2's architecture (then parameters have GPT-2's
+ * Hugging Face names); any LLaMA option selects Hugging Face LLaMA names. */
+bool mg_gpt_is_gpt2(const mg_gpt_config *c);
 int64_t mg_gpt_num_params(const mg_gpt_config *c);
 /* Model FLOPs of one iteration over `samples` sequences (forward + backward, no
  * recomputation), Megatron's count: 72·B·s·L·h²·(1 + s/(12h) + V/(12·L·h)) for ffn = 4h
  * (causal attention halved, as Megatron's code), generalised to any ffn. */
 double mg_gpt_flops(const mg_gpt_config *c, int64_t samples);
 
+/* A NULL tensor is one the config does not have (biases with --disable-bias-linear or
+ * RMSNorm, the gate without --swiglu, wpe without learned positions, lm_head when tied). */
 typedef struct mg_gpt_layer {
-    mg_tensor *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
-    mg_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;
+    mg_tensor *ln1_w, *ln1_b;
+    mg_tensor *qkv_w, *qkv_b;                          /* GPT-2: fused, per head [q k v] */
+    mg_tensor *q_w, *q_b, *k_w, *k_b, *v_w, *v_b;      /* LLaMA names: separate */
+    mg_tensor *proj_w, *proj_b;
+    mg_tensor *ln2_w, *ln2_b;
+    mg_tensor *gate_w, *gate_b, *fc_w, *fc_b, *fc2_w, *fc2_b; /* gate, up (c_fc), down (c_proj) */
 } mg_gpt_layer;
 
 typedef struct mg_gpt {
     mg_gpt_config cfg;
-    mg_tensor *wte, *wpe, *lnf_w, *lnf_b;
+    mg_tensor *wte, *wpe, *lnf_w, *lnf_b, *lm_head;
     mg_gpt_layer *layers;    /* owned */
 } mg_gpt;
 
-/* GPT-2 parameters: wte.weight [V, h], wpe.weight [P, h], h.<i>.ln_1 / attn.c_attn /
- * attn.c_proj / ln_2 / mlp.c_fc / mlp.c_proj (.weight, .bias), ln_f. Linear weights
- * are [out, in] (torch.nn.Linear, not HF's Conv1D); c_attn's output is grouped per
- * head as Megatron lays it out ([q_h, k_h, v_h] for each head h), so tensor
- * parallelism takes whole heads. Output projections use GPT-2's scaled init
- * std / sqrt(2 L). */
+/* The model's parameters. Linear weights are [out, in] (torch.nn.Linear, not HF's
+ * Conv1D). Output projections use GPT-2's scaled init std / sqrt(2 L).
+ *
+ * GPT-2 (mg_gpt_is_gpt2): wte.weight [V, h], wpe.weight [P, h], h.<i>.ln_1 /
+ * attn.c_attn / attn.c_proj / ln_2 / mlp.c_fc / mlp.c_proj (.weight, .bias), ln_f.
+ * c_attn's output is grouped per head as Megatron lays it out ([q_h, k_h, v_h] for
+ * each head h), so tensor parallelism takes whole heads.
+ *
+ * Otherwise Hugging Face LLaMA names: model.embed_tokens.weight [V, h],
+ * model.layers.<i>.input_layernorm.weight, self_attn.{q,k,v,o}_proj.weight (q [nh·hd, h],
+ * k and v [G·hd, h], heads contiguous as HF's view(..., heads, head_dim)),
+ * post_attention_layernorm.weight, mlp.{gate,up,down}_proj.weight, model.norm.weight,
+ * lm_head.weight [V, h] when untied; .bias beside each where the config has one;
+ * model.embed_positions.weight [P, h] with learned positions. */
 int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *out, mg_error *err);
 void mg_gpt_release(mg_gpt *m);
-/* Forward of one micro-batch: tokens, targets [s, b] (i32), positions [s] (i32).
+/* Forward of one micro-batch: tokens, targets [s, b] (i32), positions [s] (i32): the
+ * learned position table's rows, or RoPE's angles.
  * Returns the mean cross-entropy over the micro-batch's tokens ([1]). */
 mg_tensor *mg_gpt2_forward(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions,
                            mg_tensor *targets, bool training);

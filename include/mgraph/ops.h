@@ -54,6 +54,10 @@ mg_tensor *mg_cross_entropy(mg_graph *g, mg_tensor *logits, mg_tensor *targets, 
 /* Rotary embedding on x [s, b, nh, hd] (hd even, rotate-half / NeoX pairing as
  * LLaMA in Hugging Face), positions pos (i32) [s]. */
 mg_tensor *mg_rope(mg_graph *g, mg_tensor *x, mg_tensor *pos, float theta);
+/* Partial rotary embedding (Megatron's --rotary-percent): the first rot_dim channels of
+ * each head rotated as mg_rope on a head of rot_dim (frequencies theta^(-2i/rot_dim)),
+ * the rest passed through. Built from split, rope and concat; rot_dim == hd is mg_rope. */
+mg_tensor *mg_rope_partial(mg_graph *g, mg_tensor *x, mg_tensor *pos, float theta, int64_t rot_dim);
 /* Inverted dropout; the mask is a pure function of (seed, name, iteration,
  * micro-batch, element). p == 0 returns x itself. */
 mg_tensor *mg_dropout(mg_graph *g, mg_tensor *x, float p);

@@ -84,6 +84,7 @@ typedef struct mg_plan_model {
     int hidden, heads, ffn_hidden, seq_length;
     int64_t vocab;               /* padded */
     int global_batch, micro_batch;
+    int query_groups;            /* key/value head groups (GQA); 0 = heads */
 } mg_plan_model;
 int mg_plan_check_model(const mg_plan *p, int world, const mg_plan_model *m, mg_error *err);
 

@@ -1,3 +1,3 @@
 mg_op_tests(rope
-  FORWARD rope errors_rope
-  GRAD rope)
+  FORWARD rope errors_rope rope_partial
+  GRAD rope rope_partial)

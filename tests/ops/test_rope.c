@@ -77,6 +77,59 @@ static void fwd_errors(void) {
     mg_graph_free(g);
 }
 
+/* Partial rotary embedding (--rotary-percent): the first rd channels of each head
+ * rotated with frequencies of a head of rd (Megatron), the rest unchanged. */
+static void fwd_rope_partial(void) {
+    int64_t S = 5, B = 2, NH = 3, HD = 12, RD = 8, n = S * B * NH * HD, h = RD / 2;
+    float theta = 10000.0f;
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_input(g, "x", MG_F32, 4, (int64_t[]){S, B, NH, HD}), *pos = mg_input(g, "pos", MG_I32, 1, &S);
+    mg_tensor *y = mg_rope_partial(g, x, pos, theta, RD);
+    tk_run r;
+    if (!y || tk_prepare(&r, g)) {
+        TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
+        mg_graph_free(g);
+        return;
+    }
+    tk_rng rng = {21};
+    float *xv = tk_f32(&r, x);
+    int32_t *pv = tk_i32(&r, pos);
+    tk_fill(&rng, xv, n, -2, 2);
+    for (int64_t s = 0; s < S; s++) pv[s] = (int32_t)(7 * s + 2);
+    TK_CHECK(tk_exec(&r) == 0, "exec");
+    float *want = malloc((size_t)n * sizeof *want);
+    for (int64_t row = 0; row < S * B * NH; row++) {
+        int64_t s = row / (B * NH);
+        const float *x0 = xv + row * HD;
+        float *w0 = want + row * HD;
+        for (int64_t i = 0; i < HD; i++) w0[i] = x0[i];
+        for (int64_t i = 0; i < h; i++) {
+            double ang = (double)pv[s] * pow((double)theta, -2.0 * (double)i / (double)RD);
+            w0[i] = (float)(x0[i] * cos(ang) - x0[i + h] * sin(ang));
+            w0[i + h] = (float)(x0[i + h] * cos(ang) + x0[i] * sin(ang));
+        }
+    }
+    tk_expect_close("rope_partial 8 of 12", tk_f32(&r, y), want, n, 1e-5, 1e-6);
+    free(want);
+    tk_release(&r);
+    /* the whole head is plain rope; an odd or too large rotary dimension is an error */
+    TK_CHECK(mg_rope_partial(g, x, pos, theta, HD)->src->op == MG_OP_ROPE, "rot_dim == head dim is one rope node");
+    TK_CHECK(mg_rope_partial(g, x, pos, theta, 5) == NULL && mg_graph_error(g)->code == MG_ERR_SHAPE &&
+                 strstr(mg_graph_error(g)->msg, "rotary dimension 5"),
+             "odd rotary dimension: %s", mg_graph_error(g)->msg);
+    mg_graph_free(g);
+}
+
+static mg_tensor *gb_rope_partial(mg_graph *g, mg_tensor *const *l, void *c) {
+    (void)c;
+    return mg_rope_partial(g, l[0], l[1], 500000.0f, 4);
+}
+
+static void grad_rope_partial(void) {
+    tk_leaf l[] = {{"x", MG_F32, 4, {5, 2, 2, 10}, true, -1, 1}, {"pos", MG_I32, 1, {5}, false, 0, 50}};
+    tk_gradcheck("rope_partial d/dx", 2, l, gb_rope_partial, NULL, NULL);
+}
+
 static mg_tensor *gb_rope(mg_graph *g, mg_tensor *const *l, void *c) {
     (void)c;
     return mg_rope(g, l[0], l[1], 10000.0f);
@@ -93,6 +146,8 @@ int main(int argc, char **argv) {
         {"forward.rope", fwd_rope},
         {"forward.errors_rope", fwd_errors},
         {"grad.rope", grad_rope},
+        {"forward.rope_partial", fwd_rope_partial},
+        {"grad.rope_partial", grad_rope_partial},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
 }

@@ -10,6 +10,9 @@ MPI="$MPIEXEC --oversubscribe --allow-run-as-root"
 SMALL=(--text-file "$TEXT" --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
        --micro-batch-size 2 --global-batch-size 8 --eval-interval 0 --log-interval 1 --lr 3e-3
        --lr-warmup-iters 2 --adam-eps 1e-5)
+# the LLaMA-family options: RMSNorm, RoPE, SwiGLU, 4 heads in 2 key/value groups, untied, no biases
+LLAMA=(--normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 64 --group-query-attention
+       --num-query-groups 2 --untie-embeddings-and-output-weights --disable-bias-linear)
 
 fail() { echo "FAIL: $*"; exit 1; }
 # only the cases that train read the corpus; a missing one is a failure, never a skip
@@ -121,6 +124,20 @@ activations_bounded)
     [ -n "$a8" ] && [ -n "$a64" ] || fail "no activation figure"
     awk -v a="$a8" -v b="$a64" 'BEGIN { printf "activations: global batch 8 %s MiB, 64 %s MiB\n", a, b; exit (b > 1.5 * a) }' ||
         fail "activations grow with the global batch"
+    echo "ok $CASE" ;;
+llama_groups_not_divisible)
+    # Megatron requires num_query_groups % tp == 0; key/value heads are not replicated
+    expect_usage "$CASE" "num-query-groups 1 is not divisible by tensor-parallel size 2" \
+        $MPI -np 2 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --num-query-groups 1 --tensor-model-parallel-size 2 \
+        --metrics-file metrics.jsonl ;;
+llama_tp2_matches_serial)
+    # LLaMA with GQA, tensor parallel 2 (one key/value group per rank), dropout on
+    timeout 120 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --train-iters 6 --metrics-file serial.jsonl > serial.txt 2>&1 ||
+        { cat serial.txt; fail "serial run"; }
+    timeout 240 $MPI -np 2 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --train-iters 6 --tensor-model-parallel-size 2 \
+        --metrics-file parallel.jsonl > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
+    grep -q "tp 2, dp 1" parallel.txt || fail "plan not applied"
+    same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses differ"
     echo "ok $CASE" ;;
 *) echo "unknown case $CASE"; exit 2 ;;
 esac

@@ -1,6 +1,8 @@
 /* Parallel == serial: a plan's training run reproduces the single-rank run.
  *
- * Run under mpirun: test_equivalence TP SP DISTOPT [ITERS]  (dp = world / tp).
+ * Run under mpirun: test_equivalence TP SP DISTOPT [ITERS [OVERLAP [TILES [MODEL]]]]
+ * (dp = world / tp; MODEL gpt2, the default, or llama: RMSNorm, RoPE, SwiGLU, 4 heads
+ * in 2 key/value groups, untied output layer, no linear biases).
  * Every rank builds the same logical step graph of a small GPT (dropout on, several
  * micro-batches), runs it serially with the reference executor, then partitions it
  * for its rank and runs the physical graph on the StarPU engine with MPI
@@ -118,6 +120,7 @@ int main(int argc, char **argv) {
     int iters = argc > 4 ? atoi(argv[4]) : 3;
     bool overlap = argc > 5 && atoi(argv[5]); /* collectives on the communication thread */
     plan.matmul_tiles = argc > 6 ? atoi(argv[6]) : 1;
+    bool llama = argc > 7 && !strcmp(argv[7], "llama");
     plan.matmul_tile_min_flops = 0; /* tile every matmul of this small model */
     mg_error err = {0};
     mg_mesh mesh;
@@ -133,6 +136,14 @@ int main(int argc, char **argv) {
     sc.model.seq_length = 8;
     sc.model.max_position = 8;
     sc.model.vocab = 128 * plan.tp; /* Megatron pads to a multiple of 128 * tp */
+    if (llama) {
+        sc.model.norm = MG_NORM_RMSNORM;
+        sc.model.pos_emb = MG_POS_ROPE;
+        sc.model.swiglu = true;
+        sc.model.query_groups = 2;
+        sc.model.untie_embeddings = true;
+        sc.model.disable_bias_linear = true;
+    }
     sc.micro_batch = 2;
     sc.n_micro = 2 * dp;
     sc.training = true;
@@ -146,7 +157,7 @@ int main(int argc, char **argv) {
      * (|g| >> 1e-5) unchanged. */
     sc.optim.eps = 1e-5f;
     mg_plan_model pm = {sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
-                        sc.model.vocab, sc.micro_batch * sc.n_micro, sc.micro_batch};
+                        sc.model.vocab, sc.micro_batch * sc.n_micro, sc.micro_batch, mg_gpt_kv_groups(&sc.model)};
     if (mg_plan_check_model(&plan, world, &pm, &err)) die("plan", &err);
 
     /* serial reference */
@@ -213,10 +224,10 @@ int main(int argc, char **argv) {
     int total_fail;
     MPI_Allreduce(&failures, &total_fail, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank_ == 0)
-        printf("plan tp=%d dp=%d sp=%d distopt=%d tiles=%d: %d iterations, worst loss relative error %.3g, worst parameter "
+        printf("%s plan tp=%d dp=%d sp=%d distopt=%d tiles=%d: %d iterations, worst loss relative error %.3g, worst parameter "
                "error %.3g of tolerance (2-norm, 1e-5 relative); worst element %.3g x (1e-5 relative + 1e-6): %s\n",
-               plan.tp, dp, plan.sequence_parallel, plan.distributed_optimizer, plan.matmul_tiles, iters, red[0], red[1],
-               red[2], total_fail ? "FAILED" : "ok");
+               llama ? "llama" : "gpt2", plan.tp, dp, plan.sequence_parallel, plan.distributed_optimizer,
+               plan.matmul_tiles, iters, red[0], red[1], red[2], total_fail ? "FAILED" : "ok");
     mg_engine_free(eng);
     mg_storage_free(ps);
     mg_memplan_free(pp);

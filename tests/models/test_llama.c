@@ -1,0 +1,367 @@
+/* The LLaMA-family options of the GPT model: Hugging Face parameter names and shapes,
+ * parameter counts, config errors, finite-difference gradients of the whole model
+ * (RMSNorm, partial RoPE, grouped-query attention, SwiGLU, untied output layer
+ * together), and training with mgraph-run on Tiny Shakespeare with the Mistral
+ * tokenizer until the loss is below the corpus's token unigram entropy.
+ *
+ *   test_models_llama CASE [MGRAPH_RUN TEXT_FILE TOKENIZER_MODEL WORK_DIR]
+ * (the last four for train_loss_falls; it exits 77, ctest's SKIP, without the data)
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "mgraph/tokenizer.h"
+#include "testkit.h"
+
+/* LLaMA / Mistral shape in small: 4 heads in 2 key/value groups, SwiGLU, RMSNorm,
+ * RoPE, untied, no biases. */
+static mg_gpt_config llama_config(void) {
+    mg_gpt_config c = mg_gpt_defaults();
+    c.num_layers = 2;
+    c.hidden = 32;
+    c.heads = 4;
+    c.query_groups = 2;
+    c.ffn_hidden = 48;
+    c.seq_length = 8;
+    c.max_position = 8;
+    c.vocab = 64;
+    c.norm = MG_NORM_RMSNORM;
+    c.pos_emb = MG_POS_ROPE;
+    c.swiglu = true;
+    c.untie_embeddings = true;
+    c.disable_bias_linear = true;
+    c.ln_eps = 1e-6f;
+    return c;
+}
+
+static int64_t params_of(mg_graph *g, const mg_gpt_config *c, bool print) {
+    mg_gpt m;
+    mg_error err = {0};
+    if (mg_gpt2_params(g, c, &m, &err)) {
+        TK_CHECK(false, "params: %s", err.msg);
+        return -1;
+    }
+    mg_gpt_release(&m);
+    int64_t n = 0;
+    for (int i = 0; i < mg_graph_n_tensors(g); i++) {
+        const mg_tensor *t = mg_graph_tensor(g, i);
+        if (t->role != MG_ROLE_PARAM) continue;
+        n += mg_numel(t);
+        if (print) printf("  %s %lld\n", t->name, (long long)mg_numel(t));
+    }
+    return n;
+}
+
+static void expect_param(mg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1) {
+    const mg_tensor *t = mg_graph_find(g, name);
+    TK_CHECK(t && t->role == MG_ROLE_PARAM, "parameter %s missing", name);
+    if (!t) return;
+    TK_CHECK(t->ndim == ndim && t->shape[0] == d0 && (ndim == 1 || t->shape[1] == d1),
+             "%s has shape [%lld%s%lld], want [%lld, %lld]", name, (long long)t->shape[0], t->ndim > 1 ? ", " : "",
+             t->ndim > 1 ? (long long)t->shape[1] : 0LL, (long long)d0, (long long)d1);
+}
+
+/* Hugging Face LLaMA names and shapes; GPT-2 names stay for GPT-2; counts match. */
+static void test_names(void) {
+    mg_gpt_config c = llama_config();
+    mg_graph *g = mg_graph_new();
+    int64_t n = params_of(g, &c, false);
+    expect_param(g, "model.embed_tokens.weight", 2, 64, 32);
+    expect_param(g, "model.layers.1.input_layernorm.weight", 1, 32, 0);
+    expect_param(g, "model.layers.1.self_attn.q_proj.weight", 2, 32, 32);
+    expect_param(g, "model.layers.1.self_attn.k_proj.weight", 2, 16, 32); /* 2 groups x head dim 8 */
+    expect_param(g, "model.layers.1.self_attn.v_proj.weight", 2, 16, 32);
+    expect_param(g, "model.layers.1.self_attn.o_proj.weight", 2, 32, 32);
+    expect_param(g, "model.layers.1.post_attention_layernorm.weight", 1, 32, 0);
+    expect_param(g, "model.layers.1.mlp.gate_proj.weight", 2, 48, 32);
+    expect_param(g, "model.layers.1.mlp.up_proj.weight", 2, 48, 32);
+    expect_param(g, "model.layers.1.mlp.down_proj.weight", 2, 32, 48);
+    expect_param(g, "model.norm.weight", 1, 32, 0);
+    expect_param(g, "lm_head.weight", 2, 64, 32);
+    TK_CHECK(!mg_graph_find(g, "model.layers.0.self_attn.q_proj.bias") && !mg_graph_find(g, "model.norm.bias") &&
+                 !mg_graph_find(g, "model.embed_positions.weight"),
+             "no biases, no position table with --disable-bias-linear, RMSNorm and RoPE");
+    TK_CHECK(n == mg_gpt_num_params(&c), "LLaMA: %lld parameters, mg_gpt_num_params says %lld", (long long)n,
+             (long long)mg_gpt_num_params(&c));
+    mg_graph_free(g);
+
+    /* biases, LayerNorm, tied output, learned positions, GELU: LLaMA names with .bias */
+    c.disable_bias_linear = false;
+    c.norm = MG_NORM_LAYERNORM;
+    c.untie_embeddings = false;
+    c.swiglu = false;
+    c.pos_emb = MG_POS_LEARNED;
+    g = mg_graph_new();
+    n = params_of(g, &c, false);
+    expect_param(g, "model.layers.0.self_attn.k_proj.bias", 1, 16, 0);
+    expect_param(g, "model.layers.0.mlp.up_proj.bias", 1, 48, 0);
+    expect_param(g, "model.layers.0.input_layernorm.bias", 1, 32, 0);
+    expect_param(g, "model.embed_positions.weight", 2, 8, 32);
+    TK_CHECK(!mg_graph_find(g, "lm_head.weight") && !mg_graph_find(g, "model.layers.0.mlp.gate_proj.weight"),
+             "tied: no lm_head; no gate without --swiglu");
+    TK_CHECK(n == mg_gpt_num_params(&c), "GQA with biases: %lld parameters, mg_gpt_num_params says %lld",
+             (long long)n, (long long)mg_gpt_num_params(&c));
+    mg_graph_free(g);
+
+    /* GPT-2 */
+    c = mg_gpt_defaults();
+    c.num_layers = 1, c.hidden = 16, c.heads = 2, c.ffn_hidden = 64, c.seq_length = 4, c.max_position = 4;
+    c.vocab = 32;
+    TK_CHECK(mg_gpt_is_gpt2(&c), "defaults are GPT-2");
+    g = mg_graph_new();
+    n = params_of(g, &c, false);
+    expect_param(g, "wte.weight", 2, 32, 16);
+    expect_param(g, "h.0.attn.c_attn.weight", 2, 48, 16);
+    expect_param(g, "ln_f.bias", 1, 16, 0);
+    TK_CHECK(n == mg_gpt_num_params(&c), "GPT-2: %lld parameters, mg_gpt_num_params says %lld", (long long)n,
+             (long long)mg_gpt_num_params(&c));
+    mg_graph_free(g);
+}
+
+static void expect_invalid(mg_gpt_config c, const char *needle) {
+    mg_error err = {0};
+    int rc = mg_gpt_check(&c, &err);
+    TK_CHECK(rc == MG_ERR_INVALID && strstr(err.msg, needle), "want an error naming '%s', got %d: %s", needle, rc,
+             err.msg);
+}
+
+static void test_config_errors(void) {
+    mg_error err = {0};
+    mg_gpt_config c = llama_config();
+    TK_CHECK(mg_gpt_check(&c, &err) == MG_OK, "llama config: %s", err.msg);
+    c.query_groups = 3;
+    expect_invalid(c, "--num-query-groups");
+    c = llama_config(), c.query_groups = -1;
+    expect_invalid(c, "--num-query-groups");
+    c = llama_config(), c.rotary_percent = 0;
+    expect_invalid(c, "--rotary-percent");
+    c = llama_config(), c.rotary_percent = 1.5f;
+    expect_invalid(c, "--rotary-percent");
+    c = llama_config(), c.rotary_percent = 0.125f; /* head dim 8: one channel, not a pair */
+    expect_invalid(c, "rotary dimension");
+    c = llama_config(), c.rotary_base = 0;
+    expect_invalid(c, "--rotary-base");
+    c = llama_config(), c.ln_eps = 0;
+    expect_invalid(c, "--norm-epsilon");
+    c = llama_config(), c.rotary_percent = 0.5f;
+    TK_CHECK(mg_gpt_rotary_dim(&c) == 4 && mg_gpt_check(&c, &err) == MG_OK, "rotary percent 0.5 of head dim 8");
+}
+
+/* d loss / d parameter of the whole model against central differences, dropout off:
+ * every parameter kind, a few elements each. RoPE on half of each head (rotary
+ * percent 0.5) and base 500000 as LLaMA-3. Weights are N(0, 0.2) so every block
+ * contributes well above float noise; the step 2e-3 keeps the differences' truncation
+ * error (curvature of softmax and SwiGLU) under the tolerance: measured worst 0.35 of
+ * it here, against 5x over it with a step of 1e-2 and weights N(0, 0.3). */
+static void grad_model_case(mg_gpt_config c, const char *label) {
+    c.init_std = 0.2f;
+    c.hidden_dropout = c.attention_dropout = 0;
+    mg_graph *g = mg_graph_new();
+    mg_gpt m;
+    mg_error err = {0};
+    int64_t s = c.seq_length, b = 2;
+    mg_tensor *tok = mg_input(g, "tokens", MG_I32, 2, (int64_t[]){s, b});
+    mg_tensor *tgt = mg_input(g, "targets", MG_I32, 2, (int64_t[]){s, b});
+    mg_tensor *pos = mg_input(g, "positions", MG_I32, 1, &s);
+    mg_tensor *loss = NULL;
+    if (mg_gpt2_params(g, &c, &m, &err) == MG_OK) loss = mg_gpt2_forward(g, &m, tok, pos, tgt, false);
+    tk_run r;
+    if (!loss || mg_graph_backward(g, loss, &err) || tk_prepare(&r, g)) {
+        TK_CHECK(false, "%s: build: %s %s", label, mg_graph_error(g)->msg, err.msg);
+        mg_gpt_release(&m);
+        mg_graph_free(g);
+        return;
+    }
+    tk_rng rng = {11};
+    for (int64_t i = 0; i < s * b; i++) {
+        tk_i32(&r, tok)[i] = (int32_t)tk_uniform(&rng, 0, (float)c.vocab);
+        tk_i32(&r, tgt)[i] = (int32_t)tk_uniform(&rng, 0, (float)c.vocab);
+    }
+    for (int64_t t = 0; t < s; t++) tk_i32(&r, pos)[t] = (int32_t)(3 * t + 1); /* any positions */
+    tk_exec(&r);
+    double eps = 2e-3, worst = 0;
+    int fails = tk_failures;
+    int probed = 0;
+    for (int i = 0; i < mg_graph_n_tensors(g); i++) {
+        mg_tensor *p = mg_graph_tensor(g, i);
+        if (p->role != MG_ROLE_PARAM) continue;
+        TK_CHECK(p->grad != NULL, "%s: %s got no gradient", label, p->name);
+        if (!p->grad) continue;
+        int64_t n = mg_numel(p);
+        float *an = malloc((size_t)n * sizeof *an);
+        memcpy(an, tk_f32(&r, p->grad), (size_t)n * sizeof *an);
+        float *x = tk_f32(&r, p);
+        for (int k = 0; k < 4; k++) {
+            int64_t e = (int64_t)(((uint64_t)(k + 1) * 2654435761u + (uint64_t)i * 97u) % (uint64_t)n);
+            float keep = x[e];
+            x[e] = keep + (float)eps;
+            tk_exec(&r);
+            double lp = tk_f32(&r, loss)[0];
+            x[e] = keep - (float)eps;
+            tk_exec(&r);
+            double lm = tk_f32(&r, loss)[0];
+            x[e] = keep;
+            double fd = (lp - lm) / (2 * eps), a = an[e];
+            /* the loss is a mean near ln V = 4.2: f32 rounding of the two losses is
+             * ~5e-7, so differences are good to ~2e-4 absolute */
+            double err_ = fabs(fd - a) / (3e-4 + 3e-2 * fmax(fabs(fd), fabs(a)));
+            if (err_ > worst) worst = err_;
+            probed++;
+            TK_CHECK(err_ <= 1.0, "%s: d loss / d %s[%lld]: analytic %.6g, finite difference %.6g", label, p->name,
+                     (long long)e, a, fd);
+        }
+        free(an);
+    }
+    tk_exec(&r); /* restore */
+    if (tk_failures == fails) printf("ok %s: %d probes, worst gradient error %.3f of tolerance\n", label, probed, worst);
+    tk_release(&r);
+    mg_gpt_release(&m);
+    mg_graph_free(g);
+}
+
+static void test_grad_model(void) {
+    mg_gpt_config c = llama_config();
+    c.rotary_percent = 0.5f;
+    c.rotary_base = 500000.0f;
+    grad_model_case(c, "llama (GQA, SwiGLU, RMSNorm, RoPE 50%, untied)");
+    c = llama_config();
+    c.disable_bias_linear = false; /* biases on q/k/v/o and the MLP, full RoPE, MHA */
+    c.query_groups = 0;
+    grad_model_case(c, "llama with biases, MHA");
+}
+
+/* ---- training with mgraph-run ----------------------------------------------------------- */
+static const char *g_exe, *g_text, *g_tok, *g_dir;
+
+/* Unigram entropy (nats) of the corpus's tokens: the loss of the best model that
+ * ignores context. */
+static double token_unigram_entropy(int64_t *n_tokens) {
+    mg_tokenizer_config tc = {"SentencePieceTokenizer", NULL, NULL, g_tok};
+    mg_tokenizer *tok = NULL;
+    mg_error err = {0};
+    FILE *f = fopen(g_text, "rb");
+    char *text = NULL;
+    long len = 0;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (text = malloc((size_t)len)) && fread(text, 1, (size_t)len, f) != (size_t)len) {
+        free(text);
+        text = NULL;
+    }
+    if (f) fclose(f);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    double h = NAN;
+    if (text && mg_tokenizer_open(&tc, &tok, &err) == MG_OK &&
+        mg_tokenizer_encode(tok, text, (size_t)len, &ids, &n, &err) == MG_OK && n > 0) {
+        int64_t v = mg_tokenizer_vocab_size(tok);
+        double *cnt = calloc((size_t)v, sizeof *cnt);
+        for (size_t i = 0; i < n; i++) cnt[ids[i]]++;
+        h = 0;
+        for (int64_t k = 0; k < v; k++)
+            if (cnt[k] > 0) h -= cnt[k] / (double)n * log(cnt[k] / (double)n);
+        free(cnt);
+    } else {
+        TK_CHECK(false, "tokenizing %s: %s", g_text, err.msg);
+    }
+    *n_tokens = (int64_t)n;
+    free(ids);
+    free(text);
+    mg_tokenizer_free(tok);
+    return h;
+}
+
+/* Runs mgraph-run (stdout and stderr to files in the work folder); its exit status. */
+static int run_mgraph(char **argv) {
+    char out[1024];
+    snprintf(out, sizeof out, "%s/train.log", g_dir);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(out, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int ws = 0;
+    if (pid < 0 || waitpid(pid, &ws, 0) < 0) return -1;
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+/* A 2-layer LLaMA-shaped model (hidden 64, 4 heads in 2 groups, SwiGLU, RMSNorm, RoPE,
+ * untied, no biases) on Tiny Shakespeare with the Mistral tokenizer (32000 tokens):
+ * the first loss is ln 32000 = 10.37 (+- 0.1: N(0, 0.02) weights give nearly uniform
+ * logits), and the mean of the last 10 iterations and the final validation loss are
+ * below the unigram entropy of the corpus's tokens, which only a model using the
+ * context can reach. */
+static void test_train_loss_falls(void) {
+    if (!g_dir) {
+        TK_CHECK(false, "train_loss_falls needs MGRAPH_RUN TEXT_FILE TOKENIZER_MODEL WORK_DIR");
+        return;
+    }
+    int64_t n_tok = 0;
+    double h1 = token_unigram_entropy(&n_tok);
+    if (!isfinite(h1)) return;
+    char mf[1024];
+    snprintf(mf, sizeof mf, "%s/train.jsonl", g_dir);
+    char *argv[] = {(char *)g_exe, "--text-file", (char *)g_text, "--tokenizer-type", "SentencePieceTokenizer",
+                    "--tokenizer-model", (char *)g_tok, "--normalization", "RMSNorm", "--norm-epsilon", "1e-5",
+                    "--position-embedding-type", "rope", "--rotary-base", "10000", "--swiglu",
+                    "--group-query-attention", "--num-query-groups", "2", "--untie-embeddings-and-output-weights",
+                    "--disable-bias-linear", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+                    "--seq-length", "64", "--micro-batch-size", "4", "--global-batch-size", "8", "--lr", "3e-3",
+                    "--min-lr", "3e-4", "--lr-decay-style", "cosine", "--lr-warmup-iters", "10", "--train-iters", "200", "--log-interval", "50",
+                    "--eval-interval", "200", "--eval-iters", "4", "--seed", "1234", "--metrics-file", mf, NULL};
+    int st = run_mgraph(argv);
+    TK_CHECK(st == 0, "mgraph-run exited %d (see %s/train.log)", st, g_dir);
+    FILE *f = fopen(mf, "r");
+    TK_CHECK(f != NULL, "no metrics file %s", mf);
+    if (!f) return;
+    static double loss[1024];
+    double val = NAN;
+    int n = 0;
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        json_t *l = json_object_get(o, "lm_loss"), *v = json_object_get(o, "val_loss");
+        if (json_is_number(l) && n < 1024) loss[n++] = json_number_value(l);
+        if (json_is_number(v)) val = json_number_value(v);
+        json_decref(o);
+    }
+    fclose(f);
+    TK_CHECK(n == 200, "%d training records, want 200", n);
+    if (n < 10) return;
+    double last = 0;
+    for (int i = n - 10; i < n; i++) last += loss[i] / 10;
+    printf("%lld tokens, unigram entropy %.4f nats; first loss %.4f (ln 32000 = %.4f); mean of last 10 %.4f; "
+           "validation %.4f\n",
+           (long long)n_tok, h1, loss[0], log(32000.0), last, val);
+    TK_CHECK(fabs(loss[0] - log(32000.0)) < 0.1, "first loss %.4f, want ln 32000 +- 0.1", loss[0]);
+    TK_CHECK(last < h1, "mean loss of the last 10 iterations %.4f is not below the unigram entropy %.4f", last, h1);
+    TK_CHECK(val < h1, "validation loss %.4f is not below the unigram entropy %.4f", val, h1);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 6) {
+        g_exe = argv[2], g_text = argv[3], g_tok = argv[4], g_dir = argv[5];
+        if (access(g_text, R_OK) || access(g_tok, R_OK)) {
+            printf("skipped: %s or %s not found\n", g_text, g_tok);
+            return 77;
+        }
+        if (mkdir(g_dir, 0755) && errno != EEXIST) {
+            fprintf(stderr, "cannot create %s: %s\n", g_dir, strerror(errno));
+            return 2;
+        }
+    }
+    static const tk_case cases[] = {
+        {"names", test_names},
+        {"config_errors", test_config_errors},
+        {"grad_model", test_grad_model},
+        {"train_loss_falls", test_train_loss_falls},
+    };
+    return tk_main(argc > 2 ? 2 : argc, argv, cases, (int)(sizeof cases / sizeof *cases));
+}
