@@ -131,6 +131,7 @@ llama_groups_not_divisible)
         $MPI -np 2 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --num-query-groups 1 --tensor-model-parallel-size 2 \
         --metrics-file metrics.jsonl ;;
 llama_tp2_matches_serial)
+    needs_text
     # LLaMA with GQA, tensor parallel 2 (one key/value group per rank), dropout on
     timeout 120 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --train-iters 6 --metrics-file serial.jsonl > serial.txt 2>&1 ||
         { cat serial.txt; fail "serial run"; }
