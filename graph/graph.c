@@ -83,6 +83,17 @@ void mg_scope_pop(mg_graph *g) {
 }
 
 const char *mg_scope_current(const mg_graph *g) { return g->n_scopes ? g->scopes[g->n_scopes - 1] : ""; }
+
+void mg_scope_set(mg_graph *g, const char *scope) {
+    if (scope && *scope && g->n_scopes == 1 && !strcmp(g->scopes[0], scope)) return; /* already there */
+    char *s = scope && *scope ? strdup(scope) : NULL;
+    if (scope && *scope && !s) {
+        mg_graph_fail(g, MG_ERR_NOMEM, "out of memory in mg_scope_set");
+        return;
+    }
+    while (g->n_scopes) mg_scope_pop(g);
+    if (s) g->scopes[g->n_scopes++] = s;
+}
 void mg_graph_set_phase(mg_graph *g, mg_phase phase) { g->phase = phase; }
 void mg_graph_set_mb(mg_graph *g, int mb) { g->mb = mb; }
 

@@ -4,7 +4,7 @@
  * Partitioner passes insert these nodes after autodiff, so they have no gradient
  * rules (MG_OPF_NO_GRAD). The kernels find their communicator through
  * mg_exec_info.comm and call the blocking buffer collectives of
- * scheduler/comm_internal.h; over a group of one rank they copy. Gather and scatter
+ * ops/comm_api.h; over a group of one rank they copy. Gather and scatter
  * along a dimension d > 0 go through a scratch buffer, because the collective itself
  * moves contiguous per-rank blocks: the gathered blocks are interleaved into the
  * output (allgather), the input's per-rank slices are packed into contiguous blocks
@@ -19,7 +19,7 @@
 
 #include "mgraph/comm.h"
 #include "ops/op.h"
-#include "scheduler/comm_internal.h"
+#include "ops/comm_api.h"
 
 /* ---- shape rules ---------------------------------------------------------------- */
 static int check_common(const mg_node *n, mg_error *err) {

@@ -47,31 +47,33 @@ void part_set_identity(part_ctx *c, mg_tensor *t, const mg_tensor *lt, mg_shardi
     t->shard = s;
 }
 
-/* Runs f with the physical graph's scope set to `scope` (absolute). */
-static void set_scope(mg_graph *g, const char *scope) {
-    while (g->n_scopes) mg_scope_pop(g);
-    if (scope && *scope) mg_scope_push(g, "%s", scope);
-}
+/* Runs `body` with no scope on the physical graph, so that names are absolute (the
+ * logical names), then restores the scope of the node being partitioned. */
+#define WITH_ABSOLUTE_NAMES(c, body)                                                    \
+    do {                                                                                \
+        char *saved_ = strdup(mg_scope_current((c)->P));                                \
+        mg_scope_set((c)->P, "");                                                       \
+        body;                                                                           \
+        mg_scope_set((c)->P, saved_);                                                   \
+        free(saved_);                                                                   \
+    } while (0)
 
-void part_rename(part_ctx *c, mg_tensor *t, const char *name) {
-    int saved = c->P->n_scopes;
-    c->P->n_scopes = 0; /* absolute name */
-    mg_set_name(c->P, t, name);
-    c->P->n_scopes = saved;
-}
+void part_rename(part_ctx *c, mg_tensor *t, const char *name) { WITH_ABSOLUTE_NAMES(c, mg_set_name(c->P, t, name)); }
 
 mg_tensor *part_new_leaf(part_ctx *c, const char *name, mg_dtype dt, mg_role role, int ndim, const int64_t *shape) {
-    int saved = c->P->n_scopes;
-    c->P->n_scopes = 0; /* leaves keep their absolute logical names */
-    mg_tensor *t = mg_tensor_new(c->P, name, false, dt, role, ndim, shape);
-    c->P->n_scopes = saved;
+    mg_tensor *t = NULL;
+    WITH_ABSOLUTE_NAMES(c, t = mg_input(c->P, name, dt, ndim, shape));
+    if (t) {
+        t->role = role;
+        t->persistent = false; /* the caller decides */
+    }
     return t;
 }
 
 /* Aux and conversion nodes land in the scope, phase and micro-batch of the logical
  * node being partitioned. */
 static void enter_node_context(part_ctx *c, const mg_node *n) {
-    set_scope(c->P, n ? n->scope : "");
+    mg_scope_set(c->P, n ? n->scope : "");
     c->cur_phase = n ? n->phase : MG_PHASE_FORWARD;
     mg_graph_set_phase(c->P, c->cur_phase);
     c->cur_mb = n ? n->mb : -1;
@@ -258,10 +260,8 @@ mg_node *part_emit_aux(part_ctx *c, const mg_node *n, mg_op op, const mg_attrs *
 
 mg_node *part_emit(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg_attrs *attrs,
                    const mg_sharding *out_state, bool dp_partial) {
-    int saved = c->P->n_scopes;
-    c->P->n_scopes = 0; /* output names are the logical (absolute) names */
-    mg_node *nd = mg_node_new(c->P, n->op, attrs ? attrs : &n->attrs, n->n_in, in, n->out[0]->name);
-    c->P->n_scopes = saved;
+    mg_node *nd = NULL; /* output names are the logical (absolute) names */
+    WITH_ABSOLUTE_NAMES(c, nd = mg_node_new(c->P, n->op, attrs ? attrs : &n->attrs, n->n_in, in, n->out[0]->name));
     if (!nd) {
         graph_failed(c);
         return NULL;

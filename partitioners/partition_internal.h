@@ -2,7 +2,6 @@
 #ifndef MG_PARTITION_INTERNAL_H
 #define MG_PARTITION_INTERNAL_H
 
-#include "graph/graph_internal.h"
 #include "mgraph/comm.h"
 #include "mgraph/plan.h"
 #include "ops/op.h"

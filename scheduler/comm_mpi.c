@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scheduler/comm_internal.h"
+#include "ops/comm_api.h"
 
 struct mg_comm {
     mg_mesh mesh;

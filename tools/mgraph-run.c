@@ -568,7 +568,7 @@ static void describe(const run *r, const mg_graph *g, int rank) {
     for (int i = 0; i < mg_graph_n_nodes(g); i++) n_comm += mg_graph_node(g, i)->op >= MG_OP_ALLREDUCE;
     mg_memplan *p = NULL;
     mg_error e = {0};
-    char line[256] = "?";
+    char line[512] = "?";
     if (!mg_memplan_build((mg_graph *)g, true, &p, &e)) mg_memplan_summary(p, line, sizeof line);
     mg_memplan_free(p);
     printf("mgraph-run: rank %d: %d nodes, %d collectives, bytes sent per step: tp %.0f, dp %.0f; memory: %s\n", rank,

@@ -210,6 +210,10 @@ mg_tensor *mg_graph_find(const mg_graph *g, const char *name);
 void mg_scope_push(mg_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mg_scope_pop(mg_graph *g);
 const char *mg_scope_current(const mg_graph *g);
+/* Replaces the whole scope stack by one absolute scope ("" or NULL: none). Passes that
+ * rewrite a graph into another (partitioners) use it to give nodes the scope of the
+ * node they stand for, and tensors their absolute logical names. */
+void mg_scope_set(mg_graph *g, const char *scope);
 /* Per-node context the builder stamps on every node it creates. */
 void mg_graph_set_phase(mg_graph *g, mg_phase phase);
 void mg_graph_set_mb(mg_graph *g, int mb);

@@ -16,7 +16,7 @@
 
 #include "mgraph/comm.h"
 #include "ops/op.h"
-#include "scheduler/comm_internal.h"
+#include "ops/comm_api.h"
 #include "testkit.h"
 
 static int world_rank, world_size;

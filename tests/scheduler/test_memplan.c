@@ -105,7 +105,7 @@ static void test_chain(void) {
         TK_CHECK(p->n_buffers == 4, "chain: %d buffers, want 4 (x, out, 2 ping-pong)", p->n_buffers);
         TK_CHECK(p->transient_bytes == 2 * 4096, "chain: peak %zu, want 8192", p->transient_bytes);
         TK_CHECK(p->unshared_bytes == 7 * 4096, "chain: unshared %zu", p->unshared_bytes);
-        char buf[160];
+        char buf[512];
         mg_memplan_summary(p, buf, sizeof buf);
         TK_CHECK(strstr(buf, "4 buffers") != NULL, "summary: %s", buf);
         printf("chain: %s\n", buf);

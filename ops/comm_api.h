@@ -1,15 +1,17 @@
 /* Buffer-level collectives behind the collective ops (library-internal).
  *
- * ops/collective.c's kernels call these; scheduler/comm_mpi.c implements them over
- * MPI (a later NCCL backend implements the same functions). Every function is a
+ * The interface the collective kernels (ops/collective.c) reach the communicator
+ * through. It lives with the ops, below the scheduler: scheduler/comm_mpi.c implements
+ * it over MPI (an NCCL backend implements the same functions), so ops never include a
+ * scheduler header. Every function is a
  * blocking collective over this rank's group `grp`: all members call it with the
  * same counts, in the same order (the graph's seq order guarantees that). Counts are
  * elements of dtype (MG_F32 or MG_I32). Each call adds its bytes (mg_comm_wire_bytes)
  * and its wall time to the communicator's counters. MPI failures come back as
  * MG_ERR_RUNTIME with MPI's message.
  */
-#ifndef MG_SCHEDULER_COMM_INTERNAL_H
-#define MG_SCHEDULER_COMM_INTERNAL_H
+#ifndef MG_OPS_COMM_API_H
+#define MG_OPS_COMM_API_H
 
 #include <stdint.h>
 
