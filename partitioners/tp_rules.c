@@ -570,11 +570,16 @@ int tp_partition_node(part_ctx *c, const mg_node *n, bool dp_partial) {
         case MG_OP_ADAMW: rc = rule_adamw(c, n, &r); break;
         case MG_OP_ZEROS:
         case MG_OP_LR_SCHEDULE:
-        case MG_OP_CLIP_COEF:
-        default:
+        case MG_OP_CLIP_COEF: /* scalars of the optimizer step: replicated */
             for (int i = 0; i < n->n_in; i++) r.want[i] = sh_full();
             for (int j = 0; j < n->n_out; j++) r.out[j] = sh_full();
             break;
+        default:
+            /* never a silent gather: an op the partitioner cannot place is an error */
+            return part_fail(c, MG_ERR_UNSUPPORTED,
+                             "partitioning: op %s (node '%s') has no tensor-parallel sharding rule "
+                             "(partitioners/tp_rules.c)",
+                             mg_op_name(n->op), n->out[0]->name);
         }
     }
     if (rc) return rc;

@@ -111,8 +111,30 @@ static void rules(void) {
     expect_rule(&p, 2, NULL, MG_ERR_UNSUPPORTED, "expert parallelism is not supported yet");
 }
 
+/* An op without a sharding rule fails partitioning with a message naming it (here an
+ * op the partitioner only ever emits itself, placed in a logical graph). */
+static void no_rule(void) {
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_param(g, "x", 2, (int64_t[]){4, 8}, (mg_init){MG_INIT_ONES, 0});
+    mg_node *n = mg_node_new(g, MG_OP_XENT_VP_MAX, NULL, 1, &x, "row_max");
+    n->out[0]->persistent = true;
+    mg_plan p;
+    mg_plan_defaults(&p);
+    p.tp = 2;
+    mg_mesh mesh;
+    mg_error err = {0};
+    TK_CHECK(n && mg_mesh_init(&mesh, 2, 0, 2, 1, 1, 1, &err) == MG_OK, "setup: %s", err.msg);
+    mg_graph *P = NULL;
+    int rc = mg_partition(g, &p, &mesh, &P, &err);
+    TK_CHECK(rc == MG_ERR_UNSUPPORTED && P == NULL, "partitioning an op without a rule must fail (rc %d)", rc);
+    TK_CHECK(strstr(err.msg, "xent_vp_max") && strstr(err.msg, "no tensor-parallel sharding rule"), "message: %s",
+             err.msg);
+    mg_graph_free(P);
+    mg_graph_free(g);
+}
+
 int main(int argc, char **argv) {
-    static const tk_case cases[] = {
-        {"defaults", defaults}, {"file_ok", file_ok}, {"file_errors", file_errors}, {"rules", rules}};
+    static const tk_case cases[] = {{"defaults", defaults}, {"file_ok", file_ok}, {"file_errors", file_errors},
+                                    {"rules", rules},       {"no_rule", no_rule}};
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
 }
