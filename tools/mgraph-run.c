@@ -443,9 +443,11 @@ static void read_test_hooks(run *r) {
 static int save(run *r, int64_t iteration, uint64_t consumed, mg_error *err) {
     mg_run_save_state s = {iteration, (int64_t)consumed, r->eval_batches_done, r->resume.seed,
                            mg_tokenizer_vocab_size(r->tok)};
+    double t0 = now_s();
     int rc = mg_run_save(&r->cfg, r->sc, &r->plan, &r->mesh, r->mpi_world, r->train_g, r->train_st, &s, err);
     if (!rc && r->mesh.rank == 0) {
-        printf("  successfully saved checkpoint from iteration %7lld to %s\n", (long long)iteration, r->cfg.save);
+        printf("  successfully saved checkpoint from iteration %7lld to %s [ t %.1f ms ]\n", (long long)iteration,
+               r->cfg.save, 1e3 * (now_s() - t0));
         fflush(stdout);
     }
     return rc;

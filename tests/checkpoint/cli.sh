@@ -10,8 +10,10 @@
 #             1 rank and under tp=2: the next iterations match within 1e-5
 #   flags     --finetune, --no-load-optim, --no-load-rng, --save-retain, --skip-train
 #   bad       model-flag mismatch, corrupt and truncated checkpoints: exit 2 with a message
+#   convert   mgraph-convert (5th argument) without transformers: --to-hf then --from-hf gives
+#             back the same model (same validation loss, bitwise); bad input exits 2
 set -u
-RUN=$1 TEXT=$2 WORK=$3 CASE=$4
+RUN=$1 TEXT=$2 WORK=$3 CASE=$4 CONVERT=${5:-}
 [ -f "$TEXT" ] || { echo "FAIL: no $TEXT"; exit 1; }
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 export STARPU_SILENT=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -158,6 +160,36 @@ bad)
     expect2 "latest_checkpointed_iteration.txt" --load ck
     echo 2 > ck/latest_checkpointed_iteration.txt
     "$RUN" "${ARGS[@]}" --train-iters 3 --load ck > ok.txt 2>&1 || { cat ok.txt; fail "restored checkpoint does not load"; }
+    ;;
+convert)
+    "$RUN" "${ARGS[@]}" --train-iters 2 --save ck > s.txt 2>&1 || { cat s.txt; fail "save"; }
+    "$CONVERT" --load ck --to-hf hf > c1.txt 2>&1 || { cat c1.txt; fail "--to-hf"; }
+    [ -s hf/config.json ] && [ -s hf/model.safetensors ] || fail "--to-hf wrote no config.json / model.safetensors"
+    "$CONVERT" --from-hf hf --save back > c2.txt 2>&1 || { cat c2.txt; fail "--from-hf"; }
+    "$RUN" "${ARGS[@]}" --load ck --skip-train --metrics-file a.jsonl > a.txt 2>&1 || { cat a.txt; fail "skip-train ck"; }
+    "$RUN" "${ARGS[@]}" --load back --skip-train --metrics-file b.jsonl > b.txt 2>&1 || { cat b.txt; fail "skip-train back"; }
+    [ -n "$(grep val_loss a.jsonl)" ] && [ "$(grep -o '"val_loss": [^}]*' a.jsonl)" = "$(grep -o '"val_loss": [^}]*' b.jsonl)" ] ||
+        fail "round trip changed the model: $(cat a.jsonl b.jsonl)"
+    conv2() { # $1 message part, rest: arguments
+        local want=$1; shift
+        "$CONVERT" "$@" > out.txt 2> err.txt
+        local rc=$?
+        [ $rc -eq 2 ] || { cat err.txt; fail "mgraph-convert $* exited $rc, want 2"; }
+        grep -q -- "$want" err.txt || { cat err.txt; fail "mgraph-convert $*: message lacks '$want'"; }
+    }
+    conv2 "either" 
+    conv2 "unknown flag" --bogus 1
+    conv2 "config.json" --from-hf nowhere --save x
+    conv2 "not a checkpoint" --load nowhere --to-hf x
+    cp -r hf hf_bad
+    head -c 1000 hf/model.safetensors > hf_bad/model.safetensors
+    conv2 "model.safetensors" --from-hf hf_bad --save x
+    sed 's/"gelu_new"/"relu"/' hf/config.json > hf_bad/config.json
+    cp hf/model.safetensors hf_bad/model.safetensors
+    conv2 "activation_function" --from-hf hf_bad --save x
+    sed 's/"n_embd": 64/"n_embd": 32/' hf/config.json > hf_bad/config.json
+    conv2 "shape" --from-hf hf_bad --save x
+    [ ! -e x ] || fail "a failed conversion left output"
     ;;
 *) fail "unknown case $CASE" ;;
 esac
