@@ -638,10 +638,14 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* Copies the elements stored piece sp shares with wanted piece w (both of tensor t,
  * normalised to >= 1 dims) and marks them in `seen`. Works row by row along the last
  * dimension, where both pieces are contiguous. */
+static bool boxes_meet(const stored_piece *sp, int nd, const int64_t *wo, const int64_t *wb) {
+    for (int d = 0; d < nd; d++)
+        if (sp->offset[d] >= wo[d] + wb[d] || wo[d] >= sp->offset[d] + sp->block[d]) return false;
+    return true;
+}
+
 static void copy_overlap(const mg_ckpt *c, const stored_tensor *t, const stored_piece *sp, const mg_ckpt_piece *w,
                          int nd, const int64_t *wo, const int64_t *wb, int64_t wlo, int64_t whi, uint8_t *seen) {
-    for (int d = 0; d < nd; d++)
-        if (sp->offset[d] >= wo[d] + wb[d] || wo[d] >= sp->offset[d] + sp->block[d]) return;
     size_t es = mg_dtype_size(t->dtype);
     const uint8_t *src = mg_st_data(c->files[sp->file], sp->e);
     uint8_t *dst = w->data;
@@ -703,6 +707,7 @@ int mg_ckpt_fill(mg_ckpt *c, const mg_ckpt_piece *want, int n, mg_error *err) {
         if (!seen) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
         for (int k = 0; k < t->n && !rc; k++) {
             stored_piece *sp = &t->p[k];
+            if (!boxes_meet(sp, nd, wo, wb)) continue; /* a rank reads (and checks) only what it needs */
             rc = verify(c, t, sp, err);
             if (!rc) copy_overlap(c, t, sp, w, nd, wo, wb, wlo, whi, seen);
         }
