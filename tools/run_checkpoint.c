@@ -98,12 +98,26 @@ static int collect(const mg_graph *g, const mg_mesh *mesh, mg_storage *st, bool 
 
 /* ---- run metadata ------------------------------------------------------------------------ */
 static json_t *model_json(const mg_run_config *c, const mg_gpt_config *m, int64_t vocab_unpadded) {
-    return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:i, s:s, s:f}", "arch", "gpt2", "num_layers",
-                     m->num_layers, "hidden_size", m->hidden, "ffn_hidden_size", m->ffn_hidden, "num_attention_heads",
-                     m->heads, "max_position_embeddings", m->max_position, "seq_length", m->seq_length,
-                     "padded_vocab_size", (json_int_t)m->vocab, "vocab_size", (json_int_t)vocab_unpadded,
-                     "make_vocab_size_divisible_by", c->make_vocab_size_divisible_by, "tokenizer_type",
-                     c->tokenizer_type, "layernorm_epsilon", (double)m->ln_eps);
+    const char *norms[] = {"LayerNorm", "RMSNorm"}, *pos[] = {"learned_absolute", "rope", "none"};
+    int groups = m->query_groups > 0 ? m->query_groups : m->heads;
+    /* GPT-2 exactly (what mgraph-convert exports), or another of Megatron's GPT variants */
+    bool gpt2 = m->norm == MG_NORM_LAYERNORM && m->pos_emb == MG_POS_LEARNED && !m->swiglu && groups == m->heads &&
+                !m->untie_embeddings && !m->disable_bias_linear;
+    json_t *j = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:i, s:s, s:f}", "arch", gpt2 ? "gpt2" : "gpt",
+                          "num_layers", m->num_layers, "hidden_size", m->hidden, "ffn_hidden_size", m->ffn_hidden,
+                          "num_attention_heads", m->heads, "max_position_embeddings", m->max_position, "seq_length",
+                          m->seq_length, "padded_vocab_size", (json_int_t)m->vocab, "vocab_size",
+                          (json_int_t)vocab_unpadded, "make_vocab_size_divisible_by", c->make_vocab_size_divisible_by,
+                          "tokenizer_type", c->tokenizer_type, "layernorm_epsilon", (double)m->ln_eps);
+    json_t *more = json_pack("{s:s, s:s, s:b, s:i, s:b, s:b, s:f, s:f}", "normalization",
+                             norms[m->norm == MG_NORM_RMSNORM], "position_embedding_type",
+                             pos[m->pos_emb <= MG_POS_NONE ? m->pos_emb : 0], "swiglu", m->swiglu, "num_query_groups",
+                             groups, "untie_embeddings_and_output_weights", m->untie_embeddings, "disable_bias_linear",
+                             m->disable_bias_linear, "rotary_base", (double)m->rotary_base, "rotary_percent",
+                             (double)m->rotary_percent);
+    if (j && more) json_object_update(j, more);
+    json_decref(more);
+    return j;
 }
 
 static char *meta_text(const mg_run_config *c, const mg_step_config *sc, const mg_plan *plan, const mg_mesh *mesh,
@@ -189,11 +203,27 @@ static int check_model(const mg_ckpt *ck, json_t *saved, const mg_run_config *c,
         {"vocab_size", "--tokenizer-type / --vocab-file (vocabulary size)"},
         {"padded_vocab_size", "--make-vocab-size-divisible-by (padded vocabulary, 128 x tp by default)"},
         {"tokenizer_type", "--tokenizer-type"},
+        {"normalization", "--normalization"},
+        {"position_embedding_type", "--position-embedding-type"},
+        {"swiglu", "--swiglu"},
+        {"num_query_groups", "--num-query-groups"},
+        {"untie_embeddings_and_output_weights", "--untie-embeddings-and-output-weights"},
+        {"disable_bias_linear", "--disable-bias-linear"},
     };
     int rc = MG_OK;
     for (size_t i = 0; i < sizeof fl / sizeof *fl && !rc; i++) {
         json_t *a = json_object_get(saved, fl[i].key), *b = json_object_get(now, fl[i].key);
-        if (!a) {
+        if (!a && i >= 8) { /* saved before these flags existed (or converted): GPT-2's values */
+            json_t *dflt = !strcmp(fl[i].key, "normalization")             ? json_string("LayerNorm")
+                           : !strcmp(fl[i].key, "position_embedding_type") ? json_string("learned_absolute")
+                           : !strcmp(fl[i].key, "num_query_groups")        ? json_incref(json_object_get(now, "num_attention_heads"))
+                                                                           : json_false();
+            bool same = json_equal(dflt, b);
+            json_decref(dflt);
+            if (!same)
+                rc = mg_error_set(err, MG_ERR_INVALID, "%s does not match the checkpoint %s (a GPT-2 without it)",
+                                  fl[i].flag, mg_ckpt_dir(ck));
+        } else if (!a) {
             rc = mg_error_set(err, MG_ERR_IO, "%s: the checkpoint's model flags lack %s", mg_ckpt_dir(ck), fl[i].key);
         } else if (!json_equal(a, b)) {
             char *x = json_dumps(a, JSON_ENCODE_ANY), *y = json_dumps(b, JSON_ENCODE_ANY);

@@ -98,6 +98,19 @@ reshard)
         { cat four.txt; fail "load under tp2 x dp2"; }
     close_to full.jsonl four.jsonl 3
     ;;
+reshard_llama)
+    # a LLaMA-family GPT (RMSNorm, RoPE, SwiGLU, grouped-query attention, untied output, no
+    # biases): tp2 x dp2 with the distributed optimizer, loaded under 1 rank
+    L=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
+       --untie-embeddings-and-output-weights --group-query-attention --num-query-groups 2)
+    mpirun -np 4 "$RUN" "${ARGS[@]}" "${L[@]}" --tensor-model-parallel-size 2 --use-distributed-optimizer \
+        --train-iters 6 --save ck --save-interval 3 --metrics-file full.jsonl > full.txt 2>&1 || { cat full.txt; fail "tp2 x dp2 run"; }
+    "$RUN" "${ARGS[@]}" "${L[@]}" --train-iters 6 --load ck/iter_0000003 --metrics-file one.jsonl > one.txt 2>&1 ||
+        { cat one.txt; fail "load under 1 rank"; }
+    close_to full.jsonl one.jsonl 3
+    "$RUN" "${ARGS[@]}" "${L[@]}" --train-iters 6 --load ck --normalization LayerNorm > n.txt 2> n.err
+    [ $? -eq 2 ] && grep -q -- "--normalization" n.err || { cat n.err; fail "--normalization mismatch not named"; }
+    ;;
 flags)
     "$RUN" "${ARGS[@]}" --train-iters 4 --save ck --save-interval 1 --save-retain 2 --metrics-file a.jsonl > a.txt 2>&1 ||
         { cat a.txt; fail "save every iteration"; }
