@@ -31,6 +31,9 @@
 
 #define CACHE_MAGIC "MGGPTIX2"
 #define CACHE_VERSION 2ULL
+/* Most entries an index array (documents over all epochs, samples) may hold: 2^34,
+ * 128 GiB of sample index. */
+#define GPT_MAX_INDEX (1ULL << 34)
 
 typedef struct gpt_part {
     const mg_indexed_dataset *ids;
@@ -137,9 +140,19 @@ static int build_part(gpt_part *p, const char *name, uint64_t seq_lo, uint64_t s
     }
     if (ndocs > INT32_MAX || seq_hi > INT32_MAX)
         return mg_error_set(err, MG_ERR_UNSUPPORTED, "more than 2^31 documents in one dataset");
-    /* Megatron's _get_num_epochs: enough epochs for the requested samples. */
-    uint64_t epochs = 1;
-    while (requested && (epochs * tokens - 1) / (uint64_t)seq_length < requested) epochs++;
+    /* Megatron's _get_num_epochs: the fewest epochs e with (e * tokens - 1) / seq_length
+     * >= requested, computed (a loop would spin for an absurd request) in 128 bits, and
+     * bounded so that the index arrays stay allocatable. */
+    unsigned __int128 need = (unsigned __int128)requested * (unsigned __int128)seq_length + 1;
+    unsigned __int128 e128 = requested ? (need + tokens - 1) / tokens : 1;
+    if (e128 < 1) e128 = 1;
+    if (e128 * ndocs > GPT_MAX_INDEX || (e128 * tokens - 1) / (uint64_t)seq_length > GPT_MAX_INDEX)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "%s: %llu samples of %d + 1 tokens need more than %llu index entries over its %llu tokens "
+                            "(fewer --train-iters, --eval-iters or --global-batch-size)",
+                            name, (unsigned long long)requested, seq_length, (unsigned long long)GPT_MAX_INDEX,
+                            (unsigned long long)tokens);
+    uint64_t epochs = (uint64_t)e128;
     uint64_t nsamp = (epochs * tokens - 1) / (uint64_t)seq_length;
     p->n_doc_idx = epochs * ndocs;
     p->num_samples = nsamp;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "io/dataset_internal.h"
 #include "io/hashmap.h"
@@ -50,15 +51,30 @@ static int text_sample(const mg_dataset *ds, int split, uint64_t idx, int32_t *t
 
 static const mg_dataset_ops text_ops = {text_num_samples, text_sample, text_destroy};
 
+/* The text is tokenized in memory (4 bytes per token): larger corpora go through
+ * mgraph-preprocess and --data-path. */
+#define TEXT_MAX_BYTES (1ULL << 30)
+
 static int read_whole(const char *path, char **buf, size_t *len, mg_error *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return mg_error_set(err, MG_ERR_IO, "cannot open text dataset %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > TEXT_MAX_BYTES) {
+        int dir = S_ISDIR(st.st_mode), reg = S_ISREG(st.st_mode);
+        fclose(f);
+        if (dir) return mg_error_set(err, MG_ERR_IO, "text dataset %s is a directory, not a file", path);
+        if (!reg) return mg_error_set(err, MG_ERR_IO, "text dataset %s is not a regular file", path);
+        return mg_error_set(err, MG_ERR_IO,
+                            "text dataset %s has %lld bytes, more than the %llu that --text-file tokenizes in memory "
+                            "(use mgraph-preprocess and --data-path)",
+                            path, (long long)st.st_size, TEXT_MAX_BYTES);
+    }
     size_t cap = 1 << 20, n = 0;
     char *b = malloc(cap);
     while (b) {
         size_t r = fread(b + n, 1, cap - n, f);
         n += r;
-        if (n < cap) break;
+        if (n < cap || n >= TEXT_MAX_BYTES) break; /* the file grew while read: stop at the bound */
         char *nb = realloc(b, cap * 2);
         if (!nb) {
             free(b);
@@ -73,7 +89,7 @@ static int read_whole(const char *path, char **buf, size_t *len, mg_error *err) 
     if (!b) return mg_error_set(err, MG_ERR_NOMEM, "out of memory reading %s", path);
     if (bad) {
         free(b);
-        return mg_error_set(err, MG_ERR_IO, "error reading %s", path);
+        return mg_error_set(err, MG_ERR_IO, "error reading text dataset %s: %s", path, strerror(errno));
     }
     *buf = b;
     *len = n;

@@ -225,9 +225,112 @@ static int load_merges(gpt2 *g, mg_tokenizer *t, const int16_t *byte_of_cp, mg_e
     return rc;
 }
 
+/* ---- BPE of long pre-tokens --------------------------------------------------------------
+ * The scan in bpe_word costs O(n) map lookups per merge, O(n^2) per word: one 1 MB
+ * "word" (a run of letters without spaces) took ~2000x the time of the same bytes as
+ * text. Above LONG_WORD bytes the same merges run in O(n log n): the symbols form a
+ * linked list, candidate pairs wait in a min-heap ordered by (rank, position), and an
+ * entry is stale once either of its symbols changed. Popping in that order merges
+ * every occurrence of the lowest-ranked pair left to right, as the scan does, since a
+ * merge only creates pairs of higher rank (a merged token exists only after its own
+ * merge was learned): the results are the same for any merges file BPE training
+ * produces. */
+#define LONG_WORD 256
+
+typedef struct bpe_cand {
+    uint32_t rank, pos, right, vl, vr;
+    int32_t id;
+} bpe_cand;
+
+static int cand_less(const bpe_cand *a, const bpe_cand *b) {
+    return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
+}
+
+typedef struct bpe_heap {
+    bpe_cand *h;
+    size_t n, cap;
+} bpe_heap;
+
+static int heap_push(bpe_heap *q, bpe_cand c) {
+    if (q->n == q->cap) {
+        size_t nc = q->cap ? 2 * q->cap : 1024;
+        bpe_cand *nh = realloc(q->h, nc * sizeof *nh);
+        if (!nh) return -1;
+        q->h = nh;
+        q->cap = nc;
+    }
+    size_t i = q->n++;
+    while (i > 0 && cand_less(&c, &q->h[(i - 1) / 2])) {
+        q->h[i] = q->h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    q->h[i] = c;
+    return 0;
+}
+
+static bpe_cand heap_pop(bpe_heap *q) {
+    bpe_cand top = q->h[0], last = q->h[--q->n];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        const bpe_cand *best = &last;
+        if (l < q->n && cand_less(&q->h[l], best)) m = l, best = &q->h[l];
+        if (r < q->n && cand_less(&q->h[r], best)) m = r;
+        if (m == i) break;
+        q->h[i] = q->h[m];
+        i = m;
+    }
+    if (q->n) q->h[i] = last;
+    return top;
+}
+
+/* Pushes the pair starting at symbol a (if b follows and the pair merges). */
+static int push_pair(gpt2 *g, bpe_heap *q, const int32_t *s, const uint32_t *ver, uint32_t a, int64_t b) {
+    uint64_t v;
+    if (b < 0 || !mg_u64map_get(&g->merges, (uint64_t)(uint32_t)s[a] << 32 | (uint32_t)s[b], &v)) return 0;
+    bpe_cand c = {(uint32_t)(v >> 32), a, (uint32_t)b, ver[a], ver[b], (int32_t)(uint32_t)v};
+    return heap_push(q, c);
+}
+
+/* Merges s[0..n) in place; *m is the symbols left. */
+static int bpe_long(gpt2 *g, int32_t *s, size_t n, size_t *m, mg_error *err) {
+    int64_t *prev = malloc(n * sizeof *prev), *next = malloc(n * sizeof *next);
+    uint32_t *ver = calloc(n, sizeof *ver);
+    bpe_heap q = {0};
+    int rc = prev && next && ver ? MG_OK : MG_ERR_NOMEM;
+    for (size_t i = 0; !rc && i < n; i++) {
+        prev[i] = (int64_t)i - 1;
+        next[i] = i + 1 < n ? (int64_t)i + 1 : -1;
+    }
+    for (size_t i = 0; !rc && i + 1 < n; i++)
+        if (push_pair(g, &q, s, ver, (uint32_t)i, (int64_t)i + 1)) rc = MG_ERR_NOMEM;
+    while (!rc && q.n) {
+        bpe_cand c = heap_pop(&q);
+        if (ver[c.pos] != c.vl || next[c.pos] != (int64_t)c.right || ver[c.right] != c.vr || s[c.right] < 0) continue;
+        s[c.pos] = c.id; /* the merged symbol takes the left place; the right one leaves */
+        ver[c.pos]++;
+        ver[c.right]++;
+        s[c.right] = -1;
+        next[c.pos] = next[c.right];
+        if (next[c.right] >= 0) prev[next[c.right]] = c.pos;
+        if ((prev[c.pos] >= 0 && push_pair(g, &q, s, ver, (uint32_t)prev[c.pos], c.pos)) ||
+            push_pair(g, &q, s, ver, c.pos, next[c.pos]))
+            rc = MG_ERR_NOMEM;
+    }
+    size_t j = 0;
+    if (!rc)
+        for (int64_t i = 0; i >= 0; i = next[i]) s[j++] = s[i];
+    *m = j;
+    free(prev);
+    free(next);
+    free(ver);
+    free(q.h);
+    return rc ? mg_error_set(err, MG_ERR_NOMEM, "out of memory merging a pre-token of %zu bytes", n) : MG_OK;
+}
+
 /* BPE of one pre-token: repeatedly merge the adjacent pair of lowest rank (all its
  * occurrences, left to right), as OpenAI's bpe() does. Words are short, so the
- * quadratic scan beats a heap in practice. */
+ * quadratic scan beats a heap for them; long ones go to bpe_long. */
 static int bpe_word(gpt2 *g, const unsigned char *w, size_t n, mg_ids *out, mg_error *err) {
     if (n == 1) return mg_ids_push(out, g->byte_id[w[0]], err);
     int cacheable = n <= CACHE_MAX_WORD_BYTES;
@@ -246,7 +349,11 @@ static int bpe_word(gpt2 *g, const unsigned char *w, size_t n, mg_ids *out, mg_e
     int32_t *s = g->work.data;
     for (size_t i = 0; i < n; i++) s[i] = g->byte_id[w[i]];
     size_t m = n;
-    while (m > 1) {
+    if (n > LONG_WORD) {
+        rc = bpe_long(g, s, n, &m, err);
+        if (rc) return rc;
+    }
+    while (m > 1 && n <= LONG_WORD) {
         uint64_t best = UINT64_MAX, v;
         for (size_t i = 0; i + 1 < m; i++) {
             if (mg_u64map_get(&g->merges, (uint64_t)(uint32_t)s[i] << 32 | (uint32_t)s[i + 1], &v) && v < best) best = v;

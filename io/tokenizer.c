@@ -2,8 +2,10 @@
  * what every implementation shares (config copies, id buffers, vocab padding). */
 #include "io/tok_internal.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int mg_ids_reserve(mg_ids *ids, size_t cap, mg_error *err) {
     if (cap <= ids->cap) return MG_OK;
@@ -33,6 +35,17 @@ void mg_ids_free(mg_ids *ids) {
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
+/* A tokenizer file must be a regular file: a directory would reach the JSON or
+ * protobuf parser as a read error, /dev/zero would be read forever. */
+static int check_file(const char *path, const char *flag, mg_error *err) {
+    struct stat st;
+    if (!path) return MG_OK;
+    if (stat(path, &st) != 0) return mg_error_set(err, MG_ERR_IO, "cannot open %s %s: %s", flag, path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) return mg_error_set(err, MG_ERR_IO, "%s %s is a directory, not a file", flag, path);
+    if (!S_ISREG(st.st_mode)) return mg_error_set(err, MG_ERR_IO, "%s %s is not a regular file", flag, path);
+    return MG_OK;
+}
+
 static void tok_release(mg_tokenizer *t) {
     if (t->ops && t->impl) t->ops->destroy(t->impl);
     free(t->vocab_file);
@@ -52,8 +65,12 @@ int mg_tokenizer_open(const mg_tokenizer_config *cfg, mg_tokenizer **out, mg_err
         t->model_file = dup_or_null(cfg->model_file);
     }
     t->eod = t->bos = -1;
-    int rc;
-    if (strcmp(type, "GPT2BPETokenizer") == 0) {
+    int rc = check_file(t->vocab_file, "--vocab-file", err);
+    if (!rc) rc = check_file(t->merge_file, "--merge-file", err);
+    if (!rc) rc = check_file(t->model_file, "--tokenizer-model", err);
+    if (rc) {
+        /* a named file is unusable: said above */
+    } else if (strcmp(type, "GPT2BPETokenizer") == 0) {
         t->type = "GPT2BPETokenizer";
         if (!t->vocab_file || !t->merge_file)
             rc = mg_error_set(err, MG_ERR_INVALID,

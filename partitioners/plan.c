@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "mgraph/plan.h"
 #include "ops/op.h"
@@ -73,12 +74,24 @@ static int parse_bool(const char *v, bool *out) {
 int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
     FILE *f = fopen(path, "r");
     if (!f) return mg_error_set(err, MG_ERR_IO, "cannot read plan file %s: %s", path, strerror(errno));
-    char line[512];
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        return mg_error_set(err, MG_ERR_IO, "plan file %s is a directory, not a file", path);
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
     int ln = 0, rc = MG_OK;
-    while (!rc && fgets(line, sizeof line, f)) {
+    while (!rc && (got = getline(&line, &cap, f)) >= 0) {
         ln++;
-        if (!strchr(line, '\n') && !feof(f)) {
-            rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: line too long", path, ln);
+        /* getline gives the true length: a NUL is not text, and would cut the line short */
+        if (memchr(line, '\0', (size_t)got)) {
+            rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: NUL byte in the line (a plan file is text)", path, ln);
+            break;
+        }
+        if (got > 511) {
+            rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: line too long (%zd bytes, at most 511)", path, ln, got);
             break;
         }
         char *hash = strchr(line, '#');
@@ -130,7 +143,8 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
             rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: unknown setting '%s'", path, ln, key);
         }
     }
-    if (!rc && ferror(f)) rc = mg_error_set(err, MG_ERR_IO, "error reading plan file %s", path);
+    if (!rc && ferror(f)) rc = mg_error_set(err, MG_ERR_IO, "error reading plan file %s: %s", path, strerror(errno));
+    free(line);
     fclose(f);
     return rc;
 }

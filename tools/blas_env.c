@@ -8,6 +8,7 @@
  * MGRAPH_KEEP_OPENBLAS=1 turns this off. */
 #include "blas_env.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -21,5 +22,11 @@ void mg_tool_pick_openblas_kernel(char **argv) {
         core = "Haswell";
     if (!core) return;
     setenv("OPENBLAS_CORETYPE", core, 1);
-    execv("/proc/self/exe", argv); /* only returns on failure: carry on with the default */
+    /* exec the resolved path, not /proc/self/exe: the process name (comm) is the
+     * executable's base name, so it stays "mgraph-run" for ps and pgrep -x */
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return;
+    self[n] = '\0';
+    execv(self, argv); /* only returns on failure: carry on with the default */
 }

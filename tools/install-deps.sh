@@ -5,7 +5,9 @@ PKGS=(build-essential cmake pkg-config
       libopenblas-dev libstarpu-dev starpu-tools libhwloc-dev hwloc libopenmpi-dev openmpi-bin
       libjansson-dev libpcre2-dev libsentencepiece-dev
       graphviz        # dot: DOT dumps are rendered by the tests
-      fortunes)       # English text for the default training run
+      fortunes        # English text for the default training run
+      clang-14 libclang-rt-14-dev   # libFuzzer targets (tests/fuzz)
+      iproute2)       # ip netns: the two-host test (tests/reliability/two_hosts.sh)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

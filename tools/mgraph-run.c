@@ -3,6 +3,7 @@
  * Exit status: 0 success, 2 bad usage or input (one message on stderr), 1 failure
  * while running.
  */
+#include <fnmatch.h>
 #include <limits.h>
 #include <math.h>
 #include <mpi.h>
@@ -157,6 +158,10 @@ static int metrics_close(run *r, bool keep, mg_error *err) {
 }
 
 /* ---- configuration checks and derived values ----------------------------------------- */
+/* Micro-batches x layers in one step graph: 2^18 is ~10^7 graph nodes, the most that
+ * builds in a reasonable time and memory. */
+#define MAX_MICRO_LAYERS (1 << 18)
+
 /* Ranks of this job on this node, as Open MPI tells each of them (1 without mpirun). */
 static int local_ranks(void) {
     const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -187,9 +192,13 @@ static int resolve_plan(run *r, int world, mg_error *err) {
                            "--context-parallel-size", "--expert-model-parallel-size"};
     int *dst[] = {&p->tp, &p->pp, &p->cp, &p->ep};
     for (int i = 0; i < 4; i++) {
-        if (given[i] < 0) return mg_error_set(err, MG_ERR_INVALID, "%s must be >= 1 (got %d)", names[i], given[i]);
-        if (given[i] > 0) *dst[i] = given[i];
+        if (!mg_run_config_given(c, names[i])) continue;
+        if (given[i] < 1 || given[i] > 1 << 20)
+            return mg_error_set(err, MG_ERR_INVALID, "%s must be in 1..%d (got %d)", names[i], 1 << 20, given[i]);
+        *dst[i] = given[i];
     }
+    if (mg_run_config_given(c, "--matmul-tiles") && c->matmul_tiles < 1)
+        return mg_error_set(err, MG_ERR_INVALID, "--matmul-tiles must be in 1..64 (got %d)", c->matmul_tiles);
     if (c->matmul_tiles < 0 || c->matmul_tiles > 64)
         return mg_error_set(err, MG_ERR_INVALID, "--matmul-tiles must be in 1..64 (got %d)", c->matmul_tiles);
     if (c->matmul_tiles > 0) p->matmul_tiles = c->matmul_tiles;
@@ -205,10 +214,78 @@ static int resolve_plan(run *r, int world, mg_error *err) {
     return mg_plan_check(p, world, err);
 }
 
+/* ---- limits (issue 18) ----------------------------------------------------------------------
+ * Bounds the Megatron checks (mg_run_config_check) do not make. They keep every product
+ * computed from the sizes (4h, seq + 1, parameter counts, samples asked of the dataset)
+ * far from overflow, and check a value that was given explicitly before
+ * mg_run_config_check derives defaults from values <= 0 (--ffn-hidden-size 0 was taken
+ * as "not given"). */
+static void check_max(mg_run_notes *n, const char *flag, int64_t v, int64_t hi) {
+    if (v > hi) mg_run_notes_error(n, "%s must be at most %lld (got %lld)", flag, (long long)hi, (long long)v);
+}
+
+static void check_range(mg_run_notes *n, const char *flag, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi)
+        mg_run_notes_error(n, "%s must be in %lld..%lld (got %lld)", flag, (long long)lo, (long long)hi, (long long)v);
+}
+
+static void check_limits(const mg_run_config *c, mg_run_notes *n) {
+    const int64_t DIM = 1 << 24, ITERS = (int64_t)1 << 40;
+    check_range(n, "--num-layers", c->num_layers, 1, 1 << 16);
+    check_range(n, "--hidden-size", c->hidden_size, 1, DIM);
+    check_range(n, "--num-attention-heads", c->num_attention_heads, 1, DIM);
+    check_range(n, "--seq-length", c->seq_length, 1, DIM);
+    if (mg_run_config_given(c, "--ffn-hidden-size")) check_range(n, "--ffn-hidden-size", c->ffn_hidden_size, 1, 4 * DIM);
+    if (mg_run_config_given(c, "--max-position-embeddings"))
+        check_range(n, "--max-position-embeddings", c->max_position_embeddings, 1, DIM);
+    check_max(n, "--micro-batch-size", c->micro_batch_size, DIM);
+    check_max(n, "--global-batch-size", c->global_batch_size, 1 << 30);
+    check_max(n, "--train-iters", c->train_iters, ITERS);
+    check_max(n, "--eval-iters", c->eval_iters, ITERS);
+    check_max(n, "--eval-interval", c->eval_interval, ITERS);
+    check_max(n, "--log-interval", c->log_interval, ITERS);
+    check_max(n, "--lr-warmup-iters", c->lr_warmup_iters, ITERS);
+    check_max(n, "--lr-decay-iters", c->lr_decay_iters, ITERS);
+    if (mg_run_config_given(c, "--eval-interval") && c->eval_interval < 0)
+        mg_run_notes_error(n, "--eval-interval must be >= 0 (0 or left out: no periodic validation; got %lld)",
+                           (long long)c->eval_interval);
+    if (c->eval_interval == 0 && mg_run_config_given(c, "--eval-iters") && c->eval_iters > 0)
+        mg_run_notes_error(n, "--eval-iters %lld with --eval-interval 0: evaluation would never run (give an interval, "
+                              "or --eval-iters 0)", (long long)c->eval_iters);
+    if (!(c->weight_decay >= 0)) mg_run_notes_error(n, "--weight-decay must be >= 0 (got %g)", c->weight_decay);
+    if (!(c->clip_grad >= 0)) mg_run_notes_error(n, "--clip-grad must be >= 0 (0: off; got %g)", c->clip_grad);
+    if (!(c->init_method_std >= 0)) mg_run_notes_error(n, "--init-method-std must be >= 0 (got %g)", c->init_method_std);
+    if (!(c->hidden_dropout >= 0 && c->hidden_dropout < 1) || !(c->attention_dropout >= 0 && c->attention_dropout < 1))
+        mg_run_notes_error(n, "--hidden-dropout and --attention-dropout must be in [0, 1)");
+    /* tokenizer files of another tokenizer than the one named */
+    const char *type = c->tokenizer_type;
+    if (type && strcmp(type, "GPT2BPETokenizer") && (c->vocab_file || c->merge_file))
+        mg_run_notes_error(n, "%s is for --tokenizer-type GPT2BPETokenizer (the tokenizer is %s)",
+                           c->vocab_file ? "--vocab-file" : "--merge-file", type);
+    if (type && strcmp(type, "SentencePieceTokenizer") && c->tokenizer_model)
+        mg_run_notes_error(n, "--tokenizer-model is for --tokenizer-type SentencePieceTokenizer (the tokenizer is %s)", type);
+    if (c->check_for_nan_in_loss_and_grad && c->no_check_for_nan_in_loss_and_grad)
+        mg_run_notes_error(n, "--check-for-nan-in-loss-and-grad and --no-check-for-nan-in-loss-and-grad exclude each other");
+}
+
 /* The step configuration from the checked flags (mg_run_config_check). */
 static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) {
     if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * dp; /* Megatron's default */
     if (c->lr_decay_iters < 0) c->lr_decay_iters = c->train_iters;
+    /* every micro-batch is its own copy of the model in the step graph: bound the graph */
+    int64_t n_micro = c->global_batch_size / c->micro_batch_size;
+    if (n_micro * c->num_layers > MAX_MICRO_LAYERS)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "%lld micro-batches (--global-batch-size %d / --micro-batch-size %d) x %d layers make a step "
+                            "graph too large to build (limit %d micro-batch layers): raise --micro-batch-size",
+                            (long long)n_micro, c->global_batch_size, c->micro_batch_size, c->num_layers, MAX_MICRO_LAYERS);
+    /* samples asked of the dataset: bounded (2^50) so that the products in open_data fit */
+    uint64_t cap = ((uint64_t)1 << 50) / (uint64_t)c->global_batch_size;
+    if ((uint64_t)c->train_iters > cap ||
+        (c->eval_interval > 0 && (uint64_t)(c->train_iters / c->eval_interval + 1) * (uint64_t)c->eval_iters > cap))
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--train-iters %lld (and --eval-iters %lld) x --global-batch-size %d ask for more than 2^50 samples",
+                            (long long)c->train_iters, (long long)c->eval_iters, c->global_batch_size);
     memset(sc, 0, sizeof *sc);
     mg_gpt_config *m = &sc->model;
     *m = mg_gpt_defaults();
@@ -261,7 +338,8 @@ static int open_data(run *r, mg_step_config *sc, mg_error *err) {
     int64_t vocab = mg_tokenizer_vocab_size(r->tok);
     sc->model.vocab = mg_vocab_padded(vocab, c->make_vocab_size_divisible_by, tp);
     uint64_t gbs = (uint64_t)c->global_batch_size;
-    uint64_t evals = c->eval_interval > 0 ? (uint64_t)(c->train_iters / c->eval_interval) + 1 : 1;
+    /* no evaluation, no validation samples asked for (--skip-train evaluates once) */
+    uint64_t evals = c->eval_interval > 0 ? (uint64_t)(c->train_iters / c->eval_interval) + 1 : c->skip_train ? 1 : 0;
     /* the test split is not used by training: ask for none (0 = one epoch, possibly empty) */
     uint64_t want[3] = {(uint64_t)c->train_iters * gbs, evals * (uint64_t)c->eval_iters * gbs, 0};
     if (c->data_path) {
@@ -530,10 +608,13 @@ static int train(run *r, mg_error *err) {
     return MG_OK;
 }
 
-/* "%r" in a path becomes the rank. */
-static void rank_path(const char *pattern, int rank, char *out, size_t len) {
+/* "%r" in a path becomes the rank. MG_ERR_INVALID when the result would not fit
+ * (never a silently shortened name: that is another file). */
+static int rank_path(const char *pattern, int rank, char *out, size_t len, mg_error *err) {
     size_t o = 0;
-    for (const char *p = pattern; *p && o + 1 < len; p++) {
+    for (const char *p = pattern; *p; p++) {
+        if (o + 16 >= len)
+            return mg_error_set(err, MG_ERR_INVALID, "--dump-dot path is longer than %zu bytes", len - 16);
         if (p[0] == '%' && p[1] == 'r') {
             o += (size_t)snprintf(out + o, len - o, "%d", rank);
             p++;
@@ -541,7 +622,41 @@ static void rank_path(const char *pattern, int rank, char *out, size_t len) {
             out[o++] = *p;
         }
     }
-    out[o < len ? o : len - 1] = '\0';
+    out[o] = '\0';
+    return MG_OK;
+}
+
+/* --dump-dot under mpirun needs %r: every rank writes its graph, and ranks writing
+ * one file would leave one of them (or, before atomic outputs, a mix). */
+static int check_dump_dot(const run *r, int world, mg_error *err) {
+    if (!r->cfg.dump_dot) return MG_OK;
+    if (world > 1 && !strstr(r->cfg.dump_dot, "%r"))
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--dump-dot %s under mpirun: every rank writes its graph, put %%r (the rank) in the name",
+                            r->cfg.dump_dot);
+    char path[PATH_MAX];
+    return rank_path(r->cfg.dump_dot, 1 << 20, path, sizeof path, err);
+}
+
+/* A shard rule (plan file or default) that names a dimension its tensor does not have
+ * would be ignored by the partitioner: say so instead. The last matching rule is the
+ * one that applies, as in the partitioner. */
+static int check_shard_rules(const run *r, mg_error *err) {
+    const mg_graph *g = r->train.g;
+    for (int i = 0; i < mg_graph_n_tensors(g); i++) {
+        const mg_tensor *t = mg_graph_tensor((mg_graph *)g, i);
+        if (t->role != MG_ROLE_PARAM) continue;
+        for (int k = r->plan.n_rules - 1; k >= 0; k--) {
+            const mg_shard_rule *rule = &r->plan.rules[k];
+            if (fnmatch(rule->pattern, t->name, 0) != 0) continue;
+            if (rule->dim < 0 || rule->dim >= t->ndim)
+                return mg_error_set(err, MG_ERR_INVALID,
+                                    "plan: shard rule '%s %d' applies to %s, which has %d dimension%s (0..%d)",
+                                    rule->pattern, rule->dim, t->name, t->ndim, t->ndim == 1 ? "" : "s", t->ndim - 1);
+            break;
+        }
+    }
+    return MG_OK;
 }
 
 /* The graph a rank runs: the logical graph itself on one rank, else its partition. */
@@ -554,8 +669,9 @@ static int rank_graph(run *r, mg_step *st, const mg_mesh *mesh, mg_graph **out, 
 }
 
 static int dump_dot(run *r, const mg_graph *g, int rank, int world, mg_error *err) {
-    char path[1024], title[256];
-    rank_path(r->cfg.dump_dot, rank, path, sizeof path);
+    char path[PATH_MAX], title[256];
+    int rc = rank_path(r->cfg.dump_dot, rank, path, sizeof path, err);
+    if (rc) return rc;
     snprintf(title, sizeof title, "mgraph GPT training step, rank %d of %d (tp %d, dp %d%s%s)", rank, world, r->plan.tp,
              world / (r->plan.tp * r->plan.pp * r->plan.cp), r->plan.sequence_parallel ? ", sp" : "",
              r->plan.distributed_optimizer ? ", distributed optimizer" : "");
@@ -660,17 +776,20 @@ int main(int argc, char **argv) {
         if (rank == 0) mg_run_config_usage(stdout);
         return finish(&r, 0, &err);
     }
+    check_limits(&r.cfg, &notes);
     mg_run_config_check(&r.cfg, &notes);
     int rc = MG_OK;
     if (!rc && provided < MPI_THREAD_SERIALIZED && world > 1)
         rc = mg_error_set(&err, MG_ERR_RUNTIME, "MPI provides thread level %d, mgraph needs MPI_THREAD_SERIALIZED", provided);
     int plan_world = world;
-    if (!rc && r.cfg.world_size) {
+    if (!rc && mg_run_config_given(&r.cfg, "--world-size")) {
         if (!r.cfg.dry_run) rc = mg_error_set(&err, MG_ERR_INVALID, "--world-size is for --dry-run (use mpirun -np N to run N ranks)");
         else if (world > 1) rc = mg_error_set(&err, MG_ERR_INVALID, "--world-size partitions in one process: run it without mpirun");
-        else if (r.cfg.world_size < 1) rc = mg_error_set(&err, MG_ERR_INVALID, "--world-size must be >= 1");
+        else if (r.cfg.world_size < 1 || r.cfg.world_size > 1 << 20)
+            rc = mg_error_set(&err, MG_ERR_INVALID, "--world-size must be in 1..%d (got %d)", 1 << 20, r.cfg.world_size);
         else plan_world = r.cfg.world_size;
     }
+    if (!rc) rc = check_dump_dot(&r, world, &err);
     if (!rc) rc = resolve_plan(&r, plan_world, &err);
     /* every bad flag of the command line in one run, plan problems included */
     if (rc && mg_status_is_usage(rc)) {
@@ -698,6 +817,7 @@ int main(int argc, char **argv) {
         rc = mg_plan_check_model(&r.plan, plan_world, &pm, &err);
     }
     if (!rc) rc = mg_step_build(&sc, &r.train, &err);
+    if (!rc) rc = check_shard_rules(&r, &err);
     bool with_eval = (r.cfg.eval_interval > 0 || r.cfg.skip_train) && r.cfg.eval_iters > 0;
     r.sc = &sc;
     if (!rc) rc = mg_run_resume_open(&r.cfg, &sc.model, mg_tokenizer_vocab_size(r.tok), &r.resume, &err);

@@ -161,6 +161,7 @@ static const flag flags[] = {
 };
 #undef O
 #define N_FLAGS (sizeof flags / sizeof *flags)
+_Static_assert(sizeof flags / sizeof *flags <= sizeof ((mg_run_config *)0)->given, "mg_run_config.given is too small");
 
 /* The run mgraph-run makes with no flag: a ~3.2M-parameter byte-level GPT on Debian's
  * fortunes corpus, with the schedule and logging that suit 300 short iterations. */
@@ -387,6 +388,7 @@ static void parse_args(mg_run_config *c, int argc, const char *const *argv, mg_r
             ok = parse_value(f, v, dst, notes);
         }
         if (!ok) continue;
+        if ((size_t)(f - flags) < sizeof c->given) c->given[f - flags] = true;
         if (f->kind == REFUSE) mg_run_notes_error(notes, "%s is not supported: %s", f->name, f->help);
         if (f->kind == NOOP) mg_run_notes_warn(notes, "%s has no effect: %s", f->name, f->help);
     }
@@ -480,6 +482,12 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     if (!strcmp(c->tokenizer_type, "GPT2BPETokenizer") && (!c->vocab_file || !c->merge_file))
         mg_run_notes_error(n, "--tokenizer-type GPT2BPETokenizer (Megatron's default with --data-path) needs "
                               "--vocab-file and --merge-file");
+}
+
+bool mg_run_config_given(const mg_run_config *c, const char *flag) {
+    for (size_t k = 0; k < N_FLAGS && k < sizeof c->given; k++)
+        if (!strcmp(flags[k].name, flag)) return c->given[k];
+    return false;
 }
 
 void mg_run_config_usage(FILE *out) {

@@ -58,6 +58,7 @@ typedef struct mg_run_config {
     bool no_load_optim, no_load_rng, finetune, skip_train;
     bool help;
     bool demo;               /* no flag was given: the demo run's own values were applied */
+    bool given[256];         /* flags that were on the command line, by table position */
     char data_path_buf[4096]; /* --data-path's values (Megatron's nargs='*'), joined by spaces */
 } mg_run_config;
 
@@ -88,5 +89,8 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *notes);
 /* The demo run's flags (a NULL-terminated list), written out so that --help shows them. */
 const char *const *mg_run_config_demo_args(void);
 void mg_run_config_usage(FILE *f);
+/* Whether the flag ("--ffn-hidden-size") was given: a value given explicitly is
+ * checked, a default may be derived. */
+bool mg_run_config_given(const mg_run_config *c, const char *flag);
 
 #endif

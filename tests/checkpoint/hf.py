@@ -98,7 +98,7 @@ run([CONVERT, "--from-hf", "hf", "--save", "ck"], "mgraph-convert --from-hf")
 close(mgraph_loss("ck", "imported"), hf_loss(hf), "imported GPT-2")
 
 # 2. mgraph (trained) -> transformers
-run([RUN, *ARGS, "--load", "ck", "--train-iters", "3", "--eval-interval", "0", "--save", "trained", "--lr", "1e-3",
+run([RUN, *ARGS, "--load", "ck", "--train-iters", "3", "--save", "trained", "--lr", "1e-3",
      "--lr-warmup-iters", "0"], "mgraph-run training the import")
 run([CONVERT, "--load", "trained", "--to-hf", "hf2"], "mgraph-convert --to-hf")
 hf2 = GPT2LMHeadModel.from_pretrained("hf2")
