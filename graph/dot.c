@@ -1,5 +1,6 @@
 /* DOT dump: deterministic, clustered by name scope, coloured by role. */
 #include "mgraph/dot.h"
+#include "mgraph/outfile.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -262,11 +263,22 @@ out:
     return rc;
 }
 
+/* Through mg_outfile: a temporary file renamed into place when whole; a failure removes
+ * only that temporary file, never the path named (a device, a symlink, an older file). */
 int mg_graph_dump_dot_file(const mg_graph *g, const char *path, const mg_dot_options *opt, mg_error *err) {
-    FILE *f = fopen(path, "w");
-    if (!f) return mg_error_set(err, MG_ERR_IO, "cannot write DOT file %s: %s", path, strerror(errno));
-    int rc = mg_graph_dump_dot(g, f, opt, err);
-    if (fclose(f) && !rc) rc = mg_error_set(err, MG_ERR_IO, "cannot write DOT file %s: %s", path, strerror(errno));
-    if (rc) remove(path); /* no partial output */
-    return rc;
+    mg_outfile *o;
+    int rc = mg_outfile_open(path, "DOT file", NULL, &o, err);
+    if (rc) return rc;
+    errno = 0;
+    rc = mg_graph_dump_dot(g, mg_outfile_stream(o), opt, err);
+    if (rc == MG_ERR_IO) { /* a write failed: name the file and the reason */
+        int e = errno ? errno : EIO;
+        mg_error_clear(err);
+        rc = mg_error_set(err, MG_ERR_IO, "writing DOT file %s failed: %s", path, strerror(e));
+    }
+    if (rc) {
+        mg_outfile_abort(o);
+        return rc;
+    }
+    return mg_outfile_commit(o, err);
 }
