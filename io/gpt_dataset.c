@@ -253,26 +253,36 @@ static uint64_t cache_checksum(const gpt_part *p) {
     return h;
 }
 
-/* The entries describe samples of this dataset: documents in range, sample starts in
- * order and inside their documents, the shuffle a permutation. */
-static int cache_entries_valid(const gpt_part *p) {
+/* The entries describe samples of this dataset: documents in range, sample starts
+ * inside their documents and exactly seq_length tokens apart (a sample is seq_length + 1
+ * tokens, sharing its last with the next), the shuffle a permutation. */
+static int cache_entries_valid(const gpt_part *p, int seq_length) {
     uint64_t nseq = mg_indexed_num_sequences(p->ids), nd = p->n_doc_idx, ns = p->num_samples;
     for (uint64_t i = 0; i < nd; i++)
         if (p->doc_idx[i] < 0 || (uint64_t)p->doc_idx[i] >= nseq) return 0;
     if (ns == 0) return 1;
-    int64_t prev_d = 0, prev_o = -1;
-    for (uint64_t i = 0; i <= ns; i++) {
+    /* token position where each doc_idx entry starts */
+    int64_t *start = malloc((nd + 1) * sizeof *start);
+    if (!start) return 0;
+    start[0] = 0;
+    for (uint64_t i = 0; i < nd; i++) start[i + 1] = start[i] + mg_indexed_sequence_length(p->ids, (uint64_t)p->doc_idx[i]);
+    int ok = 1;
+    int64_t prev = 0;
+    for (uint64_t i = 0; ok && i <= ns; i++) {
         int64_t d = p->sample_idx[2 * i], o = p->sample_idx[2 * i + 1];
-        if (d < 0 || (uint64_t)d >= nd || o < 0) return 0;
-        int32_t len = mg_indexed_sequence_length(p->ids, (uint64_t)p->doc_idx[d]);
-        if (o >= len && !(o == 0 && i == 0)) return 0;
-        if (d < prev_d || (d == prev_d && o <= prev_o)) return 0;
-        prev_d = d;
-        prev_o = o;
+        if (d < 0 || (uint64_t)d >= nd || o < 0) {
+            ok = 0;
+            break;
+        }
+        int64_t len = start[d + 1] - start[d];
+        if (o >= len && !(o == 0 && i == 0)) ok = 0;
+        if (i > 0 && start[d] + o - prev != seq_length) ok = 0;
+        prev = start[d] + o;
     }
+    free(start);
+    if (!ok) return 0;
     unsigned char *seen = calloc(ns, 1);
     if (!seen) return 0;
-    int ok = 1;
     for (uint64_t i = 0; ok && i < ns; i++) {
         int64_t v = p->shuffle_idx[i];
         if (v < 0 || (uint64_t)v >= ns || seen[v]) ok = 0;
@@ -288,7 +298,7 @@ static void cache_drop(gpt_part *p) {
     p->ids = ids;
 }
 
-static int load_cache(gpt_part *p, const cache_key *k) {
+static int load_cache(gpt_part *p, const cache_key *k, int seq_length) {
     FILE *f = fopen(k->path, "rb");
     if (!f) return -1;
     char magic[8];
@@ -312,7 +322,7 @@ static int load_cache(gpt_part *p, const cache_key *k) {
                  (nd % 2 == 0 || fread(&pad, 4, 1, f) == 1) && fread(p->sample_idx, 8, 2 * (ns + 1), f) == 2 * (ns + 1) &&
                  (ns == 0 || fread(p->shuffle_idx, 8, ns, f) == ns);
         }
-        ok = ok && cache_checksum(p) == h[4] && cache_entries_valid(p);
+        ok = ok && cache_checksum(p) == h[4] && cache_entries_valid(p, seq_length);
     }
     fclose(f);
     if (!ok) {
@@ -474,7 +484,7 @@ int mg_gpt_dataset_open(const mg_gpt_dataset_config *cfg, mg_dataset **out, mg_e
             if (cfg->cache_path) {
                 if ((rc = make_key(cfg->cache_path, mem->prefix, lo, hi, cfg->seq_length, cfg->seed, s, req, &k, err)))
                     goto fail;
-                if (load_cache(p, &k) == 0) {
+                if (load_cache(p, &k, cfg->seq_length) == 0) {
                     g->loaded++;
                     continue;
                 }

@@ -413,8 +413,10 @@ void mg_run_config_parse(mg_run_config *c, int argc, char **argv, mg_run_notes *
 void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     /* Megatron: with SwiGLU the default ffn keeps the parameter count of 4h, rounded
      * down to a multiple of 64 */
-    if (c->ffn_hidden_size <= 0)
-        c->ffn_hidden_size = c->swiglu ? (int)((4.0 * c->hidden_size * 2 / 3) / 64) * 64 : 4 * c->hidden_size;
+    if (c->ffn_hidden_size <= 0) { /* in 64 bits, capped: a huge --hidden-size is reported, never overflows */
+        int64_t f = c->swiglu ? (int64_t)((4.0 * c->hidden_size * 2 / 3) / 64) * 64 : 4 * (int64_t)c->hidden_size;
+        c->ffn_hidden_size = f > INT_MAX ? INT_MAX : (int)f;
+    }
     if (c->max_position_embeddings <= 0) c->max_position_embeddings = c->seq_length;
     if (strcmp(c->position_embedding_type, "learned_absolute") && strcmp(c->position_embedding_type, "rope") &&
         strcmp(c->position_embedding_type, "none"))

@@ -68,3 +68,8 @@ cmake --build build-asan -j"$jobs"
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:fast_unwind_on_malloc=0:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 run_ctest build-asan -j"$jobs" --timeout 900
+
+echo "== fuzzing: libFuzzer targets (clang), a fixed number of runs (at most ${MG_FUZZ_SECONDS:-60} s) each from tests/fuzz/<target> =="
+CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -DMG_FUZZ=ON -DMG_CUDA=OFF >/dev/null
+cmake --build build-fuzz -j"$jobs" --target fuzz_plan fuzz_flags fuzz_idx fuzz_gpt2 fuzz_jsonl fuzz_cache fuzz_checkpoint_libfuzzer
+bash tests/fuzz/run.sh build-fuzz "${MG_FUZZ_SECONDS:-60}"
