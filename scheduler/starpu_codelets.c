@@ -20,6 +20,9 @@
 
 #include "ops/op.h"
 #include "scheduler/starpu_internal.h"
+#if defined(STARPU_USE_CUDA) && defined(MG_CUDA)
+#include "ops/cuda/cuda_common.h"
+#endif
 
 static struct starpu_codelet g_cl[MG_OP_COUNT];
 static struct starpu_perfmodel g_model[MG_OP_COUNT];
@@ -32,7 +35,7 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void run_kernel(void *buffers[], void *cl_arg, mg_kernel_fn fn) {
+static void run_kernel(void *buffers[], void *cl_arg, mg_kernel_fn fn, bool on_cuda) {
     mg_task_inst *ti = cl_arg;
     mg_task_arg *a = ti->arg;
     mg_engine *e = a->e;
@@ -40,7 +43,8 @@ static void run_kernel(void *buffers[], void *cl_arg, mg_kernel_fn fn) {
     if (atomic_load_explicit(&e->failed, memory_order_relaxed)) return; /* the step is lost already */
     int np = nd->n_in + nd->n_out;
     for (int i = 0; i < np; i++) ti->ptrs[i] = (void *)STARPU_VECTOR_GET_PTR(buffers[a->slot[i]]);
-    if (e->comm_thread && (mg_op_def_get(nd->op)->flags & MG_OPF_COMM)) {
+    /* (a CUDA collective only queues NCCL work on its own stream: no thread needed) */
+    if (e->comm_thread && !on_cuda && (mg_op_def_get(nd->op)->flags & MG_OPF_COMM)) {
         mg_comm_thread_submit(e, ti, fn); /* the worker goes back to compute */
         return;
     }
@@ -57,13 +61,16 @@ static void run_kernel(void *buffers[], void *cl_arg, mg_kernel_fn fn) {
 
 static void cpu_trampoline(void *buffers[], void *cl_arg) {
     const mg_task_inst *ti = cl_arg;
-    run_kernel(buffers, cl_arg, mg_op_def_get(ti->arg->node->op)->cpu);
+    run_kernel(buffers, cl_arg, mg_op_def_get(ti->arg->node->op)->cpu, false);
 }
 
-#ifdef STARPU_USE_CUDA
+#if defined(STARPU_USE_CUDA) && defined(MG_CUDA)
+/* The kernel launches on this worker's stream; STARPU_CUDA_ASYNC lets StarPU wait
+ * for the stream instead of the kernel returning after a synchronisation. */
 static void cuda_trampoline(void *buffers[], void *cl_arg) {
     const mg_task_inst *ti = cl_arg;
-    run_kernel(buffers, cl_arg, mg_op_def_get(ti->arg->node->op)->cuda);
+    mg_cuda_set_stream(starpu_cuda_get_local_stream());
+    run_kernel(buffers, cl_arg, mg_op_def_get(ti->arg->node->op)->cuda, true);
 }
 #endif
 
@@ -90,7 +97,7 @@ static void init_codelets(void) {
             cl->cpu_funcs[0] = cpu_trampoline;
             cl->where |= STARPU_CPU;
         }
-#ifdef STARPU_USE_CUDA
+#if defined(STARPU_USE_CUDA) && defined(MG_CUDA)
         if (def && def->cuda) {
             cl->cuda_funcs[0] = cuda_trampoline;
             cl->cuda_flags[0] = STARPU_CUDA_ASYNC;

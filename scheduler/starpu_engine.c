@@ -38,8 +38,12 @@
  * peers wait for them, and they hold a worker while they wait.
  *
  * Host access: with CPU workers only, the buffers' home copies are the only copies,
- * so between steps the host reads and writes storage directly. A CUDA build must
- * acquire the handles (starpu_data_acquire) around host access instead.
+ * so between steps the host reads and writes storage directly. With CUDA workers the
+ * newest copy may be on a GPU: the engine hooks the storage's host access
+ * (host_access below) to acquire the buffer's handle in RW mode, which brings the
+ * data home and invalidates device copies, so whatever the host then writes is what
+ * the next step's tasks read. Buffers the host never touches (weights, moments) stay
+ * on the device across steps.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -139,13 +143,28 @@ static int check_comm_order(mg_node *const *ord, int n, int *n_comm, mg_error *e
     return MG_OK;
 }
 
+/* Between steps only (never from a task): see "Host access" above. Workers are
+ * paused between steps, and a device-to-host copy needs the CUDA worker's driver:
+ * the step bracket resumes them for the acquire. */
+static void host_access(void *ctx, int b) {
+    mg_engine *e = ctx;
+    if (b < 0 || b >= e->n_handles || !e->handles[b]) return;
+    mg_starpu_step_begin();
+    if (starpu_data_acquire(e->handles[b], STARPU_RW) == 0) starpu_data_release(e->handles[b]);
+    mg_starpu_step_end();
+}
+
 void mg_engine_free(mg_engine *e) {
     if (!e) return;
+    mg_storage_set_host_access(e->s, NULL, NULL); /* unregistering brings every buffer home */
+    bool devices = e->handles && starpu_cuda_worker_get_count() > 0;
+    if (devices) mg_starpu_step_begin(); /* (device-to-host copies need running workers) */
     if (e->handles) {
         for (int b = 0; b < e->n_handles; b++)
             if (e->handles[b]) starpu_data_unregister(e->handles[b]);
         free(e->handles);
     }
+    if (devices) mg_starpu_step_end();
     mg_comm_thread_stop(e);
     if (e->comm_token) starpu_data_unregister(e->comm_token);
     free(e->comm_token_buf);
@@ -214,6 +233,7 @@ int mg_engine_new(mg_graph *g, mg_storage *s, const mg_engine_options *opt, mg_e
             return mg_error_set(err, MG_ERR_RUNTIME, "StarPU could not register buffer %d", b);
         }
     }
+    if (starpu_cuda_worker_get_count() > 0) mg_storage_set_host_access(s, host_access, e);
     if (n_comm) {
         e->comm_token_buf = aligned_alloc(64, 64);
         if (e->comm_token_buf) starpu_vector_data_register(&e->comm_token, STARPU_MAIN_RAM, (uintptr_t)e->comm_token_buf, 1, 64);

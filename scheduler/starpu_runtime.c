@@ -24,6 +24,9 @@
 
 #include "scheduler/blas_threads.h"
 #include "scheduler/starpu_internal.h"
+#ifdef STARPU_USE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 /* Default policy, chosen by measurement (bench/bench_engine, 2 CPU workers on the
  * 2-core EPYC dev machine, policies interleaved in rounds and run only while the
@@ -121,6 +124,18 @@ int mg_starpu_acquire(const char *policy, int ncpus, mg_error *err) {
     int cores = hwloc_cores();
     int n = ncpus > 0 ? ncpus : cores;
     conf.ncpus = n < STARPU_MAXCPUS ? n : STARPU_MAXCPUS;
+#ifdef STARPU_USE_CUDA
+    /* One GPU per rank: several ranks on a node each take the GPU of their node-local
+     * index (Open MPI's), unless StarPU's own variables choose. */
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK"), *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int ndev = 0;
+    if (lr && ls && atoi(ls) > 1 && !getenv("STARPU_NCUDA") && !getenv("STARPU_WORKERS_CUDAID") &&
+        cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0) {
+        conf.ncuda = 1;
+        conf.use_explicit_workers_cuda_gpuid = 1;
+        conf.workers_cuda_gpuid[0] = (unsigned)(atoi(lr) % ndev);
+    }
+#endif
     int src = starpu_init(&conf);
     if (src != 0) {
         pthread_mutex_unlock(&g_lock);

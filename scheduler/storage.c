@@ -20,7 +20,17 @@ struct mg_storage {
     int n_data;
     void **data;      /* [n_data]: every copy of every plan buffer */
     size_t *bytes;    /* [n_data] */
+    /* Set by an engine whose buffers may have newer copies on a device: called before
+     * the host touches copy i (mg_storage_data[_mb] / mg_storage_buffer). */
+    void (*host_access)(void *ctx, int buffer);
+    void *host_ctx;
 };
+
+void mg_storage_set_host_access(mg_storage *s, void (*fn)(void *ctx, int buffer), void *ctx) {
+    if (!s) return;
+    s->host_access = fn;
+    s->host_ctx = ctx;
+}
 
 enum { MG_STORAGE_ALIGN = 64 };
 
@@ -105,7 +115,9 @@ int mg_storage_copy_of(const mg_storage *s, int b, int mb) {
 
 void *mg_storage_data_mb(const mg_storage *s, const mg_tensor *t, int mb) {
     int i = mg_storage_copy_of(s, mg_storage_buffer_of(s, t), mb);
-    return i < 0 ? NULL : s->data[i];
+    if (i < 0) return NULL;
+    if (s->host_access) s->host_access(s->host_ctx, i);
+    return s->data[i];
 }
 
 void *mg_storage_data(const mg_storage *s, const mg_tensor *t) { return mg_storage_data_mb(s, t, 0); }
@@ -120,7 +132,9 @@ int mg_storage_n_slots(const mg_storage *s) { return s ? s->n_slots : 0; }
 int mg_storage_n_buffers(const mg_storage *s) { return s ? s->n_data : 0; }
 
 void *mg_storage_buffer(const mg_storage *s, int buffer) {
-    return s && buffer >= 0 && buffer < s->n_data ? s->data[buffer] : NULL;
+    if (!s || buffer < 0 || buffer >= s->n_data) return NULL;
+    if (s->host_access) s->host_access(s->host_ctx, buffer);
+    return s->data[buffer];
 }
 
 size_t mg_storage_buffer_bytes(const mg_storage *s, int buffer) {

@@ -10,4 +10,10 @@ int mg_storage_buffer_of(const mg_storage *s, const mg_tensor *t);
  * instance mb uses (mb < 0: outside the per-micro-batch part, copy 0); -1 if none. */
 int mg_storage_copy_of(const mg_storage *s, int b, int mb);
 
+/* An engine that keeps device copies (StarPU with CUDA workers) hooks host access:
+ * fn(ctx, b) runs before mg_storage_data / mg_storage_buffer return buffer b, and
+ * must leave the host copy current and the only valid one (the host may write it).
+ * NULL unhooks. */
+void mg_storage_set_host_access(mg_storage *s, void (*fn)(void *ctx, int buffer), void *ctx);
+
 #endif
