@@ -35,6 +35,30 @@ int mg_comm_reduce_scatter_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void
 int mg_comm_broadcast_buf(mg_comm *c, mg_group grp, mg_dtype dt, void *buf, int64_t count, int root,
                           mg_error *err);
 
+/* Adds a collective's ring bytes (mg_comm_wire_bytes) and seconds to the counters. */
+void mg_comm_account(mg_comm *c, mg_group grp, mg_op op, mg_dtype dt, int64_t count, double seconds);
+
+#ifdef MG_CUDA
+/* ---- device buffers: NCCL (scheduler/comm_nccl.c) ------------------------------------
+ * The same collectives on GPU buffers, run on NCCL's own stream after the work already
+ * queued on `stream` (the caller's cudaStream_t), which then waits for them: the call
+ * returns once they are queued. One NCCL communicator per mesh group, created on the
+ * group's first device collective (its unique id broadcast over the group's MPI
+ * communicator), on the calling thread's current device. dtypes: f32, i32. */
+int mg_comm_allreduce_dev(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
+                          mg_reduce_op op, void *stream, mg_error *err);
+int mg_comm_allgather_dev(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
+                          void *stream, mg_error *err);
+int mg_comm_reduce_scatter_dev(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
+                               void *stream, mg_error *err);
+int mg_comm_broadcast_dev(mg_comm *c, mg_group grp, mg_dtype dt, void *buf, int64_t count, int root, void *stream,
+                          mg_error *err);
+/* The NCCL state hanging off a communicator (comm_mpi.c holds the pointer). */
+typedef struct mg_nccl mg_nccl;
+mg_nccl **mg_comm_nccl_slot(mg_comm *c);
+void mg_nccl_free(mg_nccl *n);
+#endif
+
 /* Bytes one rank sends for a collective over n ranks whose input is `payload` bytes
  * (ring algorithms; broadcast as a pipelined chain, averaged over the ranks):
  * allreduce 2(n-1)/n * payload, allgather (n-1) * payload (= (n-1)/n of the output),

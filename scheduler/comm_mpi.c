@@ -18,7 +18,14 @@ struct mg_comm {
     MPI_Comm comm[MG_GROUP_COUNT];
     double bytes[MG_GROUP_COUNT];
     double seconds;
+#ifdef MG_CUDA
+    mg_nccl *nccl; /* NCCL communicators for device buffers (comm_nccl.c) */
+#endif
 };
+
+#ifdef MG_CUDA
+mg_nccl **mg_comm_nccl_slot(mg_comm *c) { return &c->nccl; }
+#endif
 
 static int mpi_fail(mg_error *err, int rc, const char *what, mg_group grp) {
     char msg[MPI_MAX_ERROR_STRING];
@@ -41,6 +48,9 @@ static const char *thread_level_name(int l) {
 void mg_comm_free(mg_comm *c) {
     if (!c) return;
     int fin = 0;
+#ifdef MG_CUDA
+    mg_nccl_free(c->nccl);
+#endif
     MPI_Finalized(&fin);
     for (int g = 0; g < MG_GROUP_COUNT; g++)
         if (!fin && c->comm[g] != MPI_COMM_NULL) MPI_Comm_free(&c->comm[g]);
@@ -154,7 +164,11 @@ static int prep(mg_comm *c, mg_group grp, mg_dtype dt, int64_t count, const char
 }
 
 static void account(mg_comm *c, mg_group grp, mg_op op, mg_dtype dt, int64_t count, double t0) {
-    c->seconds += MPI_Wtime() - t0;
+    mg_comm_account(c, grp, op, dt, count, MPI_Wtime() - t0);
+}
+
+void mg_comm_account(mg_comm *c, mg_group grp, mg_op op, mg_dtype dt, int64_t count, double seconds) {
+    c->seconds += seconds;
     double b = mg_comm_wire_bytes(op, c->mesh.size[grp], (double)count * (double)mg_dtype_size(dt));
     c->bytes[grp] += b;
     if (grp != MG_GROUP_WORLD) c->bytes[MG_GROUP_WORLD] += b; /* the total */

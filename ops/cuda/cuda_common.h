@@ -35,6 +35,11 @@ void mg_cuda_set_gemm_precision(mg_cuda_gemm p);
 /* "fp32" / "tf32" / "bf16" -> 0 and *p, else MG_ERR_INVALID. */
 int mg_cuda_gemm_parse(const char *s, mg_cuda_gemm *p, mg_error *err);
 
+/* Stream-ordered scratch memory on the current stream (cudaMallocAsync pool): valid
+ * for kernels launched on that stream until mg_cuda_scratch_free. */
+int mg_cuda_scratch(void **p, size_t bytes, const char *what, mg_error *err);
+void mg_cuda_scratch_free(void *p);
+
 /* Records the launch error of `what` (cudaGetLastError), if any; returns a status. */
 int mg_cuda_check_launch(const char *what, mg_error *err);
 int mg_cuda_check(cudaError_t e, const char *what, mg_error *err);

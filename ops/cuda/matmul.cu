@@ -6,14 +6,13 @@
  * precision (mg_cuda_gemm_precision) picks the compute type: exact fp32, TF32 or bf16
  * tensor cores, always accumulating in fp32.
  */
-#include <cublas_v2.h>
 #include <limits.h>
 
-#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/blas.h"
 
 static thread_local cublasHandle_t t_blas;
 
-static int blas_handle(cublasHandle_t *h, mg_error *err) {
+int mg_cuda_blas(cublasHandle_t *h, mg_error *err) {
     if (!t_blas) {
         cublasStatus_t s = cublasCreate(&t_blas);
         if (s != CUBLAS_STATUS_SUCCESS) {
@@ -27,7 +26,7 @@ static int blas_handle(cublasHandle_t *h, mg_error *err) {
     return MG_OK;
 }
 
-static cublasComputeType_t compute_type(void) {
+cublasComputeType_t mg_cuda_compute_type(void) {
     switch (mg_cuda_gemm_precision()) {
     case MG_CUDA_GEMM_TF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
     case MG_CUDA_GEMM_BF16: return CUBLAS_COMPUTE_32F_FAST_16BF;
@@ -55,7 +54,7 @@ extern "C" int mg_cuda_matmul(const mg_kernel_args *a, mg_error *err) {
                             (long long)rows, (long long)N, (long long)K);
     if (rows == 0 || N == 0) return MG_OK;
     cublasHandle_t h = NULL;
-    int rc = blas_handle(&h, err);
+    int rc = mg_cuda_blas(&h, err);
     if (rc) return rc;
     int lda = (int)(ta ? rows : K), ldb = (int)(tb ? K : N);
     long long sa = M * K, sb = shared ? 0 : K * N, sc = M * N;
@@ -65,11 +64,11 @@ extern "C" int mg_cuda_matmul(const mg_kernel_args *a, mg_error *err) {
     cublasStatus_t s;
     if (calls == 1)
         s = cublasGemmEx(h, opb, opa, (int)N, (int)rows, (int)K, &one, a->in[1], CUDA_R_32F, ldb, a->in[0], CUDA_R_32F,
-                         lda, &zero, a->out[0], CUDA_R_32F, (int)N, compute_type(), CUBLAS_GEMM_DEFAULT);
+                         lda, &zero, a->out[0], CUDA_R_32F, (int)N, mg_cuda_compute_type(), CUBLAS_GEMM_DEFAULT);
     else
         s = cublasGemmStridedBatchedEx(h, opb, opa, (int)N, (int)rows, (int)K, &one, a->in[1], CUDA_R_32F, ldb, sb,
                                        a->in[0], CUDA_R_32F, lda, sa, &zero, a->out[0], CUDA_R_32F, (int)N, sc,
-                                       (int)calls, compute_type(), CUBLAS_GEMM_DEFAULT);
+                                       (int)calls, mg_cuda_compute_type(), CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS)
         return mg_error_set(err, MG_ERR_RUNTIME, "matmul: cuBLAS GEMM (%lld x %lld x %lld, batch %lld): %s",
                             (long long)rows, (long long)N, (long long)K, (long long)calls, cublasGetStatusString(s));

@@ -1,6 +1,6 @@
 /* The CUDA kernel of each op kind: ops/registry.c copies these into the op table's
  * cuda slots, so each op is still defined once (its mg_op_def) and the CUDA backend
- * only adds kernels. Ops missing here run on CPU workers only. */
+ * only adds kernels. Ops missing here (send, recv, alltoall) run on CPU workers only. tests/cuda/CMakeLists.txt lists the same ops (cuda.registry). */
 #include "ops/cuda/cuda_common.h"
 
 #define K(name) int mg_cuda_##name(const mg_kernel_args *a, mg_error *err);
@@ -12,6 +12,46 @@ K(scale)
 K(bias_add)
 K(expand)
 K(sum_to)
+K(gelu)
+K(silu)
+K(swiglu)
+K(gelu_bwd)
+K(silu_bwd)
+K(swiglu_bwd)
+K(layernorm)
+K(layernorm_bwd)
+K(rmsnorm)
+K(rmsnorm_bwd)
+K(softmax)
+K(softmax_bwd)
+K(cross_entropy)
+K(cross_entropy_bwd)
+K(xent_vp_max)
+K(xent_vp_parts)
+K(xent_vp_loss)
+K(embedding)
+K(embedding_bwd)
+K(dropout)
+K(rope)
+K(attention)
+K(attention_bwd)
+K(sum)
+K(mean)
+K(sumsq)
+K(clip_coef)
+K(lr_schedule)
+K(adamw)
+K(zeros)
+K(reshape)
+K(transpose)
+K(split)
+K(concat)
+K(slice)
+K(pad)
+K(allreduce)
+K(allgather)
+K(reduce_scatter)
+K(broadcast)
 #undef K
 
 const mg_kernel_fn mg_cuda_kernels[MG_OP_COUNT] = {
@@ -23,4 +63,44 @@ const mg_kernel_fn mg_cuda_kernels[MG_OP_COUNT] = {
     [MG_OP_BIAS_ADD] = mg_cuda_bias_add,
     [MG_OP_EXPAND] = mg_cuda_expand,
     [MG_OP_SUM_TO] = mg_cuda_sum_to,
+    [MG_OP_GELU] = mg_cuda_gelu,
+    [MG_OP_SILU] = mg_cuda_silu,
+    [MG_OP_SWIGLU] = mg_cuda_swiglu,
+    [MG_OP_GELU_BWD] = mg_cuda_gelu_bwd,
+    [MG_OP_SILU_BWD] = mg_cuda_silu_bwd,
+    [MG_OP_SWIGLU_BWD] = mg_cuda_swiglu_bwd,
+    [MG_OP_LAYERNORM] = mg_cuda_layernorm,
+    [MG_OP_LAYERNORM_BWD] = mg_cuda_layernorm_bwd,
+    [MG_OP_RMSNORM] = mg_cuda_rmsnorm,
+    [MG_OP_RMSNORM_BWD] = mg_cuda_rmsnorm_bwd,
+    [MG_OP_SOFTMAX] = mg_cuda_softmax,
+    [MG_OP_SOFTMAX_BWD] = mg_cuda_softmax_bwd,
+    [MG_OP_CROSS_ENTROPY] = mg_cuda_cross_entropy,
+    [MG_OP_CROSS_ENTROPY_BWD] = mg_cuda_cross_entropy_bwd,
+    [MG_OP_XENT_VP_MAX] = mg_cuda_xent_vp_max,
+    [MG_OP_XENT_VP_PARTS] = mg_cuda_xent_vp_parts,
+    [MG_OP_XENT_VP_LOSS] = mg_cuda_xent_vp_loss,
+    [MG_OP_EMBEDDING] = mg_cuda_embedding,
+    [MG_OP_EMBEDDING_BWD] = mg_cuda_embedding_bwd,
+    [MG_OP_DROPOUT] = mg_cuda_dropout,
+    [MG_OP_ROPE] = mg_cuda_rope,
+    [MG_OP_ATTENTION] = mg_cuda_attention,
+    [MG_OP_ATTENTION_BWD] = mg_cuda_attention_bwd,
+    [MG_OP_SUM] = mg_cuda_sum,
+    [MG_OP_MEAN] = mg_cuda_mean,
+    [MG_OP_SUMSQ] = mg_cuda_sumsq,
+    [MG_OP_CLIP_COEF] = mg_cuda_clip_coef,
+    [MG_OP_LR_SCHEDULE] = mg_cuda_lr_schedule,
+    [MG_OP_ADAMW] = mg_cuda_adamw,
+    [MG_OP_ZEROS] = mg_cuda_zeros,
+    [MG_OP_RESHAPE] = mg_cuda_reshape,
+    [MG_OP_TRANSPOSE] = mg_cuda_transpose,
+    [MG_OP_SPLIT] = mg_cuda_split,
+    [MG_OP_CONCAT] = mg_cuda_concat,
+    [MG_OP_SLICE] = mg_cuda_slice,
+    [MG_OP_PAD] = mg_cuda_pad,
+    [MG_OP_ALLREDUCE] = mg_cuda_allreduce,
+    [MG_OP_ALLGATHER] = mg_cuda_allgather,
+    [MG_OP_REDUCE_SCATTER] = mg_cuda_reduce_scatter,
+    [MG_OP_BROADCAST] = mg_cuda_broadcast,
 };

@@ -75,3 +75,12 @@ extern "C" int mg_cuda_check(cudaError_t e, const char *what, mg_error *err) {
 extern "C" int mg_cuda_check_launch(const char *what, mg_error *err) {
     return mg_cuda_check(cudaGetLastError(), what, err);
 }
+
+extern "C" int mg_cuda_scratch(void **p, size_t bytes, const char *what, mg_error *err) {
+    *p = NULL;
+    return mg_cuda_check(cudaMallocAsync(p, bytes ? bytes : 16, mg_cuda_stream()), what, err);
+}
+
+extern "C" void mg_cuda_scratch_free(void *p) {
+    if (p) cudaFreeAsync(p, mg_cuda_stream());
+}

@@ -9,6 +9,7 @@
  *
  *   test_cuda_ops <op>[@fp32|tf32|bf16]   compare every node of kind <op> in every case
  *                                         (fails if no case contains one)
+ *   test_cuda_ops list                    the ops with CUDA kernels, one per line
  *   test_cuda_ops registry <op>...        the listed ops, and only they, have CUDA kernels
  *   test_cuda_ops cases <op>...           the harness itself, without a GPU: every case
  *                                         builds and runs, and contains each listed op,
@@ -23,14 +24,15 @@
 
 #include "ops/cuda/cuda_common.h"
 #include "ops/op.h"
+#include "mgraph/comm.h"
 #include "testkit.h"
 
 #define SKIP 77
 
 typedef struct cuda_case {
     const char *name;
-    /* Builds the graph; returns the scalar loss to differentiate (NULL: forward only,
-     * or the graph error). */
+    /* Builds the graph; returns the scalar loss to differentiate (NULL: forward only;
+     * a graph error fails the case). */
     mg_tensor *(*build)(mg_graph *g);
     int32_t ids_hi; /* i32 leaves are uniform in [0, ids_hi) */
     bool optimizer; /* append the AdamW step */
@@ -84,9 +86,156 @@ static mg_tensor *g_elementwise(mg_graph *g) {
     return loss_of(g, y);
 }
 
+static mg_tensor *g_activation(mg_graph *g) {
+    mg_tensor *x = PARAM(g, "x", 7, 3, 40);
+    mg_tensor *y = mg_add(g, mg_gelu(g, x), mg_silu(g, x));
+    return mg_add(g, loss_of(g, y), loss_of(g, mg_swiglu(g, x)));
+}
+
+static mg_tensor *g_norm(mg_graph *g) {
+    /* a row longer than a block, one shorter, and more rows than a dw chunk */
+    mg_tensor *x = PARAM(g, "x", 300, 3, 37), *w = PARAM(g, "w", 37), *b = PARAM(g, "b", 37);
+    mg_tensor *x2 = PARAM(g, "x2", 5, 700), *w2 = PARAM(g, "w2", 700);
+    mg_tensor *l = mg_add(g, loss_of(g, mg_layernorm(g, x, w, b, 1e-5f)), loss_of(g, mg_rmsnorm(g, x, w, 1e-6f)));
+    l = mg_add(g, l, loss_of(g, mg_layernorm(g, x2, w2, NULL, 1e-5f)));
+    return mg_add(g, l, loss_of(g, mg_rmsnorm(g, x2, w2, 1e-5f)));
+}
+
+static mg_tensor *g_softmax(mg_graph *g) {
+    mg_tensor *x = PARAM(g, "x", 6, 5, 333);
+    return loss_of(g, mg_softmax(g, mg_scale(g, x, 4.0f)));
+}
+
+/* targets in [0, 50): the ignore index 7 occurs */
+static mg_tensor *g_xent(mg_graph *g) {
+    mg_tensor *x = PARAM(g, "logits", 9, 4, 50), *t = INPUT(g, "targets", MG_I32, 9, 4);
+    return mg_cross_entropy(g, mg_scale(g, x, 3.0f), t, 7);
+}
+
+/* the vocab-parallel pieces on one rank's block [20, 50) of a 50-word vocabulary */
+static mg_tensor *g_xent_vp(mg_graph *g) {
+    mg_tensor *x = PARAM(g, "logits", 9, 4, 30), *t = INPUT(g, "targets", MG_I32, 9, 4);
+    mg_attrs at;
+    memset(&at, 0, sizeof at);
+    at.xent.ignore_index = 7;
+    at.xent.vocab_offset = 20;
+    mg_node *mx = mg_node_new(g, MG_OP_XENT_VP_MAX, &at, 1, &x, NULL);
+    if (!mx) return NULL;
+    mg_tensor *pin[3] = {x, t, mx->out[0]};
+    mg_node *parts = mg_node_new(g, MG_OP_XENT_VP_PARTS, &at, 3, pin, NULL);
+    if (!parts) return NULL;
+    mg_tensor *lin[3] = {parts->out[0], mx->out[0], t};
+    mg_node_new(g, MG_OP_XENT_VP_LOSS, &at, 3, lin, NULL);
+    return NULL; /* forward only: these pieces have no gradient rules */
+}
+
+/* ids in [0, 50) against 40 rows: zero rows for 40..49, repeated ids */
+static mg_tensor *g_embedding(mg_graph *g) {
+    mg_tensor *ids = INPUT(g, "ids", MG_I32, 33, 5), *table = PARAM(g, "table", 40, 24);
+    return loss_of(g, mg_embedding(g, ids, table));
+}
+
+static mg_tensor *g_dropout(mg_graph *g) {
+    mg_tensor *x = PARAM(g, "x", 6, 4, 50), *x2 = PARAM(g, "x2", 3, 10);
+    mg_tensor *y = mg_dropout(g, x, 0.3f);
+    mg_tensor *y2 = mg_dropout(g, x2, 0.5f);
+    if (!y2) return NULL;
+    /* y2 as rows 4..6, columns 10..19 of a logical [8, 30] tensor (a tensor-parallel
+     * block): the mask must use the logical indices */
+    y2->logical.ndim = 2;
+    y2->logical.shape[0] = 8;
+    y2->logical.shape[1] = 30;
+    y2->logical.offset[0] = 4;
+    y2->logical.offset[1] = 10;
+    return mg_add(g, loss_of(g, y), loss_of(g, y2));
+}
+
+/* positions in [0, 100) */
+static mg_tensor *g_rope(mg_graph *g) {
+    mg_tensor *x = PARAM(g, "x", 10, 2, 3, 16), *pos = INPUT(g, "pos", MG_I32, 10);
+    return loss_of(g, mg_rope(g, x, pos, 10000.0f));
+}
+
+static mg_tensor *attn(mg_graph *g, const char *p, int64_t s, int64_t b, int64_t nh, int64_t ng, int64_t hd,
+                       bool causal, float drop) {
+    char n[3][32];
+    snprintf(n[0], sizeof n[0], "%s.q", p);
+    snprintf(n[1], sizeof n[1], "%s.k", p);
+    snprintf(n[2], sizeof n[2], "%s.v", p);
+    mg_tensor *q = PARAM(g, n[0], s, b, nh, hd), *k = PARAM(g, n[1], s, b, ng, hd), *v = PARAM(g, n[2], s, b, ng, hd);
+    return mg_attention(g, q, k, v, causal, drop);
+}
+
+static mg_tensor *g_attention(mg_graph *g) {
+    mg_tensor *l = loss_of(g, attn(g, "a", 70, 2, 4, 2, 16, true, 0.0f));   /* causal, GQA */
+    l = mg_add(g, l, loss_of(g, attn(g, "b", 33, 3, 3, 3, 8, false, 0.0f))); /* full, MHA */
+    l = mg_add(g, l, loss_of(g, attn(g, "c", 40, 2, 4, 1, 32, true, 0.2f))); /* dropout, MQA */
+    /* a sequence block: queries 0..23 of the logical sequence against keys 8..31, so
+     * the first rows see no key */
+    mg_tensor *q = PARAM(g, "d.q", 24, 2, 2, 8), *k = PARAM(g, "d.k", 24, 2, 2, 8), *v = PARAM(g, "d.v", 24, 2, 2, 8);
+    if (!q || !k || !v) return NULL;
+    k->logical.shape[0] = 32;
+    k->logical.offset[0] = 8;
+    q->logical.shape[0] = 32;
+    return mg_add(g, l, loss_of(g, mg_attention(g, q, k, v, true, 0.1f)));
+}
+
+static mg_tensor *g_reduce(mg_graph *g) {
+    mg_tensor *x = PARAM(g, "x", 4, 300, 5), *big = PARAM(g, "big", 3, 20000);
+    mg_tensor *l = loss_of(g, mg_sum(g, x, 1, false));
+    l = mg_add(g, l, loss_of(g, mg_mean(g, x, 2, true)));
+    l = mg_add(g, l, loss_of(g, mg_mean(g, x, MG_ALL_AXES, false)));
+    l = mg_add(g, l, loss_of(g, mg_sum(g, big, 1, true)));
+    return mg_add(g, l, loss_of(g, mg_mean(g, big, MG_ALL_AXES, true)));
+}
+
+static mg_tensor *g_shape(mg_graph *g) {
+    mg_tensor *x = PARAM(g, "x", 4, 6, 10), *parts[3];
+    if (mg_split(g, x, 2, 3, (int64_t[]){2, 5, 3}, parts)) return NULL;
+    /* part 1 unused: its gradient is a zeros node */
+    mg_tensor *c = mg_concat(g, 2, (mg_tensor *[]){parts[2], parts[0]}, 2);            /* [4, 6, 5] */
+    mg_tensor *t = mg_transpose(g, c, (int[]){2, 0, 1});                                 /* [5, 4, 6] */
+    mg_tensor *s = mg_slice(g, t, 1, 1, 2);                                              /* [5, 2, 6] */
+    mg_tensor *p = mg_pad(g, s, 2, 3, 11);                                               /* [5, 2, 11] */
+    mg_tensor *r = mg_reshape(g, p, 2, D(10, 11));
+    return loss_of(g, r);
+}
+
+/* a small model's AdamW step: sumsq, clip_coef, lr_schedule, adamw */
+static mg_tensor *g_optimizer(mg_graph *g) {
+    mg_tensor *x = INPUT(g, "x", MG_F32, 8, 12), *w = PARAM(g, "w", 7, 12), *b = PARAM(g, "b", 7);
+    b->no_weight_decay = true;
+    return loss_of(g, mg_gelu(g, mg_linear(g, x, w, b)));
+}
+
+/* collectives over a group of one rank (no communicator): device copies; the NCCL
+ * paths need several GPUs (gpu-check.sh runs what one GPU allows) */
+static mg_tensor *g_collective(mg_graph *g) {
+    mg_tensor *x = PARAM(g, "x", 4, 6);
+    mg_tensor *y = mg_allreduce(g, x, MG_GROUP_TP, 1, MG_REDUCE_SUM, 0);
+    y = mg_allgather(g, y, MG_GROUP_TP, 1, 1, 1);
+    y = mg_reduce_scatter(g, y, MG_GROUP_DP, 1, 0, 2);
+    y = mg_broadcast(g, y, MG_GROUP_DP, 1, 0, 3);
+    (void)y;
+    return NULL;
+}
+
 static const cuda_case g_cases[] = {
     {"matmul", g_matmul, 0, false},
     {"elementwise", g_elementwise, 0, false},
+    {"activation", g_activation, 0, false},
+    {"norm", g_norm, 0, false},
+    {"softmax", g_softmax, 0, false},
+    {"cross_entropy", g_xent, 50, false},
+    {"xent_vp", g_xent_vp, 50, false},
+    {"embedding", g_embedding, 50, false},
+    {"dropout", g_dropout, 0, false},
+    {"rope", g_rope, 100, false},
+    {"attention", g_attention, 0, false},
+    {"reduce", g_reduce, 0, false},
+    {"shape", g_shape, 0, false},
+    {"optimizer", g_optimizer, 0, true},
+    {"collective", g_collective, 0, false},
 };
 enum { N_CASES = sizeof g_cases / sizeof g_cases[0] };
 
@@ -101,8 +250,33 @@ static void tolerance(mg_op op, mg_cuda_gemm prec, double *rtol, double *atol) {
         *rtol = prec == MG_CUDA_GEMM_FP32 ? 1e-5 : prec == MG_CUDA_GEMM_TF32 ? 5e-3 : 3e-2;
         *atol = prec == MG_CUDA_GEMM_FP32 ? 1e-5 : prec == MG_CUDA_GEMM_TF32 ? 5e-3 : 3e-2;
         break;
+    case MG_OP_ATTENTION:
+    case MG_OP_ATTENTION_BWD:
+        /* P and dS go through two GEMM stages summed in another order than OpenBLAS's */
+        *rtol = 1e-4;
+        break;
     default: break;
     }
+}
+
+/* |got - want| <= atol + rtol |want| elementwise; non-finite values must match exactly
+ * (an attention row that sees no key has lse = -inf on both sides). */
+static void expect_close(const char *what, const float *got, const float *want, int64_t n, double rtol, double atol) {
+    int64_t bad = 0, first = -1;
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double g = got[i], w = want[i], e;
+        if (!isfinite(g) || !isfinite(w)) e = (isnan(g) && isnan(w)) || g == w ? 0 : INFINITY;
+        else e = fabs(g - w) / (atol + rtol * fabs(w));
+        if (e > 1) {
+            if (first < 0) first = i;
+            bad++;
+        }
+        if (e > worst) worst = e;
+    }
+    TK_CHECK(bad == 0, "%s: %lld of %lld elements off (first %lld: got %.9g want %.9g; worst %.3g x tolerance, rtol %g atol %g)",
+             what, (long long)bad, (long long)n, (long long)first, first >= 0 ? got[first] : 0.0,
+             first >= 0 ? want[first] : 0.0, worst, rtol, atol);
 }
 
 /* ---- the walk ---------------------------------------------------------------------------- */
@@ -234,7 +408,7 @@ static int walk_case(const cuda_case *c, mg_op only, mg_cuda_gemm prec) {
             if (t->dtype == MG_F32) {
                 double rtol, atol;
                 tolerance(nd->op, prec, &rtol, &atol);
-                tk_expect_close(what, gpu_out[o], ptrs[nd->n_in + o], mg_numel(t), rtol, atol);
+                expect_close(what, gpu_out[o], ptrs[nd->n_in + o], mg_numel(t), rtol, atol);
             } else {
                 TK_CHECK(!memcmp(gpu_out[o], ptrs[nd->n_in + o], bytes_of(t)), "%s differs", what);
             }
@@ -286,8 +460,13 @@ static int check_cases(int argc, char **argv) {
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "registry")) return check_registry(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "cases")) return check_cases(argc - 2, argv + 2);
+    if (argc == 2 && !strcmp(argv[1], "list")) { /* the ops with CUDA kernels (gpu-check.sh) */
+        for (int op = 0; op < MG_OP_COUNT; op++)
+            if (mg_op_def_get((mg_op)op)->cuda) printf("%s\n", mg_op_name((mg_op)op));
+        return 0;
+    }
     if (argc != 2) {
-        fprintf(stderr, "usage: test_cuda_ops <op>[@fp32|tf32|bf16] | registry <op>...\n");
+        fprintf(stderr, "usage: test_cuda_ops <op>[@fp32|tf32|bf16] | list | registry <op>... | cases <op>...\n");
         return 2;
     }
     char name[64];

@@ -1,0 +1,92 @@
+/* dropout (same counter RNG and logical indices as ops/dropout.c: identical masks) and
+ * rotary position embedding (ops/rope.c: angles in double, rotate-half pairing). */
+#include <math.h>
+
+#include "mgraph/rng.h"
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/philox.cuh"
+
+/* Logical index of a local element, for a block of a same-rank logical tensor
+ * (mg_logical_index in ops/rng.c). */
+typedef struct logical_map {
+    int ndim;
+    bool whole;
+    int64_t shape[MG_MAX_DIMS], lshape[MG_MAX_DIMS], off[MG_MAX_DIMS];
+} logical_map;
+
+__device__ inline uint64_t logical_index(const logical_map &m, int64_t i) {
+    if (m.whole) return (uint64_t)i;
+    int64_t idx[MG_MAX_DIMS];
+    for (int d = m.ndim - 1; d >= 0; d--) {
+        idx[d] = i % m.shape[d];
+        i /= m.shape[d];
+    }
+    uint64_t g = 0;
+    for (int d = 0; d < m.ndim; d++) g = g * (uint64_t)m.lshape[d] + (uint64_t)(idx[d] + m.off[d]);
+    return g;
+}
+
+__global__ void k_dropout(const float *__restrict__ x, float *y, int64_t n, logical_map m, uint64_t key,
+                          uint64_t stream, float p, float scale) {
+    MG_GRID_STRIDE(i, n) {
+        float u = mg_uniform_dev(key, stream, logical_index(m, i));
+        y[i] = u >= p ? x[i] * scale : 0.0f;
+    }
+}
+
+extern "C" int mg_cuda_dropout(const mg_kernel_args *a, mg_error *err) {
+    const mg_node *n = a->node;
+    const mg_tensor *yt = n->out[0];
+    const mg_tensor *lt = mg_is_whole(yt) && !mg_is_whole(n->in[0]) ? n->in[0] : yt;
+    int64_t ne = mg_numel(yt);
+    float p = n->attrs.dropout.p;
+    if (ne == 0) return MG_OK;
+    if (!a->info->training || p == 0.0f) {
+        if (a->out[0] == a->in[0]) return MG_OK;
+        return mg_cuda_check(cudaMemcpyAsync(a->out[0], a->in[0], (size_t)ne * sizeof(float), cudaMemcpyDeviceToDevice,
+                                             mg_cuda_stream()),
+                             "dropout", err);
+    }
+    logical_map m;
+    memset(&m, 0, sizeof m);
+    m.whole = mg_is_whole(lt);
+    m.ndim = lt->ndim;
+    for (int d = 0; d < lt->ndim; d++) {
+        m.shape[d] = lt->shape[d];
+        m.lshape[d] = lt->logical.shape[d];
+        m.off[d] = lt->logical.offset[d];
+    }
+    uint64_t key = mg_philox_mix_key(a->info->seed, n->attrs.dropout.rng_key);
+    k_dropout<<<mg_cuda_blocks(ne, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, mg_cuda_stream()>>>(
+        (const float *)a->in[0], (float *)a->out[0], ne, m, key, mg_rng_dropout_stream(a->info->iteration, n->mb), p,
+        1.0f / (1.0f - p));
+    return mg_cuda_check_launch("dropout", err);
+}
+
+/* One thread per rotated pair (s, r, i). */
+__global__ void k_rope(const float *__restrict__ x, const int32_t *__restrict__ pos, float *y, int64_t pairs,
+                       int64_t rows, int64_t hd, double theta, double sgn) {
+    int64_t h = hd / 2;
+    MG_GRID_STRIDE(t, pairs) {
+        int64_t i = t % h, sr = t / h, s = sr / rows;
+        double ang = (double)pos[s] * pow(theta, -2.0 * (double)i / (double)hd);
+        float c = (float)cos(ang), sn = (float)(sgn * sin(ang));
+        const float *x0 = x + sr * hd;
+        float *y0 = y + sr * hd;
+        float a0 = x0[i], a1 = x0[i + h]; /* y may alias x */
+        y0[i] = a0 * c - a1 * sn;
+        y0[i + h] = a1 * c + a0 * sn;
+    }
+}
+
+extern "C" int mg_cuda_rope(const mg_kernel_args *a, mg_error *err) {
+    const mg_node *n = a->node;
+    const mg_tensor *xt = n->in[0];
+    int64_t S = xt->shape[0], hd = xt->shape[xt->ndim - 1];
+    if (mg_numel(xt) == 0) return MG_OK;
+    int64_t rows = mg_numel(xt) / (S * hd), pairs = mg_numel(xt) / 2;
+    k_rope<<<mg_cuda_blocks(pairs, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, mg_cuda_stream()>>>(
+        (const float *)a->in[0], (const int32_t *)a->in[1], (float *)a->out[0], pairs, rows, hd,
+        (double)n->attrs.rope.theta, n->attrs.rope.inverse ? -1.0 : 1.0);
+    return mg_cuda_check_launch("rope", err);
+}
