@@ -2,7 +2,7 @@
 # Packs what tools/gpu-check.sh needs on a bare GPU machine (nvcc 13 and the CUDA
 # libraries, no Debian packages) into one ignored folder:
 #
-#   bash tools/gpu-bundle.sh            -> build-gpu-bundle/mgraph-gpu.tar.xz (+ the staging dir)
+#   bash tools/gpu-bundle.sh            -> build-gpu-bundle/mgraph-gpu.tar.gz (+ the staging dir)
 #
 # Builds StarPU with CUDA (tools/build-starpu-cuda.sh) and mgraph with -DMG_CUDA=ON
 # against it (build-gpu/, Release), then gathers the binaries, every shared library
@@ -97,7 +97,7 @@ export MG_CUDA_LIBS="$cuda/lib64"
     rm -rf "$work"
 ) || die "the bundle is not self-contained (see above)"
 
-tar -C "$out" -cJf "$out/mgraph-gpu.tar.xz" mgraph-gpu
-echo "gpu-bundle: $(du -sh "$stage" | cut -f1) staged, $(du -h "$out/mgraph-gpu.tar.xz" | cut -f1) as $out/mgraph-gpu.tar.xz"
-size=$(stat -c %s "$out/mgraph-gpu.tar.xz")
+tar -C "$out" -czf "$out/mgraph-gpu.tar.gz" mgraph-gpu
+echo "gpu-bundle: $(du -sh "$stage" | cut -f1) staged, $(du -h "$out/mgraph-gpu.tar.gz" | cut -f1) as $out/mgraph-gpu.tar.gz"
+size=$(stat -c %s "$out/mgraph-gpu.tar.gz")
 [ "$size" -lt $((50 << 20)) ] || die "the tarball is over 50 MiB"

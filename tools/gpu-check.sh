@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-shot proof of the CUDA backend on a GPU machine (the device tool's H200), from the
-# bundle tools/gpu-bundle.sh made (build-gpu-bundle/mgraph-gpu.tar.xz, carried with the
+# bundle tools/gpu-bundle.sh made (build-gpu-bundle/mgraph-gpu.tar.gz, carried with the
 # working tree): no package registry and no Debian libraries are needed there.
 #
 #   bash tools/gpu-check.sh [TARBALL]
@@ -18,14 +18,14 @@
 # MG_PEAK_TFLOPS (default 989).
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-tarball="${1:-$repo/build-gpu-bundle/mgraph-gpu.tar.xz}"
+tarball="${1:-$repo/build-gpu-bundle/mgraph-gpu.tar.gz}"
 work="${MG_GPU_WORK:-/tmp/mgraph-gpu-check}"
 peak="${MG_PEAK_TFLOPS:-989}"
 t_start=$(date +%s)
 rm -rf "$work"
 mkdir -p "$work"
 [ -f "$tarball" ] || { echo "gpu-check: no bundle at $tarball (run tools/gpu-bundle.sh where the packages are)"; exit 2; }
-tar -C "$work" -xJf "$tarball"
+tar -C "$work" -xzf "$tarball"
 
 # CUDA's libraries from the machine; NCCL from there or from Python's nvidia wheels.
 cuda_libs=""

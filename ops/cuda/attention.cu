@@ -176,6 +176,7 @@ static int chunk_of(const attn_ctx &c) {
     size_t nb = per ? SCRATCH_BYTES / per : 1;
     int total = c.B * c.NG;
     if (nb < 1) nb = 1;
+    if (nb > 65535) nb = 65535; /* the row kernels' grid.y */
     return nb < (size_t)total ? (int)nb : total;
 }
 
