@@ -7,6 +7,7 @@
 #
 # 1. every op's CUDA kernel against its CPU kernel (test_cuda_ops, fp32; matmul also
 #    in tf32 and bf16);
+#    NCCL collectives on device buffers (mpirun, one rank per GPU);
 # 2. GPU-vs-CPU training equivalence: a small GPT, 10 iterations, dropout on, fp32,
 #    once on CPU workers only and once on one CUDA worker only: losses within 1e-4
 #    relative;
@@ -64,6 +65,14 @@ for op in $(cat mgraph-gpu/cuda-ops.txt) matmul@tf32 matmul@bf16; do
 done
 row "op tests (CUDA vs CPU)" "$([ $fail = 0 ] && [ $skip = 0 ] && echo ok || echo FAIL)" "$pass passed, $fail failed, $skip skipped${failed:+ (failed:$failed)}"
 [ $fail = 0 ] && [ $skip = 0 ] || fails=$((fails + 1))
+
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c GPU || true)
+np=$((ngpu > 1 ? ngpu : 1))
+timeout 120 mpirun -np "$np" test_cuda_nccl >nccl.log 2>&1
+rc_n=$?
+cat nccl.log
+row "NCCL collectives (np $np)" "$([ $rc_n = 0 ] && echo ok || echo FAIL)" "$(tail -1 nccl.log)"
+[ $rc_n = 0 ] || fails=$((fails + 1))
 
 echo "== 2. GPU vs CPU training (small GPT, fp32, 10 iterations) =="
 cat "$repo"/README.md "$repo"/*/*.c "$repo"/*/*.h >corpus.txt
