@@ -1,5 +1,5 @@
 /* Collectives on GPU buffers over NCCL, behind the same graph nodes as the MPI ones
- * (scheduler/comm_internal.h). The CUDA kernels of the collective ops
+ * (ops/comm_api.h). The CUDA kernels of the collective ops
  * (ops/cuda/collective.c) call these when StarPU runs the node on a CUDA worker, so
  * the backend is chosen at run time by where the buffers live.
  *
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scheduler/comm_internal.h"
+#include "ops/comm_api.h"
 
 struct mg_nccl {
     ncclComm_t comm[MG_GROUP_COUNT];

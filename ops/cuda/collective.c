@@ -3,7 +3,7 @@
  * other than the first reorder blocks with pitched 2-D copies around the collective,
  * as the CPU kernels do with memcpy. Point-to-point ops stay on CPU workers. */
 #include "ops/cuda/cuda_common.h"
-#include "scheduler/comm_internal.h"
+#include "ops/comm_api.h"
 
 static int group_of(const mg_kernel_args *a, mg_comm **comm, int *n, mg_error *err) {
     const mg_node *nd = a->node;

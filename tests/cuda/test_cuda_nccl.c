@@ -14,7 +14,7 @@
 
 #include "mgraph/comm.h"
 #include "ops/cuda/cuda_common.h"
-#include "scheduler/comm_internal.h"
+#include "ops/comm_api.h"
 #include "testkit.h"
 
 #define COUNT 1000
