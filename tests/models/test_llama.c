@@ -293,12 +293,14 @@ static int run_mgraph(char **argv) {
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
 }
 
-/* A 2-layer LLaMA-shaped model (hidden 64, 4 heads in 2 groups, SwiGLU, RMSNorm, RoPE,
+/* A 2-layer LLaMA-shaped model (hidden 32, 4 heads in 2 groups, SwiGLU, RMSNorm, RoPE,
  * untied, no biases) on Tiny Shakespeare with the Mistral tokenizer (32000 tokens):
  * the first loss is ln 32000 = 10.37 (+- 0.1: N(0, 0.02) weights give nearly uniform
  * logits), and the mean of the last 10 iterations and the final validation loss are
- * below the unigram entropy of the corpus's tokens, which only a model using the
- * context can reach. */
+ * below the unigram entropy of the corpus's tokens (6.30 nats), which only a model using
+ * the context can reach. Measured: 5.83 and 5.93 after 200 iterations (hidden 64 gave
+ * the same; 120 iterations leave only 0.09 of margin). The 32000-wide output layer is
+ * most of the cost: about a minute on 2 idle cores, ten under ASan on a loaded machine. */
 static void test_train_loss_falls(void) {
     if (!g_dir) {
         TK_CHECK(false, "train_loss_falls needs MGRAPH_RUN TEXT_FILE TOKENIZER_MODEL WORK_DIR");
@@ -313,7 +315,7 @@ static void test_train_loss_falls(void) {
                     "--tokenizer-model", (char *)g_tok, "--normalization", "RMSNorm", "--norm-epsilon", "1e-5",
                     "--position-embedding-type", "rope", "--rotary-base", "10000", "--swiglu",
                     "--group-query-attention", "--num-query-groups", "2", "--untie-embeddings-and-output-weights",
-                    "--disable-bias-linear", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+                    "--disable-bias-linear", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
                     "--seq-length", "64", "--micro-batch-size", "4", "--global-batch-size", "8", "--lr", "3e-3",
                     "--min-lr", "3e-4", "--lr-decay-style", "cosine", "--lr-warmup-iters", "10", "--train-iters", "200", "--log-interval", "50",
                     "--eval-interval", "200", "--eval-iters", "4", "--seed", "1234", "--metrics-file", mf, NULL};
