@@ -133,6 +133,16 @@ typedef struct mg_attr_slice { int dim; int64_t start, len; } mg_attr_slice; /* 
 typedef struct mg_attr_axis { int dim; bool keepdim; } mg_attr_axis;  /* dim may be MG_ALL_AXES */
 typedef struct mg_attr_adamw { float beta1, beta2, eps, weight_decay; } mg_attr_adamw;
 typedef struct mg_attr_clip { float max_norm; } mg_attr_clip;
+/* Mixture-of-experts routing and dispatch (ops/moe_*.c, include/mgraph/moe.h). */
+typedef enum mg_moe_drop_policy { MG_MOE_DROP_PROBS, MG_MOE_DROP_POSITION } mg_moe_drop_policy;
+typedef struct mg_attr_moe {
+    int topk;                  /* experts per token */
+    bool pre_softmax;          /* softmax over all experts, then top-k (else top-k, softmax over the k) */
+    int64_t capacity;          /* tokens per expert; 0: dropless */
+    mg_moe_drop_policy drop_policy;
+    bool pad_to_capacity;      /* every expert gets exactly min(capacity, tokens) rows */
+    int64_t rows;              /* permute: static bound of the dispatched rows */
+} mg_attr_moe;
 
 typedef enum mg_lr_decay { MG_LR_CONSTANT, MG_LR_LINEAR, MG_LR_COSINE } mg_lr_decay;
 typedef struct mg_lr_schedule {
@@ -170,6 +180,7 @@ typedef union mg_attrs {
     mg_attr_axis axis;
     mg_attr_adamw adamw;
     mg_attr_clip clip;
+    mg_attr_moe moe;
     mg_lr_schedule lr;
     mg_attr_comm comm;
 } mg_attrs;

@@ -5,6 +5,7 @@
 #include "mgraph/error.h"
 #include "mgraph/graph.h"
 #include "mgraph/ops.h"
+#include "mgraph/moe.h"
 #include "mgraph/train.h"
 #include "mgraph/rng.h"
 #include "mgraph/memplan.h"

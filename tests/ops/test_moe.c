@@ -1,0 +1,525 @@
+/* MoE ops: router (top-k, capacity), token counts against a direct reference on the
+ * same logits, permute / unpermute, grouped expert matmuls, logsumexp, the aux and
+ * z losses: forward against naive loops, gradients against finite differences,
+ * builder and run-time errors. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgraph/moe.h"
+#include "testkit.h"
+
+#define FWD_RTOL 1e-5
+#define FWD_ATOL 1e-6
+
+/* ---- references ---------------------------------------------------------------------- */
+/* Top-k by sorting indices (a different method from the op's selection), ties to the
+ * lower index. */
+static const float *g_row;
+static int by_logit_desc(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    if (g_row[i] != g_row[j]) return g_row[i] > g_row[j] ? -1 : 1;
+    return i - j;
+}
+static void ref_topk(const float *x, int E, int k, int *sel) {
+    int idx[64];
+    for (int e = 0; e < E; e++) idx[e] = e;
+    g_row = x;
+    qsort(idx, (size_t)E, sizeof *idx, by_logit_desc);
+    for (int j = 0; j < k; j++) sel[j] = idx[j];
+}
+
+/* probs / map of the router without capacity, in double. */
+static void ref_route(const float *x, int T, int E, int k, bool pre, float *probs, int32_t *map) {
+    memset(probs, 0, sizeof(float) * (size_t)(T * E));
+    memset(map, 0, sizeof(int32_t) * (size_t)(T * E));
+    for (int t = 0; t < T; t++) {
+        const float *r = x + t * E;
+        int sel[64];
+        ref_topk(r, E, k, sel);
+        double s = 0, m = r[sel[0]];
+        if (pre)
+            for (int e = 0; e < E; e++) s += exp(r[e] - m);
+        else
+            for (int j = 0; j < k; j++) s += exp(r[sel[j]] - m);
+        for (int j = 0; j < k; j++) {
+            probs[t * E + sel[j]] = (float)(exp(r[sel[j]] - m) / s);
+            map[t * E + sel[j]] = 1;
+        }
+    }
+}
+
+static mg_graph *route_graph(int T, int E, const mg_moe_route_opts *o, mg_tensor **x, mg_tensor **p, mg_tensor **m) {
+    mg_graph *g = mg_graph_new();
+    *x = mg_input(g, "logits", MG_F32, 2, (int64_t[]){T, E});
+    mg_moe_route(g, *x, o, p, m);
+    return g;
+}
+
+/* ---- forward: router ----------------------------------------------------------------- */
+static void fwd_route(void) {
+    enum { T = 40, E = 6 };
+    for (int pre = 0; pre < 2; pre++)
+        for (int k = 1; k <= 3; k++) {
+            mg_moe_route_opts o = {k, pre, 0, MG_MOE_DROP_PROBS, false};
+            mg_tensor *x, *p, *m;
+            mg_graph *g = route_graph(T, E, &o, &x, &p, &m);
+            tk_run r;
+            if (!p || tk_prepare(&r, g)) {
+                TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
+                mg_graph_free(g);
+                return;
+            }
+            tk_rng rng = {11u + (uint64_t)k};
+            float *xv = tk_f32(&r, x);
+            tk_fill(&rng, xv, T * E, -3, 3);
+            xv[5 * E + 1] = xv[5 * E + 4] = 9; /* a tie: the lower expert wins */
+            TK_CHECK(tk_exec(&r) == 0, "exec");
+            float wp[T * E];
+            int32_t wm[T * E];
+            ref_route(xv, T, E, k, pre, wp, wm);
+            char what[64];
+            snprintf(what, sizeof what, "moe_route probs (k %d, pre_softmax %d)", k, pre);
+            tk_expect_close(what, tk_f32(&r, p), wp, T * E, FWD_RTOL, 1e-7);
+            TK_CHECK(!memcmp(tk_i32(&r, m), wm, sizeof wm), "moe_route map (k %d, pre %d)", k, pre);
+            if (k == 1) TK_CHECK(tk_i32(&r, m)[5 * E + 1] == 1 && tk_i32(&r, m)[5 * E + 4] == 0, "tie to lower index");
+            tk_release(&r);
+            mg_graph_free(g);
+        }
+}
+
+/* Capacity: Megatron's apply_router_token_dropping, computed directly per expert. */
+static void fwd_route_capacity(void) {
+    enum { T = 30, E = 4, K = 2 };
+    for (int policy = 0; policy < 2; policy++)
+        for (int pad = 0; pad < 2; pad++) {
+            int64_t cap = mg_moe_capacity(T, K, E, 0.8); /* ceil(15 * 0.8) = 12 < 15 average: drops */
+            mg_moe_route_opts o = {K, false, cap, (mg_moe_drop_policy)policy, pad};
+            mg_tensor *x, *p, *m;
+            mg_graph *g = route_graph(T, E, &o, &x, &p, &m);
+            tk_run r;
+            if (!p || tk_prepare(&r, g)) {
+                TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
+                mg_graph_free(g);
+                return;
+            }
+            tk_rng rng = {21};
+            float *xv = tk_f32(&r, x);
+            tk_fill(&rng, xv, T * E, -2, 2);
+            for (int t = 0; t < T; t++) xv[t * E] += 1.5f; /* expert 0 overloaded */
+            TK_CHECK(tk_exec(&r) == 0, "exec");
+            float wp[T * E];
+            int32_t wm[T * E];
+            ref_route(xv, T, E, K, false, wp, wm);
+            for (int e = 0; e < E; e++) {
+                /* keep: the cap routed tokens with the highest probability (ties: earlier)
+                 * or the earliest cap routed tokens */
+                int kept = 0;
+                bool keep[T] = {0};
+                for (int n = 0; n < cap; n++) {
+                    int best = -1;
+                    for (int t = 0; t < T; t++) {
+                        if (!wm[t * E + e] || keep[t]) continue;
+                        if (best < 0 || (policy == MG_MOE_DROP_PROBS && wp[t * E + e] > wp[best * E + e])) best = t;
+                    }
+                    if (best < 0) break;
+                    keep[best] = true;
+                    kept++;
+                }
+                for (int t = 0; t < T && pad && kept < cap; t++)
+                    if (!keep[t] && !wm[t * E + e]) keep[t] = true, kept++;
+                for (int t = 0; t < T; t++) {
+                    float want_p = keep[t] && wm[t * E + e] ? wp[t * E + e] : 0.0f;
+                    TK_CHECK(tk_i32(&r, m)[t * E + e] == (int32_t)keep[t], "policy %d pad %d: map[%d, %d]", policy, pad,
+                             t, e);
+                    TK_CHECK(fabsf(tk_f32(&r, p)[t * E + e] - want_p) <= 1e-6f, "policy %d pad %d: probs[%d, %d]",
+                             policy, pad, t, e);
+                }
+                if (pad) TK_CHECK(kept == cap, "pad: expert %d has %d rows, not %lld", e, kept, (long long)cap);
+            }
+            tk_release(&r);
+            mg_graph_free(g);
+        }
+}
+
+/* The must-show: tokens per expert (dispatcher counts and the aux-loss counts) equal a
+ * direct computation on the same logits; with capacity, min(count, capacity). */
+static void fwd_router_counts(void) {
+    enum { T = 96, E = 8, K = 2 };
+    for (int variant = 0; variant < 3; variant++) {
+        int64_t cap = variant ? mg_moe_capacity(T, K, E, 1.0) : 0;
+        mg_moe_route_opts o = {K, variant == 1, cap, MG_MOE_DROP_PROBS, variant == 2};
+        mg_graph *g = mg_graph_new();
+        mg_tensor *x = mg_input(g, "logits", MG_F32, 2, (int64_t[]){T, E});
+        mg_tensor *h = mg_input(g, "h", MG_F32, 2, (int64_t[]){T, 3});
+        mg_tensor *p, *m, *counts;
+        mg_moe_route(g, x, &o, &p, &m);
+        mg_tensor *xs = mg_moe_permute(g, h, m, NULL, mg_moe_dispatch_rows(T, E, &o), &counts);
+        mg_tensor *c2 = mg_moe_topk_count(g, x, K);
+        tk_run r;
+        if (!xs || !c2 || tk_prepare(&r, g)) {
+            TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
+            mg_graph_free(g);
+            return;
+        }
+        tk_rng rng = {31};
+        float *xv = tk_f32(&r, x);
+        tk_fill(&rng, xv, T * E, -1, 1);
+        for (int t = 0; t < T; t++) xv[t * E + 3] += 0.7f; /* skewed */
+        tk_fill(&rng, tk_f32(&r, h), T * 3, -1, 1);
+        TK_CHECK(tk_exec(&r) == 0, "exec");
+        int ref[E] = {0};
+        for (int t = 0; t < T; t++) {
+            int sel[E];
+            ref_topk(xv + t * E, E, K, sel);
+            for (int j = 0; j < K; j++) ref[sel[j]]++;
+        }
+        int total = 0;
+        for (int e = 0; e < E; e++) {
+            int want = cap ? (variant == 2 ? (int)cap : (ref[e] < cap ? ref[e] : (int)cap)) : ref[e];
+            TK_CHECK(tk_i32(&r, counts)[e] == want, "variant %d: expert %d counts %d, reference %d", variant, e,
+                     tk_i32(&r, counts)[e], want);
+            TK_CHECK(tk_f32(&r, c2)[e] == (float)ref[e], "topk_count expert %d: %g, reference %d", e,
+                     (double)tk_f32(&r, c2)[e], ref[e]);
+            total += tk_i32(&r, counts)[e];
+        }
+        if (!variant) TK_CHECK(total == T * K, "dropless: %d rows", total);
+        if (!variant) TK_CHECK(ref[3] > T * K / E, "the skew shows (%d)", ref[3]);
+        tk_release(&r);
+        mg_graph_free(g);
+    }
+}
+
+/* ---- forward: dispatch ----------------------------------------------------------------- */
+static void fill_map(tk_rng *rng, int32_t *m, int n) {
+    for (int i = 0; i < n; i++) m[i] = tk_uniform(rng, 0, 1) < 0.4f;
+}
+
+static void fwd_permute(void) {
+    enum { T = 7, E = 3, H = 5, R = T * E + 2 };
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_input(g, "x", MG_F32, 2, (int64_t[]){T, H});
+    mg_tensor *m = mg_input(g, "map", MG_I32, 2, (int64_t[]){T, E});
+    mg_tensor *w = mg_input(g, "w", MG_F32, 2, (int64_t[]){T, E});
+    mg_tensor *c, *c2;
+    mg_tensor *xs = mg_moe_permute(g, x, m, NULL, R, &c);
+    mg_tensor *xw = mg_moe_permute(g, x, m, w, R, &c2);
+    mg_tensor *y = mg_moe_unpermute(g, xs, m, w);
+    mg_tensor *y1 = mg_moe_unpermute(g, xs, m, NULL);
+    tk_run r;
+    if (!xw || !y || !y1 || tk_prepare(&r, g)) {
+        TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
+        mg_graph_free(g);
+        return;
+    }
+    tk_rng rng = {41};
+    float *xv = tk_f32(&r, x), *wv = tk_f32(&r, w);
+    int32_t *mv = tk_i32(&r, m);
+    tk_fill(&rng, xv, T * H, -1, 1);
+    tk_fill(&rng, wv, T * E, 0, 1);
+    fill_map(&rng, mv, T * E);
+    TK_CHECK(tk_exec(&r) == 0, "exec");
+    float want_xs[R * H] = {0}, want_xw[R * H] = {0}, want_y[T * H] = {0}, want_y1[T * H] = {0};
+    int row = 0;
+    for (int e = 0; e < E; e++) {
+        int n = 0;
+        for (int t = 0; t < T; t++) {
+            if (!mv[t * E + e]) continue;
+            for (int j = 0; j < H; j++) {
+                want_xs[row * H + j] = xv[t * H + j];
+                want_xw[row * H + j] = wv[t * E + e] * xv[t * H + j];
+                want_y[t * H + j] += wv[t * E + e] * xv[t * H + j];
+                want_y1[t * H + j] += xv[t * H + j];
+            }
+            row++, n++;
+        }
+        TK_CHECK(tk_i32(&r, c)[e] == n && tk_i32(&r, c2)[e] == n, "counts[%d] = %d, want %d", e, tk_i32(&r, c)[e], n);
+    }
+    tk_expect_close("moe_permute", tk_f32(&r, xs), want_xs, R * H, 0, 0);
+    tk_expect_close("moe_permute weighted", tk_f32(&r, xw), want_xw, R * H, FWD_RTOL, 1e-7);
+    tk_expect_close("moe_unpermute weighted", tk_f32(&r, y), want_y, T * H, FWD_RTOL, 1e-6);
+    tk_expect_close("moe_unpermute", tk_f32(&r, y1), want_y1, T * H, FWD_RTOL, 1e-6);
+    tk_release(&r);
+    mg_graph_free(g);
+}
+
+/* grouped matmul on segments from a real permute, both weight layouts, against a
+ * per-row loop; rows past the total stay zero; an expert with no rows is fine. */
+static void fwd_grouped_matmul(void) {
+    enum { T = 9, E = 4, K = 5, N = 3, R = T * E };
+    for (int tb = 0; tb < 2; tb++) {
+        mg_graph *g = mg_graph_new();
+        mg_tensor *x = mg_input(g, "x", MG_F32, 2, (int64_t[]){T, K});
+        mg_tensor *m = mg_input(g, "map", MG_I32, 2, (int64_t[]){T, E});
+        mg_tensor *w = mg_input(g, "w", MG_F32, 3, tb ? (int64_t[]){E, N, K} : (int64_t[]){E, K, N});
+        mg_tensor *c;
+        mg_tensor *xs = mg_moe_permute(g, x, m, NULL, R, &c);
+        mg_tensor *y = mg_moe_grouped_matmul(g, xs, c, w, tb);
+        mg_tensor *dy = mg_input(g, "dy", MG_F32, 2, (int64_t[]){R, N});
+        mg_node *dw = mg_node_new(g, MG_OP_MOE_GROUPED_MATMUL_DW, NULL, 3, (mg_tensor *[]){xs, dy, c}, NULL);
+        tk_run r;
+        if (!y || !dw || tk_prepare(&r, g)) {
+            TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
+            mg_graph_free(g);
+            return;
+        }
+        tk_rng rng = {51};
+        tk_fill(&rng, tk_f32(&r, x), T * K, -1, 1);
+        tk_fill(&rng, tk_f32(&r, w), E * K * N, -1, 1);
+        tk_fill(&rng, tk_f32(&r, dy), R * N, -1, 1);
+        int32_t *mv = tk_i32(&r, m);
+        fill_map(&rng, mv, T * E);
+        for (int t = 0; t < T; t++) mv[t * E + 2] = 0; /* expert 2 gets nothing */
+        TK_CHECK(tk_exec(&r) == 0, "exec");
+        const float *xsv = tk_f32(&r, xs), *wv = tk_f32(&r, w), *dyv = tk_f32(&r, dy);
+        float want[R * N] = {0}, want_dw[E * K * N] = {0};
+        int row = 0;
+        for (int e = 0; e < E; e++)
+            for (int n = 0; n < tk_i32(&r, c)[e]; n++, row++)
+                for (int j = 0; j < N; j++) {
+                    double s = 0;
+                    for (int q = 0; q < K; q++)
+                        s += (double)xsv[row * K + q] * (tb ? wv[(e * N + j) * K + q] : wv[(e * K + q) * N + j]);
+                    want[row * N + j] = (float)s;
+                    for (int q = 0; q < K; q++) want_dw[(e * K + q) * N + j] += xsv[row * K + q] * dyv[row * N + j];
+                }
+        TK_CHECK(tk_i32(&r, c)[2] == 0, "expert 2 empty");
+        tk_expect_close("moe_grouped_matmul", tk_f32(&r, y), want, R * N, FWD_RTOL, 1e-6);
+        tk_expect_close("moe_grouped_matmul_dw", tk_f32(&r, dw->out[0]), want_dw, E * K * N, FWD_RTOL, 1e-6);
+        tk_release(&r);
+        mg_graph_free(g);
+    }
+}
+
+/* logsumexp, aux loss and z-loss against direct formulas (Megatron's
+ * switch_load_balancing_loss_func / coeff and z_loss_func / coeff). */
+static void fwd_losses(void) {
+    enum { T = 24, E = 5, K = 2 };
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_input(g, "logits", MG_F32, 2, (int64_t[]){T, E});
+    mg_tensor *lse = mg_logsumexp(g, x), *aux = mg_moe_aux_loss(g, x, K), *z = mg_moe_z_loss(g, x);
+    tk_run r;
+    if (!lse || !aux || !z || tk_prepare(&r, g)) {
+        TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
+        mg_graph_free(g);
+        return;
+    }
+    tk_rng rng = {61};
+    float *xv = tk_f32(&r, x);
+    tk_fill(&rng, xv, T * E, -4, 4);
+    xv[0] = 95; /* exp would overflow unshifted */
+    TK_CHECK(tk_exec(&r) == 0, "exec");
+    float want_lse[T];
+    double psum[E] = {0}, cnt[E] = {0}, zs = 0;
+    for (int t = 0; t < T; t++) {
+        const float *row = xv + t * E;
+        double m = row[0], s = 0;
+        for (int e = 1; e < E; e++) m = fmax(m, row[e]);
+        for (int e = 0; e < E; e++) s += exp(row[e] - m);
+        want_lse[t] = (float)(m + log(s));
+        zs += (m + log(s)) * (m + log(s));
+        for (int e = 0; e < E; e++) psum[e] += exp(row[e] - m) / s;
+        int sel[E];
+        ref_topk(row, E, K, sel);
+        for (int j = 0; j < K; j++) cnt[sel[j]] += 1;
+    }
+    double a = 0;
+    for (int e = 0; e < E; e++) a += (cnt[e] / (T * K)) * (psum[e] / T); /* f_i · P_i */
+    float want_aux = (float)(E * a), want_z = (float)(zs / T);
+    tk_expect_close("logsumexp", tk_f32(&r, lse), want_lse, T, FWD_RTOL, 1e-6);
+    tk_expect_close("moe aux loss", tk_f32(&r, aux), &want_aux, 1, FWD_RTOL, 1e-7);
+    tk_expect_close("moe z loss", tk_f32(&r, z), &want_z, 1, FWD_RTOL, 1e-6);
+    tk_release(&r);
+    mg_graph_free(g);
+}
+
+static void fwd_errors(void) {
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_input(g, "logits", MG_F32, 2, (int64_t[]){4, 3});
+    mg_tensor *p, *m;
+    mg_moe_route_opts o = {4, false, 0, MG_MOE_DROP_PROBS, false};
+    int rc = mg_moe_route(g, x, &o, &p, &m);
+    const mg_error *e = mg_graph_error(g);
+    TK_CHECK(rc && !p && strstr(e->msg, "moe_route") && strstr(e->msg, "top-k"), "k > E: %s", e->msg);
+    mg_graph_free(g);
+
+    g = mg_graph_new();
+    x = mg_input(g, "x", MG_F32, 2, (int64_t[]){4, 3});
+    mg_tensor *fm = mg_input(g, "fmap", MG_F32, 2, (int64_t[]){4, 2});
+    TK_CHECK(!mg_moe_permute(g, x, fm, NULL, 8, NULL) && strstr(mg_graph_error(g)->msg, "map must be i32"), "f32 map: %s",
+             mg_graph_error(g)->msg);
+    mg_graph_free(g);
+
+    g = mg_graph_new();
+    mg_tensor *xs = mg_input(g, "xs", MG_F32, 2, (int64_t[]){8, 3});
+    mg_tensor *c = mg_input(g, "c", MG_I32, 1, (int64_t[]){2});
+    mg_tensor *w = mg_input(g, "w", MG_F32, 3, (int64_t[]){2, 5, 4});
+    TK_CHECK(!mg_moe_grouped_matmul(g, xs, c, w, true) && strstr(mg_graph_error(g)->msg, "inner dimensions"),
+             "K mismatch: %s", mg_graph_error(g)->msg);
+    mg_graph_free(g);
+
+    /* run time: counts beyond the buffer are an error, not an overrun */
+    g = mg_graph_new();
+    xs = mg_input(g, "xs", MG_F32, 2, (int64_t[]){8, 3});
+    c = mg_input(g, "c", MG_I32, 1, (int64_t[]){2});
+    w = mg_input(g, "w", MG_F32, 3, (int64_t[]){2, 5, 3});
+    mg_tensor *y = mg_moe_grouped_matmul(g, xs, c, w, true);
+    mg_tensor *map = mg_input(g, "map", MG_I32, 2, (int64_t[]){4, 3});
+    mg_tensor *xt = mg_input(g, "xt", MG_F32, 2, (int64_t[]){4, 3});
+    mg_tensor *ps = mg_moe_permute(g, xt, map, NULL, 2, NULL);
+    tk_run r;
+    if (!y || !ps || tk_prepare(&r, g)) {
+        TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
+        mg_graph_free(g);
+        return;
+    }
+    tk_i32(&r, c)[0] = 5;
+    tk_i32(&r, c)[1] = 4;
+    for (int i = 0; i < 12; i++) tk_i32(&r, map)[i] = 1;
+    mg_error err = {0};
+    TK_CHECK(mg_exec_reference(g, r.st, &r.info, &err) != 0 && strstr(err.msg, "exceed"), "overflow: %s", err.msg);
+    tk_release(&r);
+    mg_graph_free(g);
+}
+
+/* ---- gradients --------------------------------------------------------------------------- */
+/* Routing is piecewise smooth: a finite-difference step must not change the top-k
+ * selection. eps 1e-3 keeps the step well below the gaps between random logits
+ * (the probes that cross a boundary would show up as failures, not pass silently). */
+static const tk_grad_opts route_opts = {1e-3, 2e-2, 2e-3, 0, 0};
+
+typedef struct route_ctx { mg_moe_route_opts o; } route_ctx;
+static mg_tensor *gb_route(mg_graph *g, mg_tensor *const *l, void *ctx) {
+    route_ctx *c = ctx;
+    mg_tensor *p, *m;
+    mg_moe_route(g, l[0], &c->o, &p, &m);
+    return p;
+}
+
+static void grad_route(void) {
+    tk_leaf x[] = {{"logits", MG_F32, 2, {6, 5}, true, -2, 2}};
+    route_ctx c = {{2, false, 0, MG_MOE_DROP_PROBS, false}};
+    tk_gradcheck("moe_route top-2 then softmax", 1, x, gb_route, &c, &route_opts);
+    c.o.pre_softmax = true;
+    tk_gradcheck("moe_route softmax then top-2", 1, x, gb_route, &c, &route_opts);
+    c.o.topk = 1;
+    tk_gradcheck("moe_route softmax then top-1", 1, x, gb_route, &c, &route_opts);
+    c.o = (mg_moe_route_opts){2, false, 2, MG_MOE_DROP_PROBS, false};
+    tk_gradcheck("moe_route capacity 2 (probs policy)", 1, x, gb_route, &c, &route_opts);
+    c.o = (mg_moe_route_opts){2, true, 2, MG_MOE_DROP_POSITION, true};
+    tk_gradcheck("moe_route capacity 2 padded (position policy)", 1, x, gb_route, &c, &route_opts);
+}
+
+typedef struct perm_ctx { int64_t rows; bool weighted; } perm_ctx;
+static mg_tensor *gb_permute(mg_graph *g, mg_tensor *const *l, void *ctx) {
+    perm_ctx *c = ctx;
+    return mg_moe_permute(g, l[0], l[1], c->weighted ? l[2] : NULL, c->rows, NULL);
+}
+static mg_tensor *gb_unpermute(mg_graph *g, mg_tensor *const *l, void *ctx) {
+    perm_ctx *c = ctx;
+    return mg_moe_unpermute(g, l[0], l[1], c->weighted ? l[2] : NULL);
+}
+
+static void grad_permute(void) {
+    perm_ctx c = {5 * 4, false};
+    tk_leaf l[] = {{"x", MG_F32, 2, {5, 3}, true, -1, 1},
+                   {"map", MG_I32, 2, {5, 4}, false, 0, 2},
+                   {"w", MG_F32, 2, {5, 4}, true, 0, 1}};
+    tk_gradcheck("moe_permute", 2, l, gb_permute, &c, NULL);
+    c.weighted = true;
+    tk_gradcheck("moe_permute weighted", 3, l, gb_permute, &c, NULL);
+}
+
+static void grad_unpermute(void) {
+    perm_ctx c = {0, false};
+    tk_leaf l[] = {{"ys", MG_F32, 2, {5 * 4, 3}, true, -1, 1},
+                   {"map", MG_I32, 2, {5, 4}, false, 0, 2},
+                   {"w", MG_F32, 2, {5, 4}, true, 0, 1}};
+    tk_gradcheck("moe_unpermute", 2, l, gb_unpermute, &c, NULL);
+    c.weighted = true;
+    tk_gradcheck("moe_unpermute weighted", 3, l, gb_unpermute, &c, NULL);
+}
+
+/* Segments come from a permute of a non-differentiated input over a random map. */
+static mg_tensor *gb_gmm(mg_graph *g, mg_tensor *const *l, void *ctx) {
+    bool tb = *(bool *)ctx;
+    mg_tensor *counts;
+    mg_moe_permute(g, l[1], l[2], NULL, l[0]->shape[0], &counts);
+    return mg_moe_grouped_matmul(g, l[0], counts, l[3], tb);
+}
+
+static void grad_grouped_matmul(void) {
+    for (int tb = 0; tb < 2; tb++) {
+        bool t = tb;
+        tk_leaf l[] = {{"xs", MG_F32, 2, {6 * 3, 4}, true, -1, 1},
+                       {"tok", MG_F32, 2, {6, 1}, false, 0, 1},
+                       {"map", MG_I32, 2, {6, 3}, false, 0, 2},
+                       {"w", MG_F32, 3, {3, tb ? 5 : 4, tb ? 4 : 5}, true, -1, 1}};
+        tk_gradcheck(tb ? "moe_grouped_matmul (w [E, N, K])" : "moe_grouped_matmul (w [E, K, N])", 4, l, gb_gmm, &t,
+                     NULL);
+    }
+}
+
+static mg_tensor *gb_lse(mg_graph *g, mg_tensor *const *l, void *ctx) {
+    (void)ctx;
+    return mg_logsumexp(g, l[0]);
+}
+static mg_tensor *gb_aux(mg_graph *g, mg_tensor *const *l, void *ctx) {
+    return mg_moe_aux_loss(g, l[0], *(int *)ctx);
+}
+static mg_tensor *gb_z(mg_graph *g, mg_tensor *const *l, void *ctx) {
+    (void)ctx;
+    return mg_moe_z_loss(g, l[0]);
+}
+
+static void grad_losses(void) {
+    tk_leaf x[] = {{"logits", MG_F32, 2, {8, 5}, true, -2, 2}};
+    tk_gradcheck("logsumexp", 1, x, gb_lse, NULL, NULL);
+    int k = 2;
+    tk_gradcheck("moe aux loss", 1, x, gb_aux, &k, &route_opts);
+    tk_gradcheck("moe z loss", 1, x, gb_z, NULL, NULL);
+}
+
+/* The whole expert path: router, permute, grouped GELU MLP, weighted unpermute;
+ * gradients for the tokens, the router logits' source and both expert weights. */
+static mg_tensor *gb_layer(mg_graph *g, mg_tensor *const *l, void *ctx) {
+    route_ctx *c = ctx;
+    mg_tensor *logits = mg_matmul(g, l[0], l[1], false, true); /* [T, E] */
+    mg_tensor *p, *m, *counts;
+    mg_moe_route(g, logits, &c->o, &p, &m);
+    int64_t rows = mg_moe_dispatch_rows(l[0]->shape[0], (int)l[1]->shape[0], &c->o);
+    mg_tensor *xs = mg_moe_permute(g, l[0], m, NULL, rows, &counts);
+    mg_tensor *hid = mg_gelu(g, mg_moe_grouped_matmul(g, xs, counts, l[2], true));
+    mg_tensor *ys = mg_moe_grouped_matmul(g, hid, counts, l[3], true);
+    return mg_moe_unpermute(g, ys, m, p);
+}
+
+static void grad_layer(void) {
+    tk_leaf l[] = {{"x", MG_F32, 2, {6, 4}, true, -1, 1},
+                   {"router", MG_F32, 2, {3, 4}, true, -1, 1},
+                   {"fc1", MG_F32, 3, {3, 5, 4}, true, -1, 1},
+                   {"fc2", MG_F32, 3, {3, 4, 5}, true, -1, 1}};
+    route_ctx c = {{2, false, 0, MG_MOE_DROP_PROBS, false}};
+    tk_gradcheck("moe layer (dropless)", 4, l, gb_layer, &c, &route_opts);
+    c.o = (mg_moe_route_opts){2, true, 3, MG_MOE_DROP_PROBS, true};
+    tk_gradcheck("moe layer (capacity 3, padded)", 4, l, gb_layer, &c, &route_opts);
+}
+
+int main(int argc, char **argv) {
+    static const tk_case cases[] = {
+        {"forward.moe_route", fwd_route},
+        {"forward.moe_route_capacity", fwd_route_capacity},
+        {"forward.moe_router_counts", fwd_router_counts},
+        {"forward.moe_permute", fwd_permute},
+        {"forward.moe_grouped_matmul", fwd_grouped_matmul},
+        {"forward.moe_losses", fwd_losses},
+        {"forward.errors_moe", fwd_errors},
+        {"grad.moe_route", grad_route},
+        {"grad.moe_permute", grad_permute},
+        {"grad.moe_unpermute", grad_unpermute},
+        {"grad.moe_grouped_matmul", grad_grouped_matmul},
+        {"grad.moe_losses", grad_losses},
+        {"grad.moe_layer", grad_layer},
+    };
+    return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
+}
