@@ -5,6 +5,7 @@
  * tokenizer until the loss is below the corpus's token unigram entropy.
  *
  *   test_models_llama CASE [MGRAPH_RUN TEXT_FILE TOKENIZER_MODEL WORK_DIR]
+ *   test_models_llama dump DIR VARIANT   (for llama_hf.py, the transformers reference)
  * (the last four for train_loss_falls, with tests/data's corpus and tokenizer; a missing
  * file is a failure, never a skip)
  */
@@ -237,6 +238,79 @@ static void test_grad_model(void) {
     grad_model_case(c, "llama with biases, MHA");
 }
 
+/* ---- the Hugging Face reference (tests/models/llama_hf.py) ------------------------------- */
+/* test_models_llama dump DIR VARIANT: builds the model (variant 0: Mistral-like, GQA,
+ * RMSNorm, RoPE, SwiGLU, untied, no biases; 1: biases, tied output, RoPE base 500000 as
+ * LLaMA-3), runs forward and backward on fixed tokens, and writes every parameter and its
+ * gradient as raw f32 (DIR/<name>.bin, DIR/<name>.grad.bin, listed in DIR/params.txt
+ * with shapes), the tokens and targets (DIR/tokens.bin, i32 [s, b] each) and the loss
+ * (DIR/loss.txt). llama_hf.py loads the parameters into transformers' LlamaForCausalLM
+ * by name and compares. */
+static int dump_model(const char *dir, int variant) {
+    mg_gpt_config c = mg_gpt_defaults();
+    c.num_layers = 2, c.hidden = 64, c.heads = 8, c.query_groups = 2, c.ffn_hidden = 96;
+    c.seq_length = 16, c.max_position = 16, c.vocab = 100;
+    c.norm = MG_NORM_RMSNORM, c.pos_emb = MG_POS_ROPE, c.swiglu = true;
+    c.untie_embeddings = variant == 0, c.disable_bias_linear = variant == 0;
+    c.rotary_base = variant == 0 ? 10000.0f : 500000.0f;
+    c.ln_eps = 1e-5f, c.init_std = 0.1f, c.hidden_dropout = c.attention_dropout = 0;
+    mg_graph *g = mg_graph_new();
+    mg_gpt m;
+    mg_error err = {0};
+    int64_t s = c.seq_length, b = 2;
+    mg_tensor *tok = mg_input(g, "tokens", MG_I32, 2, (int64_t[]){s, b});
+    mg_tensor *tgt = mg_input(g, "targets", MG_I32, 2, (int64_t[]){s, b});
+    mg_tensor *pos = mg_input(g, "positions", MG_I32, 1, &s);
+    mg_tensor *loss = NULL;
+    if (mg_gpt2_params(g, &c, &m, &err) == MG_OK) loss = mg_gpt2_forward(g, &m, tok, pos, tgt, false);
+    mg_gpt_release(&m);
+    tk_run r;
+    if (!loss || mg_graph_backward(g, loss, &err) || tk_prepare(&r, g)) {
+        fprintf(stderr, "dump: %s %s\n", mg_graph_error(g)->msg, err.msg);
+        mg_graph_free(g);
+        return 1;
+    }
+    tk_rng rng = {5};
+    for (int64_t i = 0; i < s * b; i++) {
+        tk_i32(&r, tok)[i] = (int32_t)tk_uniform(&rng, 0, (float)c.vocab);
+        tk_i32(&r, tgt)[i] = (int32_t)tk_uniform(&rng, 0, (float)c.vocab);
+    }
+    for (int64_t t = 0; t < s; t++) tk_i32(&r, pos)[t] = (int32_t)t;
+    int rc = tk_exec(&r);
+    char fn[1024];
+    snprintf(fn, sizeof fn, "%s/params.txt", dir);
+    FILE *list = rc ? NULL : fopen(fn, "w");
+    rc = rc || !list;
+    for (int i = 0; !rc && i < mg_graph_n_tensors(g); i++) {
+        mg_tensor *t = mg_graph_tensor(g, i);
+        if (t->role != MG_ROLE_PARAM) continue;
+        fprintf(list, "%s", t->name);
+        for (int d = 0; d < t->ndim; d++) fprintf(list, " %lld", (long long)t->shape[d]);
+        fprintf(list, "\n");
+        for (int k = 0; k < 2 && !rc; k++) {
+            snprintf(fn, sizeof fn, "%s/%s%s.bin", dir, t->name, k ? ".grad" : "");
+            FILE *o = fopen(fn, "wb");
+            const float *v = tk_f32(&r, k ? t->grad : t);
+            rc = !o || fwrite(v, sizeof *v, (size_t)mg_numel(t), o) != (size_t)mg_numel(t);
+            if (o) rc |= fclose(o) != 0;
+        }
+    }
+    if (list) rc |= fclose(list) != 0;
+    snprintf(fn, sizeof fn, "%s/tokens.bin", dir);
+    FILE *o = rc ? NULL : fopen(fn, "wb");
+    rc = rc || !o || fwrite(tk_i32(&r, tok), 4, (size_t)(s * b), o) != (size_t)(s * b) ||
+         fwrite(tk_i32(&r, tgt), 4, (size_t)(s * b), o) != (size_t)(s * b);
+    if (o) rc |= fclose(o) != 0;
+    snprintf(fn, sizeof fn, "%s/loss.txt", dir);
+    o = rc ? NULL : fopen(fn, "w");
+    rc = rc || !o || fprintf(o, "%.9g\n", (double)tk_f32(&r, loss)[0]) < 0;
+    if (o) rc |= fclose(o) != 0;
+    if (rc) fprintf(stderr, "dump: cannot write into %s\n", dir);
+    tk_release(&r);
+    mg_graph_free(g);
+    return rc ? 1 : 0;
+}
+
 /* ---- training with mgraph-run ----------------------------------------------------------- */
 static const char *g_exe, *g_text, *g_tok, *g_dir;
 
@@ -349,6 +423,7 @@ static void test_train_loss_falls(void) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "dump")) return dump_model(argv[2], atoi(argv[3]));
     if (argc == 6) {
         g_exe = argv[2], g_text = argv[3], g_tok = argv[4], g_dir = argv[5];
         if (access(g_text, R_OK) || access(g_tok, R_OK)) {
