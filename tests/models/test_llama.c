@@ -126,6 +126,18 @@ static void test_names(void) {
     mg_graph_free(g);
 }
 
+/* Published parameter counts: Mistral-7B 7,241,732,096 and LLaMA-2-70B 68,976,648,192
+ * (Hugging Face's config.json of each: vocab 32000, RMSNorm, SwiGLU, 8 key/value groups,
+ * untied, no biases). */
+static void test_known_sizes(void) {
+    mg_gpt_config c = llama_config();
+    c.num_layers = 32, c.hidden = 4096, c.heads = 32, c.query_groups = 8, c.ffn_hidden = 14336, c.vocab = 32000;
+    TK_CHECK(mg_gpt_num_params(&c) == 7241732096LL, "Mistral-7B: %lld parameters", (long long)mg_gpt_num_params(&c));
+    c.num_layers = 80, c.hidden = 8192, c.heads = 64, c.query_groups = 8, c.ffn_hidden = 28672;
+    TK_CHECK(mg_gpt_num_params(&c) == 68976648192LL, "LLaMA-2-70B: %lld parameters",
+             (long long)mg_gpt_num_params(&c));
+}
+
 static void expect_invalid(mg_gpt_config c, const char *needle) {
     mg_error err = {0};
     int rc = mg_gpt_check(&c, &err);
@@ -437,6 +449,7 @@ int main(int argc, char **argv) {
     }
     static const tk_case cases[] = {
         {"names", test_names},
+        {"known_sizes", test_known_sizes},
         {"config_errors", test_config_errors},
         {"grad_model", test_grad_model},
         {"train_loss_falls", test_train_loss_falls},
