@@ -48,6 +48,7 @@ static void gpt2_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer 
     linear_params(g, "attn.c_attn", 3 * h, h, std, true, &l->qkv_w, &l->qkv_b);
     linear_params(g, "attn.c_proj", h, h, out_std, true, &l->proj_w, &l->proj_b);
     norm_params(g, c, "ln_2", &l->ln2_w, &l->ln2_b);
+    if (l->router_w) return; /* an MoE layer: experts in place of the MLP */
     linear_params(g, "mlp.c_fc", f, h, std, true, &l->fc_w, &l->fc_b);
     linear_params(g, "mlp.c_proj", h, f, out_std, true, &l->fc2_w, &l->fc2_b);
 }
@@ -61,6 +62,7 @@ static void llama_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer
     linear_params(g, "self_attn.v_proj", kv, h, std, bias, &l->v_w, &l->v_b);
     linear_params(g, "self_attn.o_proj", h, h, out_std, bias, &l->proj_w, &l->proj_b);
     norm_params(g, c, "post_attention_layernorm", &l->ln2_w, &l->ln2_b);
+    if (l->router_w) return; /* an MoE layer: experts in place of the MLP */
     if (c->swiglu) linear_params(g, "mlp.gate_proj", f, h, std, bias, &l->gate_w, &l->gate_b);
     linear_params(g, "mlp.up_proj", f, h, std, bias, &l->fc_w, &l->fc_b);
     linear_params(g, "mlp.down_proj", h, f, out_std, bias, &l->fc2_w, &l->fc2_b);
@@ -81,6 +83,7 @@ int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m, mg_error *err
         m->wpe = weight(g, gpt2 ? "wpe.weight" : "model.embed_positions.weight", c->max_position, h, std);
     for (int i = 0; i < c->num_layers; i++) {
         mg_scope_push(g, gpt2 ? "h.%d" : "model.layers.%d", i);
+        if (mg_moe_is_layer(c, i)) mg_moe_layer_params(g, c, &m->layers[i]);
         if (gpt2) gpt2_layer_params(g, c, &m->layers[i], std, out_std);
         else llama_layer_params(g, c, &m->layers[i], std, out_std);
         mg_scope_pop(g);
@@ -150,9 +153,10 @@ static mg_tensor *mlp_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l,
     return y;
 }
 
-mg_tensor *mg_gpt2_forward(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions, mg_tensor *targets,
-                           bool training) {
+mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions,
+                               mg_tensor *targets, bool training, mg_gpt_aux *aux) {
     const mg_gpt_config *c = &m->cfg;
+    memset(aux, 0, sizeof *aux);
     if (!tokens || !positions || !targets) return NULL;
     int64_t s = tokens->shape[0], h = c->hidden;
     bool gpt2 = mg_gpt_is_gpt2(c);
@@ -168,11 +172,22 @@ mg_tensor *mg_gpt2_forward(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_t
         mg_tensor *a = norm(g, c, x, l->ln1_w, l->ln1_b);
         x = mg_add(g, x, attention_block(g, m, l, a, positions, training));
         mg_tensor *f = norm(g, c, x, l->ln2_w, l->ln2_b);
-        x = mg_add(g, x, mlp_block(g, m, l, f, training));
+        x = mg_add(g, x, l->router_w ? mg_moe_block(g, m, l, f, training, aux) : mlp_block(g, m, l, f, training));
         mg_scope_pop(g);
     }
     x = norm(g, c, x, m->lnf_w, m->lnf_b);
     mg_tensor *out = m->lm_head ? m->lm_head : m->wte;
     mg_tensor *logits = mg_matmul(g, x, out, false, true); /* [s, b, V] */
+    int n_moe = 0;
+    for (int i = 0; i < c->num_layers; i++) n_moe += mg_moe_is_layer(c, i);
+    if (aux->load_balancing_loss) aux->load_balancing_loss = mg_scale(g, aux->load_balancing_loss, 1.0f / (float)n_moe);
+    if (aux->z_loss) aux->z_loss = mg_scale(g, aux->z_loss, 1.0f / (float)n_moe);
     return mg_cross_entropy(g, logits, targets, -1);
+}
+
+mg_tensor *mg_gpt2_forward(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions, mg_tensor *targets,
+                           bool training) {
+    mg_gpt_aux aux;
+    mg_tensor *loss = mg_gpt2_forward_aux(g, m, tokens, positions, targets, training, &aux);
+    return aux.loss ? mg_add(g, loss, aux.loss) : loss;
 }

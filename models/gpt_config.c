@@ -16,6 +16,8 @@ mg_gpt_config mg_gpt_defaults(void) {
     c.ln_eps = 1e-5f;
     c.rotary_base = 10000.0f;
     c.rotary_percent = 1.0f;
+    c.moe.topk = 2;
+    c.moe.layer_freq = 1;
     return c;
 }
 
@@ -59,7 +61,7 @@ int mg_gpt_check(const mg_gpt_config *c, mg_error *err) {
         return mg_error_set(err, MG_ERR_INVALID, "--hidden-dropout must be in [0, 1) (got %g)", c->hidden_dropout);
     if (!(c->attention_dropout >= 0 && c->attention_dropout < 1))
         return mg_error_set(err, MG_ERR_INVALID, "--attention-dropout must be in [0, 1) (got %g)", c->attention_dropout);
-    return MG_OK;
+    return mg_moe_check(c, err);
 }
 
 int mg_gpt_kv_groups(const mg_gpt_config *c) { return c->query_groups > 0 ? c->query_groups : c->heads; }
@@ -84,7 +86,12 @@ int64_t mg_gpt_num_params(const mg_gpt_config *c) {
     int64_t layer = 2 * norm + (h + 2 * kv) * (h + bias) + h * (h + bias) + mlp_in * f * (h + bias) + h * (f + bias);
     int64_t pos = c->pos_emb == MG_POS_LEARNED ? (int64_t)c->max_position * h : 0;
     int64_t out = c->untie_embeddings ? c->vocab * h : 0;
-    return c->vocab * h + out + pos + c->num_layers * layer + norm;
+    int64_t n = c->vocab * h + out + pos + c->num_layers * layer + norm;
+    /* MoE layers: router [E, h] and E experts (fc1 [F or 2F, h], fc2 [h, F], no biases) in place of the MLP */
+    int64_t E = c->moe.num_experts, fm = c->moe.ffn_hidden > 0 ? c->moe.ffn_hidden : f;
+    for (int i = 0; i < c->num_layers; i++)
+        if (mg_moe_is_layer(c, i)) n += E * h + E * (mlp_in + 1) * fm * h - (mlp_in * f * (h + bias) + h * (f + bias));
+    return n;
 }
 
 double mg_gpt_flops(const mg_gpt_config *c, int64_t samples) {
@@ -95,5 +102,9 @@ double mg_gpt_flops(const mg_gpt_config *c, int64_t samples) {
     double h = c->hidden, s = c->seq_length, L = c->num_layers, f = c->ffn_hidden, V = (double)c->vocab;
     double kv = (double)mg_gpt_kv_groups(c) * (c->hidden / c->heads), mlp = c->swiglu ? 6 : 4;
     double per_token = L * (4 * h * h + 4 * h * kv + mlp * h * f + 2 * s * h) + 2 * h * V;
+    /* MoE layers: router 2hE, and each token through k experts in place of the MLP */
+    double fm = c->moe.ffn_hidden > 0 ? c->moe.ffn_hidden : f;
+    for (int i = 0; i < c->num_layers; i++)
+        if (mg_moe_is_layer(c, i)) per_token += 2 * h * c->moe.num_experts + c->moe.topk * mlp * h * fm - mlp * h * f;
     return 3.0 * per_token * s * (double)samples;
 }

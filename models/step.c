@@ -61,14 +61,26 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
     st->targets = mg_input(g, "labels", MG_I32, 2, (int64_t[]){s, b});
     if (st->tokens) st->tokens->per_microbatch = true;
     if (st->targets) st->targets->per_microbatch = true;
-    mg_tensor *l = mg_gpt2_forward(g, &st->model, st->tokens, st->positions, st->targets, c->training);
+    mg_gpt_aux aux;
+    mg_tensor *l = mg_gpt2_forward_aux(g, &st->model, st->tokens, st->positions, st->targets, c->training, &aux);
     /* Megatron divides each micro-batch's loss by the number of micro-batches before
      * backward; the scaled losses summed over the step are the mean loss. */
     mg_tensor *scaled = l && st->loss_scale ? mg_mul(g, l, st->loss_scale) : NULL;
     mg_tensor *sum = accumulate(g, scaled, "lm_loss.acc", "lm_loss.sum");
+    /* MoE: the objective adds the auxiliary losses (scaled alike); the lm loss is
+     * reported alone and the load-balancing / z losses beside it (Megatron) */
+    mg_tensor *objective = aux.loss ? mg_add(g, scaled, mg_mul(g, aux.loss, st->loss_scale)) : scaled;
+    mg_tensor *lb = aux.load_balancing_loss ? mg_mul(g, aux.load_balancing_loss, st->loss_scale) : NULL;
+    mg_tensor *zl = aux.z_loss ? mg_mul(g, aux.z_loss, st->loss_scale) : NULL;
+    lb = accumulate(g, lb, "load_balancing_loss.acc", "load_balancing_loss.sum");
+    zl = accumulate(g, zl, "z_loss.acc", "z_loss.sum");
     /* once per step: the step's mean loss, read by the host */
     mg_graph_set_mb(g, -1);
     st->loss = sum ? mg_scale(g, sum, 1.0f) : NULL;
+    st->load_balancing_loss = lb ? mg_set_name(g, mg_scale(g, lb, 1.0f), "load_balancing_loss") : NULL;
+    st->z_loss = zl ? mg_set_name(g, mg_scale(g, zl, 1.0f), "z_loss") : NULL;
+    if (st->load_balancing_loss) st->load_balancing_loss->persistent = true;
+    if (st->z_loss) st->z_loss->persistent = true;
     if (st->loss) {
         mg_set_name(g, st->loss, "lm_loss");
         st->loss->role = MG_ROLE_LOSS;
@@ -78,7 +90,7 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
         rc = mg_error_set(err, mg_graph_error(g)->code, "%s", mg_graph_error(g)->msg);
     } else if (c->training) {
         mg_graph_set_mb(g, 0);
-        rc = mg_graph_backward(g, scaled, err);
+        rc = mg_graph_backward(g, objective, err);
         mg_graph_set_mb(g, 0);
         if (!rc) rc = accumulate_grads(g, err);
         mg_graph_set_mb(g, -1);

@@ -298,6 +298,25 @@ static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) 
     m->init_std = c->init_method_std;
     m->hidden_dropout = c->hidden_dropout;
     m->attention_dropout = c->attention_dropout;
+    m->moe.num_experts = c->num_experts;
+    m->moe.ffn_hidden = c->moe_ffn_hidden_size;
+    m->moe.topk = c->moe_router_topk;
+    m->moe.pre_softmax = c->moe_router_pre_softmax;
+    m->moe.aux_loss_coeff = c->moe_aux_loss_coeff;
+    m->moe.z_loss_coeff = c->moe_z_loss_coeff;
+    m->moe.layer_freq = c->moe_layer_freq;
+    m->moe.capacity_factor = c->moe_expert_capacity_factor;
+    m->moe.pad_to_capacity = c->moe_pad_expert_input_to_capacity;
+    if (!strcmp(c->moe_token_drop_policy, "position")) m->moe.drop_policy = MG_MOE_DROP_POSITION;
+    else if (strcmp(c->moe_token_drop_policy, "probs"))
+        return mg_error_set(err, MG_ERR_INVALID, "--moe-token-drop-policy must be probs or position (got '%s')",
+                            c->moe_token_drop_policy);
+    if (strcmp(c->moe_token_dispatcher_type, "alltoall"))
+        return mg_error_set(err, MG_ERR_INVALID, "--moe-token-dispatcher-type %s is not supported yet (alltoall is)",
+                            c->moe_token_dispatcher_type);
+    if (c->moe_expert_capacity_factor < 0)
+        return mg_error_set(err, MG_ERR_INVALID, "--moe-expert-capacity-factor must be > 0 (got %g)",
+                            c->moe_expert_capacity_factor);
     /* the LLaMA family (choices checked by mg_run_config_check) */
     m->norm = strcmp(c->normalization, "RMSNorm") ? MG_NORM_LAYERNORM : MG_NORM_RMSNORM;
     m->pos_emb = !strcmp(c->position_embedding_type, "rope")   ? MG_POS_ROPE
@@ -536,6 +555,11 @@ static int train(run *r, mg_error *err) {
     double flops = mg_gpt_flops(&r->train.model.cfg, c->global_batch_size) / r->mesh.world;
     double interval_ms = 0, interval_loss = 0;
     int interval_n = 0, interval_nan = 0;
+    /* MoE: Megatron's load_balancing_loss and z_loss (without coefficients, mean over MoE
+     * layers), logged after the lm loss; absent for dense models */
+    const char *moe_names[2] = {"load_balancing_loss", "z_loss"};
+    mg_tensor *moe_t[2] = {mg_graph_find(r->train_g, moe_names[0]), mg_graph_find(r->train_g, moe_names[1])};
+    double moe_sum[2] = {0, 0};
     bool check_nan = !c->no_check_for_nan_in_loss_and_grad;
     mg_tensor *loss_t = mg_graph_find(r->train_g, "lm_loss"), *lr_t = mg_graph_find(r->train_g, "optimizer.lr"),
               *gn_t = mg_graph_find(r->train_g, "optimizer.grad_norm");
@@ -571,29 +595,42 @@ static int train(run *r, mg_error *err) {
                                 isfinite(loss) ? "gradient norm" : "loss", (long long)it + 1, host);
         }
         interval_nan += nan_here;
-        char jl[32], jg[32];
+        char jl[32], jg[32], jm[32], moe_json[128] = "", moe_log[128] = "";
+        for (int i = 0; i < 2; i++)
+            if (moe_t[i]) {
+                float v = *(float *)mg_storage_data(r->train_st, moe_t[i]);
+                if (!nan_here) moe_sum[i] += v;
+                size_t o = strlen(moe_json);
+                snprintf(moe_json + o, sizeof moe_json - o, ", \"%s\": %s", moe_names[i], json_number(jm, v));
+            }
         rc = metrics_record(r, err,
-                    "{\"iteration\": %lld, \"lm_loss\": %s, \"lr\": %.9e, \"grad_norm\": %s, \"elapsed_ms\": %.3f, "
+                    "{\"iteration\": %lld, \"lm_loss\": %s%s, \"lr\": %.9e, \"grad_norm\": %s, \"elapsed_ms\": %.3f, "
                     "\"tokens_per_s\": %.1f, \"tflops\": %.6f}\n",
-                    (long long)it + 1, json_number(jl, loss), lr, json_number(jg, gn), ms, tps, tflops);
+                    (long long)it + 1, json_number(jl, loss), moe_json, lr, json_number(jg, gn), ms, tps, tflops);
         if (rc) return rc;
         interval_ms += ms;
         if (!nan_here) interval_loss += loss; /* the average is over the finite losses */
         interval_n++;
         if (is_logger(r) && ((it + 1) % c->log_interval == 0 || it + 1 == c->train_iters)) {
             double avg_ms = interval_ms / interval_n;
+            for (int i = 0; i < 2; i++)
+                if (moe_t[i]) {
+                    size_t o = strlen(moe_log);
+                    snprintf(moe_log + o, sizeof moe_log - o, " %s: %.2f |", moe_names[i],
+                             interval_n > interval_nan ? moe_sum[i] / (interval_n - interval_nan) : (double)NAN);
+                }
             printf(" iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
                    "throughput per GPU (TFLOP/s/GPU): %.3f | learning rate: %.6E | global batch size: %5d | "
-                   "lm loss: %.6E | loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3d | "
+                   "lm loss: %.6E |%s loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3d | "
                    "number of nan iterations: %3d |\n",
                    (long long)it + 1, (long long)c->train_iters, (long long)consumed + c->global_batch_size, avg_ms,
                    flops / (avg_ms * 1e-3 * 1e12), lr, c->global_batch_size,
-                   interval_n > interval_nan ? interval_loss / (interval_n - interval_nan) : (double)NAN, gn, 0,
-                   interval_nan);
+                   interval_n > interval_nan ? interval_loss / (interval_n - interval_nan) : (double)NAN, moe_log, gn,
+                   0, interval_nan);
             fflush(stdout);
         }
         if ((it + 1) % c->log_interval == 0) {
-            interval_ms = interval_loss = 0;
+            interval_ms = interval_loss = moe_sum[0] = moe_sum[1] = 0;
             interval_n = interval_nan = 0;
         }
         if (c->eval_interval > 0 && c->eval_iters > 0 && (it + 1) % c->eval_interval == 0) {

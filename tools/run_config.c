@@ -60,6 +60,22 @@ static const flag flags[] = {
     {"--untie-embeddings-and-output-weights", F_BOOL, O(untie_embeddings_and_output_weights), USE, NULL,
      "separate output layer (lm_head) instead of the word embedding"},
     {"--disable-bias-linear", F_BOOL, O(disable_bias_linear), USE, NULL, "no biases on the linear layers"},
+    /* mixture of experts */
+    {"--num-experts", F_INT, O(num_experts), USE, NULL, "experts per MoE layer (default: dense MLPs)"},
+    {"--moe-ffn-hidden-size", F_INT, O(moe_ffn_hidden_size), USE, NULL, "expert MLP hidden size (default ffn-hidden-size)"},
+    {"--moe-router-topk", F_INT, O(moe_router_topk), USE, NULL, "experts per token (default 2)"},
+    {"--moe-router-pre-softmax", F_BOOL, O(moe_router_pre_softmax), USE, NULL, "softmax over all experts before top-k"},
+    {"--moe-aux-loss-coeff", F_FLOAT, O(moe_aux_loss_coeff), USE, NULL, "load-balancing loss coefficient (default 0)"},
+    {"--moe-z-loss-coeff", F_FLOAT, O(moe_z_loss_coeff), USE, NULL, "router z-loss coefficient (default 0)"},
+    {"--moe-layer-freq", F_INT, O(moe_layer_freq), USE, NULL, "every N-th layer is MoE, from layer 0 (default 1)"},
+    {"--moe-expert-capacity-factor", F_FLOAT, O(moe_expert_capacity_factor), USE, NULL,
+     "expert capacity factor (default: dropless)"},
+    {"--moe-token-drop-policy", F_STR, O(moe_token_drop_policy), USE, "probs|position",
+     "probs | position: which tokens over capacity are dropped"},
+    {"--moe-pad-expert-input-to-capacity", F_BOOL, O(moe_pad_expert_input_to_capacity), USE, NULL,
+     "pad each expert's input to its capacity"},
+    {"--moe-token-dispatcher-type", F_STR, O(moe_token_dispatcher_type), USE, "alltoall|allgather|flex",
+     "alltoall (the others are not supported yet)"},
     /* batch and schedule */
     {"--micro-batch-size", F_INT, O(micro_batch_size), USE, NULL, "sequences per micro-batch"},
     {"--global-batch-size", F_INT, O(global_batch_size), USE, NULL, "sequences per iteration (default micro-batch x dp)"},
@@ -232,6 +248,10 @@ void mg_run_config_defaults(mg_run_config *c) {
     c->init_method_std = 0.02f;
     c->hidden_dropout = 0.1f;
     c->attention_dropout = 0.1f;
+    c->moe_router_topk = 2;
+    c->moe_layer_freq = 1;
+    c->moe_token_drop_policy = "probs";
+    c->moe_token_dispatcher_type = "alltoall";
     c->position_embedding_type = "learned_absolute";
     c->normalization = "LayerNorm";
     c->rotary_base = 10000.0f;

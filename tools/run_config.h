@@ -14,6 +14,11 @@ typedef struct mg_run_config {
     int make_vocab_size_divisible_by;
     float init_method_std, hidden_dropout, attention_dropout;
     const char *position_embedding_type, *normalization;
+    /* mixture of experts (Megatron's --num-experts and --moe-* flags) */
+    int num_experts, moe_ffn_hidden_size, moe_router_topk, moe_layer_freq;
+    bool moe_router_pre_softmax, moe_pad_expert_input_to_capacity;
+    float moe_aux_loss_coeff, moe_z_loss_coeff, moe_expert_capacity_factor;
+    const char *moe_token_drop_policy, *moe_token_dispatcher_type;
     /* the LLaMA family (Megatron's names) */
     float rotary_base, rotary_percent, norm_epsilon;
     bool swiglu, group_query_attention, untie_embeddings_and_output_weights, disable_bias_linear;

@@ -8,6 +8,7 @@
 #define MGRAPH_MODEL_H
 
 #include "mgraph/graph.h"
+#include "mgraph/moe.h"
 #include "mgraph/train.h"
 
 #ifdef __cplusplus
@@ -18,6 +19,21 @@ extern "C" {
  * GPT-2's, so a zeroed config plus sizes is a GPT-2. */
 typedef enum mg_norm_kind { MG_NORM_LAYERNORM = 0, MG_NORM_RMSNORM } mg_norm_kind;
 typedef enum mg_pos_emb_kind { MG_POS_LEARNED = 0, MG_POS_ROPE, MG_POS_NONE } mg_pos_emb_kind;
+
+/* Mixture of experts in place of the MLP (Megatron's --num-experts ... flags); the
+ * experts use the model's activation (SwiGLU with --swiglu, else GELU). */
+typedef struct mg_moe_config {
+    int num_experts;            /* 0: every layer has the dense MLP */
+    int ffn_hidden;             /* --moe-ffn-hidden-size; 0: the model's ffn_hidden */
+    int topk;                   /* --moe-router-topk (2) */
+    bool pre_softmax;           /* --moe-router-pre-softmax */
+    float aux_loss_coeff;       /* --moe-aux-loss-coeff (0: no load-balancing loss) */
+    float z_loss_coeff;         /* --moe-z-loss-coeff (0: none) */
+    int layer_freq;             /* --moe-layer-freq N: layer i is MoE when i % N == 0 (1: all) */
+    double capacity_factor;     /* --moe-expert-capacity-factor; 0: dropless */
+    mg_moe_drop_policy drop_policy; /* --moe-token-drop-policy probs|position */
+    bool pad_to_capacity;       /* --moe-pad-expert-input-to-capacity */
+} mg_moe_config;
 
 /* One GPT with Megatron's options (as Megatron's GPTModel): GPT-2 is LayerNorm, learned
  * absolute positions, GELU MLP, biases, tied output layer; LLaMA / Mistral are RMSNorm,
@@ -41,6 +57,7 @@ typedef struct mg_gpt_config {
     int query_groups;        /* --num-query-groups with --group-query-attention; 0 = heads */
     bool untie_embeddings;   /* --untie-embeddings-and-output-weights */
     bool disable_bias_linear;/* --disable-bias-linear: no bias on QKV, projection, MLP */
+    mg_moe_config moe;
 } mg_gpt_config;
 
 /* Megatron-ish defaults for a small model; the caller sets sizes. */
@@ -70,6 +87,9 @@ typedef struct mg_gpt_layer {
     mg_tensor *proj_w, *proj_b;
     mg_tensor *ln2_w, *ln2_b;
     mg_tensor *gate_w, *gate_b, *fc_w, *fc_b, *fc2_w, *fc2_b; /* gate, up (c_fc), down (c_proj) */
+    /* MoE layers (no dense MLP): mlp.router.weight [E, h], mlp.experts.fc1.weight
+     * [E, F (2F with SwiGLU: gate then up), h], mlp.experts.fc2.weight [E, h, F] */
+    mg_tensor *router_w, *experts_fc1_w, *experts_fc2_w;
 } mg_gpt_layer;
 
 typedef struct mg_gpt {
@@ -100,6 +120,27 @@ void mg_gpt_release(mg_gpt *m);
 mg_tensor *mg_gpt2_forward(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions,
                            mg_tensor *targets, bool training);
 
+/* The MoE auxiliary losses of one micro-batch's forward (all NULL for a dense model
+ * or when not training, as Megatron computes them only in training). */
+typedef struct mg_gpt_aux {
+    mg_tensor *loss;                /* Σ over MoE layers of aux_coeff·lb + z_coeff·z: add to the training loss */
+    mg_tensor *load_balancing_loss; /* mean over MoE layers of lb (without coefficient; logged as Megatron) */
+    mg_tensor *z_loss;              /* mean over MoE layers of the z-loss (without coefficient) */
+} mg_gpt_aux;
+/* As mg_gpt2_forward, returning the language-model loss alone and the auxiliary losses
+ * in *aux. (mg_gpt2_forward returns lm loss + aux->loss: the training objective.) */
+mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions,
+                               mg_tensor *targets, bool training, mg_gpt_aux *aux);
+
+/* MoE layer (models/moe.c). */
+bool mg_moe_is_layer(const mg_gpt_config *c, int layer);
+int mg_moe_check(const mg_gpt_config *c, mg_error *err);
+/* Creates the router and expert weights of one layer in the current scope. */
+void mg_moe_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer *l);
+/* x [s, b, h] -> [s, b, h]; adds this layer's auxiliary losses to *aux (training). */
+mg_tensor *mg_moe_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x, bool training,
+                        mg_gpt_aux *aux);
+
 /* ---- the training / evaluation step --------------------------------------------------- */
 /* The step graph holds ONE micro-batch's forward and backward (nodes with mb == 0),
  * and, once per step (nodes with mb == -1), what follows the last micro-batch:
@@ -127,6 +168,8 @@ typedef struct mg_step {
     mg_tensor *positions;    /* [s], 0..s-1 "position_ids" */
     mg_tensor *loss_scale;   /* [1] input "loss_scale": 1 / micro-batches of the global batch */
     mg_tensor *loss;         /* [1] "lm_loss": the mean loss over the step's micro-batches */
+    mg_tensor *load_balancing_loss; /* MoE: [1] "load_balancing_loss", step mean, for the log; NULL when none */
+    mg_tensor *z_loss;       /* MoE: [1] "z_loss", step mean, for the log; NULL when none */
     mg_optimizer_outputs opt;/* NULL tensors when !training */
 } mg_step;
 
