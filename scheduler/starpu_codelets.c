@@ -56,6 +56,10 @@ static void run_kernel(void *buffers[], void *cl_arg, mg_kernel_fn fn, bool on_c
     int w = starpu_worker_get_id();
     if (w >= 0 && w < STARPU_NMAXWORKERS) e->busy[w] += dt; /* only worker w writes slot w */
     atomic_fetch_add_explicit(&e->tasks, 1, memory_order_relaxed);
+    /* (on CUDA the span is the launch: the kernel runs on the stream afterwards) */
+    if (e->trace)
+        mg_trace_task(e->trace, mg_op_def_get(nd->op)->flags & MG_OPF_COMM ? e->trace_comm_lane : w, nd,
+                      ti->info.mb_local, t0, t0 + dt);
     if (rc) mg_engine_record_error(e, nd, rc, &kerr);
 }
 

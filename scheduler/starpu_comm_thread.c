@@ -66,7 +66,9 @@ static void *loop(void *p) {
             mg_error kerr = {0};
             double t0 = now_s();
             int rc = j.fn(&ka, &kerr);
-            ct->busy_s += now_s() - t0;
+            double t1 = now_s();
+            ct->busy_s += t1 - t0;
+            if (e->trace) mg_trace_task(e->trace, e->trace_comm_lane, nd, j.ti->info.mb_local, t0, t1);
             atomic_fetch_add_explicit(&e->tasks, 1, memory_order_relaxed);
             if (rc) mg_engine_record_error(e, nd, rc, &kerr);
         }

@@ -385,3 +385,20 @@ int mg_engine_run(mg_engine *e, const mg_exec_info *info, mg_error *err) {
 void mg_engine_get_stats(const mg_engine *e, mg_engine_stats *st) {
     if (e && st) *st = e->stats;
 }
+
+int mg_engine_set_trace(mg_engine *e, mg_trace *t, mg_error *err) {
+    if (!e) return mg_error_set(err, MG_ERR_INVALID, "mg_engine_set_trace: NULL engine");
+    int nw = (int)starpu_worker_get_count(), rc = MG_OK;
+    for (int w = 0; w < nw && t && !rc; w++) {
+        char wn[64], lane[96];
+        starpu_worker_get_name(w, wn, sizeof wn);
+        snprintf(lane, sizeof lane, "worker %d (%s)", w, wn);
+        rc = mg_trace_set_lane(t, w, lane, err);
+    }
+    if (t && !rc)
+        rc = mg_trace_set_lane(t, nw, e->comm_thread ? "communication (thread)" : "communication (on workers)", err);
+    if (rc) return rc;
+    e->trace = t;
+    e->trace_comm_lane = nw;
+    return MG_OK;
+}

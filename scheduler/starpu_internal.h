@@ -59,6 +59,10 @@ struct mg_engine {
     atomic_llong tasks;
     double busy[STARPU_NMAXWORKERS];
     mg_engine_stats stats;
+    /* mg_engine_set_trace: where tasks are recorded (NULL: nowhere), and the lane of
+     * collectives (on a worker or on the communication thread alike) */
+    mg_trace *trace;
+    int trace_comm_lane;
 };
 
 /* ---- starpu_runtime.c: one StarPU per process, shared by engines ------------ */

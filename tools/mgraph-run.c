@@ -25,6 +25,7 @@
 #include "blas_env.h"
 #include "run_checkpoint.h"
 #include "run_config.h"
+#include "run_trace.h"
 
 #ifndef MG_DEFAULT_CORPUS
 #define MG_DEFAULT_CORPUS ""
@@ -60,6 +61,7 @@ typedef struct run {
     int64_t nan_at;             /* test hook: poison a weight before this iteration (1-based), 0: never */
     const mg_step_config *sc;   /* the training step's configuration (checkpoint metadata) */
     mg_run_resume resume;       /* --load: where training resumes (iteration 0 when none) */
+    mg_run_trace trace;         /* --trace-file */
 } run;
 
 static void run_release(run *r) {
@@ -79,6 +81,7 @@ static void run_release(run *r) {
     mg_outfile_abort(r->metrics); /* only when a failure path left it open */
     free(r->sample);
     mg_run_resume_close(&r->resume);
+    mg_run_trace_close(&r->trace);
 }
 
 /* ---- the metrics file --------------------------------------------------------------------
@@ -571,7 +574,9 @@ static int train(run *r, mg_error *err) {
         uint64_t consumed = (uint64_t)r->resume.consumed_samples + (uint64_t)(it - start) * (uint64_t)c->global_batch_size;
         int rc = fill_batch(r, r->train_g, r->train_st, MG_SPLIT_TRAIN, consumed, err);
         if (!rc && it + 1 == r->nan_at) poison_a_weight(r);
+        if (!rc) rc = mg_run_trace_before(&r->trace, r->train_eng, it, err);
         if (!rc) rc = execute(r, r->train_g, r->train_st, r->train_eng, it, true, err);
+        if (!rc) rc = mg_run_trace_after(&r->trace, r->train_eng, it, err);
         if (rc) return rc;
         double ms = 1e3 * (now_s() - t0);
         float loss = *(float *)mg_storage_data(r->train_st, loss_t);
@@ -827,6 +832,9 @@ int main(int argc, char **argv) {
         else plan_world = r.cfg.world_size;
     }
     if (!rc) rc = check_dump_dot(&r, world, &err);
+    if (!rc)
+        rc = mg_run_trace_check(r.cfg.trace_file, r.cfg.trace_iterations, r.cfg.train_iters, world,
+                                !strcmp(r.cfg.engine, "starpu"), &err);
     if (!rc) rc = resolve_plan(&r, plan_world, &err);
     /* every bad flag of the command line in one run, plan problems included */
     if (rc && mg_status_is_usage(rc)) {
@@ -858,6 +866,9 @@ int main(int argc, char **argv) {
     bool with_eval = (r.cfg.eval_interval > 0 || r.cfg.skip_train) && r.cfg.eval_iters > 0;
     r.sc = &sc;
     if (!rc) rc = mg_run_resume_open(&r.cfg, &sc.model, mg_tokenizer_vocab_size(r.tok), &r.resume, &err);
+    if (!rc && !r.cfg.skip_train)
+        rc = mg_run_trace_open(&r.trace, r.cfg.trace_file, r.cfg.trace_iterations, r.resume.iteration, r.cfg.train_iters,
+                               rank, &err);
     if (!rc && r.cfg.skip_train && !with_eval) rc = mg_error_set(&err, MG_ERR_INVALID, "--skip-train needs --eval-iters >= 1");
     if (!rc && with_eval) {
         mg_step_config ec = sc;

@@ -39,6 +39,7 @@ typedef struct mg_run_config {
     int64_t tensorboard_log_interval;
     bool log_timers_to_tensorboard, log_validation_ppl_to_tensorboard;
     const char *metrics_file, *dump_dot;
+    const char *trace_file, *trace_iterations; /* tools/run_trace.c */
     bool dry_run;
     /* data */
     const char *text_file, *data_path, *split, *data_cache_path;

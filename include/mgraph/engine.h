@@ -14,6 +14,7 @@
 #include "mgraph/exec.h"
 #include "mgraph/graph.h"
 #include "mgraph/memplan.h"
+#include "mgraph/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -87,6 +88,10 @@ int mg_engine_new(mg_graph *g, mg_storage *s, const mg_engine_options *opt, mg_e
  * last micro-batch has produced their inputs. */
 int mg_engine_run(mg_engine *e, const mg_exec_info *info, mg_error *err);
 void mg_engine_get_stats(const mg_engine *e, mg_engine_stats *st);
+/* Records every task of the following steps in t (NULL: stop), one lane per worker
+ * (lanes 0..workers-1) and one for collectives (lane `workers`), and names the lanes.
+ * Between steps only. The caller brackets each step with mg_trace_step_begin/end. */
+int mg_engine_set_trace(mg_engine *e, mg_trace *t, mg_error *err);
 /* Unregisters the handles; shuts StarPU down with the last engine. */
 void mg_engine_free(mg_engine *e);
 
