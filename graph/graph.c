@@ -171,8 +171,7 @@ mg_tensor *mg_tensor_new(mg_graph *g, const char *name, bool uniquify, mg_dtype 
     t->logical.key = mg_hash_name(full);
     t->logical.ndim = ndim;
     memcpy(t->logical.shape, t->shape, sizeof t->shape);
-    t->shard.kind = MG_SHARD_FULL;
-    t->shard.group = MG_GROUP_NONE;
+    for (int a = 0; a < MG_MESH_AXES; a++) t->place.ax[a] = (mg_sharding){MG_SHARD_FULL, -1, (mg_group)a};
     if (mg_name_map_put(&g->names, t)) {
         free(t->name);
         free(t);

@@ -35,7 +35,7 @@ static mg_tensor *moment(mg_graph *g, const mg_tensor *p, const char *which) {
         t->persistent = true;
         t->logical = p->logical; /* a moment is sharded exactly like its parameter */
         t->logical.key = mg_hash_name(nm);
-        t->shard = p->shard;
+        t->place = p->place;
     }
     return t;
 }

@@ -160,7 +160,7 @@ int dopt_after_node(part_ctx *c, const mg_node *n) {
     for (int j = 0; j < n->n_out; j++) {
         const mg_tensor *lo = n->out[j];
         int pid = c->final_grad_of[lo->id];
-        if (pid < 0 || c->st[lo->id].absent || !c->st[lo->id].t) continue;
+        if (pid < 0 || !c->st[lo->id].t) continue;
         int k = d->param_of[pid];
         if (k < 0) continue;
         part_enter_step_context(c); /* reduced once per step, after the last micro-batch */
@@ -203,9 +203,12 @@ static int dopt_sumsq(part_ctx *c, const mg_node *n) {
     if (!out) {
         return part_graph_error(c);
     }
-    mg_sharding os = c->tp > 1 ? sh_partial() : sh_full();
-    part_set_identity(c, out, n->out[0], os);
-    c->st[n->out[0]->id] = (pt){out, false, os, true};
+    /* a share of the sum over dp, and over tp where tp splits parameters */
+    mg_placement os = mg_placement_full();
+    if (c->tp > 1) os.ax[MG_GROUP_TP] = sh_partial();
+    os.ax[MG_GROUP_DP] = mg_place_partial(MG_GROUP_DP);
+    part_set_identity(c, out, n->out[0], &os);
+    c->st[n->out[0]->id] = (pt){out, os};
     return 1;
 }
 
@@ -247,14 +250,15 @@ static int bucket_gather(part_ctx *c, int bi) {
         snprintf(nm, sizeof nm, "%s.new", p->p->name);
         part_rename(c, upd, nm);
         upd->logical = old->logical;
-        upd->shard = old->shard;
+        upd->place = old->place;
         upd->updates = old; /* written in place of the old value */
         upd->role = MG_ROLE_OPT_STATE;
     }
     return MG_OK;
 }
 
-static mg_tensor *moment_segment(part_ctx *c, const mg_tensor *lm, int64_t len, int64_t flat_off) {
+static mg_tensor *moment_segment(part_ctx *c, const mg_tensor *lm, mg_sharding tp_state, int64_t len,
+                                  int64_t flat_off) {
     mg_tensor *t = part_new_leaf(c, lm->name, MG_F32, MG_ROLE_OPT_STATE, 1, &len);
     if (!t) return NULL;
     t->init = lm->init;
@@ -264,7 +268,10 @@ static mg_tensor *moment_segment(part_ctx *c, const mg_tensor *lm, int64_t len, 
     t->logical.ndim = 1;
     t->logical.shape[0] = mg_numel(lm);
     t->logical.offset[0] = flat_off;
-    t->shard = (mg_sharding){MG_SHARD_SPLIT, 0, MG_GROUP_DP};
+    /* a dp-split (flat) block of the moment of the parameter's tp block */
+    t->place = mg_placement_full();
+    t->place.ax[MG_GROUP_TP] = tp_state;
+    t->place.ax[MG_GROUP_DP] = mg_place_split(MG_GROUP_DP, 0);
     return t;
 }
 
@@ -284,8 +291,8 @@ static int dopt_adamw(part_ctx *c, const mg_node *n) {
         mg_tensor *in[6];
         in[0] = mg_slice(c->P, flat(c, pp), 0, a - p->off, z - a);
         in[1] = mg_slice(c->P, b->shard_grad, 0, a - range_lo(c, b), z - a);
-        in[2] = moment_segment(c, n->in[2], z - a, a - p->off);
-        in[3] = moment_segment(c, n->in[3], z - a, a - p->off);
+        in[2] = moment_segment(c, n->in[2], ps, z - a, a - p->off);
+        in[3] = moment_segment(c, n->in[3], ps, z - a, a - p->off);
         in[4] = lr;
         in[5] = coef;
         for (int i = 0; i < 4; i++)
@@ -304,7 +311,7 @@ static int dopt_adamw(part_ctx *c, const mg_node *n) {
     }
     p->updated = true;
     /* the logical outputs are not read by anything; mark them as produced */
-    for (int j = 0; j < n->n_out; j++) c->st[n->out[j]->id] = (pt){NULL, true, sh_full(), false};
+    for (int j = 0; j < n->n_out; j++) c->st[n->out[j]->id] = (pt){NULL, mg_placement_full()};
     if (++b->n_updated == b->count) return bucket_gather(c, p->bucket) ? c->err->code : 1;
     return 1;
 }

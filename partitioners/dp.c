@@ -13,37 +13,34 @@
  */
 #include "partitioners/partition_internal.h"
 
-/* An input is a share when it says so, or when it comes out of a micro-batch into
- * the shared (mb == -1) part of the graph. */
+/* An input is a share when its placement says so, or when it comes out of a
+ * micro-batch into the shared (mb == -1) part of the graph. */
 static bool is_share(const part_ctx *c, const mg_node *n, const mg_tensor *in) {
     const pt *p = &c->st[in->id];
-    if (p->dp_partial) return true;
+    if (pl_dp_partial(&p->pl)) return true;
     return c->dp > 1 && n->mb < 0 && in->src && in->src->mb >= 0;
 }
-
-static bool is_absent(const part_ctx *c, const mg_tensor *in) { return c->st[in->id].absent; }
 
 /* Replaces a share by its sum over dp (for consumers that are not linear in it). */
 static int reduce_share(part_ctx *c, const mg_tensor *lt) {
     pt *p = &c->st[lt->id];
-    p->dp_partial = true;
-    mg_tensor *t = part_get_dp_full(c, lt, p->tp);
+    p->pl.ax[MG_GROUP_DP] = mg_place_partial(MG_GROUP_DP);
+    mg_tensor *t = part_get_dp_full(c, lt, p->pl.ax[MG_GROUP_TP]);
     if (!t) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
     p->t = t;
-    p->dp_partial = false;
+    p->pl.ax[MG_GROUP_DP] = mg_place_full(MG_GROUP_DP);
     return MG_OK;
 }
 
-int dp_partition_node(part_ctx *c, const mg_node *n, bool *dp_partial_out) {
-    *dp_partial_out = false;
+int dp_partition_node(part_ctx *c, const mg_node *n) {
     if (c->dp == 1) return 0;
     if (n->mb >= 0) return 0; /* inside a micro-batch: shares cannot occur */
     int n_share = 0;
-    for (int i = 0; i < n->n_in; i++) n_share += !is_absent(c, n->in[i]) && is_share(c, n, n->in[i]);
+    for (int i = 0; i < n->n_in; i++) n_share += c->st[n->in[i]->id].t && is_share(c, n, n->in[i]);
     if (!n_share) return 0;
     bool linear = n->op == MG_OP_ADD || n->op == MG_OP_SCALE;
     if (linear && n_share == n->n_in) {
-        *dp_partial_out = true; /* shares in, share out */
+        c->node_pl.ax[MG_GROUP_DP] = mg_place_partial(MG_GROUP_DP); /* shares in, share out */
         return 0;
     }
     for (int i = 0; i < n->n_in; i++)
@@ -59,8 +56,8 @@ int dp_after_node(part_ctx *c, const mg_node *n) {
     part_enter_step_context(c); /* the reduction runs once per step, after the last micro-batch */
     for (int j = 0; j < n->n_out; j++) {
         const mg_tensor *lo = n->out[j];
-        if (c->final_grad_of[lo->id] < 0 || c->st[lo->id].absent || !c->st[lo->id].t) continue;
-        if (!c->st[lo->id].dp_partial && !(lo->src && lo->src->mb >= 0)) continue;
+        if (c->final_grad_of[lo->id] < 0 || !c->st[lo->id].t) continue;
+        if (!pl_dp_partial(&c->st[lo->id].pl) && !(lo->src && lo->src->mb >= 0)) continue;
         int rc = reduce_share(c, lo);
         if (rc) return rc;
     }

@@ -35,16 +35,27 @@ int part_graph_error(part_ctx *c) {
 static int graph_failed(part_ctx *c) { return mg_graph_error(c->P)->code ? part_graph_error(c) : MG_OK; }
 
 /* ---- identities and shapes ------------------------------------------------------------ */
-static void local_shape(const part_ctx *c, const mg_tensor *lt, mg_sharding s, int64_t *shape) {
+/* Local shape of logical tensor lt placed as p (rules only choose placements that
+ * divide: a failure here is the partitioner's bug, reported by part_bind's check). */
+static void local_shape(const part_ctx *c, const mg_tensor *lt, const mg_placement *p, int64_t *shape) {
     for (int i = 0; i < MG_MAX_DIMS; i++) shape[i] = lt->shape[i];
-    if (s.kind == MG_SHARD_SPLIT) shape[s.dim] /= c->tp;
+    mg_error e = {0};
+    if (mg_placement_local(p, c->mesh, lt->ndim, lt->shape, shape, NULL, &e))
+        for (int i = 0; i < lt->ndim; i++) shape[i] = -1;
 }
 
-void part_set_identity(part_ctx *c, mg_tensor *t, const mg_tensor *lt, mg_sharding s) {
+void part_set_identity(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const mg_placement *p) {
     t->logical = lt->logical;
     for (int i = 0; i < MG_MAX_DIMS; i++) t->logical.offset[i] = 0;
-    if (s.kind == MG_SHARD_SPLIT) t->logical.offset[s.dim] = (int64_t)c->tp_rank * t->shape[s.dim];
-    t->shard = s;
+    mg_error e = {0};
+    mg_placement_local(p, c->mesh, lt->ndim, lt->shape, NULL, t->logical.offset, &e);
+    t->place = *p;
+}
+
+mg_placement part_node_pl(const part_ctx *c, mg_sharding s) {
+    mg_placement p = c->node_pl;
+    p.ax[MG_GROUP_TP] = c->tp > 1 ? s : sh_full();
+    return p;
 }
 
 /* Runs `body` with no scope on the physical graph, so that names are absolute (the
@@ -73,6 +84,7 @@ mg_tensor *part_new_leaf(part_ctx *c, const char *name, mg_dtype dt, mg_role rol
 /* Aux and conversion nodes land in the scope, phase and micro-batch of the logical
  * node being partitioned. */
 static void enter_node_context(part_ctx *c, const mg_node *n) {
+    c->node_pl = mg_placement_full();
     mg_scope_set(c->P, n ? n->scope : "");
     c->cur_phase = n ? n->phase : MG_PHASE_FORWARD;
     mg_graph_set_phase(c->P, c->cur_phase);
@@ -88,9 +100,9 @@ void part_enter_step_context(part_ctx *c) {
 }
 
 /* ---- leaves ---------------------------------------------------------------------------------- */
-mg_tensor *part_make_leaf(part_ctx *c, const mg_tensor *lt, mg_sharding s) {
+mg_tensor *part_make_leaf(part_ctx *c, const mg_tensor *lt, const mg_placement *p) {
     int64_t shape[MG_MAX_DIMS];
-    local_shape(c, lt, s, shape);
+    local_shape(c, lt, p, shape);
     mg_tensor *t = part_new_leaf(c, lt->name, lt->dtype, lt->role, lt->ndim, shape);
     if (!t) return NULL;
     t->init = lt->init;
@@ -98,26 +110,29 @@ mg_tensor *part_make_leaf(part_ctx *c, const mg_tensor *lt, mg_sharding s) {
     t->no_weight_decay = lt->no_weight_decay;
     t->persistent = lt->persistent;
     t->per_microbatch = lt->per_microbatch;
-    part_set_identity(c, t, lt, s);
+    part_set_identity(c, t, lt, p);
     return t;
 }
 
-static int materialize_leaf(part_ctx *c, const mg_tensor *lt, mg_sharding s) {
-    pt *p = &c->st[lt->id];
-    p->tp = c->tp > 1 ? s : sh_full();
-    p->t = part_make_leaf(c, lt, p->tp);
-    p->dp_partial = false;
-    return p->t ? MG_OK : graph_failed(c);
+/* A leaf's natural placement: parameters as the plan's shard rules say over tp,
+ * everything replicated otherwise. */
+static mg_placement leaf_placement(part_ctx *c, const mg_tensor *lt) {
+    mg_placement p = mg_placement_full();
+    if (c->tp > 1 && lt->role == MG_ROLE_PARAM) p.ax[MG_GROUP_TP] = tp_param_state(c, lt);
+    return p;
 }
 
-mg_sharding part_state(part_ctx *c, const mg_tensor *lt) {
+const mg_placement *part_placement(part_ctx *c, const mg_tensor *lt) {
     pt *p = &c->st[lt->id];
-    if (!p->t && !p->absent && !lt->src) {
-        mg_sharding s = lt->role == MG_ROLE_PARAM ? tp_param_state(c, lt) : sh_full();
-        materialize_leaf(c, lt, s);
+    if (!p->t && !lt->src) {
+        p->pl = leaf_placement(c, lt);
+        p->t = part_make_leaf(c, lt, &p->pl);
+        if (!p->t) graph_failed(c);
     }
-    return p->tp;
+    return &p->pl;
 }
+
+mg_sharding part_state(part_ctx *c, const mg_tensor *lt) { return part_placement(c, lt)->ax[MG_GROUP_TP]; }
 
 /* ---- conversions ------------------------------------------------------------------------------- */
 /* Conversions are cached per part of the schedule: a tensor made in the per-micro-batch
@@ -126,16 +141,16 @@ mg_sharding part_state(part_ctx *c, const mg_tensor *lt) {
  * Megatron does: backward gathers its sequence-parallel inputs again instead of
  * keeping the forward's gathered copies alive until the weight gradients (one more
  * all-gather per layer input, tp-fold less activation memory: Korthikanti et al.). */
-static mg_tensor *cache_find(part_ctx *c, int lid, mg_sharding want, bool dp_full) {
+static mg_tensor *cache_find(part_ctx *c, int lid, const mg_placement *want) {
     bool per_mb = c->cur_mb >= 0;
     for (int i = c->n_conv - 1; i >= 0; i--)
-        if (c->conv[i].lid == lid && sh_eq(c->conv[i].want, want) && c->conv[i].dp_full == dp_full &&
-            c->conv[i].per_mb == per_mb && c->conv[i].phase == c->cur_phase)
+        if (c->conv[i].lid == lid && mg_placement_eq(&c->conv[i].want, want) && c->conv[i].per_mb == per_mb &&
+            c->conv[i].phase == c->cur_phase)
             return c->conv[i].t;
     return NULL;
 }
 
-static void cache_put(part_ctx *c, int lid, mg_sharding want, bool dp_full, mg_tensor *t) {
+static void cache_put(part_ctx *c, int lid, const mg_placement *want, mg_tensor *t) {
     if (c->n_conv == c->cap_conv) {
         int cap = c->cap_conv ? 2 * c->cap_conv : 256;
         conv_entry *e = realloc(c->conv, (size_t)cap * sizeof *e);
@@ -143,41 +158,90 @@ static void cache_put(part_ctx *c, int lid, mg_sharding want, bool dp_full, mg_t
         c->conv = e;
         c->cap_conv = cap;
     }
-    c->conv[c->n_conv++] = (conv_entry){lid, want, dp_full, c->cur_mb >= 0, c->cur_phase, t};
+    c->conv[c->n_conv++] = (conv_entry){lid, *want, c->cur_mb >= 0, c->cur_phase, t};
 }
 
-static mg_tensor *named(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const char *what, mg_sharding s) {
+static const char *const axis_name[MG_MESH_AXES] = {"tp", "cp", "ep", "dp", "pp"};
+
+static mg_tensor *named(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const char *what, const mg_placement *p) {
     if (!t) return NULL;
     char nm[512];
     snprintf(nm, sizeof nm, "%s@%s", lt->name, what);
     for (int k = 1; mg_graph_find(c->P, nm); k++) snprintf(nm, sizeof nm, "%s@%s%d", lt->name, what, k);
     part_rename(c, t, nm);
-    part_set_identity(c, t, lt, s);
+    part_set_identity(c, t, lt, p);
     return t;
 }
 
-static mg_tensor *convert_tp(part_ctx *c, const mg_tensor *lt, mg_tensor *x, mg_sharding from, mg_sharding to) {
+/* Converts x (placed as *cur) on one axis to state `to`, updating *cur: the collective
+ * over that axis' group, or a local slice. */
+static mg_tensor *convert_axis(part_ctx *c, const mg_tensor *lt, mg_tensor *x, mg_placement *cur, int a,
+                               mg_sharding to) {
     mg_graph *P = c->P;
-    int tp = c->tp;
+    mg_group g = (mg_group)a;
+    int n = c->mesh->size[a], rank = c->mesh->coord[a];
+    mg_sharding from = cur->ax[a];
+    char what[32];
     if (sh_eq(from, to)) return x;
-    if (from.kind == MG_SHARD_PARTIAL && to.kind == MG_SHARD_FULL)
-        return named(c, mg_allreduce(P, x, MG_GROUP_TP, tp, MG_REDUCE_SUM, c->seq++), lt, "tp_allreduce", to);
-    if (from.kind == MG_SHARD_PARTIAL && to.kind == MG_SHARD_SPLIT)
-        return named(c, mg_reduce_scatter(P, x, MG_GROUP_TP, tp, to.dim, c->seq++), lt, "tp_reduce_scatter", to);
-    if (from.kind == MG_SHARD_SPLIT && to.kind == MG_SHARD_FULL)
-        return named(c, mg_allgather(P, x, MG_GROUP_TP, tp, from.dim, c->seq++), lt, "tp_allgather", to);
-    if (from.kind == MG_SHARD_FULL && to.kind == MG_SHARD_SPLIT) {
-        int64_t len = x->shape[to.dim] / tp;
-        return named(c, mg_slice(P, x, to.dim, (int64_t)c->tp_rank * len, len), lt, "tp_slice", to);
+    if (from.kind == MG_SHARD_SPLIT && to.kind != MG_SHARD_FULL) { /* split -> other: through full */
+        x = convert_axis(c, lt, x, cur, a, mg_place_full(g));
+        return x ? convert_axis(c, lt, x, cur, a, to) : NULL;
     }
-    if (from.kind == MG_SHARD_FULL && to.kind == MG_SHARD_PARTIAL) {
-        /* the whole value on tp rank 0, zero elsewhere: summing over tp gives it once */
-        if (c->tp_rank == 0) return x;
-        return named(c, mg_zeros(P, x->dtype, x->ndim, x->shape), lt, "tp_zero", to);
+    cur->ax[a] = to;
+    mg_tensor *y = NULL;
+    if (from.kind == MG_SHARD_PARTIAL && to.kind == MG_SHARD_FULL) {
+        snprintf(what, sizeof what, "%s_allreduce", axis_name[a]);
+        y = mg_allreduce(P, x, g, n, MG_REDUCE_SUM, c->seq++);
+    } else if (from.kind == MG_SHARD_PARTIAL && to.kind == MG_SHARD_SPLIT) {
+        snprintf(what, sizeof what, "%s_reduce_scatter", axis_name[a]);
+        y = mg_reduce_scatter(P, x, g, n, to.dim, c->seq++);
+    } else if (from.kind == MG_SHARD_SPLIT && to.kind == MG_SHARD_FULL) {
+        snprintf(what, sizeof what, "%s_allgather", axis_name[a]);
+        y = mg_allgather(P, x, g, n, from.dim, c->seq++);
+    } else if (from.kind == MG_SHARD_FULL && to.kind == MG_SHARD_SPLIT) {
+        int64_t len = x->shape[to.dim] / n;
+        snprintf(what, sizeof what, "%s_slice", axis_name[a]);
+        y = mg_slice(P, x, to.dim, (int64_t)rank * len, len);
+    } else { /* full -> partial: the whole value on index 0, zero elsewhere, sums to it once */
+        if (rank == 0) return x;
+        snprintf(what, sizeof what, "%s_zero", axis_name[a]);
+        y = mg_zeros(P, x->dtype, x->ndim, x->shape);
     }
-    /* split -> other split, split -> partial: through full */
-    mg_tensor *full = convert_tp(c, lt, x, from, sh_full());
-    return convert_tp(c, lt, full, sh_full(), to);
+    return named(c, y, lt, what, cur);
+}
+
+/* One axis step of a conversion, served from the cache when an earlier conversion
+ * made the same intermediate (a dp-summed gradient is reused by every tp state). */
+static mg_tensor *step(part_ctx *c, const mg_tensor *lt, mg_tensor *x, mg_placement *cur, int a, mg_sharding to) {
+    mg_placement next = *cur;
+    next.ax[a] = to;
+    mg_tensor *t = cache_find(c, lt->id, &next);
+    if (!t) {
+        t = convert_axis(c, lt, x, cur, a, to);
+        if (t && t != x) cache_put(c, lt->id, &next, t);
+    }
+    *cur = next;
+    return t;
+}
+
+/* Converts x from placement `from` to `to`, axis by axis from the outermost (pp) in:
+ * a dp share is summed before tp converts (the bytes tp moves are then whole values).
+ * Where axes split the same dimension, the blocks nest (placement.h), so before an
+ * outer axis gathers or slices that dimension, the inner axes splitting it gather
+ * first; they reach their target when the walk gets to them. */
+static mg_tensor *convert(part_ctx *c, const mg_tensor *lt, mg_tensor *x, const mg_placement *from,
+                          const mg_placement *to) {
+    mg_placement cur = *from;
+    for (int a = MG_MESH_AXES - 1; a >= 0 && x; a--) {
+        if (sh_eq(cur.ax[a], to->ax[a])) continue;
+        int dims[2] = {cur.ax[a].kind == MG_SHARD_SPLIT ? cur.ax[a].dim : -1,
+                       to->ax[a].kind == MG_SHARD_SPLIT ? to->ax[a].dim : -1};
+        for (int b = 0; b < a && x; b++)
+            if (cur.ax[b].kind == MG_SHARD_SPLIT && (cur.ax[b].dim == dims[0] || cur.ax[b].dim == dims[1]))
+                x = step(c, lt, x, &cur, b, mg_place_full((mg_group)b));
+        if (x) x = step(c, lt, x, &cur, a, to->ax[a]);
+    }
+    return x;
 }
 
 mg_sharding part_resolve_target(part_ctx *c, const mg_tensor *lt, bool allow_seq_split) {
@@ -190,63 +254,78 @@ mg_sharding part_resolve_target(part_ctx *c, const mg_tensor *lt, bool allow_seq
  * the original's gather is usually needed anyway (a gradient feeds both the input-
  * gradient matmul and, reshaped to 2-D, the weight-gradient matmul), and the cache
  * then serves both with one all-gather. NULL when this does not apply. */
-static mg_tensor *gather_through_reshape(part_ctx *c, const mg_tensor *lt, mg_sharding want) {
+static mg_tensor *gather_through_reshape(part_ctx *c, const mg_tensor *lt, const mg_placement *want) {
     const pt *p = &c->st[lt->id];
-    if (want.kind != MG_SHARD_FULL || p->tp.kind != MG_SHARD_SPLIT || p->dp_partial || !lt->src ||
-        lt->src->op != MG_OP_RESHAPE)
+    mg_placement whole = p->pl;
+    whole.ax[MG_GROUP_TP] = sh_full();
+    if (!mg_placement_eq(want, &whole) || p->pl.ax[MG_GROUP_TP].kind != MG_SHARD_SPLIT || pl_dp_partial(&p->pl) ||
+        !lt->src || lt->src->op != MG_OP_RESHAPE)
         return NULL;
     const mg_tensor *src = lt->src->in[0];
     const pt *q = &c->st[src->id];
-    if (!q->t || q->absent || q->dp_partial || q->tp.kind != MG_SHARD_SPLIT) return NULL;
+    if (!q->t || pl_dp_partial(&q->pl) || q->pl.ax[MG_GROUP_TP].kind != MG_SHARD_SPLIT) return NULL;
     mg_tensor *full = part_get(c, src, sh_full());
     if (!full) return NULL;
     return named(c, mg_reshape(c->P, full, lt->ndim, lt->shape), lt, "tp_gathered", want);
 }
 
-mg_tensor *part_get(part_ctx *c, const mg_tensor *lt, mg_sharding want) {
+mg_tensor *part_get_pl(part_ctx *c, const mg_tensor *lt, const mg_placement *want) {
     pt *p = &c->st[lt->id];
-    part_state(c, lt);
+    part_placement(c, lt);
     if (!p->t) {
-        part_fail(c, MG_ERR_RUNTIME, "partitioning: tensor '%s' is used before it is produced on rank %d", lt->name,
-                  c->mesh->rank);
+        if (!c->err->code)
+            part_fail(c, MG_ERR_RUNTIME, "partitioning: tensor '%s' is used before it is produced on rank %d", lt->name,
+                      c->mesh->rank);
         return NULL;
     }
-    if (c->tp == 1) want = sh_full();
-    if (sh_eq(p->tp, want)) return p->t;
-    mg_tensor *t = cache_find(c, lt->id, want, !p->dp_partial);
+    if (mg_placement_eq(&p->pl, want)) return p->t;
+    mg_tensor *t = cache_find(c, lt->id, want);
     if (t) return t;
     t = gather_through_reshape(c, lt, want);
-    if (!t && !c->err->code) t = convert_tp(c, lt, p->t, p->tp, want);
-    if (!t) {
-        graph_failed(c);
-        return NULL;
-    }
-    cache_put(c, lt->id, want, !p->dp_partial, t);
+    if (t) cache_put(c, lt->id, want, t);
+    else if (!c->err->code) t = convert(c, lt, p->t, &p->pl, want); /* caches each step */
+    if (!t) graph_failed(c);
     return t;
 }
 
+mg_tensor *part_get(part_ctx *c, const mg_tensor *lt, mg_sharding want) {
+    mg_placement w = *part_placement(c, lt);
+    w.ax[MG_GROUP_TP] = c->tp > 1 ? want : sh_full();
+    return part_get_pl(c, lt, &w);
+}
+
 mg_tensor *part_get_dp_full(part_ctx *c, const mg_tensor *lt, mg_sharding want) {
-    pt *p = &c->st[lt->id];
-    part_state(c, lt);
-    if (!p->dp_partial) return part_get(c, lt, want);
-    /* reduce over dp in the current tp state, then convert over tp */
-    mg_tensor *t = cache_find(c, lt->id, p->tp, true);
-    if (!t) {
-        t = named(c, mg_allreduce(c->P, p->t, MG_GROUP_DP, c->dp, MG_REDUCE_SUM, c->seq++), lt, "dp_allreduce", p->tp);
-        if (!t) {
-            graph_failed(c);
-            return NULL;
-        }
-        cache_put(c, lt->id, p->tp, true, t);
+    mg_placement w = *part_placement(c, lt);
+    w.ax[MG_GROUP_TP] = c->tp > 1 ? want : sh_full();
+    w.ax[MG_GROUP_DP] = mg_place_full(MG_GROUP_DP);
+    return part_get_pl(c, lt, &w);
+}
+
+/* ---- per-rank attributes ----------------------------------------------------------------- */
+void part_local_attrs(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg_sharding *out_tp, mg_attrs *at) {
+    switch (n->op) {
+    case MG_OP_RESHAPE:
+    case MG_OP_EXPAND:
+    case MG_OP_SUM_TO:
+    case MG_OP_ZEROS: { /* a target shape: the output's block */
+        mg_placement pl = part_node_pl(c, out_tp[0]);
+        int64_t sh[MG_MAX_DIMS];
+        local_shape(c, n->out[0], &pl, sh);
+        for (int d = 0; d < n->out[0]->ndim; d++) at->shape.shape[d] = sh[d];
+        break;
     }
-    if (c->tp == 1) want = sh_full();
-    if (sh_eq(p->tp, want)) return t;
-    mg_tensor *u = cache_find(c, lt->id, want, true);
-    if (u) return u;
-    u = convert_tp(c, lt, t, p->tp, want);
-    if (u) cache_put(c, lt->id, want, true, u);
-    else graph_failed(c);
-    return u;
+    case MG_OP_EMBEDDING: /* the first vocabulary row of this rank's block of the table */
+        at->embedding.vocab_offset = in[1]->logical.offset[0];
+        break;
+    case MG_OP_EMBEDDING_BWD:
+        at->embedding.vocab_offset = in[2]->logical.offset[0];
+        break;
+    case MG_OP_CROSS_ENTROPY_BWD: /* the first vocabulary column of this rank's logits */
+        at->xent.vocab_offset = in[1]->logical.offset[in[1]->ndim - 1];
+        break;
+    default:
+        break;
+    }
 }
 
 /* ---- emission ------------------------------------------------------------------------------------ */
@@ -259,7 +338,7 @@ mg_node *part_emit_aux(part_ctx *c, const mg_node *n, mg_op op, const mg_attrs *
 }
 
 mg_node *part_emit(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg_attrs *attrs,
-                   const mg_sharding *out_state, bool dp_partial) {
+                   const mg_sharding *out_tp) {
     mg_node *nd = NULL; /* output names are the logical (absolute) names */
     WITH_ABSOLUTE_NAMES(c, nd = mg_node_new(c->P, n->op, attrs ? attrs : &n->attrs, n->n_in, in, n->out[0]->name));
     if (!nd) {
@@ -268,12 +347,14 @@ mg_node *part_emit(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg
     }
     free(nd->scope);
     nd->scope = strdup(n->scope);
-    for (int j = 0; j < n->n_out; j++)
-        if (part_bind(c, n, n->out[j], nd->out[j], out_state[j], dp_partial)) return NULL;
+    for (int j = 0; j < n->n_out; j++) {
+        mg_placement pl = part_node_pl(c, out_tp[j]);
+        if (part_bind(c, n, n->out[j], nd->out[j], &pl)) return NULL;
+    }
     return nd;
 }
 
-int part_bind(part_ctx *c, const mg_node *n, const mg_tensor *lo, mg_tensor *po, mg_sharding s, bool dp_partial) {
+int part_bind(part_ctx *c, const mg_node *n, const mg_tensor *lo, mg_tensor *po, const mg_placement *pl) {
     if (strcmp(po->name, lo->name)) {
         /* Logical names win: a helper tensor that took this name by chance (builders
          * name outputs after their op and scope) moves aside. */
@@ -286,22 +367,21 @@ int part_bind(part_ctx *c, const mg_node *n, const mg_tensor *lo, mg_tensor *po,
         }
         part_rename(c, po, lo->name);
     }
-    if (c->tp == 1) s = sh_full();
-    /* the op's shape rule must agree with the state the rule claims */
+    /* the op's shape rule must agree with the placement the rule claims */
     int64_t want[MG_MAX_DIMS];
-    local_shape(c, lo, s, want);
+    local_shape(c, lo, pl, want);
     for (int d = 0; d < lo->ndim; d++)
         if (po->ndim != lo->ndim || po->shape[d] != want[d]) {
-            char b1[96], b2[96];
-            return part_fail(c, MG_ERR_RUNTIME, "partitioning %s '%s': physical shape %s, expected %s for state %d/%d",
+            char b1[96], b2[96], b3[96];
+            return part_fail(c, MG_ERR_RUNTIME, "partitioning %s '%s': physical shape %s, expected %s for placement %s",
                              mg_op_name(n->op), lo->name, mg_shape_str(po, b1, sizeof b1),
-                             mg_dims_str(lo->ndim, want, b2, sizeof b2), s.kind, s.dim);
+                             mg_dims_str(lo->ndim, want, b2, sizeof b2), mg_placement_str(pl, b3, sizeof b3));
         }
-    part_set_identity(c, po, lo, s);
+    part_set_identity(c, po, lo, pl);
     po->role = lo->role;
     po->persistent = lo->persistent;
     if (lo->updates) po->updates = c->st[lo->updates->id].t;
-    c->st[lo->id] = (pt){po, false, s, dp_partial};
+    c->st[lo->id] = (pt){po, *pl};
     return MG_OK;
 }
 
@@ -311,13 +391,16 @@ static int finish_outputs(part_ctx *c) {
     for (int i = 0; i < mg_graph_n_tensors(c->L); i++) {
         const mg_tensor *lt = mg_graph_tensor(c->L, i);
         pt *p = &c->st[i];
-        if (!lt->persistent || !lt->src || !p->t || (!p->dp_partial && p->tp.kind != MG_SHARD_PARTIAL)) continue;
+        bool partial = false;
+        for (int a = 0; a < MG_MESH_AXES; a++) partial |= p->pl.ax[a].kind == MG_SHARD_PARTIAL;
+        if (!lt->persistent || !lt->src || !p->t || !partial) continue;
         enter_node_context(c, lt->src);
         char nm[512];
         snprintf(nm, sizeof nm, "%s@partial", lt->name);
         part_rename(c, p->t, nm);
         p->t->persistent = false;
-        mg_tensor *t = part_get_dp_full(c, lt, sh_full());
+        mg_placement whole = mg_placement_full();
+        mg_tensor *t = part_get_pl(c, lt, &whole);
         if (!t) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
         part_rename(c, t, lt->name);
         t->persistent = true;
@@ -359,11 +442,10 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
     for (int i = 0; i < n_ord && !rc; i++) {
         const mg_node *n = ord[i];
         enter_node_context(&c, n);
-        bool dp_partial = false;
         int h = c.dopt ? dopt_partition_node(&c, n) : 0;
-        if (h == 0) h = dp_partition_node(&c, n, &dp_partial);
+        if (h == 0) h = dp_partition_node(&c, n);
         if (h < 0) rc = h;
-        if (!rc && h == 0) rc = tp_partition_node(&c, n, dp_partial);
+        if (!rc && h == 0) rc = tp_partition_node(&c, n);
         if (!rc) rc = dp_after_node(&c, n);
         if (!rc && c.dopt) rc = dopt_after_node(&c, n);
         if (!rc) rc = graph_failed(&c);

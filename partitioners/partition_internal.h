@@ -3,21 +3,19 @@
 #define MG_PARTITION_INTERNAL_H
 
 #include "mgraph/comm.h"
+#include "mgraph/placement.h"
 #include "mgraph/plan.h"
 #include "ops/op.h"
 
 /* The physical view of one logical tensor on this rank. */
 typedef struct pt {
-    mg_tensor *t;        /* NULL: not materialised (yet), or absent */
-    bool absent;         /* belongs to a micro-batch another data-parallel rank owns */
-    mg_sharding tp;      /* state over the tensor-parallel group */
-    bool dp_partial;     /* this rank's share of a sum over the data-parallel group */
+    mg_tensor *t;        /* NULL: not materialised (yet) */
+    mg_placement pl;     /* where t sits on the mesh */
 } pt;
 
 typedef struct conv_entry {
     int lid;
-    mg_sharding want;
-    bool dp_full;
+    mg_placement want;
     bool per_mb;         /* made in the per-micro-batch part (not reusable by the step part) */
     mg_phase phase;      /* made in forward / backward / optimizer nodes */
     mg_tensor *t;
@@ -29,10 +27,14 @@ typedef struct part_ctx {
     const mg_graph *L;
     mg_graph *P;
     const mg_plan *plan;
-    const mg_mesh *mesh;
-    int tp, tp_rank, dp, dp_rank;
+    const mg_mesh *mesh;     /* the only source of parallel sizes and coordinates */
+    int tp, tp_rank, dp, dp_rank; /* mesh->size / coord of the two axes rules ask most */
     int cur_mb;              /* micro-batch field of the nodes being emitted (>= 0: per micro-batch) */
     mg_phase cur_phase;      /* phase of the nodes being emitted */
+    /* The placement of the node being emitted on the axes other than tp (the tp rules
+     * choose that one): data parallelism marks outputs that are a rank's share of a
+     * sum here (dp.c), so no flag travels through the rules. */
+    mg_placement node_pl;
     pt *st;                  /* [n logical tensors] */
     int *final_grad_of;      /* [n logical tensors]: param id whose final gradient it is, or -1 */
     conv_entry *conv;        /* conversion cache */
@@ -42,36 +44,47 @@ typedef struct part_ctx {
     mg_error *err;
 } part_ctx;
 
-/* Sharding constructors. */
-static inline mg_sharding sh_full(void) { return (mg_sharding){MG_SHARD_FULL, -1, MG_GROUP_TP}; }
-static inline mg_sharding sh_split(int d) { return (mg_sharding){MG_SHARD_SPLIT, d, MG_GROUP_TP}; }
-static inline mg_sharding sh_partial(void) { return (mg_sharding){MG_SHARD_PARTIAL, -1, MG_GROUP_TP}; }
-static inline bool sh_eq(mg_sharding a, mg_sharding b) {
-    return a.kind == b.kind && (a.kind != MG_SHARD_SPLIT || a.dim == b.dim);
-}
+/* Tensor-parallel axis states (what the per-op rules speak). */
+static inline mg_sharding sh_full(void) { return mg_place_full(MG_GROUP_TP); }
+static inline mg_sharding sh_split(int d) { return mg_place_split(MG_GROUP_TP, d); }
+static inline mg_sharding sh_partial(void) { return mg_place_partial(MG_GROUP_TP); }
+static inline bool sh_eq(mg_sharding a, mg_sharding b) { return mg_sharding_eq(a, b); }
+static inline bool pl_dp_partial(const mg_placement *p) { return p->ax[MG_GROUP_DP].kind == MG_SHARD_PARTIAL; }
 
 /* ---- partition.c: materialising, converting, emitting ----------------------------- */
-/* The physical tensor of logical input `lt` in state `want` (converting if needed;
- * leaves are created on first use). NULL on error (recorded). */
+/* The physical tensor of logical input `lt` placed as `want` on every axis
+ * (converting if needed: collectives over the axes that differ; leaves are created
+ * on first use). NULL on error (recorded). */
+mg_tensor *part_get_pl(part_ctx *c, const mg_tensor *lt, const mg_placement *want);
+/* `lt` in tp state `want`, its other axes as they are (a dp share stays one). */
 mg_tensor *part_get(part_ctx *c, const mg_tensor *lt, mg_sharding want);
-/* Same, additionally reduced over the data-parallel group when it is partial there. */
+/* Same, additionally summed over the data-parallel group when it is a share there. */
 mg_tensor *part_get_dp_full(part_ctx *c, const mg_tensor *lt, mg_sharding want);
-/* Creates the physical leaf of logical leaf lt in state s (not recorded). */
-mg_tensor *part_make_leaf(part_ctx *c, const mg_tensor *lt, mg_sharding s);
-/* The state logical tensor `lt` has now (materialising a leaf in its natural state). */
+/* Creates the physical leaf of logical leaf lt placed as p (not recorded). */
+mg_tensor *part_make_leaf(part_ctx *c, const mg_tensor *lt, const mg_placement *p);
+/* The tp state logical tensor `lt` has now (materialising a leaf in its natural state). */
 mg_sharding part_state(part_ctx *c, const mg_tensor *lt);
+/* Its whole placement (same materialisation). */
+const mg_placement *part_placement(part_ctx *c, const mg_tensor *lt);
 /* Emits the physical copy of logical node n with the given physical inputs and attrs,
- * names its outputs as the logical ones and records their states. */
+ * names its outputs as the logical ones and records their placements: tp state
+ * out_tp[j], the other axes c->node_pl. */
 mg_node *part_emit(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg_attrs *attrs,
-                   const mg_sharding *out_state, bool dp_partial);
+                   const mg_sharding *out_tp);
 /* Makes physical tensor po the value of n's logical output lo (its name, identity,
- * role, state). */
-int part_bind(part_ctx *c, const mg_node *n, const mg_tensor *lo, mg_tensor *po, mg_sharding s, bool dp_partial);
+ * role, placement). */
+int part_bind(part_ctx *c, const mg_node *n, const mg_tensor *lo, mg_tensor *po, const mg_placement *pl);
+/* The attributes that differ per rank (target shapes, vocabulary offsets) of the
+ * physical copy of n with physical inputs `in` and output tp states out_tp, derived
+ * from the placements: the one place they are, so rules only choose placements. */
+void part_local_attrs(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg_sharding *out_tp, mg_attrs *at);
+/* c->node_pl with tp state s. */
+mg_placement part_node_pl(const part_ctx *c, mg_sharding s);
 /* Emits a helper node (not a copy of a logical node) in n's scope and micro-batch. */
 mg_node *part_emit_aux(part_ctx *c, const mg_node *n, mg_op op, const mg_attrs *attrs, int n_in,
                        mg_tensor *const *in, const char *name);
-/* Sets a physical tensor's logical identity: lt's, with the block of `s`. */
-void part_set_identity(part_ctx *c, mg_tensor *t, const mg_tensor *lt, mg_sharding s);
+/* Sets a physical tensor's logical identity: lt's, with the block placement p gives. */
+void part_set_identity(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const mg_placement *p);
 int part_fail(part_ctx *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* After a builder call on the physical graph returned NULL: records the graph's error
  * (or a generic one) and returns a non-zero status. */
@@ -89,16 +102,16 @@ mg_sharding part_resolve_target(part_ctx *c, const mg_tensor *lt, bool allow_seq
 
 /* ---- tp_rules.c: tensor and sequence parallelism ------------------------------------------ */
 /* Partitions one logical node under tensor parallelism (tp > 1): chooses input and
- * output states, converts inputs, emits. dp_partial tells whether the inputs are
- * data-parallel partial sums (only for ops linear in them). */
-int tp_partition_node(part_ctx *c, const mg_node *n, bool dp_partial);
+ * output states, converts inputs, emits (other axes: c->node_pl). */
+int tp_partition_node(part_ctx *c, const mg_node *n);
 /* The tensor-parallel state a parameter starts in (the plan's shard rules). */
 mg_sharding tp_param_state(const part_ctx *c, const mg_tensor *lt);
 
 /* ---- dp.c: data parallelism ------------------------------------------------------------------ */
-/* Handles nodes whose inputs are absent or data-parallel partial. Returns 1 if it
- * handled n (emitted or aliased), 0 to let the tensor-parallel rules run, < 0 on error. */
-int dp_partition_node(part_ctx *c, const mg_node *n, bool *dp_partial_out);
+/* Handles nodes whose inputs are data-parallel shares: reduces them over dp, or, for
+ * ops linear in all of them, marks the outputs as shares (c->node_pl). Returns 0 to
+ * let the tensor-parallel rules run, < 0 on error. */
+int dp_partition_node(part_ctx *c, const mg_node *n);
 /* After n is emitted: reduce finished parameter gradients over dp right away, so the
  * all-reduce overlaps the rest of the backward pass. */
 int dp_after_node(part_ctx *c, const mg_node *n);
@@ -106,7 +119,7 @@ int dp_after_node(part_ctx *c, const mg_node *n);
 /* ---- tile.c: large matmuls as several tasks ---------------------------------------------------------- */
 /* Emits n (a matmul, inputs already converted) as plan->matmul_tiles tiles when it is
  * large and divides. Returns 1 if it did, 0 to emit it whole, < 0 on error. */
-int tile_matmul(part_ctx *c, const mg_node *n, mg_tensor *const *in, mg_sharding out_state, bool dp_partial);
+int tile_matmul(part_ctx *c, const mg_node *n, mg_tensor *const *in, mg_sharding out_state);
 
 /* ---- dist_opt.c: distributed optimizer ---------------------------------------------------------- */
 int dopt_init(part_ctx *c);

@@ -46,7 +46,6 @@ typedef struct rule_io {
     mg_sharding want[MAXIN]; /* states the op needs */
     mg_sharding out[MAXIN];  /* states of the outputs */
     mg_attrs attrs;
-    bool dp_partial;
 } rule_io;
 
 static bool is_split(mg_sharding s) { return s.kind == MG_SHARD_SPLIT; }
@@ -216,7 +215,6 @@ static int rule_reshape(part_ctx *c, const mg_node *n, rule_io *r) {
     for (int e = 0; e < y->ndim; e++) {
         if (acc == before && y->shape[e] % c->tp == 0 && y->shape[e] > 1) {
             r->out[0] = sh_split(e);
-            r->attrs.shape.shape[e] = y->shape[e] / c->tp;
             return MG_OK;
         }
         acc *= y->shape[e];
@@ -277,14 +275,12 @@ static int rule_reduce(part_ctx *c, const mg_node *n, rule_io *r) {
             r->out[0] = sh_partial();
         } else {
             r->out[0] = sh_split(k);
-            r->attrs.shape.shape[k] = y->shape[k] / c->tp;
         }
         return MG_OK;
     }
     /* expand */
     int od = s.dim + (y->ndim - x->ndim);
     r->out[0] = sh_split(od);
-    r->attrs.shape.shape[od] = y->shape[od] / c->tp;
     return MG_OK;
 }
 
@@ -356,12 +352,12 @@ static int rule_attention(part_ctx *c, const mg_node *n, rule_io *r) {
 }
 
 static int rule_embedding(part_ctx *c, const mg_node *n, rule_io *r) {
+    (void)c;
     mg_sharding st = r->in[1];
     r->want[0] = sh_full();
     if (is_split(st) && st.dim == 0) { /* vocab-parallel: masked lookup, partial sum */
         r->want[1] = st;
         r->out[0] = sh_partial();
-        r->attrs.embedding.vocab_offset = (int64_t)c->tp_rank * (n->in[1]->shape[0] / c->tp);
     } else if (is_split(st) && st.dim == 1) {
         r->want[1] = st;
         r->out[0] = sh_split(n->out[0]->ndim - 1);
@@ -380,7 +376,6 @@ static int rule_embedding_bwd(part_ctx *c, const mg_node *n, rule_io *r) {
     if (is_split(st) && st.dim == 0) {
         r->want[0] = sh_full();
         r->out[0] = st;
-        r->attrs.embedding.vocab_offset = (int64_t)c->tp_rank * (n->in[2]->shape[0] / c->tp);
     } else if (is_split(st) && st.dim == 1) {
         r->want[0] = sh_split(n->in[0]->ndim - 1);
         r->out[0] = st;
@@ -405,7 +400,7 @@ static int vocab_parallel_xent(part_ctx *c, const mg_node *n) {
     mg_tensor *x = part_get(c, lx, sh_split(last)), *tg = part_get(c, lt, sh_full());
     if (!x || !tg) return c->err->code;
     mg_attrs at = n->attrs;
-    at.xent.vocab_offset = (int64_t)c->tp_rank * x->shape[last];
+    at.xent.vocab_offset = x->logical.offset[last]; /* this rank's first vocabulary column */
     char nm[512];
     snprintf(nm, sizeof nm, "%s@vp_max", n->out[0]->name);
     mg_node *mx = part_emit_aux(c, n, MG_OP_XENT_VP_MAX, &at, 1, &x, nm);
@@ -422,10 +417,11 @@ static int vocab_parallel_xent(part_ctx *c, const mg_node *n) {
     tmp.n_in = 3;
     if (!stats) return part_graph_error(c);
     mg_sharding outs[2] = {sh_full(), sh_full()};
-    return part_emit(c, &tmp, lin, &at, outs, false) ? MG_OK : c->err->code;
+    return part_emit(c, &tmp, lin, &at, outs) ? MG_OK : c->err->code;
 }
 
 static int rule_xent_bwd(part_ctx *c, const mg_node *n, rule_io *r) {
+    (void)c;
     mg_sharding s = r->in[1];
     int last = n->in[1]->ndim - 1;
     r->want[0] = sh_full();
@@ -434,7 +430,6 @@ static int rule_xent_bwd(part_ctx *c, const mg_node *n, rule_io *r) {
     if (is_split(s) && s.dim == last) {
         r->want[1] = s;
         r->out[0] = s;
-        r->attrs.xent.vocab_offset = (int64_t)c->tp_rank * (n->in[1]->shape[last] / c->tp);
     } else {
         r->want[1] = sh_full();
         r->out[0] = sh_full();
@@ -462,13 +457,14 @@ static int sumsq_node(part_ctx *c, const mg_node *n) {
     if (k == 0) { /* nothing to count here: a zero term */
         mg_tensor *z = mg_zeros(c->P, MG_F32, 1, (int64_t[]){1});
         if (!z) return part_graph_error(c);
-        c->st[n->out[0]->id] = (pt){z, false, out, false};
-        part_set_identity(c, z, n->out[0], out);
+        mg_placement pl = part_node_pl(c, out);
+        c->st[n->out[0]->id] = (pt){z, pl};
+        part_set_identity(c, z, n->out[0], &pl);
         return MG_OK;
     }
     mg_node tmp = *n;
     tmp.n_in = k;
-    return part_emit(c, &tmp, in, NULL, &out, false) ? MG_OK : c->err->code;
+    return part_emit(c, &tmp, in, NULL, &out) ? MG_OK : c->err->code;
 }
 
 /* adamw(p, g, m, v, lr, coef): everything in p's state. */
@@ -486,8 +482,9 @@ static int adamw_moments(part_ctx *c, const mg_node *n) {
     for (int i = 2; i < 4; i++) {
         pt *p = &c->st[n->in[i]->id];
         if (p->t || n->in[i]->src) continue;
-        p->tp = c->tp > 1 ? s : sh_full();
-        p->t = part_make_leaf(c, n->in[i], p->tp);
+        p->pl = mg_placement_full();
+        p->pl.ax[MG_GROUP_TP] = c->tp > 1 ? s : sh_full();
+        p->t = part_make_leaf(c, n->in[i], &p->pl);
         if (!p->t) return c->err->code ? c->err->code : mg_graph_error(c->P)->code;
     }
     return MG_OK;
@@ -501,13 +498,14 @@ static int accumulator_leaf(part_ctx *c, const mg_node *n) {
     pt *p = &c->st[acc->id];
     if (p->t || acc->src) return MG_OK;
     mg_sharding s = part_state(c, n->in[1]);
-    p->tp = c->tp > 1 ? s : sh_full();
-    p->t = part_make_leaf(c, acc, p->tp);
+    p->pl = mg_placement_full();
+    p->pl.ax[MG_GROUP_TP] = c->tp > 1 ? s : sh_full();
+    p->t = part_make_leaf(c, acc, &p->pl);
     if (!p->t) return c->err->code ? c->err->code : mg_graph_error(c->P)->code;
     return MG_OK;
 }
 
-int tp_partition_node(part_ctx *c, const mg_node *n, bool dp_partial) {
+int tp_partition_node(part_ctx *c, const mg_node *n) {
     if (n->n_in > MAXIN || n->n_out > MAXIN)
         return part_fail(c, MG_ERR_UNSUPPORTED, "partitioning: %s has too many inputs", mg_op_name(n->op));
     if (c->tp > 1 && n->op == MG_OP_SUMSQ) return sumsq_node(c, n);
@@ -588,9 +586,10 @@ int tp_partition_node(part_ctx *c, const mg_node *n, bool dp_partial) {
         in[i] = part_get(c, n->in[i], r.want[i]);
         if (!in[i]) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
     }
+    part_local_attrs(c, n, in, r.out, &r.attrs);
     if (n->op == MG_OP_MATMUL) {
-        int h = tile_matmul(c, n, in, r.out[0], dp_partial);
+        int h = tile_matmul(c, n, in, r.out[0]);
         if (h) return h < 0 ? h : MG_OK;
     }
-    return part_emit(c, n, in, &r.attrs, r.out, dp_partial) ? MG_OK : (c->err->code ? c->err->code : MG_ERR_RUNTIME);
+    return part_emit(c, n, in, &r.attrs, r.out) ? MG_OK : (c->err->code ? c->err->code : MG_ERR_RUNTIME);
 }

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mgraph/placement.h"
+
 /* ---- the physical graph as pieces ---------------------------------------------------------
  * Kept to this one function so that it can switch to the partitioner's typed bindings
  * (logical tensor -> local tensor + block) when they exist. */
@@ -42,8 +44,8 @@ static int piece_of(const mg_graph *g, const mg_mesh *mesh, mg_tensor *t, mg_sto
     p->name = t->name;
     p->dtype = t->dtype;
     p->data = mg_storage_data(st, t);
-    int tp0 = mesh->coord[MG_GROUP_TP] == 0, dp0 = mesh->coord[MG_GROUP_DP] == 0;
-    if (t->shard.kind == MG_SHARD_SPLIT && t->shard.group == MG_GROUP_DP) {
+    *owner = mg_placement_owner(&t->place, mesh);
+    if (t->place.ax[MG_GROUP_DP].kind == MG_SHARD_SPLIT) {
         /* a distributed-optimizer moment: a flat segment of its parameter's tp block */
         mg_tensor *par = moment_param(g, t->name);
         /* (dist_opt.c gives the segment the logical moment's numel as its logical shape,
@@ -58,7 +60,6 @@ static int piece_of(const mg_graph *g, const mg_mesh *mesh, mg_tensor *t, mg_sto
         }
         p->lo = t->logical.offset[0];
         p->hi = p->lo + t->shape[0];
-        *owner = par->shard.kind == MG_SHARD_SPLIT || tp0;
         return MG_OK;
     }
     if (t->logical.ndim != t->ndim)
@@ -70,7 +71,6 @@ static int piece_of(const mg_graph *g, const mg_mesh *mesh, mg_tensor *t, mg_sto
         p->offset[d] = t->logical.offset[d];
         p->block[d] = t->shape[d];
     }
-    *owner = dp0 && (t->shard.kind == MG_SHARD_SPLIT || tp0);
     return MG_OK;
 }
 

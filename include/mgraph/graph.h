@@ -62,6 +62,19 @@ typedef struct mg_sharding {
     mg_group group;       /* the group across which it is split or partially summed       */
 } mg_sharding;
 
+/* The mesh's axes: tp, cp, ep, dp, pp (the first MG_MESH_AXES mg_group values). */
+#define MG_MESH_AXES 5
+
+/* Where a physical tensor sits on the device mesh: one state per axis (like PyTorch
+ * DTensor's placements or OneFlow's SBP). Several axes may split the same dimension;
+ * they nest in rank order, the outer axis (pp, dp, ep, cp, then tp innermost) taking
+ * the coarser blocks: the sequence under context parallelism with sequence
+ * parallelism is cp-split, and each cp block tp-split inside. Local shapes and
+ * logical offsets follow from the placement alone (mg_placement_local). */
+typedef struct mg_placement {
+    mg_sharding ax[MG_MESH_AXES];
+} mg_placement;
+
 /* Logical identity: what a tensor *is*, independent of how a plan partitions it.
  * A logical graph's tensors have offset 0 and shape == their own shape. A partitioned
  * tensor keeps the key and logical shape and records the block it holds; the RNG
@@ -90,7 +103,7 @@ typedef struct mg_tensor {
     int ndim;
     int64_t shape[MG_MAX_DIMS];
     mg_logical logical;
-    mg_sharding shard;
+    mg_placement place;           /* on the mesh (all FULL in a logical graph) */
     mg_init init;                 /* for parameters and persistent state */
     mg_node *src;                 /* producing node; NULL for leaves (input, param, state) */
     int src_slot;                 /* which output of src */
