@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "ops/fastmath.h"
+#include "ops/shard.h"
 #include "ops/op.h"
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
@@ -163,15 +164,15 @@ static int swiglu_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, co
     return act_grad(g, n, dout, need, din, MG_OP_SWIGLU_BWD);
 }
 
-const mg_op_def mg_opdef_GELU = {"gelu", 1, 1, 0, infer_unary, gelu_grad, cost_fwd, gelu_cpu, NULL};
-const mg_op_def mg_opdef_SILU = {"silu", 1, 1, 0, infer_unary, silu_grad, cost_fwd, silu_cpu, NULL};
-const mg_op_def mg_opdef_SWIGLU = {"swiglu", 1, 1, 0, infer_swiglu, swiglu_grad, cost_fwd, swiglu_cpu, NULL};
+const mg_op_def mg_opdef_GELU = {"gelu", 1, 1, 0, infer_unary, gelu_grad, cost_fwd, gelu_cpu, NULL, .shard = mg_shard_rule_pointwise};
+const mg_op_def mg_opdef_SILU = {"silu", 1, 1, 0, infer_unary, silu_grad, cost_fwd, silu_cpu, NULL, .shard = mg_shard_rule_pointwise};
+const mg_op_def mg_opdef_SWIGLU = {"swiglu", 1, 1, 0, infer_swiglu, swiglu_grad, cost_fwd, swiglu_cpu, NULL, .shard = mg_shard_rule_rowwise};
 const mg_op_def mg_opdef_GELU_BWD = {"gelu_bwd", 2, 2, MG_OPF_NO_GRAD, infer_unary_bwd, NULL, cost_bwd, gelu_bwd_cpu,
-                                     NULL};
+                                     NULL, .shard = mg_shard_rule_pointwise};
 const mg_op_def mg_opdef_SILU_BWD = {"silu_bwd", 2, 2, MG_OPF_NO_GRAD, infer_unary_bwd, NULL, cost_bwd, silu_bwd_cpu,
-                                     NULL};
+                                     NULL, .shard = mg_shard_rule_pointwise};
 const mg_op_def mg_opdef_SWIGLU_BWD = {"swiglu_bwd", 2, 2, MG_OPF_NO_GRAD, infer_swiglu_bwd, NULL, cost_bwd,
-                                       swiglu_bwd_cpu, NULL};
+                                       swiglu_bwd_cpu, NULL, .shard = mg_shard_rule_rowwise};
 
 static mg_tensor *unary(mg_graph *g, mg_op op, mg_tensor *x) {
     mg_node *n = mg_node_new(g, op, NULL, 1, &x, NULL);

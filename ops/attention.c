@@ -32,6 +32,7 @@
 
 #include "mgraph/rng.h"
 #include "ops/op.h"
+#include "ops/shard.h"
 
 /* ---- shape rules ---------------------------------------------------------------- */
 static int check_qkv(const mg_node *n, const mg_tensor *q, const mg_tensor *k, const mg_tensor *v, mg_error *err) {
@@ -346,10 +347,39 @@ static int attention_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout,
     return MG_OK;
 }
 
+/* Sharding (ops/op.h): heads (dim 2) or batch (dim 1) split; lse [b, nh, s] follows. */
+static mg_sharding lse_of(mg_sharding s) {
+    if (!mg_sh_is_split(s)) return s;
+    return mg_sh_split(s.dim == 2 ? 1 : 0);
+}
+
+static int shard_attention(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)c, (void)err;
+    bool bwd = n->op == MG_OP_ATTENTION_BWD;
+    mg_sharding s = mg_sh_full();
+    for (int i = 0; i < 3; i++) {
+        mg_sharding q = io->in[i + bwd];
+        if (mg_sh_is_split(q) && (q.dim == 1 || q.dim == 2)) {
+            s = q;
+            break;
+        }
+    }
+    if (!bwd) {
+        for (int i = 0; i < 3; i++) io->want[i] = s;
+        io->out[0] = s;
+        io->out[1] = lse_of(s);
+    } else { /* dy, q, k, v, y, lse */
+        for (int i = 0; i < 5; i++) io->want[i] = s;
+        io->want[5] = lse_of(s);
+        for (int j = 0; j < 3; j++) io->out[j] = s;
+    }
+    return MG_OK;
+}
+
 const mg_op_def mg_opdef_ATTENTION = {"attention", 3, 3, 0, infer_attention, attention_grad, cost_fwd, attention_cpu,
-                                      NULL};
+                                      NULL, .shard = shard_attention};
 const mg_op_def mg_opdef_ATTENTION_BWD = {"attention_bwd", 6, 6, MG_OPF_NO_GRAD, infer_attention_bwd, NULL, cost_bwd,
-                                          attention_bwd_cpu, NULL};
+                                          attention_bwd_cpu, NULL, .shard = shard_attention};
 
 mg_tensor *mg_attention(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, bool causal, float dropout_p) {
     float scale = 1.0f;

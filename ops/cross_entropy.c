@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/shard.h"
 
 static int check_logits_targets(const mg_node *n, const mg_tensor *x, const mg_tensor *t, mg_error *err) {
     if (x->dtype != MG_F32) return mg_shape_error(err, n, "logits must be f32");
@@ -212,11 +213,11 @@ static int vp_loss_cpu(const mg_kernel_args *a, mg_error *err) {
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_XENT_VP_MAX = {"xent_vp_max", 1, 1, MG_OPF_NO_GRAD, infer_vp_max, NULL, NULL, vp_max_cpu, NULL};
+const mg_op_def mg_opdef_XENT_VP_MAX = {"xent_vp_max", 1, 1, MG_OPF_NO_GRAD, infer_vp_max, NULL, NULL, vp_max_cpu, NULL, NULL};
 const mg_op_def mg_opdef_XENT_VP_PARTS = {"xent_vp_parts", 3, 3, MG_OPF_NO_GRAD, infer_vp_parts, NULL, NULL,
-                                          vp_parts_cpu, NULL};
+                                          vp_parts_cpu, NULL, NULL};
 const mg_op_def mg_opdef_XENT_VP_LOSS = {"xent_vp_loss", 3, 3, MG_OPF_NO_GRAD, infer_vp_loss, NULL, NULL, vp_loss_cpu,
-                                         NULL};
+                                         NULL, NULL};
 
 static void cost_xent(const mg_node *n, double *flops, double *bytes) {
     const mg_tensor *x = n->in[n->op == MG_OP_CROSS_ENTROPY ? 0 : 1];
@@ -235,9 +236,38 @@ static int xent_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, cons
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_CROSS_ENTROPY = {"cross_entropy", 2, 2, 0, infer_xent, xent_grad, cost_xent, xent_cpu, NULL};
+/* Sharding (ops/op.h): logits split over the vocabulary run as Megatron's
+ * VocabParallelCrossEntropy: local max, all-reduce MAX, local sum-exp and target
+ * logit, all-reduce SUM, loss. That is several nodes with collectives between them, so
+ * the rule asks the partitioner to expand the op; otherwise everything is whole. */
+static int shard_xent(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)c, (void)err;
+    int last = n->in[0]->ndim - 1;
+    if (mg_sh_is_split(io->in[0]) && io->in[0].dim == last) {
+        io->expand = true;
+        io->want[0] = io->in[0];
+        io->want[1] = mg_sh_full();
+    } else {
+        io->want[0] = io->want[1] = mg_sh_full();
+    }
+    io->out[0] = io->out[1] = mg_sh_full();
+    return MG_OK;
+}
+
+/* Backward (dloss, logits, targets, stats): the logits gradient follows the logits'
+ * vocabulary split (offset derived from the placement). */
+static int shard_xent_bwd(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)c, (void)err;
+    mg_sharding s = io->in[1];
+    io->want[0] = io->want[2] = io->want[3] = mg_sh_full();
+    if (mg_sh_is_split(s) && s.dim == n->in[1]->ndim - 1) io->want[1] = io->out[0] = s;
+    else io->want[1] = io->out[0] = mg_sh_full();
+    return MG_OK;
+}
+
+const mg_op_def mg_opdef_CROSS_ENTROPY = {"cross_entropy", 2, 2, 0, infer_xent, xent_grad, cost_xent, xent_cpu, NULL, .shard = shard_xent};
 const mg_op_def mg_opdef_CROSS_ENTROPY_BWD = {"cross_entropy_bwd", 4, 4, MG_OPF_NO_GRAD, infer_xent_bwd, NULL,
-                                              cost_xent, xent_bwd_cpu, NULL};
+                                              cost_xent, xent_bwd_cpu, NULL, .shard = shard_xent_bwd};
 
 mg_tensor *mg_cross_entropy(mg_graph *g, mg_tensor *logits, mg_tensor *targets, int32_t ignore_index) {
     mg_attrs at;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ops/broadcast.h"
+#include "ops/shard.h"
 
 /* ---- broadcasting helpers ----------------------------------------------------- */
 bool mg_bcast_shape(int na, const int64_t *sa, int nb, const int64_t *sb, int *nout, int64_t *sout) {
@@ -137,9 +138,48 @@ static int mul_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_ADD = {"add", 2, 2, 0, infer_binary, add_grad, cost_binary, add_cpu, NULL};
-const mg_op_def mg_opdef_SUB = {"sub", 2, 2, 0, infer_binary, sub_grad, cost_binary, sub_cpu, NULL};
-const mg_op_def mg_opdef_MUL = {"mul", 2, 2, 0, infer_binary, mul_grad, cost_binary, mul_cpu, NULL};
+/* Sharding (ops/op.h): partial + partial stays partial for add and sub; partial times
+ * replicated stays partial for mul; otherwise the output follows the first input split
+ * on a dimension that is not broadcast, and each input is split alike or whole. */
+static int bcast_dim(const mg_node *n, int i, int d) {
+    const mg_tensor *x = n->in[i], *y = n->out[0];
+    int k = d - (y->ndim - x->ndim);
+    if (k < 0 || x->shape[k] == 1) return -1;
+    return k;
+}
+
+static int shard_binary(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)err;
+    bool linear_both = n->op != MG_OP_MUL;
+    if (mg_sh_is_partial(io->in[0]) && mg_sh_is_partial(io->in[1]) && linear_both) {
+        io->want[0] = io->want[1] = io->out[0] = mg_sh_partial();
+        return MG_OK;
+    }
+    if (n->op == MG_OP_MUL && (mg_sh_is_partial(io->in[0]) != mg_sh_is_partial(io->in[1]))) {
+        int p = mg_sh_is_partial(io->in[0]) ? 0 : 1, q = 1 - p;
+        if (mg_sh_is_full(io->in[q])) {
+            io->want[p] = mg_sh_partial();
+            io->want[q] = mg_sh_full();
+            io->out[0] = mg_sh_partial();
+            return MG_OK;
+        }
+    }
+    mg_sharding t = mg_sh_full();
+    for (int i = 0; i < 2 && mg_sh_is_full(t); i++) {
+        mg_sharding s = mg_shard_whole(c, n, io, i, true);
+        if (mg_sh_is_split(s)) t = mg_sh_split(s.dim + (n->out[0]->ndim - n->in[i]->ndim));
+    }
+    for (int i = 0; i < 2; i++) {
+        int k = mg_sh_is_split(t) ? bcast_dim(n, i, t.dim) : -1;
+        io->want[i] = k < 0 ? mg_sh_full() : mg_sh_split(k);
+    }
+    io->out[0] = t;
+    return MG_OK;
+}
+
+const mg_op_def mg_opdef_ADD = {"add", 2, 2, MG_OPF_LINEAR, infer_binary, add_grad, cost_binary, add_cpu, NULL, .shard = shard_binary};
+const mg_op_def mg_opdef_SUB = {"sub", 2, 2, MG_OPF_LINEAR, infer_binary, sub_grad, cost_binary, sub_cpu, NULL, .shard = shard_binary};
+const mg_op_def mg_opdef_MUL = {"mul", 2, 2, 0, infer_binary, mul_grad, cost_binary, mul_cpu, NULL, .shard = shard_binary};
 
 static mg_tensor *binary(mg_graph *g, mg_op op, mg_tensor *a, mg_tensor *b) {
     mg_tensor *in[2] = {a, b};
@@ -171,7 +211,7 @@ static int scale_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, con
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_SCALE = {"scale", 1, 1, 0, infer_same, scale_grad, NULL, scale_cpu, NULL};
+const mg_op_def mg_opdef_SCALE = {"scale", 1, 1, MG_OPF_LINEAR, infer_same, scale_grad, NULL, scale_cpu, NULL, .shard = mg_shard_rule_linear};
 
 mg_tensor *mg_scale(mg_graph *g, mg_tensor *x, float s) {
     mg_attrs at = {.scale = {s}};
@@ -205,7 +245,18 @@ static int bias_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, cons
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_BIAS_ADD = {"bias_add", 2, 2, 0, infer_bias, bias_grad, cost_binary, bias_cpu, NULL};
+/* Sharding: x [..., N] + b [N]. The bias of a row-parallel layer meets a partial x
+ * here, and the reduction happens before the bias is added (Megatron). */
+static int shard_bias_add(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)err;
+    mg_sharding sx = mg_shard_whole(c, n, io, 0, true);
+    io->want[0] = sx;
+    io->want[1] = mg_sh_is_split(sx) && sx.dim == n->in[0]->ndim - 1 ? mg_sh_split(0) : mg_sh_full();
+    io->out[0] = sx;
+    return MG_OK;
+}
+
+const mg_op_def mg_opdef_BIAS_ADD = {"bias_add", 2, 2, 0, infer_bias, bias_grad, cost_binary, bias_cpu, NULL, .shard = shard_bias_add};
 
 mg_tensor *mg_bias_add(mg_graph *g, mg_tensor *x, mg_tensor *b) { return binary(g, MG_OP_BIAS_ADD, x, b); }
 
@@ -272,8 +323,8 @@ static int sum_to_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, co
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_EXPAND = {"expand", 1, 1, 0, infer_expand, expand_grad, NULL, expand_cpu, NULL};
-const mg_op_def mg_opdef_SUM_TO = {"sum_to", 1, 1, 0, infer_sum_to, sum_to_grad, NULL, sum_to_cpu, NULL};
+const mg_op_def mg_opdef_EXPAND = {"expand", 1, 1, 0, infer_expand, expand_grad, NULL, expand_cpu, NULL, .shard = mg_shard_rule_reduce};
+const mg_op_def mg_opdef_SUM_TO = {"sum_to", 1, 1, 0, infer_sum_to, sum_to_grad, NULL, sum_to_cpu, NULL, .shard = mg_shard_rule_reduce};
 
 static mg_tensor *shaped(mg_graph *g, mg_op op, mg_tensor *x, int ndim, const int64_t *shape) {
     mg_attrs at = {.shape = {.ndim = ndim}};

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/shard.h"
 
 static int check_ids_table(const mg_node *n, const mg_tensor *ids, const mg_tensor *table, mg_error *err) {
     if (ids->dtype != MG_I32) return mg_shape_error(err, n, "ids must be i32");
@@ -101,10 +102,55 @@ static int embedding_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout,
     return MG_OK;
 }
 
+/* Sharding (ops/op.h): the table's state decides. Vocab-parallel (rows split): masked
+ * lookups give a partial sum (Megatron's VocabParallelEmbedding); hidden split: the
+ * output is split alike. Backward: the gradient follows the table; a token shard of
+ * dy with a replicated table gives a partial sum. (Vocabulary offsets are derived from
+ * the table's placement.) */
+static int shard_embedding(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)c, (void)err;
+    mg_sharding st = io->in[1];
+    io->want[0] = mg_sh_full();
+    if (mg_sh_is_split(st) && st.dim == 0) {
+        io->want[1] = st;
+        io->out[0] = mg_sh_partial();
+    } else if (mg_sh_is_split(st) && st.dim == 1) {
+        io->want[1] = st;
+        io->out[0] = mg_sh_split(n->out[0]->ndim - 1);
+    } else {
+        io->want[1] = mg_sh_full();
+        io->out[0] = mg_sh_full();
+    }
+    return MG_OK;
+}
+
+static int shard_embedding_bwd(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)c, (void)err;
+    mg_sharding st = io->in[2], sd = io->in[0];
+    io->want[1] = mg_sh_full();
+    io->want[2] = st;
+    if (mg_sh_is_split(st) && st.dim == 0) {
+        io->want[0] = mg_sh_full();
+        io->out[0] = st;
+    } else if (mg_sh_is_split(st) && st.dim == 1) {
+        io->want[0] = mg_sh_split(n->in[0]->ndim - 1);
+        io->out[0] = st;
+    } else if (mg_sh_is_partial(sd)) {
+        io->want[0] = io->out[0] = mg_sh_partial();
+    } else if (mg_sh_is_split(sd) && sd.dim < n->in[0]->ndim - 1) {
+        io->want[0] = sd; /* a token shard: this rank's tokens' rows, a partial sum */
+        io->want[1] = sd; /* the ids of those tokens */
+        io->out[0] = mg_sh_partial();
+    } else {
+        io->want[0] = io->out[0] = mg_sh_full();
+    }
+    return MG_OK;
+}
+
 const mg_op_def mg_opdef_EMBEDDING = {"embedding", 2, 2, 0, infer_embedding, embedding_grad, cost_embedding,
-                                      embedding_cpu, NULL};
+                                      embedding_cpu, NULL, .shard = shard_embedding};
 const mg_op_def mg_opdef_EMBEDDING_BWD = {"embedding_bwd",    3, 3, MG_OPF_NO_GRAD, infer_embedding_bwd, NULL,
-                                          cost_embedding_bwd, embedding_bwd_cpu, NULL};
+                                          cost_embedding_bwd, embedding_bwd_cpu, NULL, .shard = shard_embedding_bwd};
 
 mg_tensor *mg_embedding(mg_graph *g, mg_tensor *ids, mg_tensor *table) {
     mg_attrs at;

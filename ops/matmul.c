@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/shard.h"
 
 typedef struct mm_dims {
     int64_t batch, M, N, K;
@@ -130,7 +131,70 @@ static int matmul_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, co
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_MATMUL = {"matmul", 2, 2, 0, infer_matmul, matmul_grad, cost_matmul, matmul_cpu, NULL};
+/* Sharding (ops/op.h): Megatron's linears fall out of the operands' states.
+ *  - column-parallel: FULL x B SPLIT on N gives SPLIT(last); a sequence-parallel input
+ *    (split on a row dim) is all-gathered first;
+ *  - row-parallel: A SPLIT on K x B SPLIT on K gives PARTIAL (the all-reduce or, under
+ *    SP, reduce-scatter is inserted where a consumer needs the sum);
+ *  - a partial factor times a replicated one stays partial (bilinear);
+ *  - batched (attention-style) products split alike on a batch dim. */
+static int shard_matmul(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)c, (void)err;
+    const mg_tensor *A = n->in[0], *B = n->in[1];
+    bool ta = n->attrs.matmul.trans_a, tb = n->attrs.matmul.trans_b;
+    int aK = ta ? A->ndim - 2 : A->ndim - 1;
+    int bK = tb ? B->ndim - 1 : B->ndim - 2, bN = tb ? B->ndim - 2 : B->ndim - 1;
+    int on = n->out[0]->ndim;
+    bool batched = B->ndim > 2;
+    mg_sharding sa = io->in[0], sb = io->in[1];
+    mg_sharding *w = io->want, *o = io->out;
+    if ((mg_sh_is_partial(sa) && mg_sh_is_full(sb)) || (mg_sh_is_partial(sb) && mg_sh_is_full(sa))) {
+        w[0] = sa, w[1] = sb, o[0] = mg_sh_partial();
+        return MG_OK;
+    }
+    if (mg_sh_is_partial(sa)) sa = mg_sh_full();
+    if (mg_sh_is_partial(sb)) sb = mg_sh_full();
+    bool aK_split = mg_sh_is_split(sa) && sa.dim == aK, bK_split = mg_sh_is_split(sb) && sb.dim == bK;
+    bool bN_split = mg_sh_is_split(sb) && sb.dim == bN;
+    bool aR_split = mg_sh_is_split(sa) && sa.dim != aK; /* a row / batch dim of A */
+    /* A's row dims map to the output: batch dims keep their index; A's M dim is on-2 */
+    int a_out = -1;
+    if (aR_split) a_out = sa.dim < A->ndim - 2 ? sa.dim : on - 2;
+    if (batched) {
+        bool bB_split = mg_sh_is_split(sb) && sb.dim < B->ndim - 2;
+        if (aR_split && sa.dim < A->ndim - 2 && bB_split && sb.dim == sa.dim) {
+            w[0] = sa, w[1] = sb, o[0] = mg_sh_split(sa.dim);
+            return MG_OK;
+        }
+        if (bB_split) sb = mg_sh_full(), bB_split = false, bK_split = bN_split = false;
+        if (aR_split && sa.dim < A->ndim - 2) { /* A split on a batch dim: split B alike */
+            w[0] = sa, w[1] = mg_sh_split(sa.dim), o[0] = mg_sh_split(sa.dim);
+            return MG_OK;
+        }
+    }
+    if (aK_split && bK_split) {
+        w[0] = sa, w[1] = sb, o[0] = mg_sh_partial();
+    } else if (mg_sh_is_full(sa) && bN_split) {
+        w[0] = sa, w[1] = sb, o[0] = mg_sh_split(on - 1);
+    } else if (aR_split && mg_sh_is_full(sb)) {
+        w[0] = sa, w[1] = sb, o[0] = mg_sh_split(a_out);
+    } else if (aK_split && mg_sh_is_full(sb)) {
+        w[0] = sa, w[1] = mg_sh_split(bK), o[0] = mg_sh_partial();
+    } else if (mg_sh_is_full(sa) && bK_split) {
+        w[0] = mg_sh_split(aK), w[1] = sb, o[0] = mg_sh_partial();
+    } else if ((aR_split || aK_split) && bN_split) {
+        /* sequence-parallel input entering a column-parallel layer: all-gather it */
+        w[0] = mg_sh_full(), w[1] = sb, o[0] = mg_sh_split(on - 1);
+    } else if (aR_split && bK_split) {
+        /* e.g. a weight gradient under sequence parallelism: gather the activation */
+        w[0] = sa, w[1] = mg_sh_full(), o[0] = mg_sh_split(a_out);
+    } else {
+        w[0] = mg_sh_full(), w[1] = mg_sh_full(), o[0] = mg_sh_full();
+    }
+    return MG_OK;
+}
+
+const mg_op_def mg_opdef_MATMUL = {"matmul", 2, 2, 0, infer_matmul, matmul_grad, cost_matmul, matmul_cpu, NULL, .shard = shard_matmul};
 
 mg_tensor *mg_matmul(mg_graph *g, mg_tensor *a, mg_tensor *b, bool trans_a, bool trans_b) {
     mg_attrs at;

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/shard.h"
 
 /* Shape of the per-row statistics: x without its last dimension. */
 static void stat_desc(const mg_tensor *x, mg_tensor_desc *d) {
@@ -174,10 +175,37 @@ static int layernorm_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout,
     return MG_OK;
 }
 
+/* Sharding (ops/op.h): rows must be whole; splits along token dims pass (sequence
+ * parallelism); the weights stay replicated. Backward: dy follows x; the weight
+ * gradients of a token shard are partial sums. */
+static int shard_norm(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)err;
+    mg_sharding s = mg_shard_whole(c, n, io, 0, true);
+    if (mg_sh_is_split(s) && s.dim == n->in[0]->ndim - 1) s = mg_sh_full();
+    io->want[0] = s;
+    for (int i = 1; i < n->n_in; i++) io->want[i] = mg_sh_full();
+    for (int j = 0; j < n->n_out; j++) io->out[j] = s; /* stats: x's shape minus last dim */
+    return MG_OK;
+}
+
+static int shard_norm_bwd(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)err;
+    /* x in the state the forward rule gave it: a partial x (a vocab-parallel embedding
+     * with no position table added to it, as under RoPE) was resolved there */
+    mg_sharding s = mg_shard_whole(c, n, io, 1, true);
+    if (mg_sh_is_split(s) && s.dim == n->in[1]->ndim - 1) s = mg_sh_full();
+    io->want[0] = io->want[1] = s;
+    io->want[2] = mg_sh_full(); /* w */
+    for (int i = 3; i < n->n_in; i++) io->want[i] = s;
+    io->out[0] = s;
+    for (int j = 1; j < n->n_out; j++) io->out[j] = mg_sh_is_split(s) ? mg_sh_partial() : mg_sh_full();
+    return MG_OK;
+}
+
 const mg_op_def mg_opdef_LAYERNORM = {"layernorm", 2, 3, 0, infer_layernorm, layernorm_grad, cost_fwd, layernorm_cpu,
-                                      NULL};
+                                      NULL, .shard = shard_norm};
 const mg_op_def mg_opdef_LAYERNORM_BWD = {"layernorm_bwd", 5, 5, MG_OPF_NO_GRAD, infer_layernorm_bwd, NULL, cost_bwd,
-                                          layernorm_bwd_cpu, NULL};
+                                          layernorm_bwd_cpu, NULL, .shard = shard_norm_bwd};
 
 mg_tensor *mg_layernorm(mg_graph *g, mg_tensor *x, mg_tensor *w, mg_tensor *b, float eps) {
     mg_attrs at = {.norm = {eps}};
@@ -266,9 +294,9 @@ static int rmsnorm_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, c
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_RMSNORM = {"rmsnorm", 2, 2, 0, infer_rmsnorm, rmsnorm_grad, cost_fwd, rmsnorm_cpu, NULL};
+const mg_op_def mg_opdef_RMSNORM = {"rmsnorm", 2, 2, 0, infer_rmsnorm, rmsnorm_grad, cost_fwd, rmsnorm_cpu, NULL, .shard = shard_norm};
 const mg_op_def mg_opdef_RMSNORM_BWD = {"rmsnorm_bwd", 4, 4, MG_OPF_NO_GRAD, infer_rmsnorm_bwd, NULL, cost_bwd,
-                                        rmsnorm_bwd_cpu, NULL};
+                                        rmsnorm_bwd_cpu, NULL, .shard = shard_norm_bwd};
 
 mg_tensor *mg_rmsnorm(mg_graph *g, mg_tensor *x, mg_tensor *w, float eps) {
     mg_attrs at = {.norm = {eps}};

@@ -34,7 +34,39 @@ typedef int (*mg_kernel_fn)(const mg_kernel_args *a, mg_error *err);
 enum {
     MG_OPF_COMM = 1u << 0,        /* a collective or point-to-point transfer */
     MG_OPF_NO_GRAD = 1u << 1,     /* emitted by gradient rules / optimizer: not differentiable */
+    /* Linear in all its inputs jointly: given terms of a sum over ranks for every input,
+     * it gives the term of the sum of its output (partitioners carry shares through it). */
+    MG_OPF_LINEAR = 1u << 2,
 };
+
+/* ---- sharding rules ----------------------------------------------------------------
+ * How an op runs when one mesh axis partitions its operands (partitioners/ applies the
+ * rule, inserts the conversions it asks for as collectives, and derives per-rank
+ * attributes from the placements). States are FULL (replicated over the axis), SPLIT(d)
+ * (block d of the group) or PARTIAL (a term of a sum over the group). */
+#define MG_SHARD_MAX_IO 16
+
+typedef struct mg_shard_ctx {
+    int size;                  /* ranks in the axis' group (> 1) */
+    /* A partial value an op needs whole may become SPLIT(0) instead of FULL when dim 0
+     * divides (sequence parallelism: the reduce-scatter of Megatron's SP regions). */
+    bool seq_parallel;
+} mg_shard_ctx;
+
+typedef struct mg_shard_io {
+    mg_sharding in[MG_SHARD_MAX_IO];   /* the states the inputs have */
+    mg_sharding want[MG_SHARD_MAX_IO]; /* set by the rule: the states the op needs */
+    mg_sharding out[MG_SHARD_MAX_IO];  /* set by the rule: the states its outputs get */
+    /* set by the rule: inputs (bit i) whose replicated copies only group index 0
+     * contributes (a sum of squares counts a replicated tensor once) */
+    unsigned count_once;
+    /* set by the rule: the op cannot run on these shards as one node; the partitioner
+     * expands it into local ops and collectives (vocab-parallel cross-entropy) */
+    bool expand;
+} mg_shard_io;
+
+/* Fills io->want / io->out from io->in. Returns MG_OK or an error with a message. */
+typedef int (*mg_shard_fn)(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err);
 
 typedef struct mg_op_def {
     const char *name;
@@ -52,6 +84,8 @@ typedef struct mg_op_def {
     void (*cost)(const mg_node *n, double *flops, double *bytes);
     mg_kernel_fn cpu;
     mg_kernel_fn cuda;            /* filled by the CUDA backend; NULL: CPU only */
+    /* Sharding rule (NULL: partitioning the op over a split axis is an error naming it). */
+    mg_shard_fn shard;
 } mg_op_def;
 
 const mg_op_def *mg_op_def_get(mg_op op);

@@ -6,6 +6,7 @@
 
 #include "mgraph/train.h"
 #include "ops/op.h"
+#include "ops/shard.h"
 
 static void scalar_desc(mg_tensor_desc *d) {
     d->dtype = MG_F32;
@@ -44,8 +45,8 @@ static void cost_accumulate(const mg_node *n, double *flops, double *bytes) {
     *bytes = 3.0 * 4.0 * (double)mg_numel(n->in[0]);
 }
 
-const mg_op_def mg_opdef_ACCUMULATE = {"accumulate", 2, 2, MG_OPF_NO_GRAD, infer_accumulate, NULL, cost_accumulate,
-                                       accumulate_cpu, NULL};
+const mg_op_def mg_opdef_ACCUMULATE = {"accumulate", 2, 2, MG_OPF_NO_GRAD | MG_OPF_LINEAR, infer_accumulate, NULL, cost_accumulate,
+                                       accumulate_cpu, NULL, .shard = mg_shard_rule_linear};
 
 /* ---- lr_schedule: () -> lr [1] at this iteration --------------------------------- */
 static int infer_lr(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
@@ -63,7 +64,7 @@ static int lr_cpu(const mg_kernel_args *a, mg_error *err) {
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_LR_SCHEDULE = {"lr_schedule", 0, 0, MG_OPF_NO_GRAD, infer_lr, NULL, NULL, lr_cpu, NULL};
+const mg_op_def mg_opdef_LR_SCHEDULE = {"lr_schedule", 0, 0, MG_OPF_NO_GRAD, infer_lr, NULL, NULL, lr_cpu, NULL, .shard = mg_shard_rule_replicated};
 
 /* ---- clip_coef: sum of squares [1] -> (coefficient [1], norm [1]) ------------------ */
 static int infer_clip(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
@@ -88,7 +89,7 @@ static int clip_cpu(const mg_kernel_args *a, mg_error *err) {
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_CLIP_COEF = {"clip_coef", 1, 1, MG_OPF_NO_GRAD, infer_clip, NULL, NULL, clip_cpu, NULL};
+const mg_op_def mg_opdef_CLIP_COEF = {"clip_coef", 1, 1, MG_OPF_NO_GRAD, infer_clip, NULL, NULL, clip_cpu, NULL, .shard = mg_shard_rule_replicated};
 
 /* ---- adamw: (p, g, m, v, lr, coef) -> (p', m', v') written in place ----------------- */
 static int infer_adamw(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
@@ -131,4 +132,15 @@ static void cost_adamw(const mg_node *n, double *flops, double *bytes) {
     *bytes = 4 * 7 * e;
 }
 
-const mg_op_def mg_opdef_ADAMW = {"adamw", 6, 6, MG_OPF_NO_GRAD, infer_adamw, NULL, cost_adamw, adamw_cpu, NULL};
+/* Sharding (ops/op.h): the update runs on the parameter's block; gradient and moments
+ * in the same state, the learning rate and clip coefficient replicated. */
+static int shard_adamw(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)n, (void)c, (void)err;
+    mg_sharding s = io->in[0];
+    for (int i = 0; i < 4; i++) io->want[i] = s;
+    io->want[4] = io->want[5] = mg_sh_full();
+    for (int j = 0; j < 3; j++) io->out[j] = s;
+    return MG_OK;
+}
+
+const mg_op_def mg_opdef_ADAMW = {"adamw", 6, 6, MG_OPF_NO_GRAD, infer_adamw, NULL, cost_adamw, adamw_cpu, NULL, .shard = shard_adamw};

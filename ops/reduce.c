@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/shard.h"
 
 static int axis_of(const mg_node *n) { return n->attrs.axis.dim; }
 
@@ -103,8 +104,8 @@ static void cost_reduce(const mg_node *n, double *flops, double *bytes) {
     *bytes = 4.0 * ((double)mg_numel(n->in[0]) + (double)mg_numel(n->out[0]));
 }
 
-const mg_op_def mg_opdef_SUM = {"sum", 1, 1, 0, infer_reduce, sum_grad, cost_reduce, sum_cpu, NULL};
-const mg_op_def mg_opdef_MEAN = {"mean", 1, 1, 0, infer_reduce, mean_grad, cost_reduce, mean_cpu, NULL};
+const mg_op_def mg_opdef_SUM = {"sum", 1, 1, 0, infer_reduce, sum_grad, cost_reduce, sum_cpu, NULL, .shard = mg_shard_rule_reduce};
+const mg_op_def mg_opdef_MEAN = {"mean", 1, 1, 0, infer_reduce, mean_grad, cost_reduce, mean_cpu, NULL, .shard = mg_shard_rule_reduce};
 
 static mg_tensor *reduce(mg_graph *g, mg_op op, mg_tensor *x, int dim, bool keepdim) {
     mg_attrs at = {.axis = {dim, keepdim}};
@@ -148,4 +149,17 @@ static void cost_sumsq(const mg_node *n, double *flops, double *bytes) {
     *bytes = 4 * e;
 }
 
-const mg_op_def mg_opdef_SUMSQ = {"sumsq", 1, -1, MG_OPF_NO_GRAD, infer_sumsq, NULL, cost_sumsq, sumsq_cpu, NULL};
+/* Sharding (ops/op.h): shares of split tensors are partial sums of the sum of squares;
+ * a replicated tensor is counted by group index 0 only, so the sum over the group
+ * counts it once. */
+static int shard_sumsq(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)c, (void)err;
+    for (int i = 0; i < n->n_in; i++) {
+        io->want[i] = mg_sh_is_partial(io->in[i]) ? mg_sh_full() : io->in[i];
+        if (mg_sh_is_full(io->want[i])) io->count_once |= 1u << i;
+    }
+    io->out[0] = mg_sh_partial();
+    return MG_OK;
+}
+
+const mg_op_def mg_opdef_SUMSQ = {"sumsq", 1, -1, MG_OPF_NO_GRAD, infer_sumsq, NULL, cost_sumsq, sumsq_cpu, NULL, .shard = shard_sumsq};

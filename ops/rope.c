@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "ops/op.h"
+#include "ops/shard.h"
 
 static int infer_rope(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     const mg_tensor *x = n->in[0], *pos = n->in[1];
@@ -85,7 +86,19 @@ static int rope_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, cons
     return din[0] ? MG_OK : mg_graph_error(g)->code;
 }
 
-const mg_op_def mg_opdef_ROPE = {"rope", 2, 2, 0, infer_rope, rope_grad, cost_rope, rope_cpu, NULL};
+/* Sharding (ops/op.h): x split anywhere but its last dim (heads under tp, tokens under
+ * sp); the positions follow a token split, else stay whole. */
+static int shard_rope(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)err;
+    mg_sharding s = mg_shard_whole(c, n, io, 0, true);
+    if (mg_sh_is_split(s) && s.dim == n->in[0]->ndim - 1) s = mg_sh_full();
+    io->want[0] = s;
+    io->want[1] = mg_sh_is_split(s) && s.dim == 0 ? s : mg_sh_full();
+    io->out[0] = s;
+    return MG_OK;
+}
+
+const mg_op_def mg_opdef_ROPE = {"rope", 2, 2, 0, infer_rope, rope_grad, cost_rope, rope_cpu, NULL, .shard = shard_rope};
 
 mg_tensor *mg_rope(mg_graph *g, mg_tensor *x, mg_tensor *pos, float theta) {
     return rope_node(g, x, pos, theta, false, NULL);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ops/op.h"
+#include "ops/shard.h"
 
 /* ---- helpers -------------------------------------------------------------------- */
 static void outer_inner(const int64_t *shape, int ndim, int dim, int64_t *outer, int64_t *inner) {
@@ -61,7 +62,7 @@ static void cost_zeros(const mg_node *n, double *flops, double *bytes) {
     *bytes = (double)mg_numel(n->out[0]) * (double)mg_dtype_size(n->out[0]->dtype);
 }
 
-const mg_op_def mg_opdef_ZEROS = {"zeros", 0, 0, MG_OPF_NO_GRAD, infer_zeros, NULL, cost_zeros, zeros_cpu, NULL};
+const mg_op_def mg_opdef_ZEROS = {"zeros", 0, 0, MG_OPF_NO_GRAD, infer_zeros, NULL, cost_zeros, zeros_cpu, NULL, .shard = mg_shard_rule_replicated};
 
 mg_tensor *mg_zeros(mg_graph *g, mg_dtype dt, int ndim, const int64_t *shape) {
     if (ndim < 1 || ndim > MG_MAX_DIMS || !shape) {
@@ -114,7 +115,29 @@ static int reshape_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, c
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_RESHAPE = {"reshape", 1, 1, 0, infer_reshape, reshape_grad, NULL, copy_cpu, NULL};
+/* Sharding (ops/op.h): a split dim survives when the dims before it hold as many
+ * elements in both shapes and the target dim divides; else the input is gathered.
+ * (The per-rank target shape is derived from the output's placement.) */
+static int shard_reshape(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)err;
+    const mg_tensor *x = n->in[0], *y = n->out[0];
+    mg_sharding s = io->in[0];
+    io->want[0] = io->out[0] = s;
+    if (!mg_sh_is_split(s)) return MG_OK;
+    int64_t before = mg_dims_prod(x->shape, 0, s.dim), acc = 1;
+    for (int e = 0; e < y->ndim; e++) {
+        if (acc == before && y->shape[e] % c->size == 0 && y->shape[e] > 1) {
+            io->out[0] = mg_sh_split(e);
+            return MG_OK;
+        }
+        acc *= y->shape[e];
+        if (acc > before) break;
+    }
+    io->want[0] = io->out[0] = mg_sh_full();
+    return MG_OK;
+}
+
+const mg_op_def mg_opdef_RESHAPE = {"reshape", 1, 1, 0, infer_reshape, reshape_grad, NULL, copy_cpu, NULL, .shard = shard_reshape};
 
 /* One dimension of the target may be -1: inferred from the element count. */
 mg_tensor *mg_reshape(mg_graph *g, mg_tensor *x, int ndim, const int64_t *shape) {
@@ -233,7 +256,45 @@ static int transpose_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout,
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_TRANSPOSE = {"transpose", 1, 1, 0, infer_transpose, transpose_grad, NULL, transpose_cpu, NULL};
+/* Sharding (ops/op.h) of split / concat / slice / pad / transpose: a split along any
+ * other dim passes through; partial passes (all are linear); a split along the dim the
+ * op works on is gathered first. */
+static int op_dim_of(const mg_node *n) {
+    switch (n->op) {
+    case MG_OP_SPLIT: return n->attrs.split.dim;
+    case MG_OP_CONCAT: return n->attrs.axis.dim;
+    case MG_OP_SLICE:
+    case MG_OP_PAD: return n->attrs.slice.dim;
+    default: return -1;
+    }
+}
+
+static int shard_structural(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)c, (void)err;
+    int op_dim = op_dim_of(n);
+    mg_sharding t = io->in[0];
+    if (n->op == MG_OP_CONCAT) {
+        bool all_partial = true;
+        for (int i = 0; i < n->n_in; i++) all_partial &= mg_sh_is_partial(io->in[i]);
+        t = all_partial ? mg_sh_partial() : mg_sh_full();
+        for (int i = 0; i < n->n_in && !all_partial; i++)
+            if (mg_sh_is_split(io->in[i]) && io->in[i].dim != op_dim) {
+                t = io->in[i];
+                break;
+            }
+    } else if (mg_sh_is_split(t) && t.dim == op_dim) {
+        t = mg_sh_full();
+    }
+    for (int i = 0; i < n->n_in; i++) io->want[i] = t;
+    mg_sharding o = t;
+    if (n->op == MG_OP_TRANSPOSE && mg_sh_is_split(t))
+        for (int i = 0; i < n->out[0]->ndim; i++)
+            if (n->attrs.transpose.perm[i] == t.dim) o = mg_sh_split(i);
+    for (int j = 0; j < n->n_out; j++) io->out[j] = o;
+    return MG_OK;
+}
+
+const mg_op_def mg_opdef_TRANSPOSE = {"transpose", 1, 1, 0, infer_transpose, transpose_grad, NULL, transpose_cpu, NULL, .shard = shard_structural};
 
 /* perm has x->ndim entries. */
 mg_tensor *mg_transpose(mg_graph *g, mg_tensor *x, const int *perm) {
@@ -294,7 +355,7 @@ static int split_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, con
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_SPLIT = {"split", 1, 1, 0, infer_split, split_grad, NULL, split_cpu, NULL};
+const mg_op_def mg_opdef_SPLIT = {"split", 1, 1, 0, infer_split, split_grad, NULL, split_cpu, NULL, .shard = shard_structural};
 
 /* sizes may be NULL: n equal parts (x.shape[dim] must divide by n). */
 int mg_split(mg_graph *g, mg_tensor *x, int dim, int n, const int64_t *sizes, mg_tensor **outs) {
@@ -382,7 +443,7 @@ static int concat_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, co
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_CONCAT = {"concat", 1, -1, 0, infer_concat, concat_grad, NULL, concat_cpu, NULL};
+const mg_op_def mg_opdef_CONCAT = {"concat", 1, -1, 0, infer_concat, concat_grad, NULL, concat_cpu, NULL, .shard = shard_structural};
 
 mg_tensor *mg_concat(mg_graph *g, int n, mg_tensor *const *xs, int dim) {
     if (n < 1 || !xs) {
@@ -468,8 +529,8 @@ static int pad_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_SLICE = {"slice", 1, 1, 0, infer_slice, slice_grad, NULL, slice_cpu, NULL};
-const mg_op_def mg_opdef_PAD = {"pad", 1, 1, 0, infer_pad, pad_grad, NULL, pad_cpu, NULL};
+const mg_op_def mg_opdef_SLICE = {"slice", 1, 1, 0, infer_slice, slice_grad, NULL, slice_cpu, NULL, .shard = shard_structural};
+const mg_op_def mg_opdef_PAD = {"pad", 1, 1, 0, infer_pad, pad_grad, NULL, pad_cpu, NULL, .shard = shard_structural};
 
 static mg_tensor *slice_like(mg_graph *g, mg_op op, mg_tensor *x, int dim, int64_t start, int64_t len) {
     if (null_input(g, mg_op_name(op), x)) return NULL;

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "ops/op.h"
+#include "ops/shard.h"
 
 static int infer_softmax(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     if (n->in[0]->dtype != MG_F32) return mg_shape_error(err, n, "input must be f32");
@@ -78,9 +79,9 @@ static int softmax_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, c
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_SOFTMAX = {"softmax", 1, 1, 0, infer_softmax, softmax_grad, cost_softmax, softmax_cpu, NULL};
+const mg_op_def mg_opdef_SOFTMAX = {"softmax", 1, 1, 0, infer_softmax, softmax_grad, cost_softmax, softmax_cpu, NULL, .shard = mg_shard_rule_rowwise};
 const mg_op_def mg_opdef_SOFTMAX_BWD = {"softmax_bwd",     2, 2, MG_OPF_NO_GRAD, infer_softmax_bwd, NULL,
-                                        cost_softmax, softmax_bwd_cpu, NULL};
+                                        cost_softmax, softmax_bwd_cpu, NULL, .shard = mg_shard_rule_rowwise};
 
 mg_tensor *mg_softmax(mg_graph *g, mg_tensor *x) {
     mg_node *n = mg_node_new(g, MG_OP_SOFTMAX, NULL, 1, &x, NULL);

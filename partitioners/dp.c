@@ -38,7 +38,7 @@ int dp_partition_node(part_ctx *c, const mg_node *n) {
     int n_share = 0;
     for (int i = 0; i < n->n_in; i++) n_share += c->st[n->in[i]->id].t && is_share(c, n, n->in[i]);
     if (!n_share) return 0;
-    bool linear = n->op == MG_OP_ADD || n->op == MG_OP_SCALE;
+    bool linear = mg_op_def_get(n->op)->flags & MG_OPF_LINEAR;
     if (linear && n_share == n->n_in) {
         c->node_pl.ax[MG_GROUP_DP] = mg_place_partial(MG_GROUP_DP); /* shares in, share out */
         return 0;

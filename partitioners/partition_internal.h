@@ -100,7 +100,7 @@ void part_enter_step_context(part_ctx *c);
  * (dim 0) under sequence parallelism when the op allows it and it divides, else full. */
 mg_sharding part_resolve_target(part_ctx *c, const mg_tensor *lt, bool allow_seq_split);
 
-/* ---- tp_rules.c: tensor and sequence parallelism ------------------------------------------ */
+/* ---- tp.c: tensor and sequence parallelism (each op's mg_op_def.shard over tp) ------------ */
 /* Partitions one logical node under tensor parallelism (tp > 1): chooses input and
  * output states, converts inputs, emits (other axes: c->node_pl). */
 int tp_partition_node(part_ctx *c, const mg_node *n);

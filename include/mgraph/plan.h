@@ -12,7 +12,7 @@
  * Where each parallelism lives:
  *   partitioners/plan.c        flags and plan files, the divisibility rules
  *   partitioners/partition.c   the walk, sharding states, conversions (collectives)
- *   partitioners/tp_rules.c    tensor + sequence parallelism: per-op sharding rules
+ *   partitioners/tp.c          tensor + sequence parallelism: applies each op's sharding rule
  *                              (Megatron's column/row-parallel linears, vocab-parallel
  *                              embedding and cross-entropy; SP regions)
  *   partitioners/dp.c          data parallelism: micro-batches per rank, gradient
