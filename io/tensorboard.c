@@ -1,0 +1,167 @@
+/* TensorBoard event files (see include/mgraph/tensorboard.h): TFRecord framing and
+ * the few Event/Summary protobuf fields scalars need, encoded by hand (field numbers
+ * from tensorflow/core/util/event.proto and framework/summary.proto). */
+#include "mgraph/tensorboard.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mgraph/outfile.h"
+
+struct mg_tb_writer {
+    mg_outfile *out;
+};
+
+/* ---- CRC-32C ----------------------------------------------------------------------- */
+static uint32_t crc_table[256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1; /* reflected Castagnoli */
+        crc_table[i] = c;
+    }
+}
+
+uint32_t mg_crc32c(const void *data, size_t len) {
+    if (!crc_table[1]) crc_init(); /* idempotent: racing initialisers write the same values */
+    const unsigned char *p = data;
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < len; i++) c = crc_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+uint32_t mg_tfrecord_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
+/* ---- protobuf encoding --------------------------------------------------------------- */
+typedef struct buf {
+    unsigned char b[1024];
+    size_t n;
+    int overflow;
+} buf;
+
+static void put(buf *o, const void *p, size_t n) {
+    if (o->n + n > sizeof o->b) {
+        o->overflow = 1;
+        return;
+    }
+    memcpy(o->b + o->n, p, n);
+    o->n += n;
+}
+
+static void varint(buf *o, uint64_t v) {
+    unsigned char t[10];
+    size_t n = 0;
+    do {
+        t[n] = (unsigned char)(v & 0x7F);
+        v >>= 7;
+        if (v) t[n] |= 0x80;
+        n++;
+    } while (v);
+    put(o, t, n);
+}
+
+static void le(buf *o, uint64_t v, int bytes) {
+    unsigned char t[8];
+    for (int i = 0; i < bytes; i++) t[i] = (unsigned char)(v >> (8 * i));
+    put(o, t, (size_t)bytes);
+}
+
+static void field_bytes(buf *o, int field, const void *p, size_t n) {
+    varint(o, (uint64_t)field << 3 | 2);
+    varint(o, n);
+    put(o, p, n);
+}
+
+static void field_double(buf *o, int field, double v) {
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    varint(o, (uint64_t)field << 3 | 1);
+    le(o, u, 8);
+}
+
+static double wall_time(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One TFRecord around an encoded Event. */
+static int write_record(mg_tb_writer *w, const buf *ev, mg_error *err) {
+    if (ev->overflow) return mg_error_set(err, MG_ERR_INVALID, "TensorBoard event larger than %zu bytes", sizeof ev->b);
+    buf f = {.n = 0};
+    le(&f, ev->n, 8);
+    uint32_t lc = mg_tfrecord_mask(mg_crc32c(f.b, 8));
+    le(&f, lc, 4);
+    FILE *s = mg_outfile_stream(w->out);
+    unsigned char dc[4];
+    uint32_t c = mg_tfrecord_mask(mg_crc32c(ev->b, ev->n));
+    for (int i = 0; i < 4; i++) dc[i] = (unsigned char)(c >> (8 * i));
+    if (fwrite(f.b, 1, f.n, s) != f.n || fwrite(ev->b, 1, ev->n, s) != ev->n || fwrite(dc, 1, 4, s) != 4)
+        return mg_error_set(err, MG_ERR_IO, "cannot write TensorBoard events %s: %s", mg_outfile_path(w->out),
+                            strerror(errno));
+    return MG_OK;
+}
+
+int mg_tb_open(const char *dir, mg_tb_writer **out, mg_error *err) {
+    *out = NULL;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return mg_error_set(err, MG_ERR_IO, "cannot create --tensorboard-dir %s: %s", dir, strerror(errno));
+    char host[256] = "localhost", path[4096];
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    snprintf(path, sizeof path, "%s/events.out.tfevents.%lld.%s.%d", dir, (long long)time(NULL), host, (int)getpid());
+    mg_tb_writer *w = calloc(1, sizeof *w);
+    if (!w) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    mg_outfile_options opt = {false, true};
+    int rc = mg_outfile_open(path, "TensorBoard events", &opt, &w->out, err);
+    if (rc) {
+        free(w);
+        return rc;
+    }
+    buf ev = {.n = 0};
+    field_double(&ev, 1, wall_time());
+    field_bytes(&ev, 3, "brain.Event:2", 13);
+    rc = write_record(w, &ev, err);
+    if (rc) {
+        mg_tb_abort(w);
+        return rc;
+    }
+    *out = w;
+    return MG_OK;
+}
+
+int mg_tb_scalar(mg_tb_writer *w, const char *tag, float value, int64_t step, mg_error *err) {
+    buf val = {.n = 0}, sum = {.n = 0}, ev = {.n = 0};
+    field_bytes(&val, 1, tag, strlen(tag)); /* Summary.Value.tag */
+    uint32_t u;
+    memcpy(&u, &value, 4);
+    varint(&val, 2 << 3 | 5); /* Summary.Value.simple_value, fixed32 */
+    le(&val, u, 4);
+    field_bytes(&sum, 1, val.b, val.n); /* Summary.value */
+    field_double(&ev, 1, wall_time());  /* Event.wall_time */
+    varint(&ev, 2 << 3 | 0);            /* Event.step */
+    varint(&ev, (uint64_t)step);
+    field_bytes(&ev, 5, sum.b, sum.n); /* Event.summary */
+    if (val.overflow || sum.overflow) ev.overflow = 1;
+    return write_record(w, &ev, err);
+}
+
+const char *mg_tb_path(const mg_tb_writer *w) { return mg_outfile_path(w->out); }
+
+int mg_tb_close(mg_tb_writer *w, mg_error *err) {
+    int rc = mg_outfile_commit(w->out, err);
+    free(w);
+    return rc;
+}
+
+void mg_tb_abort(mg_tb_writer *w) {
+    if (!w) return;
+    mg_outfile_abort(w->out);
+    free(w);
+}
