@@ -222,7 +222,7 @@ static int bench_policy(int64_t T, int64_t H, int layers) {
     if (!loss) return die("build", mg_graph_error(g));
     loss->persistent = true;
     mg_adamw_config cfg = mg_adamw_defaults();
-    cfg.lr = (mg_lr_schedule){.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 10, .decay_iters = 100, .style = MG_LR_COSINE};
+    cfg.lr = (mg_lr_schedule){.lr = 1e-3f, .min_lr = 1e-4f, .warmup_steps = 10, .decay_steps = 100, .style = MG_LR_COSINE};
     mg_optimizer_outputs oo;
     if (mg_graph_backward(g, loss, &err) || mg_graph_add_adamw(g, &cfg, &oo, &err)) return die("train", &err);
     setup s = {0};

@@ -131,7 +131,7 @@ static mg_step_config bench_model(int tp) {
     sc.n_micro = 2; /* global batch 8 */
     sc.training = true;
     sc.optim = mg_adamw_defaults();
-    sc.optim.lr = (mg_lr_schedule){.lr = 1e-4f, .min_lr = 1e-5f, .warmup_iters = 0, .decay_iters = 1000,
+    sc.optim.lr = (mg_lr_schedule){.lr = 1e-4f, .min_lr = 1e-5f, .warmup_steps = 0, .decay_steps = 1000,
                                    .style = MG_LR_COSINE};
     return sc;
 }

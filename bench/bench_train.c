@@ -205,7 +205,7 @@ static int time_step(bench_model *bm, int reps, int slots, step_result *res, mg_
     mg_step_config c = bm->cfg;
     c.training = true;
     c.optim = mg_adamw_defaults();
-    c.optim.lr = (mg_lr_schedule){.lr = 1e-4f, .min_lr = 1e-5f, .warmup_iters = 0, .decay_iters = 1000,
+    c.optim.lr = (mg_lr_schedule){.lr = 1e-4f, .min_lr = 1e-5f, .warmup_steps = 0, .decay_steps = 1000,
                                   .style = MG_LR_COSINE};
     mg_step st;
     mg_memplan *plan = NULL;

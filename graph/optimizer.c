@@ -11,19 +11,46 @@
 
 mg_adamw_config mg_adamw_defaults(void) {
     mg_adamw_config c = {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .clip_grad = 1.0f};
-    c.lr = (mg_lr_schedule){.lr = 1e-4f, .min_lr = 0.0f, .warmup_iters = 0, .decay_iters = 0, .style = MG_LR_CONSTANT};
+    c.lr = (mg_lr_schedule){.lr = 1e-4f, .min_lr = 0.0f, .warmup_steps = 0, .decay_steps = 1, .style = MG_LR_CONSTANT};
     return c;
 }
 
-/* Megatron's OptimizerParamScheduler.get_lr, with `step` the 1-based iteration. */
+/* Megatron's OptimizerParamScheduler.get_lr at its step count `step`. */
 float mg_lr_at(const mg_lr_schedule *s, int64_t step) {
-    if (s->warmup_iters > 0 && step <= s->warmup_iters) return (float)((double)s->lr * (double)step / (double)s->warmup_iters);
+    double max_lr = s->lr, min_lr = s->min_lr, n = (double)step;
+    if (s->warmup_steps > 0 && n <= s->warmup_steps)
+        return (float)(s->init_lr + (max_lr - s->init_lr) * n / s->warmup_steps);
     if (s->style == MG_LR_CONSTANT) return s->lr;
-    if (step > s->decay_iters) return s->min_lr;
-    double span = (double)(s->decay_iters - s->warmup_iters);
-    double progress = span > 0 ? (double)(step - s->warmup_iters) / span : 1.0;
-    double coeff = s->style == MG_LR_COSINE ? 0.5 * (cos(M_PI * progress) + 1.0) : 1.0 - progress;
-    return (float)(s->min_lr + coeff * ((double)s->lr - s->min_lr));
+    if (step > s->decay_steps) return s->min_lr;
+    if (s->style == MG_LR_INVERSE_SQRT) {
+        double w = s->warmup_steps > 1 ? s->warmup_steps : 1, k = n > 1 ? n : 1;
+        double lr = max_lr * sqrt(w) / sqrt(k);
+        return (float)(lr > min_lr ? lr : min_lr);
+    }
+    double span = (double)s->decay_steps - s->warmup_steps;
+    double ratio = span > 0 ? (n - s->warmup_steps) / span : 1.0;
+    double coeff = 1.0;
+    if (s->style == MG_LR_LINEAR) {
+        coeff = 1.0 - ratio;
+    } else if (s->style == MG_LR_COSINE) {
+        coeff = 0.5 * (cos(M_PI * ratio) + 1.0);
+    } else { /* WSD: stable at max_lr, then anneal over the last wsd_decay_steps */
+        int64_t start = s->decay_steps - s->wsd_decay_steps;
+        if (step > start) {
+            double r = (double)(step - start) / (double)s->wsd_decay_steps;
+            switch (s->wsd_style) {
+            case MG_WSD_LINEAR: coeff = 1.0 - r; break;
+            case MG_WSD_COSINE: coeff = 0.5 * (cos(M_PI * r) + 1.0); break;
+            case MG_WSD_EXPONENTIAL: coeff = 2.0 * pow(0.5, r) - 1.0; break;
+            case MG_WSD_MINUS_SQRT: coeff = 1.0 - sqrt(r); break;
+            }
+        }
+    }
+    return (float)(min_lr + coeff * (max_lr - min_lr));
+}
+
+float mg_lr_at_iteration(const mg_lr_schedule *s, int64_t iteration) {
+    return mg_lr_at(s, iteration * (s->steps_per_iter > 0 ? s->steps_per_iter : 1));
 }
 
 static mg_tensor *moment(mg_graph *g, const mg_tensor *p, const char *which) {

@@ -51,16 +51,20 @@ const mg_op_def mg_opdef_ACCUMULATE = {"accumulate", 2, 2, MG_OPF_NO_GRAD | MG_O
 /* ---- lr_schedule: () -> lr [1] at this iteration --------------------------------- */
 static int infer_lr(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     const mg_lr_schedule *s = &n->attrs.lr;
-    if (!(s->lr >= 0) || !(s->min_lr >= 0) || s->warmup_iters < 0 || s->decay_iters < 0)
-        return mg_shape_error(err, n, "invalid schedule (lr %g, min %g, warmup %lld, decay %lld)", s->lr, s->min_lr,
-                              (long long)s->warmup_iters, (long long)s->decay_iters);
+    /* Megatron's OptimizerParamScheduler asserts these */
+    if (!(s->lr >= 0) || !(s->min_lr >= 0) || s->min_lr > s->lr || !(s->init_lr >= 0) || s->init_lr > s->lr ||
+        !(s->warmup_steps >= 0) || s->decay_steps < 1 || s->steps_per_iter < 0 ||
+        (s->style == MG_LR_WSD && (s->wsd_decay_steps < 1 || s->wsd_decay_steps > s->decay_steps)))
+        return mg_shape_error(err, n, "invalid schedule (lr %g, min %g, init %g, warmup %g, decay %lld, wsd %lld)", s->lr,
+                              s->min_lr, s->init_lr, s->warmup_steps, (long long)s->decay_steps,
+                              (long long)s->wsd_decay_steps);
     scalar_desc(&out[0]);
     return 1;
 }
 
 static int lr_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
-    ((float *)a->out[0])[0] = mg_lr_at(&a->node->attrs.lr, a->info->iteration + 1);
+    ((float *)a->out[0])[0] = mg_lr_at_iteration(&a->node->attrs.lr, a->info->iteration);
     return MG_OK;
 }
 

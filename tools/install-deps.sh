@@ -33,3 +33,11 @@ if ! python3 -c "import torch, transformers, safetensors" 2>/dev/null; then
     echo "warning: could not install torch (tests/checkpoint/hf.py will skip)"
   "${PIP[@]}" transformers safetensors || echo "warning: could not install transformers (tests/checkpoint/hf.py will skip)"
 fi
+
+# Reference check only (tests/tools/megatron_run.py reads mgraph-run's event files with
+# it): the tensorboard package from PyPI. Never a runtime dependency.
+if ! python3 -c "import tensorboard" 2>/dev/null; then
+  PIP=(python3 -m pip install --quiet)
+  python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages && PIP+=(--break-system-packages)
+  "${PIP[@]}" tensorboard || echo "warning: could not install tensorboard (tests/tools/megatron_run.py tensorboard will skip)"
+fi

@@ -22,9 +22,12 @@
 #include "mgraph/outfile.h"
 #include "mgraph/plan.h"
 #include "mgraph/tokenizer.h"
+#include "mgraph/train.h"
 #include "blas_env.h"
 #include "run_checkpoint.h"
 #include "run_config.h"
+#include "run_log.h"
+#include "run_schedule.h"
 #include "run_trace.h"
 
 #ifndef MG_DEFAULT_CORPUS
@@ -57,7 +60,9 @@ typedef struct run {
     int64_t metrics_records;
     bool started;               /* past the last input check: every failure now is a run-time one */
     int32_t *sample;
-    int64_t eval_batches_done;
+    int64_t eval_batches_done, test_batches_done;
+    mg_lr_schedule schedule;    /* what the LR_SCHEDULE op evaluates, for the log line */
+    mg_tb_writer *tb;           /* --tensorboard-dir, on the logging rank */
     int64_t nan_at;             /* test hook: poison a weight before this iteration (1-based), 0: never */
     const mg_step_config *sc;   /* the training step's configuration (checkpoint metadata) */
     mg_run_resume resume;       /* --load: where training resumes (iteration 0 when none) */
@@ -79,6 +84,7 @@ static void run_release(run *r) {
     mg_dataset_free(r->data);
     mg_tokenizer_free(r->tok);
     mg_outfile_abort(r->metrics); /* only when a failure path left it open */
+    mg_tb_abort(r->tb);           /* closed (kept) only by a run that succeeded */
     free(r->sample);
     mg_run_resume_close(&r->resume);
     mg_run_trace_close(&r->trace);
@@ -274,7 +280,6 @@ static void check_limits(const mg_run_config *c, mg_run_notes *n) {
 /* The step configuration from the checked flags (mg_run_config_check). */
 static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) {
     if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * dp; /* Megatron's default */
-    if (c->lr_decay_iters < 0) c->lr_decay_iters = c->train_iters;
     /* every micro-batch is its own copy of the model in the step graph: bound the graph */
     int64_t n_micro = c->global_batch_size / c->micro_batch_size;
     if (n_micro * c->num_layers > MAX_MICRO_LAYERS)
@@ -282,13 +287,6 @@ static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) 
                             "%lld micro-batches (--global-batch-size %d / --micro-batch-size %d) x %d layers make a step "
                             "graph too large to build (limit %d micro-batch layers): raise --micro-batch-size",
                             (long long)n_micro, c->global_batch_size, c->micro_batch_size, c->num_layers, MAX_MICRO_LAYERS);
-    /* samples asked of the dataset: bounded (2^50) so that the products in open_data fit */
-    uint64_t cap = ((uint64_t)1 << 50) / (uint64_t)c->global_batch_size;
-    if ((uint64_t)c->train_iters > cap ||
-        (c->eval_interval > 0 && (uint64_t)(c->train_iters / c->eval_interval + 1) * (uint64_t)c->eval_iters > cap))
-        return mg_error_set(err, MG_ERR_INVALID,
-                            "--train-iters %lld (and --eval-iters %lld) x --global-batch-size %d ask for more than 2^50 samples",
-                            (long long)c->train_iters, (long long)c->eval_iters, c->global_batch_size);
     memset(sc, 0, sizeof *sc);
     mg_gpt_config *m = &sc->model;
     *m = mg_gpt_defaults();
@@ -342,11 +340,15 @@ static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) 
     o->eps = c->adam_eps;
     o->weight_decay = c->weight_decay;
     o->clip_grad = c->clip_grad;
-    o->lr = (mg_lr_schedule){c->lr, c->min_lr, c->lr_warmup_iters, c->lr_decay_iters, MG_LR_CONSTANT};
-    if (!strcmp(c->lr_decay_style, "cosine")) o->lr.style = MG_LR_COSINE;
-    else if (!strcmp(c->lr_decay_style, "linear")) o->lr.style = MG_LR_LINEAR;
-    else if (strcmp(c->lr_decay_style, "constant"))
-        return mg_error_set(err, MG_ERR_UNSUPPORTED, "--lr-decay-style %s is not supported yet", c->lr_decay_style);
+    int rc = mg_run_lr_schedule(c, &o->lr, err); /* sets --train-iters from --train-samples */
+    if (rc) return rc;
+    /* (after the schedule: --train-samples sets train_iters) samples asked of the dataset: bounded (2^50) so that the products in open_data fit */
+    uint64_t cap = ((uint64_t)1 << 50) / (uint64_t)c->global_batch_size;
+    if ((uint64_t)c->train_iters > cap ||
+        (c->eval_interval > 0 && (uint64_t)(c->train_iters / c->eval_interval + 1) * (uint64_t)c->eval_iters > cap))
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--train-iters %lld (and --eval-iters %lld) x --global-batch-size %d ask for more than 2^50 samples",
+                            (long long)c->train_iters, (long long)c->eval_iters, c->global_batch_size);
     return mg_gpt_check(m, err);
 }
 
@@ -500,24 +502,52 @@ static void sync_params(run *r) {
 /* Megatron prints from the last rank. */
 static bool is_logger(const run *r) { return r->mesh.rank == r->mesh.world - 1; }
 
-static int evaluate(run *r, int64_t iteration, mg_error *err) {
+/* Megatron's evaluate_and_print_results: eval_iters batches of a split, continuing
+ * where the last evaluation of that split stopped. prefix: "iteration N" during
+ * training, "iteration N on validation set" / "on test set" after it. */
+static int evaluate(run *r, int split, const char *prefix, int64_t iteration, bool after_training, mg_error *err) {
     sync_params(r);
     double sum = 0;
+    int64_t *done = split == MG_SPLIT_TEST ? &r->test_batches_done : &r->eval_batches_done;
     for (int64_t e = 0; e < r->cfg.eval_iters; e++) {
-        uint64_t first = (uint64_t)(r->eval_batches_done++) * (uint64_t)r->cfg.global_batch_size;
-        int rc = fill_batch(r, r->eval_g, r->eval_st, MG_SPLIT_VALID, first, err);
+        uint64_t first = (uint64_t)((*done)++) * (uint64_t)r->cfg.global_batch_size;
+        int rc = fill_batch(r, r->eval_g, r->eval_st, split, first, err);
         if (!rc) rc = execute(r, r->eval_g, r->eval_st, r->eval_eng, iteration, false, err);
         if (rc) return rc;
         sum += *(float *)mg_storage_data(r->eval_st, mg_graph_find(r->eval_g, "lm_loss"));
     }
     double val = sum / (double)r->cfg.eval_iters;
     if (!is_logger(r)) return MG_OK;
-    printf("-----------------------------------------------------------------------------------------------\n"
-           " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
-           "-----------------------------------------------------------------------------------------------\n",
-           (long long)iteration, val, exp(val));
+    mg_run_log_evaluation(stdout, prefix, val);
+    fflush(stdout);
     char jv[32];
-    return metrics_record(r, err, "{\"iteration\": %lld, \"val_loss\": %s}\n", (long long)iteration, json_number(jv, val));
+    int rc = metrics_record(r, err, "{\"iteration\": %lld, \"%s\": %s%s}\n", (long long)iteration,
+                            split == MG_SPLIT_TEST ? "test_loss" : "val_loss", json_number(jv, val),
+                            after_training ? ", \"after_training\": true" : "");
+    if (!rc && r->tb)
+        rc = mg_run_tb_evaluation(r->tb, iteration, iteration * r->cfg.global_batch_size, val,
+                                  r->cfg.log_validation_ppl_to_tensorboard, err);
+    return rc;
+}
+
+/* Which splits get evaluated: Megatron's do_valid / do_test (a split with samples and
+ * --eval-iters > 0). */
+static bool has_split(const run *r, int split) {
+    return r->cfg.eval_iters > 0 && r->data && mg_dataset_num_samples(r->data, split) > 0;
+}
+
+/* After training, or instead of it (--skip-train): the validation and test sets. */
+static int evaluate_at_end(run *r, int64_t iteration, mg_error *err) {
+    static const int splits[] = {MG_SPLIT_VALID, MG_SPLIT_TEST};
+    static const char *const names[] = {"validation", "test"};
+    char prefix[96];
+    for (int k = 0; k < 2; k++) {
+        if (!has_split(r, splits[k])) continue;
+        snprintf(prefix, sizeof prefix, "iteration %lld on %s set", (long long)iteration, names[k]);
+        int rc = evaluate(r, splits[k], prefix, iteration, true, err);
+        if (rc) return rc;
+    }
+    return MG_OK;
 }
 
 /* Test hook (MGRAPH_TEST_NAN_AT=RANK:ITERATION): this rank's first weight element
@@ -580,8 +610,10 @@ static int train(run *r, mg_error *err) {
         if (rc) return rc;
         double ms = 1e3 * (now_s() - t0);
         float loss = *(float *)mg_storage_data(r->train_st, loss_t);
-        float lr = *(float *)mg_storage_data(r->train_st, lr_t);
+        float lr = *(float *)mg_storage_data(r->train_st, lr_t); /* the rate this iteration ran at */
         float gn = *(float *)mg_storage_data(r->train_st, gn_t);
+        /* Megatron logs the scheduler's rate after this iteration's step (the next one's) */
+        float lr_logged = mg_lr_at_iteration(&r->schedule, it + 1);
         double tps = (double)c->global_batch_size * c->seq_length / (ms * 1e-3);
         double tflops = flops / (ms * 1e-3 * 1e12);
         /* Megatron's --check-for-nan-in-loss-and-grad: a NaN or Inf ends the run, naming
@@ -616,30 +648,35 @@ static int train(run *r, mg_error *err) {
         interval_ms += ms;
         if (!nan_here) interval_loss += loss; /* the average is over the finite losses */
         interval_n++;
-        if (is_logger(r) && ((it + 1) % c->log_interval == 0 || it + 1 == c->train_iters)) {
-            double avg_ms = interval_ms / interval_n;
-            for (int i = 0; i < 2; i++)
-                if (moe_t[i]) {
-                    size_t o = strlen(moe_log);
-                    snprintf(moe_log + o, sizeof moe_log - o, " %s: %.2f |", moe_names[i],
-                             interval_n > interval_nan ? moe_sum[i] / (interval_n - interval_nan) : (double)NAN);
-                }
-            printf(" iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
-                   "throughput per GPU (TFLOP/s/GPU): %.3f | learning rate: %.6E | global batch size: %5d | "
-                   "lm loss: %.6E |%s loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3d | "
-                   "number of nan iterations: %3d |\n",
-                   (long long)it + 1, (long long)c->train_iters, (long long)consumed + c->global_batch_size, avg_ms,
-                   flops / (avg_ms * 1e-3 * 1e12), lr, c->global_batch_size,
-                   interval_n > interval_nan ? interval_loss / (interval_n - interval_nan) : (double)NAN, moe_log, gn,
-                   0, interval_nan);
+        /* Megatron prints every --log-interval iterations and after the first one of the
+         * run; the first line does not restart the averages */
+        bool first = it == start, due = (it + 1) % c->log_interval == 0;
+        double avg_ms = interval_ms / interval_n;
+        for (int i = 0; i < 2; i++)
+            if (moe_t[i]) {
+                size_t o = strlen(moe_log);
+                snprintf(moe_log + o, sizeof moe_log - o, " %s: %.2f |", moe_names[i],
+                         interval_n > interval_nan ? moe_sum[i] / (interval_n - interval_nan) : (double)NAN);
+            }
+        mg_run_log_line l = {it + 1, c->train_iters, (int64_t)consumed + c->global_batch_size, avg_ms, c->log_throughput,
+                             flops / (avg_ms * 1e-3 * 1e12), lr_logged, c->global_batch_size,
+                             interval_n > interval_nan ? interval_loss / (interval_n - interval_nan) : (double)NAN, gn,
+                             interval_nan, moe_log};
+        if (is_logger(r) && (due || first)) {
+            mg_run_log_iteration(stdout, &l);
             fflush(stdout);
         }
-        if ((it + 1) % c->log_interval == 0) {
+        if (r->tb && (it + 1) % c->tensorboard_log_interval == 0) rc = mg_run_tb_iteration(r->tb, &l, loss, err);
+        if (!rc && r->tb && due && !first && c->log_timers_to_tensorboard) rc = mg_run_tb_timers(r->tb, &l, err);
+        if (rc) return rc;
+        if (due) {
             interval_ms = interval_loss = moe_sum[0] = moe_sum[1] = 0;
             interval_n = interval_nan = 0;
         }
-        if (c->eval_interval > 0 && c->eval_iters > 0 && (it + 1) % c->eval_interval == 0) {
-            rc = evaluate(r, it + 1, err);
+        if (c->eval_interval > 0 && has_split(r, MG_SPLIT_VALID) && (it + 1) % c->eval_interval == 0) {
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "iteration %lld", (long long)it + 1);
+            rc = evaluate(r, MG_SPLIT_VALID, prefix, it + 1, false, err);
             if (rc) return rc;
         }
         if (c->save && ((c->save_interval > 0 && (it + 1) % c->save_interval == 0) || it + 1 == c->train_iters)) {
@@ -647,7 +684,7 @@ static int train(run *r, mg_error *err) {
             if (rc) return rc;
         }
     }
-    return MG_OK;
+    return evaluate_at_end(r, c->train_iters, err);
 }
 
 /* "%r" in a path becomes the rank. MG_ERR_INVALID when the result would not fit
@@ -863,7 +900,8 @@ int main(int argc, char **argv) {
     }
     if (!rc) rc = mg_step_build(&sc, &r.train, &err);
     if (!rc) rc = check_shard_rules(&r, &err);
-    bool with_eval = (r.cfg.eval_interval > 0 || r.cfg.skip_train) && r.cfg.eval_iters > 0;
+    bool with_eval = !rc && (has_split(&r, MG_SPLIT_VALID) || has_split(&r, MG_SPLIT_TEST));
+    if (!rc) r.schedule = sc.optim.lr;
     r.sc = &sc;
     if (!rc) rc = mg_run_resume_open(&r.cfg, &sc.model, mg_tokenizer_vocab_size(r.tok), &r.resume, &err);
     if (!rc && !r.cfg.skip_train)
@@ -893,6 +931,7 @@ int main(int argc, char **argv) {
     if (!rc && with_eval) rc = rank_graph(&r, &r.eval, &r.mesh, &r.eval_g, &err);
     if (!rc && r.cfg.dump_dot) rc = dump_dot(&r, r.train_g, rank, world, &err);
     if (!rc && r.cfg.metrics_file && is_logger(&r)) rc = metrics_open(&r, &err);
+    if (!rc && r.cfg.tensorboard_dir && is_logger(&r)) rc = mg_tb_open(r.cfg.tensorboard_dir, &r.tb, &err);
     rc = agree_on_input(&r, rc, &err);
     if (rc) return finish(&r, rc, &err);
     r.started = true;
@@ -912,12 +951,17 @@ int main(int argc, char **argv) {
         describe(&r, r.train_g, rank);
         fflush(stdout);
     }
-    if (!rc) rc = r.cfg.skip_train ? evaluate(&r, r.resume.iteration, &err) : train(&r, &err);
+    if (!rc) rc = r.cfg.skip_train ? evaluate_at_end(&r, r.resume.iteration, &err) : train(&r, &err);
     if (!rc && r.train_eng && is_logger(&r)) {
         mg_engine_stats es;
         mg_engine_get_stats(r.train_eng, &es);
         printf("mgraph-run: last step on StarPU: %lld tasks, %d workers, %.1f ms, idle %.1f%%\n", (long long)es.tasks,
                es.n_workers, es.wall_s * 1e3, 100.0 * es.idle_fraction);
+    }
+    if (!rc && r.tb) { /* the event file is put in place by a run that succeeded only */
+        mg_tb_writer *tb = r.tb;
+        r.tb = NULL;
+        rc = mg_tb_close(tb, &err);
     }
     return finish(&r, rc, &err);
 }

@@ -123,10 +123,10 @@ static json_t *model_json(const mg_run_config *c, const mg_gpt_config *m, int64_
 static char *meta_text(const mg_run_config *c, const mg_step_config *sc, const mg_plan *plan, const mg_mesh *mesh,
                        const mg_run_save_state *s) {
     const mg_adamw_config *o = &sc->optim;
-    const char *styles[] = {"constant", "linear", "cosine"};
+    const char *styles[] = {"constant", "linear", "cosine", "inverse-square-root", "WSD"};
     json_t *m = json_pack(
         "{s:o, s:{s:i, s:i, s:i, s:b, s:b, s:I}, s:I, s:I, s:{s:I, s:I, s:i, s:i, s:s?, s:s?, s:s?}, "
-        "s:{s:f, s:f, s:I, s:I, s:s, s:I}, s:{s:s, s:I}, s:{s:f, s:f, s:f, s:f, s:f}, s:{s:f, s:f}}",
+        "s:{s:f, s:f, s:f, s:I, s:s, s:I}, s:{s:s, s:I}, s:{s:f, s:f, s:f, s:f, s:f}, s:{s:f, s:f}}",
         "model", model_json(c, &sc->model, s->vocab_unpadded),
         "plan", "tensor_model_parallel_size", plan->tp, "data_parallel_size", mesh->size[MG_GROUP_DP], "world_size",
         mesh->world, "sequence_parallel", plan->sequence_parallel, "use_distributed_optimizer",
@@ -135,9 +135,9 @@ static char *meta_text(const mg_run_config *c, const mg_step_config *sc, const m
         "data", "consumed_train_samples", (json_int_t)s->consumed_samples, "eval_batches_done",
         (json_int_t)s->eval_batches_done, "global_batch_size", c->global_batch_size, "micro_batch_size",
         c->micro_batch_size, "text_file", c->text_file, "data_path", c->data_path, "split", c->split,
-        "lr_schedule", "lr", (double)o->lr.lr, "min_lr", (double)o->lr.min_lr, "warmup_iters",
-        (json_int_t)o->lr.warmup_iters, "decay_iters", (json_int_t)o->lr.decay_iters, "style", styles[o->lr.style],
-        "num_steps", (json_int_t)s->iteration,
+        "lr_schedule", "lr", (double)o->lr.lr, "min_lr", (double)o->lr.min_lr, "warmup_steps",
+        o->lr.warmup_steps, "decay_steps", (json_int_t)o->lr.decay_steps, "style", styles[o->lr.style],
+        "num_steps", (json_int_t)(s->iteration * (o->lr.steps_per_iter > 0 ? o->lr.steps_per_iter : 1)),
         "rng", "kind", "philox4x32-10(seed, logical key, element, iteration)", "seed", (json_int_t)s->seed,
         "optimizer", "beta1", (double)o->beta1, "beta2", (double)o->beta2, "eps", (double)o->eps, "weight_decay",
         (double)o->weight_decay, "clip_grad", (double)o->clip_grad,

@@ -157,11 +157,25 @@ typedef struct mg_attr_moe {
     int64_t rows;              /* permute: static bound of the dispatched rows */
 } mg_attr_moe;
 
-typedef enum mg_lr_decay { MG_LR_CONSTANT, MG_LR_LINEAR, MG_LR_COSINE } mg_lr_decay;
+typedef enum mg_lr_decay {
+    MG_LR_CONSTANT, MG_LR_LINEAR, MG_LR_COSINE, MG_LR_INVERSE_SQRT, MG_LR_WSD
+} mg_lr_decay;
+/* How WSD anneals in its last wsd_decay_steps (Megatron's --lr-wsd-decay-style). */
+typedef enum mg_lr_wsd_decay { MG_WSD_EXPONENTIAL, MG_WSD_LINEAR, MG_WSD_COSINE, MG_WSD_MINUS_SQRT } mg_lr_wsd_decay;
+/* Megatron's OptimizerParamScheduler. It counts steps, and an iteration advances it by
+ * steps_per_iter: Megatron counts samples, so mgraph-run sets the global batch size
+ * and gives warmup and decay in samples (iterations x global batch, or --lr-*-samples).
+ * Iteration i (0-based) runs at the rate of step i x steps_per_iter, as Megatron's
+ * does: its first warm-up iteration runs at init_lr. */
 typedef struct mg_lr_schedule {
     float lr, min_lr;
-    int64_t warmup_iters, decay_iters;
+    double warmup_steps;        /* fractional with --lr-warmup-fraction */
+    int64_t decay_steps;
     mg_lr_decay style;
+    int64_t steps_per_iter;     /* 0 means 1 */
+    float init_lr;              /* where warmup starts (--lr-warmup-init) */
+    int64_t wsd_decay_steps;    /* WSD: the annealing phase ends at decay_steps */
+    mg_lr_wsd_decay wsd_style;
 } mg_lr_schedule;
 
 typedef enum mg_reduce_op { MG_REDUCE_SUM, MG_REDUCE_MAX } mg_reduce_op;

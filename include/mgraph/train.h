@@ -37,9 +37,13 @@ typedef struct mg_optimizer_outputs {
  * tensors marked no_weight_decay). */
 int mg_graph_add_adamw(mg_graph *g, const mg_adamw_config *cfg, mg_optimizer_outputs *out, mg_error *err);
 
-/* Megatron's learning rate at 1-based iteration `step`: linear warmup, then
- * constant / linear / cosine decay to min_lr over decay_iters. */
+/* Megatron's learning rate after `step` scheduler steps (OptimizerParamScheduler.get_lr
+ * with num_steps = step): linear warmup from init_lr, then constant / linear / cosine /
+ * inverse-square-root / WSD decay to min_lr at decay_steps. */
 float mg_lr_at(const mg_lr_schedule *s, int64_t step);
+/* The rate training iteration `iteration` (0-based) runs at: mg_lr_at after
+ * iteration x steps_per_iter steps. The LR_SCHEDULE op computes exactly this. */
+float mg_lr_at_iteration(const mg_lr_schedule *s, int64_t iteration);
 
 #ifdef __cplusplus
 }

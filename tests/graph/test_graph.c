@@ -182,17 +182,47 @@ static void rng_slices(void) {
 }
 
 /* ---- optimizer -------------------------------------------------------------------------------- */
+/* Megatron's OptimizerParamScheduler.get_lr at hand-computed points of each style. */
 static void lr_schedule(void) {
-    mg_lr_schedule s = {1e-3f, 1e-4f, 10, 110, MG_LR_COSINE};
+    mg_lr_schedule s = {.lr = 1e-3f, .min_lr = 1e-4f, .warmup_steps = 10, .decay_steps = 110, .style = MG_LR_COSINE};
+    TK_CHECK(mg_lr_at(&s, 0) == 0.0f, "warmup starts at init_lr 0: %g", mg_lr_at(&s, 0));
     TK_CHECK(fabsf(mg_lr_at(&s, 1) - 1e-4f) < 1e-9f, "warmup step 1: %g", mg_lr_at(&s, 1));
     TK_CHECK(fabsf(mg_lr_at(&s, 10) - 1e-3f) < 1e-9f, "end of warmup");
     TK_CHECK(fabsf(mg_lr_at(&s, 60) - 5.5e-4f) < 1e-8f, "cosine midpoint: %g", mg_lr_at(&s, 60));
     TK_CHECK(fabsf(mg_lr_at(&s, 110) - 1e-4f) < 1e-9f, "end of decay");
     TK_CHECK(fabsf(mg_lr_at(&s, 500) - 1e-4f) < 1e-9f, "after decay: min");
+    s.init_lr = 1e-4f;
+    TK_CHECK(fabsf(mg_lr_at(&s, 5) - 5.5e-4f) < 1e-8f, "warmup from init_lr: %g", mg_lr_at(&s, 5));
+    s.init_lr = 0;
     s.style = MG_LR_LINEAR;
     TK_CHECK(fabsf(mg_lr_at(&s, 35) - (1e-4f + 0.75f * 9e-4f)) < 1e-8f, "linear quarter: %g", mg_lr_at(&s, 35));
     s.style = MG_LR_CONSTANT;
     TK_CHECK(mg_lr_at(&s, 80) == 1e-3f, "constant");
+    /* fractional warmup (--lr-warmup-fraction): 2.5 steps */
+    s.warmup_steps = 2.5;
+    TK_CHECK(fabsf(mg_lr_at(&s, 2) - 8e-4f) < 1e-9f, "fractional warmup: %g", mg_lr_at(&s, 2));
+    /* inverse square root: lr * sqrt(warmup) / sqrt(step), never below min_lr, min_lr after decay */
+    mg_lr_schedule isr = {.lr = 1e-3f, .min_lr = 1e-5f, .warmup_steps = 4, .decay_steps = 100, .style = MG_LR_INVERSE_SQRT};
+    TK_CHECK(fabsf(mg_lr_at(&isr, 16) - 5e-4f) < 1e-9f, "inverse sqrt at 16: %g", mg_lr_at(&isr, 16));
+    TK_CHECK(fabsf(mg_lr_at(&isr, 100) - 2e-4f) < 1e-9f, "inverse sqrt at 100: %g", mg_lr_at(&isr, 100));
+    TK_CHECK(mg_lr_at(&isr, 101) == 1e-5f, "inverse sqrt after decay: %g", mg_lr_at(&isr, 101));
+    isr.min_lr = 3e-4f;
+    TK_CHECK(mg_lr_at(&isr, 100) == 3e-4f, "inverse sqrt floored at min_lr: %g", mg_lr_at(&isr, 100));
+    /* WSD: stable to decay - wsd, then each annealing shape */
+    mg_lr_schedule w = {.lr = 1e-3f, .decay_steps = 100, .style = MG_LR_WSD, .wsd_decay_steps = 20, .wsd_style = MG_WSD_LINEAR};
+    TK_CHECK(mg_lr_at(&w, 80) == 1e-3f, "WSD stable: %g", mg_lr_at(&w, 80));
+    TK_CHECK(fabsf(mg_lr_at(&w, 90) - 5e-4f) < 1e-9f, "WSD linear: %g", mg_lr_at(&w, 90));
+    w.wsd_style = MG_WSD_COSINE;
+    TK_CHECK(fabsf(mg_lr_at(&w, 90) - 5e-4f) < 1e-9f, "WSD cosine: %g", mg_lr_at(&w, 90));
+    w.wsd_style = MG_WSD_EXPONENTIAL;
+    TK_CHECK(fabsf(mg_lr_at(&w, 90) - 1e-3f * (2 * sqrtf(0.5f) - 1)) < 1e-9f, "WSD exponential: %g", mg_lr_at(&w, 90));
+    TK_CHECK(fabsf(mg_lr_at(&w, 100)) < 1e-10f, "WSD exponential end: %g", mg_lr_at(&w, 100));
+    w.wsd_style = MG_WSD_MINUS_SQRT;
+    TK_CHECK(fabsf(mg_lr_at(&w, 85) - 5e-4f) < 1e-9f, "WSD minus_sqrt: %g", mg_lr_at(&w, 85));
+    /* iterations advance steps_per_iter steps (samples): iteration i runs at step i x 8 */
+    mg_lr_schedule it = {.lr = 1e-3f, .warmup_steps = 80, .decay_steps = 800, .style = MG_LR_LINEAR, .steps_per_iter = 8};
+    TK_CHECK(mg_lr_at_iteration(&it, 0) == 0.0f, "first iteration runs at lr 0: %g", mg_lr_at_iteration(&it, 0));
+    TK_CHECK(fabsf(mg_lr_at_iteration(&it, 3) - 3e-4f) < 1e-9f, "iteration 3: %g", mg_lr_at_iteration(&it, 3));
 }
 
 /* Two AdamW steps on loss = sum(p * c) (gradient c), against the formula in double. */
@@ -207,7 +237,7 @@ static void adamw_steps(void) {
     mg_adamw_config oc = mg_adamw_defaults();
     oc.weight_decay = 0.1f;
     oc.clip_grad = 2.0f;
-    oc.lr = (mg_lr_schedule){0.01f, 0.0f, 0, 0, MG_LR_CONSTANT};
+    oc.lr = (mg_lr_schedule){.lr = 0.01f, .decay_steps = 1, .style = MG_LR_CONSTANT};
     mg_optimizer_outputs out;
     TK_CHECK(!mg_graph_backward(g, loss, &err) && !mg_graph_add_adamw(g, &oc, &out, &err), "%s", err.msg);
     tk_run r;

@@ -53,7 +53,7 @@ static mg_step_config small_config(void) {
     c.n_micro = NMICRO;
     c.training = true;
     c.optim = mg_adamw_defaults();
-    c.optim.lr = (mg_lr_schedule){.lr = 3e-3f, .min_lr = 3e-4f, .warmup_iters = 1, .decay_iters = 10,
+    c.optim.lr = (mg_lr_schedule){.lr = 3e-3f, .min_lr = 3e-4f, .warmup_steps = 0, .decay_steps = 10,
                                   .style = MG_LR_COSINE};
     return c;
 }

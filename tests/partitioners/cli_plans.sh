@@ -8,7 +8,7 @@ MPIEXEC=$1 RUN=$2 TEXT=$3 WORK=$4 CASE=$5
 mkdir -p "$WORK" && cd "$WORK" || exit 1
 MPI="$MPIEXEC --oversubscribe --allow-run-as-root"
 SMALL=(--text-file "$TEXT" --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-       --micro-batch-size 2 --global-batch-size 8 --eval-interval 0 --log-interval 1 --lr 3e-3
+       --micro-batch-size 2 --global-batch-size 8 --eval-iters 0 --log-interval 1 --lr 3e-3
        --lr-warmup-iters 2 --adam-eps 1e-5)
 # the LLaMA-family options: RMSNorm, RoPE, SwiGLU, 4 heads in 2 key/value groups, untied, no biases
 LLAMA=(--normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 64 --group-query-attention

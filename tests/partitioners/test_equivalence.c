@@ -148,7 +148,7 @@ int main(int argc, char **argv) {
     sc.n_micro = 2 * dp;
     sc.training = true;
     sc.optim = mg_adamw_defaults();
-    sc.optim.lr = (mg_lr_schedule){3e-3f, 3e-4f, 1, 10, MG_LR_COSINE};
+    sc.optim.lr = (mg_lr_schedule){.lr = 3e-3f, .min_lr = 3e-4f, .decay_steps = 10, .style = MG_LR_COSINE}; /* no warmup: the first step moves the weights */
     /* The attention key bias has an exactly zero gradient (softmax is invariant to a
      * per-row shift), so what reaches it is float noise whose value depends on the
      * order of sums. AdamW normalises it to steps of lr·|g|/(|g| + eps): with the

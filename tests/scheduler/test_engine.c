@@ -48,7 +48,7 @@ static int build_model(model *m, bool train, int layers) {
     if (!train) return 0;
     mg_error err = {0};
     mg_adamw_config cfg = mg_adamw_defaults();
-    cfg.lr = (mg_lr_schedule){.lr = 1e-2f, .min_lr = 1e-3f, .warmup_iters = 2, .decay_iters = 10, .style = MG_LR_COSINE};
+    cfg.lr = (mg_lr_schedule){.lr = 1e-2f, .min_lr = 1e-3f, .warmup_steps = 2, .decay_steps = 10, .style = MG_LR_COSINE};
     mg_optimizer_outputs oo;
     if (mg_graph_backward(g, m->loss, &err) || mg_graph_add_adamw(g, &cfg, &oo, &err)) {
         fprintf(stderr, "train rewrite: %s\n", err.msg);
@@ -510,7 +510,7 @@ static void test_kernel_error(void) {
 static void test_gpt2(void) {
     mg_step_config c = tk_small_gpt(2, 64, 4, 32, 128, 2, 2); /* dropout 0.1 */
     c.model.max_position = 64;
-    c.optim.lr = (mg_lr_schedule){.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 1, .decay_iters = 10,
+    c.optim.lr = (mg_lr_schedule){.lr = 1e-3f, .min_lr = 1e-4f, .warmup_steps = 0, .decay_steps = 10,
                                   .style = MG_LR_COSINE};
     mg_step st;
     mg_error err = {0};

@@ -24,7 +24,9 @@ ARGS=(--data-path shakespeare_text_document --split 90,10,0 --data-cache-path ca
 "$RUN" "${ARGS[@]}" --metrics-file m1.jsonl > run1.txt 2>&1 || { cat run1.txt; fail "training on --data-path"; }
 grep -q "vocab 50304 (padded)" run1.txt || { cat run1.txt; fail "vocabulary not padded to 50304"; }
 [ "$(grep -c '"lm_loss"' m1.jsonl)" -eq 6 ] || fail "want 6 iterations"
-[ "$(grep -c '"val_loss"' m1.jsonl)" -eq 2 ] || fail "want 2 evaluations"
+# at 3 and 6 (--eval-interval 3), then Megatron's validation after training; no test split
+[ "$(grep -c '"val_loss"' m1.jsonl)" -eq 3 ] || fail "want 3 evaluations"
+[ "$(grep -c '"test_loss"' m1.jsonl)" -eq 0 ] || fail "an empty test split was evaluated"
 ls cache/* > /dev/null 2>&1 || fail "no index cache written"
 # the second run reads the cached indices and reproduces the losses exactly
 "$RUN" "${ARGS[@]}" --metrics-file m2.jsonl > run2.txt 2>&1 || { cat run2.txt; fail "second run"; }

@@ -149,7 +149,9 @@ static bool read_metrics(const char *path, metrics *m) {
         }
         json_t *it = json_object_get(o, "iteration");
         TK_CHECK(json_is_integer(it), "no integer iteration: %s", line);
-        if (json_object_get(o, "val_loss")) {
+        if (json_object_get(o, "test_loss")) {
+            /* the test set after training: not a training record */
+        } else if (json_object_get(o, "val_loss")) {
             if (m->n_val < 64) {
                 m->val[m->n_val] = json_number_value(json_object_get(o, "val_loss"));
                 m->val_it[m->n_val++] = json_integer_value(it);
@@ -261,13 +263,17 @@ static void test_train_loss_falls(void) {
     printf("\n");
     TK_CHECK(fabs(m.loss[0] - log(256.0)) < 0.1, "first loss %.4f, want ln 256 = %.4f +- 0.1", m.loss[0], log(256.0));
     TK_CHECK(last < h1, "mean loss of the last 10 iterations %.4f is not below the unigram entropy %.4f", last, h1);
-    for (int i = 0; i < m.n; i++)
+    /* Megatron's scheduler: the first warm-up iteration runs at lr 0 (step 0), the others above 0 */
+    TK_CHECK(m.lr[0] == 0, "iteration 1 ran at lr %g, want 0 (Megatron's first warm-up step)", m.lr[0]);
+    for (int i = 1; i < m.n; i++)
         if (!(isfinite(m.loss[i]) && m.lr[i] > 0 && m.lr[i] <= 3e-3 * (1 + 1e-6) && isfinite(m.gn[i]) && m.gn[i] > 0)) {
             TK_CHECK(false, "iteration %d: loss %g, lr %g, grad norm %g", i + 1, m.loss[i], m.lr[i], m.gn[i]);
             break;
         }
-    TK_CHECK(m.n_val == 2 && m.val_it[0] == 150 && m.val_it[1] == 300, "want val_loss at 150 and 300, got %d", m.n_val);
-    if (m.n_val == 2) TK_CHECK(m.val[1] < h1, "final validation loss %.4f not below %.4f", m.val[1], h1);
+    /* at 150 and 300 (--eval-interval), then Megatron's evaluation after training */
+    TK_CHECK(m.n_val == 3 && m.val_it[0] == 150 && m.val_it[1] == 300 && m.val_it[2] == 300,
+             "want val_loss at 150, 300 and 300 (after training), got %d", m.n_val);
+    if (m.n_val == 3) TK_CHECK(m.val[2] < h1, "final validation loss %.4f not below %.4f", m.val[2], h1);
 }
 
 /* Same seed twice: the same bits on every iteration; another seed: other losses. */
@@ -289,7 +295,7 @@ static void test_same_seed_bitwise(void) {
         float x = (float)a.loss[i], y = (float)b.loss[i];
         TK_CHECK(memcmp(&x, &y, 4) == 0, "iteration %d: %a vs %a", i + 1, x, y);
     }
-    TK_CHECK(a.n_val == b.n_val && a.n_val == 2 && a.val[0] == b.val[0] && a.val[1] == b.val[1], "val losses differ");
+    TK_CHECK(a.n_val == b.n_val && a.n_val == 3 && a.val[0] == b.val[0] && a.val[1] == b.val[1] && a.val[2] == b.val[2], "val losses differ");
     int same = 0;
     for (int i = 0; i < a.n && i < c.n; i++) same += a.loss[i] == c.loss[i];
     TK_CHECK(same == 0, "another seed gave %d identical losses of %d", same, a.n);

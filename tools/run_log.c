@@ -1,0 +1,68 @@
+/* Megatron's log lines, formatted as training.py formats them, so that tools which
+ * parse Megatron's logs read mgraph's. */
+#include "run_log.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+void mg_run_log_iteration(FILE *f, const mg_run_log_line *l) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    localtime_r(&ts.tv_sec, &tm);
+    char when[32];
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    fprintf(f, " [%s.%06ld] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |",
+            when, ts.tv_nsec / 1000, (long long)l->iteration, (long long)l->train_iters, (long long)l->consumed_samples,
+            l->ms_per_iteration);
+    if (l->with_throughput) fprintf(f, " throughput per GPU (TFLOP/s/GPU): %.1f |", l->tflops_per_rank);
+    fprintf(f,
+            " learning rate: %.6E | global batch size: %5d | lm loss: %.6E |%s loss scale: 1.0 | grad norm: %.3f |"
+            " number of skipped iterations:   0 | number of nan iterations: %3d |\n",
+            l->learning_rate, l->global_batch_size, l->lm_loss, l->extra ? l->extra : "", l->grad_norm,
+            l->nan_iterations);
+}
+
+double mg_run_ppl(double loss) { return exp(loss < 20 ? loss : 20); }
+
+void mg_run_log_evaluation(FILE *f, const char *prefix, double loss) {
+    char line[512];
+    snprintf(line, sizeof line, " validation loss at %s | lm loss value: %.6E | lm loss PPL: %.6E | ", prefix, loss,
+             mg_run_ppl(loss));
+    size_t rule = strlen(line) + 1;
+    for (size_t i = 0; i < rule; i++) fputc('-', f);
+    fprintf(f, "\n%s\n", line);
+    for (size_t i = 0; i < rule; i++) fputc('-', f);
+    fputc('\n', f);
+}
+
+/* a scalar against the iteration, and the same against consumed samples */
+static int pair(mg_tb_writer *w, const char *tag, double v, int64_t it, int64_t samples, mg_error *err) {
+    char vs[128];
+    snprintf(vs, sizeof vs, "%s vs samples", tag);
+    int rc = mg_tb_scalar(w, tag, (float)v, it, err);
+    return rc ? rc : mg_tb_scalar(w, vs, (float)v, samples, err);
+}
+
+int mg_run_tb_iteration(mg_tb_writer *w, const mg_run_log_line *l, double iteration_loss, mg_error *err) {
+    int64_t it = l->iteration, n = l->consumed_samples;
+    int rc = pair(w, "learning-rate", l->learning_rate, it, n, err);
+    if (!rc) rc = pair(w, "batch-size", l->global_batch_size, it, n, err);
+    if (!rc) rc = pair(w, "lm loss", iteration_loss, it, n, err);
+    if (!rc) rc = pair(w, "loss-scale", 1.0, it, n, err);
+    if (!rc) rc = pair(w, "grad-norm", l->grad_norm, it, n, err);
+    return rc;
+}
+
+int mg_run_tb_timers(mg_tb_writer *w, const mg_run_log_line *l, mg_error *err) {
+    int rc = mg_tb_scalar(w, "iteration-time", (float)(l->ms_per_iteration * 1e-3), l->iteration, err);
+    if (!rc && l->with_throughput) rc = mg_tb_scalar(w, "throughput", (float)l->tflops_per_rank, l->iteration, err);
+    return rc;
+}
+
+int mg_run_tb_evaluation(mg_tb_writer *w, int64_t iteration, int64_t consumed, double loss, bool ppl, mg_error *err) {
+    int rc = pair(w, "lm loss validation", loss, iteration, consumed, err);
+    if (!rc && ppl) rc = pair(w, "lm loss validation ppl", mg_run_ppl(loss), iteration, consumed, err);
+    return rc;
+}

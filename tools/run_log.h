@@ -1,0 +1,45 @@
+/* Megatron's log lines (training.py: training_log, evaluate_and_print_results). */
+#ifndef MG_TOOLS_RUN_LOG_H
+#define MG_TOOLS_RUN_LOG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mgraph/tensorboard.h"
+
+typedef struct mg_run_log_line {
+    int64_t iteration, train_iters, consumed_samples;
+    double ms_per_iteration;
+    bool with_throughput;  /* --log-throughput */
+    double tflops_per_rank;
+    double learning_rate;  /* the scheduler's rate after this iteration's step, as Megatron logs it */
+    int global_batch_size;
+    double lm_loss;        /* averaged over the iterations since the last line */
+    double grad_norm;
+    int nan_iterations;    /* since the last line (--no-check-for-nan-in-loss-and-grad) */
+    const char *extra;     /* NULL or " name: value |" pieces after the lm loss (MoE's auxiliary losses) */
+} mg_run_log_line;
+
+/* " [YYYY-MM-DD HH:MM:SS.ffffff] iteration ... |" (local time, as datetime.now()). */
+void mg_run_log_iteration(FILE *f, const mg_run_log_line *l);
+/* The perplexity Megatron reports: exp(min(20, loss)). */
+double mg_run_ppl(double loss);
+/* " validation loss at PREFIX | lm loss value: ... | lm loss PPL: ... | " between two
+ * rules of its length + 1. prefix: "iteration N", "iteration N on validation set",
+ * "iteration N on test set". */
+void mg_run_log_evaluation(FILE *f, const char *prefix, double loss);
+
+/* What training_log writes to TensorBoard for an iteration (every
+ * --tensorboard-log-interval): learning rate, batch size, this iteration's lm loss,
+ * loss scale and grad norm, each also against consumed samples ("... vs samples"). */
+int mg_run_tb_iteration(mg_tb_writer *w, const mg_run_log_line *l, double iteration_loss, mg_error *err);
+/* At a log line (not the first iteration's), with --log-timers-to-tensorboard:
+ * "iteration-time" in seconds, and "throughput" when --log-throughput. */
+int mg_run_tb_timers(mg_tb_writer *w, const mg_run_log_line *l, mg_error *err);
+/* evaluate_and_print_results: "lm loss validation" (and "... vs samples"; "ppl" ones
+ * with --log-validation-ppl-to-tensorboard). Megatron writes the test set's loss
+ * under the same tags. */
+int mg_run_tb_evaluation(mg_tb_writer *w, int64_t iteration, int64_t consumed, double loss, bool ppl, mg_error *err);
+
+#endif
