@@ -56,17 +56,19 @@ int mg_parse_split(const char *split, double frac[3], mg_error *err) {
 }
 
 void mg_split_bounds(const double frac[3], uint64_t n, uint64_t bounds[4]) {
-    /* Megatron: cumulative int(round(frac * n)) (Python rounds half to even, as nearbyint
-     * does in the default rounding mode), then shifted so the last bound is exactly n. */
-    int64_t b[4] = {0, 0, 0, 0};
-    for (int i = 0; i < 3; i++) b[i + 1] = b[i] + (int64_t)nearbyint(frac[i] * (double)n);
-    int64_t diff = b[3] - (int64_t)n;
-    for (int i = 1; i < 4; i++) {
-        b[i] -= diff;
-        if (b[i] < 0) b[i] = 0;
-        if (b[i] < b[i - 1]) b[i] = b[i - 1];
+    /* Megatron (blended_megatron_dataset_config.convert_split_vector_to_split_matrix and
+     * the builder's _build_megatron_dataset_splits): the split's book-ends are the
+     * running sums of the normalised fractions, each mapped to int(round(cum * n)).
+     * Python's round() rounds half to even, as nearbyint does in the default rounding
+     * mode; the sums are accumulated in the same order, in doubles, as Python's floats. */
+    double cum = 0;
+    bounds[0] = 0;
+    for (int i = 0; i < 3; i++) {
+        cum += frac[i];
+        double b = nearbyint(cum * (double)n);
+        bounds[i + 1] = b < 0 ? 0 : b > (double)n ? n : (uint64_t)b;
+        if (bounds[i + 1] < bounds[i]) bounds[i + 1] = bounds[i];
     }
-    for (int i = 0; i < 4; i++) bounds[i] = (uint64_t)b[i];
 }
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }

@@ -33,7 +33,7 @@ uint64_t mg_prng_below(mg_prng *r, uint64_t n); /* uniform in [0, n), n > 0 */
  * window without storing a permutation. */
 uint64_t mg_permute_index(uint64_t i, uint64_t n, uint64_t key);
 
-/* Megatron's _get_split_indices: document boundaries of the three splits. */
+/* Megatron's split book-ends: int(round(cumulative fraction x n)) for the three splits. */
 void mg_split_bounds(const double frac[3], uint64_t n, uint64_t bounds[4]);
 
 #endif

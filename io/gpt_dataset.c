@@ -469,9 +469,11 @@ int mg_gpt_dataset_open(const mg_gpt_dataset_config *cfg, mg_dataset **out, mg_e
     for (int m = 0; m < g->nmem; m++) {
         gpt_member *mem = &g->mem[m];
         if ((rc = mg_indexed_open(mem->prefix, &mem->ids, err))) goto fail;
-        uint64_t ndocs = mg_indexed_num_documents(mem->ids), b[4];
-        mg_split_bounds(frac, ndocs, b);
-        const int64_t *docs = mg_indexed_document_indices(mem->ids);
+        /* Megatron's GPTDataset splits by sequence (numel_low_level_dataset is the number
+         * of sequences, not of documents): with --split-sentences data a document's
+         * sentences may fall on both sides of a boundary, as they do in Megatron. */
+        uint64_t b[4];
+        mg_split_bounds(frac, mg_indexed_num_sequences(mem->ids), b);
         for (int s = 0; s < 3; s++) {
             gpt_part *p = &mem->part[s];
             p->ids = mem->ids;
@@ -479,7 +481,7 @@ int mg_gpt_dataset_open(const mg_gpt_dataset_config *cfg, mg_dataset **out, mg_e
             uint64_t req = cfg->num_samples[s];
             if (blend && req) req = (uint64_t)ceil(mem->weight * (double)req * 1.005);
             if (blend && mem->weight == 0) req = 0;
-            uint64_t lo = (uint64_t)docs[b[s]], hi = (uint64_t)docs[b[s + 1]];
+            uint64_t lo = b[s], hi = b[s + 1];
             cache_key k;
             if (cfg->cache_path) {
                 if ((rc = make_key(cfg->cache_path, mem->prefix, lo, hi, cfg->seq_length, cfg->seed, s, req, &k, err)))
