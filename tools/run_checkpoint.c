@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mgraph/placement.h"
 
@@ -242,6 +243,21 @@ int mg_run_resume_open(const mg_run_config *cfg, const mg_gpt_config *model, int
     memset(out, 0, sizeof *out);
     out->seed = (uint64_t)cfg->seed;
     if (!cfg->load) return MG_OK;
+    /* Megatron's load_checkpoint: no tracker file (and, for mgraph, no iteration
+     * directory's index) means nothing to load: a warning, and training starts from
+     * random, so that a recipe's "--save DIR --load DIR" runs the first time; with
+     * --exit-on-missing-checkpoint it is an error. */
+    char tracker[4200], index[4200];
+    snprintf(tracker, sizeof tracker, "%s/latest_checkpointed_iteration.txt", cfg->load);
+    snprintf(index, sizeof index, "%s/index.json", cfg->load);
+    if (!cfg->exit_on_missing_checkpoint && access(tracker, F_OK) != 0 && access(index, F_OK) != 0) {
+        int rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        if (rank == 0)
+            fprintf(stderr, "mgraph-run: warning: could not find the metadata file %s: will not load any checkpoints and "
+                            "will start from random\n", tracker);
+        return MG_OK;
+    }
     int rc = mg_ckpt_open(cfg->load, &out->ck, err);
     if (rc) return rc;
     json_error_t je;

@@ -133,6 +133,8 @@ static const flag flags[] = {
     {"--no-load-rng", F_BOOL, O(no_load_rng), USE, NULL, "with --load: use --seed, not the checkpoint's RNG seed"},
     {"--finetune", F_BOOL, O(finetune), USE, NULL, "with --load: load the model only, start at iteration 0"},
     {"--skip-train", F_BOOL, O(skip_train), USE, NULL, "evaluate on the validation split, train nothing"},
+    {"--exit-on-missing-checkpoint", F_BOOL, O(exit_on_missing_checkpoint), USE, NULL,
+     "with --load: a directory without a checkpoint is an error (default: a warning, training starts from random)"},
     /* data */
     {"--text-file", F_STR, O(text_file), USE, NULL, "raw text to train on (byte-level unless a tokenizer is given)"},
     {"--data-path", F_LIST, O(data_path), USE, NULL, "Megatron indexed dataset prefix, or blend w1 p1 w2 p2 ..."},

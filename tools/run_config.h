@@ -62,6 +62,7 @@ typedef struct mg_run_config {
     int64_t save_interval;
     int save_retain;         /* keep the newest N iteration directories (0: all) */
     bool no_load_optim, no_load_rng, finetune, skip_train;
+    bool exit_on_missing_checkpoint; /* --load finding no checkpoint is an error, not a fresh start */
     bool help;
     bool demo;               /* no flag was given: the demo run's own values were applied */
     bool given[256];         /* flags that were on the command line, by table position */

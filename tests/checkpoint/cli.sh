@@ -154,7 +154,10 @@ bad)
     }
     expect2 "--hidden-size" --load ck --hidden-size 128
     expect2 "--num-layers" --load ck --num-layers 3
-    expect2 "not a checkpoint" --load nowhere
+    expect2 "not a checkpoint" --load nowhere --exit-on-missing-checkpoint
+    # Megatron: --load of a directory with no checkpoint warns and starts from random
+    "$RUN" "${ARGS[@]}" --train-iters 1 --load nowhere > out.txt 2> err.txt || { cat err.txt; fail "--load nowhere"; }
+    grep -q "will not load any checkpoints and will start from random" err.txt || { cat err.txt; fail "no warning"; }
     expect2 "need --save" --save-interval 3
     cp -r ck good
     f=ck/iter_0000002/rank_00000.safetensors

@@ -15,10 +15,41 @@ printf 'To be, or not to be, that is the question:\nWhether tis nobler in the mi
 # a small Megatron dataset in GPT-2 BPE (skip where the vocabulary is not at hand)
 gpt2_data() {
     [ -f "$DATA/gpt2/vocab.json" ] || fail "no GPT-2 vocabulary in $DATA"
-    for i in $(seq 1 60); do printf '{"text": "Document %d: to be, or not to be, that is the question, %d times."}\n' $i $i; done > docs.jsonl
+    for i in $(seq 1 ${1:-60}); do printf '{"text": "Document %d: to be, or not to be, that is the question, %d times."}\n' $i $i; done > docs.jsonl
     "$PRE" --input docs.jsonl --output-prefix docs --tokenizer-type GPT2BPETokenizer --vocab-file "$DATA/gpt2/vocab.json" \
         --merge-file "$DATA/gpt2/merges.txt" --append-eod --workers 1 > pre.txt 2>&1 || { cat pre.txt; fail "preprocess"; }
     VOCAB=(--vocab-file "$DATA/gpt2/vocab.json" --merge-file "$DATA/gpt2/merges.txt")
+}
+
+# check_recipe "REFUSED FLAGS": RECIPE as written through --dry-run: every flag is known,
+# the only errors (exit 2) are the refusals of the flags mgraph cannot honour yet, each
+# named with its reason; without those flags the same recipe passes --dry-run.
+check_recipe() {
+    local refused=($1) f keep=() skip=0
+    "$RUN" "${RECIPE[@]}" --dry-run > out.txt 2> err.txt
+    local rc=$?
+    grep -q "unknown flag" err.txt && { cat err.txt; fail "a flag of the recipe is unknown"; }
+    local errors
+    errors=$(grep -c "error:" err.txt)
+    if [ "$errors" -gt 0 ]; then
+        [ $rc -eq 2 ] || fail "exit $rc with errors"
+        for f in "${refused[@]}"; do grep -q -- "error: $f is not supported: " err.txt || { cat err.txt; fail "$f not refused by name"; }; done
+        [ "$errors" -le ${#refused[@]} ] || { cat err.txt; fail "errors beyond the refused flags"; }
+    fi
+    # the same recipe without the refused flags (and their values)
+    for ((i = 0; i < ${#RECIPE[@]}; i++)); do
+        f=${RECIPE[$i]}
+        if [[ " ${refused[*]} " == *" $f "* ]]; then
+            [[ $f == --step-batch-size-schedule ]] && i=$((i + 1))
+            continue
+        fi
+        keep+=("$f")
+    done
+    "$RUN" "${keep[@]}" --dry-run > out.txt 2> err2.txt || { cat err2.txt; fail "the recipe without ${refused[*]} fails --dry-run"; }
+    grep -q "error" err2.txt && { cat err2.txt; fail "errors without the refused flags"; }
+    grep -q "GPT 2 layers, hidden 64, heads 8" out.txt || { cat out.txt; fail "the recipe's model was not built"; }
+    echo "ok: $CASE: refused only ${refused[*]} (exit $rc, $errors error lines), --dry-run passes without them;" \
+         "$(grep -c warning: err2.txt) warnings"
 }
 
 case "$CASE" in
@@ -82,5 +113,33 @@ unquoted_blend)
     "$RUN" --data-path 0.3 docs_text_document 0.7 "${VOCAB[@]}" "${TINY[@]}" --dry-run > out.txt 2> err.txt
     [ $? -eq 2 ] && grep -q "pairs of weight and prefix" err.txt || { cat err.txt; fail "odd blend accepted"; }
     echo "ok: --data-path W1 P1 W2 P2 as Megatron writes it" ;;
+recipe_70b)
+    # the 70B recipe of issue 14, exactly its flags, sizes scaled down and parallel sizes 1,
+    # with Megatron's memory advice for it
+    gpt2_data 1500
+    RECIPE=(--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --context-parallel-size 1 --sequence-parallel
+            --num-layers 2 --hidden-size 64 --num-attention-heads 8 --seq-length 64 --max-position-embeddings 64
+            --micro-batch-size 1 --global-batch-size 8 --lr 3e-4 --train-iters 100 --lr-decay-style cosine
+            --lr-warmup-iters 10 --weight-decay 0.1 --clip-grad 1.0 --bf16 --use-mcore-models
+            --transformer-impl transformer_engine --data-path docs_text_document "${VOCAB[@]}"
+            --recompute-granularity full --recompute-method block --recompute-num-layers 1
+            --num-layers-per-virtual-pipeline-stage 2 --dataloader-type cyclic
+            --init-method-std 0.006 --attention-dropout 0.0 --hidden-dropout 0.0)
+    check_recipe "--bf16" ;;
+recipe_gpt3_175b)
+    # Megatron's examples/gpt3/train_gpt3_175b_distributed.sh: every flag it passes, sizes
+    # and iteration counts scaled down, parallel sizes 1
+    gpt2_data 1500
+    RECIPE=(--num-layers 2 --hidden-size 64 --num-attention-heads 8 --seq-length 32 --max-position-embeddings 32
+            --attention-backend auto
+            --micro-batch-size 1 --global-batch-size 16 --step-batch-size-schedule "0:16 2.4B:320 4.8B:624 7.2B:928"
+            --train-iters 50 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --init-method-std 0.006
+            --clip-grad 1.0 --fp16 --lr 6.0e-5 --lr-decay-style cosine --min-lr 6.0e-6 --lr-warmup-fraction .001
+            --lr-decay-iters 43
+            --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1
+            --data-path docs_text_document "${VOCAB[@]}" --split 949,50,1
+            --log-interval 100 --save-interval 10000 --eval-interval 1000 --save ck --load ck --eval-iters 10
+            --tensorboard-dir tb)
+    check_recipe "--fp16 --step-batch-size-schedule" ;;
 *) echo "unknown case $CASE"; exit 2 ;;
 esac
