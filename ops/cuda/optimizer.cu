@@ -10,7 +10,7 @@
 __global__ void k_set1(float *out, float v) { out[0] = v; }
 
 extern "C" int mg_cuda_lr_schedule(const mg_kernel_args *a, mg_error *err) {
-    k_set1<<<1, 1, 0, mg_cuda_stream()>>>((float *)a->out[0], mg_lr_at(&a->node->attrs.lr, a->info->iteration + 1));
+    k_set1<<<1, 1, 0, mg_cuda_stream()>>>((float *)a->out[0], mg_lr_at_iteration(&a->node->attrs.lr, a->info->iteration));
     return mg_cuda_check_launch("lr_schedule", err);
 }
 

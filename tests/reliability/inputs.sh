@@ -59,7 +59,7 @@ expect 2 "--weight-decay must be >= 0" "${T[@]}" --weight-decay -5
 expect 2 "evaluation would never run" "${T[@]}" --eval-iters 5 --eval-interval 0
 expect 2 "--vocab-file is for --tokenizer-type GPT2BPETokenizer" "${T[@]}" --tokenizer-type ByteLevelTokenizer --vocab-file corpus.txt
 expect 2 "give --text-file or --data-path, not both" "${T[@]}" --data-path ds_text_document
-expect 0 "iteration        2/" "${T[@]}" --eval-interval 0   # no evaluation, none asked for
+expect 0 "iteration        2/" "${T[@]}" --eval-interval 0 --log-interval 1  # no evaluation, none asked for
 
 echo "== 12: messages"
 mkdir -p adir
