@@ -18,7 +18,7 @@ BASE=(--text-file "$TEXT" --num-layers 2 --hidden-size 64 --num-attention-heads 
     --train-iters 60 --log-interval 10 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3 \
     --metrics-file m.jsonl > run.txt 2>&1 || { cat run.txt; fail "MoE training"; }
 cat run.txt
-grep -E '^ iteration +60/ +60 .*\| lm loss: [0-9.E+-]+ \| load_balancing_loss: [0-9.]+ \| z_loss: [0-9.]+ \| loss scale' \
+grep -E '^ \[[0-9: .-]+\] iteration +60/ +60 .*\| lm loss: [0-9.E+-]+ \| load_balancing_loss: [0-9.]+ \| z_loss: [0-9.]+ \| loss scale' \
     run.txt > /dev/null || fail "the log line lacks load_balancing_loss / z_loss after the lm loss"
 [ "$(grep -c '"load_balancing_loss"' m.jsonl)" -eq 60 ] || fail "want load_balancing_loss in all 60 metrics lines"
 # first loss near ln 256 = 5.55; mean of the last 10 at least 1.5 lower
@@ -40,7 +40,7 @@ for v in "--moe-expert-capacity-factor 1.0" \
 done
 # bad MoE flags: exit 2, one message naming the flag
 bad() {
-    "$RUN" "${BASE[@]}" --train-iters 1 "$@" > bad.txt 2>&1
+    "$RUN" "${BASE[@]}" --train-iters 10 "$@" > bad.txt 2>&1  # 10: above the 5 warm-up iterations, as Megatron requires
     rc=$?
     [ $rc -eq 2 ] || { cat bad.txt; fail "$* exited $rc, want 2"; }
 }
