@@ -405,6 +405,34 @@ static int parse_data_path(const char *path, gpt_ds *g, mg_error *err) {
     return rc;
 }
 
+/* Every token id of a dataset inside [0, vocab): a dataset tokenized with another
+ * tokenizer is refused when opened, naming both, rather than failing (or training on
+ * wrong rows) at some later iteration. One pass over the .bin, at memory speed. */
+static int check_vocab(const gpt_member *mem, const mg_gpt_dataset_config *cfg, mg_error *err) {
+    if (cfg->vocab_size <= 0) return MG_OK;
+    /* an unsigned dtype whose every value is inside the vocabulary needs no pass */
+    int dt = mg_indexed_dtype(mem->ids);
+    if ((dt == MG_IDX_U8 && cfg->vocab_size > UINT8_MAX) || (dt == MG_IDX_U16 && cfg->vocab_size > UINT16_MAX)) return MG_OK;
+    int32_t buf[4096];
+    uint64_t nseq = mg_indexed_num_sequences(mem->ids);
+    for (uint64_t q = 0; q < nseq; q++) {
+        uint64_t len = (uint64_t)mg_indexed_sequence_length(mem->ids, q);
+        for (uint64_t off = 0; off < len; off += 4096) {
+            uint64_t n = len - off < 4096 ? len - off : 4096;
+            int rc = mg_indexed_read_tokens(mem->ids, q, off, n, buf, err);
+            if (rc) return rc;
+            for (uint64_t i = 0; i < n; i++)
+                if (buf[i] < 0 || buf[i] >= cfg->vocab_size)
+                    return mg_error_set(err, MG_ERR_INVALID,
+                                        "dataset %s holds token id %d (sequence %llu, token %llu), outside the vocabulary "
+                                        "of %s [0, %lld): was it tokenized with another tokenizer?",
+                                        mem->prefix, buf[i], (unsigned long long)q, (unsigned long long)(off + i),
+                                        cfg->tokenizer ? cfg->tokenizer : "the tokenizer", (long long)cfg->vocab_size);
+        }
+    }
+    return MG_OK;
+}
+
 /* helpers.cpp build_blending_indices */
 static int build_blend(gpt_ds *g, int split, uint64_t size, mg_error *err) {
     g->blend_n[split] = size;
@@ -469,6 +497,7 @@ int mg_gpt_dataset_open(const mg_gpt_dataset_config *cfg, mg_dataset **out, mg_e
     for (int m = 0; m < g->nmem; m++) {
         gpt_member *mem = &g->mem[m];
         if ((rc = mg_indexed_open(mem->prefix, &mem->ids, err))) goto fail;
+        if ((rc = check_vocab(mem, cfg, err))) goto fail;
         /* Megatron's GPTDataset splits by sequence (numel_low_level_dataset is the number
          * of sequences, not of documents): with --split-sentences data a document's
          * sentences may fall on both sides of a boundary, as they do in Megatron. */

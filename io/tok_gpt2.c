@@ -393,8 +393,9 @@ static int bpe_word(gpt2 *g, const unsigned char *w, size_t n, mg_ids *out, mg_e
     return MG_OK;
 }
 
-static int gpt2_encode(mg_tokenizer *t, const char *text, size_t len, mg_ids *out, mg_error *err) {
-    gpt2 *g = t->impl;
+/* Pre-tokenizes and BPE-encodes text[0, len) (a segment between special tokens: the
+ * pattern's look-ahead sees the segment's end, as Hugging Face's does). */
+static int encode_segment(gpt2 *g, const char *text, size_t len, mg_ids *out, mg_error *err) {
     const unsigned char *p = (const unsigned char *)text;
     size_t pos = 0;
     int rc = MG_OK;
@@ -419,6 +420,37 @@ static int gpt2_encode(mg_tokenizer *t, const char *text, size_t len, mg_ids *ou
         pos = e;
     }
     return rc;
+}
+
+/* First occurrence of needle (nl bytes) in hay (n bytes), NULL if none; text may hold NULs. */
+static const char *find_bytes(const char *hay, size_t n, const char *needle, size_t nl) {
+    const char *end = hay + n;
+    for (const char *p = hay; (size_t)(end - p) >= nl; p++) {
+        p = memchr(p, needle[0], (size_t)(end - p) - nl + 1);
+        if (!p) return NULL;
+        if (memcmp(p, needle, nl) == 0) return p;
+    }
+    return NULL;
+}
+
+/* "<|endoftext|>" written in the text is the end-of-document token (50256), as in the
+ * Hugging Face GPT-2 tokenizer Megatron's GPT2BPETokenizer is built on: the text is cut
+ * at each occurrence and the pieces are encoded on their own. */
+static int gpt2_encode(mg_tokenizer *t, const char *text, size_t len, mg_ids *out, mg_error *err) {
+    gpt2 *g = t->impl;
+    static const char special[] = "<|endoftext|>";
+    const size_t sl = sizeof special - 1;
+    size_t pos = 0;
+    while (t->eod >= 0 && pos < len) {
+        const char *hit = find_bytes(text + pos, len - pos, special, sl);
+        if (!hit) break;
+        size_t at = (size_t)(hit - text);
+        int rc = at > pos ? encode_segment(g, text + pos, at - pos, out, err) : MG_OK;
+        if (!rc) rc = mg_ids_push(out, t->eod, err);
+        if (rc) return rc;
+        pos = at + sl;
+    }
+    return pos < len ? encode_segment(g, text + pos, len - pos, out, err) : MG_OK;
 }
 
 static int gpt2_decode(const mg_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len,

@@ -368,7 +368,8 @@ static int open_data(run *r, mg_step_config *sc, mg_error *err) {
     uint64_t want[3] = {(uint64_t)c->train_iters * gbs, evals * (uint64_t)c->eval_iters * gbs, 0};
     if (c->data_path) {
         mg_gpt_dataset_config dc = {c->data_path, c->split, c->seq_length, (uint64_t)c->seed,
-                                    {want[0], want[1], want[2]}, c->data_cache_path, vocab};
+                                    {want[0], want[1], want[2]}, c->data_cache_path, vocab,
+                                    mg_tokenizer_type(r->tok)};
         rc = mg_gpt_dataset_open(&dc, &r->data, err);
     } else {
         const char *path = c->text_file ? c->text_file : MG_DEFAULT_CORPUS;

@@ -110,7 +110,9 @@ typedef struct mg_gpt_dataset_config {
      * split (for a blend: as many as the blend gives without repeating a dataset). */
     uint64_t num_samples[3];
     const char *cache_path; /* --data-cache-path; NULL: indices are built in memory only */
-    int64_t vocab_size;     /* reported by mg_dataset_vocab_size (0 if unknown) */
+    int64_t vocab_size;     /* reported by mg_dataset_vocab_size (0 if unknown); when known, every
+                             * token id of every dataset is checked against it at open */
+    const char *tokenizer;  /* named in that check's message (NULL: "the tokenizer") */
 } mg_gpt_dataset_config;
 
 int mg_gpt_dataset_open(const mg_gpt_dataset_config *cfg, mg_dataset **out, mg_error *err);

@@ -36,14 +36,20 @@ static int64_t make_dataset(const char *prefix, int ndocs, uint32_t lseed, int32
     return total;
 }
 
-static mg_dataset *open_gpt(const char *path, const char *split, int seq, uint64_t seed, uint64_t ntrain,
-                            const char *cache) {
-    mg_gpt_dataset_config c = {path, split, seq, seed, {ntrain, 0, 0}, cache, 50257};
+/* vocab: every token id must be below it (checked at open) */
+static mg_dataset *open_gpt_vocab(const char *path, const char *split, int seq, uint64_t seed, uint64_t ntrain,
+                                  const char *cache, int64_t vocab) {
+    mg_gpt_dataset_config c = {path, split, seq, seed, {ntrain, 0, 0}, cache, vocab, NULL};
     mg_dataset *ds = NULL;
     mg_error err = {0};
     int rc = mg_gpt_dataset_open(&c, &ds, &err);
     CHECK(rc == 0, "open %s: %s", path, err.msg);
     return ds;
+}
+
+static mg_dataset *open_gpt(const char *path, const char *split, int seq, uint64_t seed, uint64_t ntrain,
+                            const char *cache) {
+    return open_gpt_vocab(path, split, seq, seed, ntrain, cache, 50257);
 }
 
 static void gpt_coverage(void) {
@@ -142,7 +148,7 @@ static void gpt_determinism_and_splits(void) {
         CHECK(ok, "all multi-epoch samples readable");
         mg_dataset_free(e);
     }
-    mg_gpt_dataset_config bad = {prefix, "1,0,0", 0, 1, {0, 0, 0}, NULL, 0};
+    mg_gpt_dataset_config bad = {prefix, "1,0,0", 0, 1, {0, 0, 0}, NULL, 0, NULL};
     mg_dataset *x = NULL;
     CHECK(mg_gpt_dataset_open(&bad, &x, NULL) == MG_ERR_INVALID, "seq_length 0 refused");
     bad.seq_length = 8;
@@ -242,7 +248,8 @@ static void gpt_blend(void) {
     make_dataset(pb, 300, 12, 1000000, 0);
     snprintf(path, sizeof path, "0.3 %s 0.7 %s", pa, pb);
     const uint64_t n = 2000;
-    mg_dataset *ds = open_gpt(path, "1,0,0", 8, 42, n, NULL);
+    /* B's ids start at 1000000 (they mark its samples): a vocabulary that holds them */
+    mg_dataset *ds = open_gpt_vocab(path, "1,0,0", 8, 42, n, NULL, 2000000);
     if (!ds) return;
     CHECK(mg_dataset_num_samples(ds, 0) == n, "blend size = requested (%llu)", (unsigned long long)mg_dataset_num_samples(ds, 0));
     int32_t tok[9];
@@ -263,15 +270,22 @@ static void gpt_blend(void) {
     printf("blend 0.3/0.7 over %llu samples: %llu from A (%.4f), worst prefix deviation %.2f samples\n",
            (unsigned long long)n, (unsigned long long)from_a, (double)from_a / n, worst);
     mg_dataset_free(ds);
+    /* the same data read with GPT-2's vocabulary: refused at open, naming B and the tokenizer */
+    mg_gpt_dataset_config small = {path, "1,0,0", 8, 42, {0, 0, 0}, NULL, 50257, "GPT2BPETokenizer"};
+    mg_dataset *y = NULL;
+    mg_error ye = {0};
+    CHECK(mg_gpt_dataset_open(&small, &y, &ye) == MG_ERR_INVALID && !y && strstr(ye.msg, "blend_b holds token id 1000000") &&
+              strstr(ye.msg, "vocabulary of GPT2BPETokenizer [0, 50257)"),
+          "ids outside the vocabulary at open: %s", ye.msg);
     /* Without a requested size: the largest blend that repeats no dataset. */
-    ds = open_gpt(path, "1,0,0", 8, 42, 0, NULL);
+    ds = open_gpt_vocab(path, "1,0,0", 8, 42, 0, NULL, 2000000);
     if (ds) {
         uint64_t m = mg_dataset_num_samples(ds, 0);
         CHECK(m > 100, "default blend size %llu", (unsigned long long)m);
         mg_dataset_free(ds);
     }
     snprintf(path, sizeof path, "0.3 %s 0.7", pa);
-    mg_gpt_dataset_config bad = {path, "1,0,0", 8, 1, {0, 0, 0}, NULL, 0};
+    mg_gpt_dataset_config bad = {path, "1,0,0", 8, 1, {0, 0, 0}, NULL, 0, NULL};
     mg_dataset *x = NULL;
     CHECK(mg_gpt_dataset_open(&bad, &x, NULL) == MG_ERR_INVALID, "odd blend refused");
 }

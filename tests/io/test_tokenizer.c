@@ -151,6 +151,21 @@ static void bytes_and_api(void) {
     int32_t eod = 50256;
     CHECK(mg_tokenizer_decode(t, &eod, 1, &back, &bl, &err) == 0 && strcmp(back, "<|endoftext|>") == 0, "eod text");
     free(back);
+    /* "<|endoftext|>" in text is the eod token, as in Megatron's (Hugging Face) GPT-2 tokenizer;
+     * tiktoken with special tokens allowed: "hello <|endoftext|>" -> 31373 220 50256 */
+    CHECK(mg_tokenizer_encode(t, "hello <|endoftext|>", 19, &ids, &n, &err) == 0 && n == 3 && ids[0] == 31373 &&
+              ids[1] == 220 && ids[2] == 50256,
+          "literal <|endoftext|>: %zu ids", n);
+    free(ids);
+    const char mixed[] = "a<|endoftext|><|endoftext|>b <|endoftext";
+    CHECK(mg_tokenizer_encode(t, mixed, sizeof mixed - 1, &ids, &n, &err) == 0, "encode mixed");
+    int n_eod = 0;
+    for (size_t i = 0; i < n; i++) n_eod += ids[i] == 50256;
+    CHECK(n_eod == 2, "two eod tokens in '%s', got %d", mixed, n_eod);
+    CHECK(mg_tokenizer_decode(t, ids, n, &back, &bl, &err) == 0 && bl == sizeof mixed - 1 && !memcmp(back, mixed, bl),
+          "mixed round trip");
+    free(back);
+    free(ids);
     /* Invalid UTF-8 still round-trips (bytes the regex skips get byte tokens). */
     const char bad8[] = "ab\xff\xfe cd\xc3";
     CHECK(mg_tokenizer_encode(t, bad8, 8, &ids, &n, &err) == 0, "encode invalid utf8");

@@ -102,7 +102,11 @@ default_tokenizer)
     # --data-path without a vocabulary: named
     "$RUN" --data-path docs_text_document "${TINY[@]}" > out.txt 2> err.txt
     [ $? -eq 2 ] && grep -q "GPT2BPETokenizer .* needs --vocab-file and --merge-file" err.txt || { cat err.txt; fail "no vocab"; }
-    echo "ok: GPT2BPETokenizer by default" ;;
+    # GPT-2 data read with the byte-level tokenizer: found when the data is opened
+    "$RUN" --data-path docs_text_document --tokenizer-type ByteLevelTokenizer "${TINY[@]}" --dry-run > out.txt 2> err.txt
+    [ $? -eq 2 ] && grep -q "dataset docs_text_document holds token id [0-9]* .*outside the vocabulary of ByteLevelTokenizer \[0, 256)" err.txt ||
+        { cat err.txt; fail "token ids outside the vocabulary not found at open"; }
+    echo "ok: GPT2BPETokenizer by default; foreign token ids refused at open" ;;
 unquoted_blend)
     gpt2_data
     cp docs_text_document.bin other_text_document.bin && cp docs_text_document.idx other_text_document.idx
