@@ -71,6 +71,11 @@ void mg_split_bounds(const double frac[3], uint64_t n, uint64_t bounds[4]) {
     }
 }
 
+uint64_t mg_blend_request(double weight, uint64_t target) {
+    /* in doubles, in Python's order: math.ceil(target_size * weight), then x (1 + surplus) */
+    return (uint64_t)ceil(ceil((double)target * weight) * (1.0 + 0.005));
+}
+
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 void mg_prng_seed(mg_prng *r, uint64_t seed, uint64_t stream) {

@@ -35,5 +35,9 @@ uint64_t mg_permute_index(uint64_t i, uint64_t n, uint64_t key);
 
 /* Megatron's split book-ends: int(round(cumulative fraction x n)) for the three splits. */
 void mg_split_bounds(const double frac[3], uint64_t n, uint64_t bounds[4]);
+/* The samples Megatron asks of a blended dataset of normalised weight w for a split of
+ * `target` samples: ceil(ceil(target x w) x (1 + 0.005)) (_get_size_per_split_per_dataset
+ * with the default --mid-level-dataset-surplus). */
+uint64_t mg_blend_request(double weight, uint64_t target);
 
 #endif

@@ -506,9 +506,10 @@ int mg_gpt_dataset_open(const mg_gpt_dataset_config *cfg, mg_dataset **out, mg_e
         for (int s = 0; s < 3; s++) {
             gpt_part *p = &mem->part[s];
             p->ids = mem->ids;
-            /* Megatron asks each blended dataset for its share plus 0.5% slack. */
+            /* Megatron asks each blended dataset for its share plus 0.5% surplus; the
+             * count decides the dataset's epochs and so its sample order */
             uint64_t req = cfg->num_samples[s];
-            if (blend && req) req = (uint64_t)ceil(mem->weight * (double)req * 1.005);
+            if (blend && req) req = mg_blend_request(mem->weight, req);
             if (blend && mem->weight == 0) req = 0;
             uint64_t lo = b[s], hi = b[s + 1];
             cache_key k;
