@@ -1,6 +1,7 @@
 /* The optimizer step as a graph rewrite: global gradient norm, clipping, learning
  * rate and one AdamW node per parameter, appended after the backward pass. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -50,7 +51,65 @@ float mg_lr_at(const mg_lr_schedule *s, int64_t step) {
 }
 
 float mg_lr_at_iteration(const mg_lr_schedule *s, int64_t iteration) {
-    return mg_lr_at(s, iteration * (s->steps_per_iter > 0 ? s->steps_per_iter : 1));
+    return mg_lr_at(s, mg_lr_samples_before(s, iteration));
+}
+
+/* ---- batch-size ramp (Megatron's --rampup-batch-size) ------------------------------
+ * Megatron's calculator computes the batch from the samples consumed so far, in
+ * doubles: steps = int(consumed / (ramp_samples / increments)). The same double
+ * expression is evaluated here, so every boundary lands on the sample Megatron's does. */
+static int64_t full_batch(const mg_lr_schedule *s) { return s->steps_per_iter > 0 ? s->steps_per_iter : 1; }
+
+static double ramp_per_increment(const mg_lr_schedule *s) {
+    return (double)s->ramp_samples / (double)((full_batch(s) - s->ramp_start) / s->ramp_increment);
+}
+
+static int64_t ramp_steps(const mg_lr_schedule *s, int64_t consumed) {
+    return (int64_t)((double)consumed / ramp_per_increment(s));
+}
+
+const char *mg_lr_ramp_invalid(const mg_lr_schedule *s) {
+    if (s->ramp_start == 0 && s->ramp_increment == 0 && s->ramp_samples == 0) return NULL;
+    if (s->ramp_start < 1 || s->ramp_increment < 1 || s->ramp_samples < 1)
+        return "the start batch size, the increment and the ramp-up samples must be >= 1";
+    if (s->ramp_start >= full_batch(s)) return "the start batch size must be less than the global batch size";
+    if ((full_batch(s) - s->ramp_start) % s->ramp_increment)
+        return "the global batch size minus the start batch size must be a multiple of the increment";
+    if ((full_batch(s) - s->ramp_start) / s->ramp_increment > (1 << 20)) return "more than 2^20 increments";
+    if (s->ramp_samples > ((int64_t)1 << 50)) return "more than 2^50 ramp-up samples";
+    return NULL;
+}
+
+int64_t mg_lr_batch_at(const mg_lr_schedule *s, int64_t consumed) {
+    if (s->ramp_start <= 0 || consumed > s->ramp_samples) return full_batch(s);
+    int64_t b = s->ramp_start + ramp_steps(s, consumed) * s->ramp_increment;
+    return b < full_batch(s) ? b : full_batch(s);
+}
+
+/* The first sample count after c whose batch differs from c's (or may: the end of the
+ * ramp); INT64_MAX once the ramp is over. */
+static int64_t next_change(const mg_lr_schedule *s, int64_t c) {
+    if (s->ramp_start <= 0 || c > s->ramp_samples) return INT64_MAX;
+    int64_t j = ramp_steps(s, c), end = s->ramp_samples + 1;
+    double x0 = ceil((double)(j + 1) * ramp_per_increment(s));
+    int64_t x = x0 < (double)end ? (int64_t)x0 : end;
+    if (x <= c) x = c + 1;
+    /* the product above may round either way: settle on the exact first sample */
+    while (x - 1 > c && ramp_steps(s, x - 1) > j) x--;
+    while (x < end && ramp_steps(s, x) <= j) x++;
+    return x;
+}
+
+int64_t mg_lr_samples_before(const mg_lr_schedule *s, int64_t iteration) {
+    int64_t c = 0, i = 0;
+    while (i < iteration) {
+        int64_t b = mg_lr_batch_at(s, c), end = next_change(s, c);
+        int64_t m = end == INT64_MAX ? INT64_MAX : (end - c + b - 1) / b; /* iterations at batch b */
+        if (m >= iteration - i) return c + (iteration - i) * b;
+        c += m * b;
+        i += m;
+    }
+    return c;
 }
 
 static mg_tensor *moment(mg_graph *g, const mg_tensor *p, const char *which) {

@@ -54,7 +54,8 @@ static int infer_lr(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     /* Megatron's OptimizerParamScheduler asserts these */
     if (!(s->lr >= 0) || !(s->min_lr >= 0) || s->min_lr > s->lr || !(s->init_lr >= 0) || s->init_lr > s->lr ||
         !(s->warmup_steps >= 0) || s->decay_steps < 1 || s->steps_per_iter < 0 ||
-        (s->style == MG_LR_WSD && (s->wsd_decay_steps < 1 || s->wsd_decay_steps > s->decay_steps)))
+        (s->style == MG_LR_WSD && (s->wsd_decay_steps < 1 || s->wsd_decay_steps > s->decay_steps)) ||
+        mg_lr_ramp_invalid(s))
         return mg_shape_error(err, n, "invalid schedule (lr %g, min %g, init %g, warmup %g, decay %lld, wsd %lld)", s->lr,
                               s->min_lr, s->init_lr, s->warmup_steps, (long long)s->decay_steps,
                               (long long)s->wsd_decay_steps);

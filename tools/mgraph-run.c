@@ -342,6 +342,14 @@ static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) 
     o->clip_grad = c->clip_grad;
     int rc = mg_run_lr_schedule(c, &o->lr, err); /* sets --train-iters from --train-samples */
     if (rc) return rc;
+    /* every batch of the ramp is whole micro-batches on every data-parallel rank (Megatron
+     * asserts it at each batch it reaches: start and increment cover them all) */
+    int64_t unit = (int64_t)c->micro_batch_size * dp;
+    if (o->lr.ramp_start > 0 && (o->lr.ramp_start % unit || o->lr.ramp_increment % unit))
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--rampup-batch-size %lld %lld ...: the start and the increment must be multiples of "
+                            "--micro-batch-size x data-parallel size (%lld)",
+                            (long long)o->lr.ramp_start, (long long)o->lr.ramp_increment, (long long)unit);
     /* (after the schedule: --train-samples sets train_iters) samples asked of the dataset: bounded (2^50) so that the products in open_data fit */
     uint64_t cap = ((uint64_t)1 << 50) / (uint64_t)c->global_batch_size;
     if ((uint64_t)c->train_iters > cap ||
@@ -365,7 +373,10 @@ static int open_data(run *r, mg_step_config *sc, mg_error *err) {
     /* no evaluation, no validation samples asked for (--skip-train evaluates once) */
     uint64_t evals = c->eval_interval > 0 ? (uint64_t)(c->train_iters / c->eval_interval) + 1 : c->skip_train ? 1 : 0;
     /* the test split is not used by training: ask for none (0 = one epoch, possibly empty) */
-    uint64_t want[3] = {(uint64_t)c->train_iters * gbs, evals * (uint64_t)c->eval_iters * gbs, 0};
+    /* Megatron's get_train_valid_test_num_samples: --train-samples as given (with a ramp,
+     * train iterations x global batch overstates it), else iterations x global batch */
+    uint64_t train = c->train_samples > 0 ? (uint64_t)c->train_samples : (uint64_t)c->train_iters * gbs;
+    uint64_t want[3] = {train, evals * (uint64_t)c->eval_iters * gbs, 0};
     if (c->data_path) {
         mg_gpt_dataset_config dc = {c->data_path, c->split, c->seq_length, (uint64_t)c->seed,
                                     {want[0], want[1], want[2]}, c->data_cache_path, vocab,
@@ -394,20 +405,27 @@ static int dp_rank(const run *r) { return r->mesh.coord[MG_GROUP_DP]; }
 /* Micro-batches this rank runs per step. */
 static int local_micro(const run *r) { return r->train.n_micro / dp_size(r); }
 
+/* Micro-batches this rank runs in a step of global batch gbs. */
+static int local_micro_of(const run *r, int64_t gbs) {
+    return (int)(gbs / r->cfg.micro_batch_size / dp_size(r));
+}
+
 /* Writes samples [first, first + gbs) of a split into graph g's per-micro-batch inputs,
  * laid out [s, b]. This rank's micro-batch instance i is global micro-batch
  * i * dp + dp_rank (Megatron's sampler: each group of dp micro-batches is dealt out to
  * the data-parallel ranks in order), samples first + (that) * mbs + j. Also sets
- * loss_scale to 1 / micro-batches of the global batch. */
-static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_t first, mg_error *err) {
-    int s = r->cfg.seq_length, mbs = r->cfg.micro_batch_size, n_global = r->cfg.global_batch_size / mbs;
+ * loss_scale to 1 / micro-batches of the global batch. gbs is this step's global batch
+ * (less than --global-batch-size during a --rampup-batch-size ramp: fewer micro-batches). */
+static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_t first, int64_t gbs,
+                      mg_error *err) {
+    int s = r->cfg.seq_length, mbs = r->cfg.micro_batch_size, n_global = (int)(gbs / mbs);
     uint64_t n = mg_dataset_num_samples(r->data, split);
     int64_t vocab = mg_tokenizer_vocab_size(r->tok);
     static const char *split_names[] = {"train", "validation", "test"};
     mg_tensor *tt = mg_graph_find(g, "input_ids"), *lt = mg_graph_find(g, "labels"), *ls = mg_graph_find(g, "loss_scale");
     if (!tt || !lt || !ls) return mg_error_set(err, MG_ERR_RUNTIME, "the step graph lacks input_ids, labels or loss_scale");
     *(float *)mg_storage_data(store, ls) = 1.0f / (float)n_global;
-    for (int i = 0; i < local_micro(r); i++) {
+    for (int i = 0; i < local_micro_of(r, gbs); i++) {
         uint64_t mb = (uint64_t)i * (uint64_t)dp_size(r) + (uint64_t)dp_rank(r);
         int32_t *tok = mg_storage_data_mb(store, tt, i), *lab = mg_storage_data_mb(store, lt, i);
         for (int j = 0; j < mbs; j++) {
@@ -484,9 +502,9 @@ static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, m
 }
 
 static int execute(run *r, mg_graph *g, mg_storage *store, mg_engine *eng, int64_t iteration, bool training,
-                   mg_error *err) {
+                   int64_t gbs, mg_error *err) {
     mg_exec_info info = {.seed = r->resume.seed, .iteration = iteration, .training = training, .comm = r->comm,
-                         .n_micro = local_micro(r), .mb_offset = dp_rank(r), .mb_stride = dp_size(r)};
+                         .n_micro = local_micro_of(r, gbs), .mb_offset = dp_rank(r), .mb_stride = dp_size(r)};
     return eng ? mg_engine_run(eng, &info, err) : mg_exec_reference(g, store, &info, err);
 }
 
@@ -512,8 +530,9 @@ static int evaluate(run *r, int split, const char *prefix, int64_t iteration, bo
     int64_t *done = split == MG_SPLIT_TEST ? &r->test_batches_done : &r->eval_batches_done;
     for (int64_t e = 0; e < r->cfg.eval_iters; e++) {
         uint64_t first = (uint64_t)((*done)++) * (uint64_t)r->cfg.global_batch_size;
-        int rc = fill_batch(r, r->eval_g, r->eval_st, split, first, err);
-        if (!rc) rc = execute(r, r->eval_g, r->eval_st, r->eval_eng, iteration, false, err);
+        /* Megatron evaluates with the full global batch, ramp or not */
+        int rc = fill_batch(r, r->eval_g, r->eval_st, split, first, r->cfg.global_batch_size, err);
+        if (!rc) rc = execute(r, r->eval_g, r->eval_st, r->eval_eng, iteration, false, r->cfg.global_batch_size, err);
         if (rc) return rc;
         sum += *(float *)mg_storage_data(r->eval_st, mg_graph_find(r->eval_g, "lm_loss"));
     }
@@ -526,7 +545,7 @@ static int evaluate(run *r, int split, const char *prefix, int64_t iteration, bo
                             split == MG_SPLIT_TEST ? "test_loss" : "val_loss", json_number(jv, val),
                             after_training ? ", \"after_training\": true" : "");
     if (!rc && r->tb)
-        rc = mg_run_tb_evaluation(r->tb, iteration, iteration * r->cfg.global_batch_size, val,
+        rc = mg_run_tb_evaluation(r->tb, iteration, mg_lr_samples_before(&r->schedule, iteration), val,
                                   r->cfg.log_validation_ppl_to_tensorboard, err);
     return rc;
 }
@@ -586,7 +605,6 @@ static int save(run *r, int64_t iteration, uint64_t consumed, mg_error *err) {
 
 static int train(run *r, mg_error *err) {
     mg_run_config *c = &r->cfg;
-    double flops = mg_gpt_flops(&r->train.model.cfg, c->global_batch_size) / r->mesh.world;
     double interval_ms = 0, interval_loss = 0;
     int interval_n = 0, interval_nan = 0;
     /* MoE: Megatron's load_balancing_loss and z_loss (without coefficients, mean over MoE
@@ -600,13 +618,16 @@ static int train(run *r, mg_error *err) {
     if (!loss_t || !lr_t || !gn_t)
         return mg_error_set(err, MG_ERR_RUNTIME, "the step graph lacks lm_loss, optimizer.lr or optimizer.grad_norm");
     int64_t start = r->resume.iteration;
+    uint64_t consumed = (uint64_t)r->resume.consumed_samples; /* samples before this iteration */
     for (int64_t it = start; it < c->train_iters; it++) {
         double t0 = now_s();
-        uint64_t consumed = (uint64_t)r->resume.consumed_samples + (uint64_t)(it - start) * (uint64_t)c->global_batch_size;
-        int rc = fill_batch(r, r->train_g, r->train_st, MG_SPLIT_TRAIN, consumed, err);
+        /* Megatron's update_num_microbatches(consumed samples): the ramp's batch, else the global batch */
+        int64_t gbs = mg_lr_batch_at(&r->schedule, (int64_t)consumed);
+        double flops = mg_gpt_flops(&r->train.model.cfg, gbs) / r->mesh.world;
+        int rc = fill_batch(r, r->train_g, r->train_st, MG_SPLIT_TRAIN, consumed, gbs, err);
         if (!rc && it + 1 == r->nan_at) poison_a_weight(r);
         if (!rc) rc = mg_run_trace_before(&r->trace, r->train_eng, it, err);
-        if (!rc) rc = execute(r, r->train_g, r->train_st, r->train_eng, it, true, err);
+        if (!rc) rc = execute(r, r->train_g, r->train_st, r->train_eng, it, true, gbs, err);
         if (!rc) rc = mg_run_trace_after(&r->trace, r->train_eng, it, err);
         if (rc) return rc;
         double ms = 1e3 * (now_s() - t0);
@@ -615,7 +636,7 @@ static int train(run *r, mg_error *err) {
         float gn = *(float *)mg_storage_data(r->train_st, gn_t);
         /* Megatron logs the scheduler's rate after this iteration's step (the next one's) */
         float lr_logged = mg_lr_at_iteration(&r->schedule, it + 1);
-        double tps = (double)c->global_batch_size * c->seq_length / (ms * 1e-3);
+        double tps = (double)gbs * c->seq_length / (ms * 1e-3);
         double tflops = flops / (ms * 1e-3 * 1e12);
         /* Megatron's --check-for-nan-in-loss-and-grad: a NaN or Inf ends the run, naming
          * the rank that saw it; without the check the run goes on and the log line
@@ -659,8 +680,8 @@ static int train(run *r, mg_error *err) {
                 snprintf(moe_log + o, sizeof moe_log - o, " %s: %.2f |", moe_names[i],
                          interval_n > interval_nan ? moe_sum[i] / (interval_n - interval_nan) : (double)NAN);
             }
-        mg_run_log_line l = {it + 1, c->train_iters, (int64_t)consumed + c->global_batch_size, avg_ms, c->log_throughput,
-                             flops / (avg_ms * 1e-3 * 1e12), lr_logged, c->global_batch_size,
+        mg_run_log_line l = {it + 1, c->train_iters, (int64_t)consumed + gbs, avg_ms, c->log_throughput,
+                             flops / (avg_ms * 1e-3 * 1e12), lr_logged, (int)gbs,
                              interval_n > interval_nan ? interval_loss / (interval_n - interval_nan) : (double)NAN, gn,
                              interval_nan, moe_log};
         if (is_logger(r) && (due || first)) {
@@ -681,9 +702,10 @@ static int train(run *r, mg_error *err) {
             if (rc) return rc;
         }
         if (c->save && ((c->save_interval > 0 && (it + 1) % c->save_interval == 0) || it + 1 == c->train_iters)) {
-            rc = save(r, it + 1, consumed + (uint64_t)c->global_batch_size, err);
+            rc = save(r, it + 1, consumed + (uint64_t)gbs, err);
             if (rc) return rc;
         }
+        consumed += (uint64_t)gbs;
     }
     return evaluate_at_end(r, c->train_iters, err);
 }
@@ -908,6 +930,15 @@ int main(int argc, char **argv) {
     if (!rc && !r.cfg.skip_train)
         rc = mg_run_trace_open(&r.trace, r.cfg.trace_file, r.cfg.trace_iterations, r.resume.iteration, r.cfg.train_iters,
                                rank, &err);
+    /* the learning rate follows the iteration, the data and batch the consumed samples:
+     * under a ramp they must agree (Megatron reads both from its checkpoint) */
+    if (!rc && r.schedule.ramp_start > 0 &&
+        r.resume.consumed_samples != mg_lr_samples_before(&r.schedule, r.resume.iteration))
+        rc = mg_error_set(&err, MG_ERR_INVALID,
+                          "--load: %lld iterations consumed %lld samples, but --rampup-batch-size and "
+                          "--global-batch-size give %lld: resume with the flags the checkpoint was trained with",
+                          (long long)r.resume.iteration, (long long)r.resume.consumed_samples,
+                          (long long)mg_lr_samples_before(&r.schedule, r.resume.iteration));
     if (!rc && r.cfg.skip_train && !with_eval) rc = mg_error_set(&err, MG_ERR_INVALID, "--skip-train needs --eval-iters >= 1");
     if (!rc && with_eval) {
         mg_step_config ec = sc;

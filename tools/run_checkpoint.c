@@ -138,7 +138,7 @@ static char *meta_text(const mg_run_config *c, const mg_step_config *sc, const m
         c->micro_batch_size, "text_file", c->text_file, "data_path", c->data_path, "split", c->split,
         "lr_schedule", "lr", (double)o->lr.lr, "min_lr", (double)o->lr.min_lr, "warmup_steps",
         o->lr.warmup_steps, "decay_steps", (json_int_t)o->lr.decay_steps, "style", styles[o->lr.style],
-        "num_steps", (json_int_t)(s->iteration * (o->lr.steps_per_iter > 0 ? o->lr.steps_per_iter : 1)),
+        "num_steps", (json_int_t)mg_lr_samples_before(&o->lr, s->iteration),
         "rng", "kind", "philox4x32-10(seed, logical key, element, iteration)", "seed", (json_int_t)s->seed,
         "optimizer", "beta1", (double)o->beta1, "beta2", (double)o->beta2, "eps", (double)o->eps, "weight_decay",
         (double)o->weight_decay, "clip_grad", (double)o->clip_grad,

@@ -17,7 +17,7 @@
 #endif
 
 /* F_LIST: one or more values up to the next flag (Megatron's nargs='*', --data-path).
- * F_INT3: exactly three integers (nargs=3, --rampup-batch-size). */
+ * F_INT3: exactly three 64-bit integers (nargs=3, --rampup-batch-size), into int64_t[3]. */
 typedef enum { F_INT, F_I64, F_FLOAT, F_STR, F_BOOL, F_LIST, F_INT3 } ftype;
 /* USE: mgraph does what Megatron does. NOOP: accepted, changes nothing here (a
  * warning says why). REFUSE: Megatron's flag, which mgraph cannot honour yet: the run
@@ -79,10 +79,10 @@ static const flag flags[] = {
     /* batch and schedule */
     {"--micro-batch-size", F_INT, O(micro_batch_size), USE, NULL, "sequences per micro-batch"},
     {"--global-batch-size", F_INT, O(global_batch_size), USE, NULL, "sequences per iteration (default micro-batch x dp)"},
-    {"--rampup-batch-size", F_INT3, NOFF, REFUSE, NULL,
-     "a batch-size ramp needs a micro-batch count that changes per iteration; mgraph's training step has a fixed one"},
+    {"--rampup-batch-size", F_INT3, O(rampup_batch_size), USE, NULL,
+     "START INCREMENT SAMPLES: global batch grows from START by INCREMENT over SAMPLES samples (with --train-samples)"},
     {"--step-batch-size-schedule", F_STR, NOFF, REFUSE, NULL,
-     "a batch-size schedule needs a micro-batch count that changes per iteration; mgraph's training step has a fixed one"},
+     "batch-size steps at token thresholds are not implemented (--rampup-batch-size is)"},
     {"--train-iters", F_I64, O(train_iters), USE, NULL, "iterations to train (300 when --train-samples is not given)"},
     {"--train-samples", F_I64, O(train_samples), USE, NULL, "samples to train (sample-based schedule)"},
     {"--lr", F_FLOAT, O(lr), USE, NULL, "peak learning rate"},
@@ -304,13 +304,13 @@ static bool parse_value(const flag *f, const char *v, void *dst, mg_run_notes *n
     char *end = NULL;
     errno = 0;
     switch (f->type) {
-    case F_INT:
-    case F_INT3: {
+    case F_INT: {
         long x = strtol(v, &end, 10);
         if (!*v || *end || errno || x < INT_MIN || x > INT_MAX) break;
         if (dst) *(int *)dst = (int)x;
         return true;
     }
+    case F_INT3:
     case F_I64: {
         long long x = strtoll(v, &end, 10);
         if (!*v || *end || errno) break;
@@ -401,8 +401,9 @@ static void parse_args(mg_run_config *c, int argc, const char *const *argv, mg_r
                                    f->type == F_INT3 ? "three" : "one or more", f->type == F_INT3 ? "s" : "(s)");
                 continue;
             }
-            for (int k = 0; k < n && ok; k++) ok = parse_value(f, argv[first + k], NULL, notes);
-            if (ok && dst) join_list(c, (char **)argv + first, n, notes);
+            for (int k = 0; k < n && ok; k++)
+                ok = parse_value(f, argv[first + k], f->type == F_INT3 && dst ? (int64_t *)dst + k : NULL, notes);
+            if (ok && dst && f->type == F_LIST) join_list(c, (char **)argv + first, n, notes);
         } else {
             const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
             /* "--dump-dot --dry-run" forgot a value: never take a flag as one */
@@ -473,6 +474,10 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
         if (c->lr_wsd_decay_samples >= 0)
             mg_run_notes_error(n, "--lr-wsd-decay-samples is for --train-samples (use --lr-wsd-decay-iters)");
     }
+    /* Megatron: "expected no batch-size rampup for iteration-based training" */
+    if (mg_run_config_given(c, "--rampup-batch-size") && !by_samples)
+        mg_run_notes_error(n, "--rampup-batch-size needs --train-samples (Megatron has no batch-size ramp for "
+                              "iteration-based training)");
     if (c->lr_warmup_fraction != -1 && (c->lr_warmup_iters || c->lr_warmup_samples))
         mg_run_notes_error(n, "give one of --lr-warmup-fraction and --lr-warmup-%s", by_samples ? "samples" : "iters");
     if (c->lr_warmup_fraction != -1 && !(c->lr_warmup_fraction >= 0 && c->lr_warmup_fraction <= 1))

@@ -176,6 +176,11 @@ typedef struct mg_lr_schedule {
     float init_lr;              /* where warmup starts (--lr-warmup-init) */
     int64_t wsd_decay_steps;    /* WSD: the annealing phase ends at decay_steps */
     mg_lr_wsd_decay wsd_style;
+    /* Megatron's --rampup-batch-size START INCREMENT SAMPLES (ramp_start 0: none). The
+     * global batch then grows from ramp_start by ramp_increment up to steps_per_iter
+     * (the full global batch) over ramp_samples samples, and iteration i runs at the
+     * step count of the samples before it (mg_lr_samples_before), not i x steps_per_iter. */
+    int64_t ramp_start, ramp_increment, ramp_samples;
 } mg_lr_schedule;
 
 typedef enum mg_reduce_op { MG_REDUCE_SUM, MG_REDUCE_MAX } mg_reduce_op;

@@ -41,9 +41,23 @@ int mg_graph_add_adamw(mg_graph *g, const mg_adamw_config *cfg, mg_optimizer_out
  * with num_steps = step): linear warmup from init_lr, then constant / linear / cosine /
  * inverse-square-root / WSD decay to min_lr at decay_steps. */
 float mg_lr_at(const mg_lr_schedule *s, int64_t step);
-/* The rate training iteration `iteration` (0-based) runs at: mg_lr_at after
- * iteration x steps_per_iter steps. The LR_SCHEDULE op computes exactly this. */
+/* The rate training iteration `iteration` (0-based) runs at: mg_lr_at after the
+ * samples of the iterations before it (mg_lr_samples_before; iteration x
+ * steps_per_iter without a batch-size ramp). The LR_SCHEDULE op computes exactly this. */
 float mg_lr_at_iteration(const mg_lr_schedule *s, int64_t iteration);
+
+/* The global batch size after `consumed` samples: Megatron's
+ * RampupBatchsizeNumMicroBatchesCalculator.update (start + int(consumed / (samples /
+ * increments)) x increment while consumed <= ramp_samples, then the full batch);
+ * steps_per_iter (or 1) without a ramp. */
+int64_t mg_lr_batch_at(const mg_lr_schedule *s, int64_t consumed);
+/* Samples consumed by iterations 0..iteration-1, each taking mg_lr_batch_at of the
+ * samples before it (a loop over the ramp's batch sizes, not over iterations). */
+int64_t mg_lr_samples_before(const mg_lr_schedule *s, int64_t iteration);
+/* NULL when the ramp fields are usable (as Megatron's calculator asserts: start >= 1,
+ * increment >= 1, start < full batch, the difference a multiple of the increment,
+ * samples >= 1, at most 2^20 increments), else what is wrong. */
+const char *mg_lr_ramp_invalid(const mg_lr_schedule *s);
 
 #ifdef __cplusplus
 }

@@ -78,11 +78,11 @@ accepted_without_effect)
     [ $? -eq 2 ] && grep -q -- "--transformer-impl must be one of local|transformer_engine" err.txt || fail "bad choice accepted"
     echo "ok: 10 flags accepted with a warning" ;;
 refused_by_name)
-    "$RUN" --text-file text.txt "${TINY[@]}" --bf16 --rampup-batch-size 16 16 1000 --step-batch-size-schedule "0:16 1000:32" \
+    "$RUN" --text-file text.txt "${TINY[@]}" --bf16 --step-batch-size-schedule "0:16 1000:32" \
         --position-embedding-type yarn --dry-run > out.txt 2> err.txt
     [ $? -eq 2 ] || fail "exit $?, want 2"
-    for want in "--bf16 is not supported: bf16 compute" "--rampup-batch-size is not supported: a batch-size ramp" \
-                "--step-batch-size-schedule is not supported" "--position-embedding-type yarn is not supported"; do
+    for want in "--bf16 is not supported: bf16 compute" "--step-batch-size-schedule is not supported" \
+                "--position-embedding-type yarn is not supported"; do
         grep -qF -- "$want" err.txt || { cat err.txt; fail "stderr lacks: $want"; }
     done
     "$RUN" --text-file text.txt "${TINY[@]}" --rampup-batch-size 16 16 > out.txt 2> err.txt

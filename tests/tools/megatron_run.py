@@ -11,6 +11,9 @@ megatron/core/optimizer_param_scheduler.py):
                 and every --log-interval, throughput only with --log-throughput, the
                 validation lines between rules of their length + 1, evaluation of the
                 validation and test sets after training, PPL = exp(min(20, loss)).
+  rampup        --rampup-batch-size: batches, consumed samples and iterations as Megatron's
+                ramp code gives them (ramp_vectors.txt), the rate at the samples consumed,
+                the ramp's first batch as a constant run at it, dp 2 as one rank.
   tensorboard   the event file read back with the tensorboard package: Megatron's tags,
                 values equal to the metrics file's; a failed run leaves no event file.
                 Skips (77), loudly, where tensorboard cannot be imported.
@@ -125,6 +128,64 @@ def lr_schedules():
         check(want in out.stderr, f"combination: stderr lacks '{want}': {out.stderr}")
 
 
+def rampup():
+    """--rampup-batch-size: the batch of every iteration, the samples consumed and the
+    iterations trained are those of Megatron's own ramp code (ramp_vectors.txt, written by
+    gen_ramp_vectors.py), the learning rate is the scheduler's at the samples consumed;
+    the iterations at the ramp's first batch are those of a run at that batch; dp 2 under
+    mpirun trains as one rank does."""
+    vec = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ramp_vectors.txt")
+    line = next(l for l in open(vec) if l.startswith("32 4 4 4 100 500 |"))
+    iters = int(line.split("|")[1])
+    batches = [int(b) for run_ in line.split("|")[2].split() for b in [run_.split("x")[0]] * int(run_.split("x")[1])]
+    sched = ["--lr", "1e-3", "--min-lr", "1e-4", "--lr-decay-style", "cosine", "--lr-warmup-samples", "50",
+             "--train-samples", "500", "--eval-iters", "0", "--log-interval", "1"]
+    ramp = TINY + sched + ["--global-batch-size", "32", "--rampup-batch-size", "4", "4", "100"]
+    mf = os.path.join(WORK, "ramp.jsonl")
+    out = run("ramp", ramp + ["--metrics-file", mf])
+    if not os.path.exists(mf):
+        return
+    train, _ = metrics(mf)
+    check(len(train) == iters, f"{len(train)} iterations, Megatron trains {iters}")
+    got_b = [int(x) for x in re.findall(r"global batch size: +(\d+) \|", out.stdout)]
+    check(got_b == batches, f"batches {got_b}, Megatron's {batches}")
+    consumed = [int(x) for x in re.findall(r"consumed samples: +(\d+) \|", out.stdout)]
+    before = [sum(batches[:k]) for k in range(len(batches) + 1)]
+    check(consumed == before[1:], f"consumed samples {consumed}, want {before[1:]}")
+    for k, row in enumerate(train):
+        want = megatron_lr(before[k], 1e-3, 1e-4, 50, 500, "cosine")
+        check(close(row["lr"], want), f"iteration {k + 1} ran at {row['lr']:.9e}, Megatron {want:.9e} (step {before[k]})")
+    # the ramp's first batch (4, 4 iterations) is a run at --global-batch-size 4
+    mf4 = os.path.join(WORK, "const4.jsonl")
+    run("constant 4", TINY + sched + ["--global-batch-size", "4", "--metrics-file", mf4])
+    if os.path.exists(mf4):
+        const, _ = metrics(mf4)
+        first = batches.count(4)
+        for k in range(first):
+            check(const[k]["lm_loss"] == train[k]["lm_loss"] and const[k]["lr"] == train[k]["lr"],
+                  f"iteration {k + 1} at batch 4: ramp {train[k]}, constant {const[k]}")
+        check(const[first]["lm_loss"] != train[first]["lm_loss"], "the ramp's batch 8 trained like batch 4")
+    # data parallel: the same ramp on 2 ranks (each batch split over them) as on one
+    mf2 = os.path.join(WORK, "ramp_dp2.jsonl")
+    p = subprocess.run(["mpirun", "-np", "2", RUN] + ramp + ["--metrics-file", mf2], capture_output=True, text=True)
+    check(p.returncode == 0, f"dp 2: exit {p.returncode}: {p.stderr[-2000:]}")
+    if p.returncode == 0:
+        dp2, _ = metrics(mf2)
+        check(len(dp2) == iters, f"dp 2: {len(dp2)} iterations")
+        for a, b in zip(train, dp2):
+            check(close(a["lm_loss"], b["lm_loss"], 1e-5), f"dp 2 iteration {a['iteration']}: {b['lm_loss']} vs {a['lm_loss']}")
+    # Megatron's rules, every one reported in one run each
+    out = run("ramp by iterations", TINY + ["--train-iters", "4", "--rampup-batch-size", "2", "2", "8", "--dry-run"], want=2)
+    check("--rampup-batch-size needs --train-samples" in out.stderr, "ramp with --train-iters: " + out.stderr)
+    out = run("ramp not divisible", TINY + sched + ["--global-batch-size", "32", "--micro-batch-size", "4",
+                                                    "--rampup-batch-size", "4", "2", "100", "--dry-run"], want=2)
+    check("multiples of --micro-batch-size x data-parallel size" in out.stderr, "increment 2 with mbs 4: " + out.stderr)
+    out = run("ramp no increments", TINY + sched + ["--global-batch-size", "8", "--rampup-batch-size", "8", "4", "100",
+                                                    "--dry-run"], want=2)
+    check("less than the global batch size" in out.stderr, "start = global batch accepted: " + out.stderr)
+    print(f"ramp: {iters} iterations, batches {sorted(set(batches))}")
+
+
 LINE = re.compile(r"^ \[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6})\] iteration +(\d+)/ +(\d+) \| consumed samples: +(\d+) \| "
                   r"elapsed time per iteration \(ms\): [0-9.]+ \|( throughput per GPU \(TFLOP/s/GPU\): \d+\.\d \|)? "
                   r"learning rate: [0-9.]+E[+-]\d\d \| global batch size: +4 \| lm loss: [0-9.]+E[+-]\d\d \| "
@@ -224,7 +285,7 @@ def tensorboard():
 
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
-{"lr_schedules": lr_schedules, "log_lines": log_lines, "tensorboard": tensorboard}[CASE]()
+{"lr_schedules": lr_schedules, "log_lines": log_lines, "tensorboard": tensorboard, "rampup": rampup}[CASE]()
 if failures:
     sys.exit(1)
 print("ok", CASE)
