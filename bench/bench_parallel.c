@@ -286,15 +286,16 @@ static double replay_collectives(const mg_graph *P, int reps) {
 }
 
 /* ---- inputs ------------------------------------------------------------------------------------- */
-static void fill_inputs(mg_graph *g, mg_storage *st, const mg_step_config *sc, int dp, int dp_rank) {
+static void fill_inputs(const mg_rank_graph *R, const mg_step *step, mg_storage *st, const mg_step_config *sc, int dp,
+                        int dp_rank) {
     int s = sc->model.seq_length, b = sc->micro_batch;
-    mg_tensor *pos = mg_graph_find(g, "position_ids");
+    mg_tensor *pos = mg_rank_tensor(R, step->positions);
     if (pos) {
         int32_t *p = mg_storage_data(st, pos);
         for (int t = 0; t < s; t++) p[t] = t;
     }
     uint64_t x = 88172645463325252ull;
-    mg_tensor *tok = mg_graph_find(g, "input_ids"), *lab = mg_graph_find(g, "labels");
+    mg_tensor *tok = mg_rank_tensor(R, step->tokens), *lab = mg_rank_tensor(R, step->targets);
     /* global micro-batch k runs on data-parallel rank k % dp as its instance k / dp */
     for (int k = 0; k < sc->n_micro; k++)
         for (int i = 0; i < s * b; i++) {
@@ -347,13 +348,15 @@ int main(int argc, char **argv) {
 
     mg_step st;
     if (mg_step_build(&sc, &st, &err)) die("step build", &err);
-    mg_graph *P = NULL;
+    mg_rank_graph R;
     mg_comm *comm = NULL;
     if (world_ > 1) {
-        if (mg_partition(st.g, &plan, &mesh, &P, &err)) die("partition", &err);
+        if (mg_partition(st.g, &plan, &mesh, &R, &err)) die("partition", &err);
         if (mg_comm_new(&mesh, &comm, &err)) die("comm", &err);
+    } else if (mg_rank_graph_serial(st.g, &R, &err)) {
+        die("bind", &err);
     }
-    mg_graph *G = P ? P : st.g;
+    mg_graph *G = R.graph, *P = R.owns_graph ? R.graph : NULL;
     mg_memplan *mp = NULL;
     mg_storage *sto = NULL;
     mg_engine *eng = NULL;
@@ -362,12 +365,12 @@ int main(int argc, char **argv) {
     mg_engine_options eo = {.sched_policy = NULL, .ncpus = workers, .use_priorities = true,
                             .comm_thread = ov && atoi(ov) > 0};
     int dp = mesh.size[MG_GROUP_DP], dp_rank = mesh.coord[MG_GROUP_DP];
-    mg_storage_options so = {sc.n_micro / dp, plan.microbatch_slots};
+    mg_storage_options so = {.n_micro = sc.n_micro / dp, .n_slots = plan.microbatch_slots};
     if (mg_memplan_build(G, true, &mp, &err) || mg_storage_new_ex(G, mp, &so, &sto, &err) ||
         mg_storage_init(sto, 1234, &err) || mg_engine_new(G, sto, &eo, &eng, &err))
         die("engine", &err);
-    fill_inputs(G, sto, &sc, dp, dp_rank);
-    mg_tensor *loss = mg_graph_find(G, "lm_loss");
+    fill_inputs(&R, &st, sto, &sc, dp, dp_rank);
+    mg_tensor *loss = mg_rank_tensor(&R, st.loss);
 
     double gb[MG_GROUP_COUNT];
     mg_plan_comm_bytes(G, sc.n_micro / mesh.size[MG_GROUP_DP], gb);
@@ -466,7 +469,7 @@ int main(int argc, char **argv) {
     mg_storage_free(sto);
     mg_memplan_free(mp);
     mg_comm_free(comm);
-    mg_graph_free(P);
+    mg_rank_graph_release(&R);
     mg_step_release(&st);
     MPI_Finalize();
     return 0;

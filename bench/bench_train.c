@@ -121,7 +121,7 @@ static int profile_step(bench_model *bm, mg_error *err) {
     int rc = mg_step_build(&c, &st, err);
     if (rc) return rc;
     rc = mg_memplan_build(st.g, true, &plan, err);
-    mg_storage_options so = {c.n_micro, MG_PLAN_DEFAULT_SLOTS};
+    mg_storage_options so = {.n_micro = c.n_micro, .n_slots = MG_PLAN_DEFAULT_SLOTS};
     if (!rc) rc = mg_storage_new_ex(st.g, plan, &so, &sto, err);
     if (!rc) rc = mg_storage_init(sto, 1234, err);
     mg_node **ord = NULL;
@@ -214,7 +214,7 @@ static int time_step(bench_model *bm, int reps, int slots, step_result *res, mg_
     int rc = mg_step_build(&c, &st, err);
     if (rc) return rc;
     rc = mg_memplan_build(st.g, true, &plan, err);
-    mg_storage_options so = {c.n_micro, slots};
+    mg_storage_options so = {.n_micro = c.n_micro, .n_slots = slots};
     if (!rc) rc = mg_storage_new_ex(st.g, plan, &so, &sto, err);
     if (!rc) rc = mg_storage_init(sto, 1234, err);
     if (!rc) {

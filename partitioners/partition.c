@@ -405,12 +405,13 @@ static int finish_outputs(part_ctx *c) {
         part_rename(c, t, lt->name);
         t->persistent = true;
         t->role = lt->role;
+        *p = (pt){t, whole}; /* the value the host reads */
     }
     return MG_OK;
 }
 
-int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg_graph **out, mg_error *err) {
-    *out = NULL;
+int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg_rank_graph *out, mg_error *err) {
+    memset(out, 0, sizeof *out);
     part_ctx c;
     memset(&c, 0, sizeof c);
     c.L = L;
@@ -453,6 +454,9 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
     if (!rc) rc = finish_outputs(&c);
     enter_node_context(&c, NULL);
     if (!rc) rc = mg_graph_validate(c.P, err);
+    if (!rc && !(out->local = calloc((size_t)nt + 1, sizeof *out->local)))
+        rc = mg_error_set(err, MG_ERR_NOMEM, "partitioning: out of memory");
+    for (int i = 0; i < nt && !rc; i++) out->local[i] = c.st[i].t;
 done:
     if (c.dopt) dopt_free(&c);
     free(c.st);
@@ -461,8 +465,38 @@ done:
     if (rc) {
         if (err && !err->code) mg_error_set(err, rc, "partitioning failed");
         mg_graph_free(c.P);
+        free(out->local);
+        memset(out, 0, sizeof *out);
         return rc;
     }
-    *out = c.P;
+    out->graph = c.P;
+    out->logical = L;
+    out->n_logical = nt;
+    out->owns_graph = true;
     return MG_OK;
+}
+
+int mg_rank_graph_serial(mg_graph *L, mg_rank_graph *out, mg_error *err) {
+    memset(out, 0, sizeof *out);
+    int nt = mg_graph_n_tensors(L);
+    if (!(out->local = calloc((size_t)nt + 1, sizeof *out->local)))
+        return mg_error_set(err, MG_ERR_NOMEM, "out of memory binding the graph");
+    for (int i = 0; i < nt; i++) out->local[i] = mg_graph_tensor(L, i);
+    out->graph = L;
+    out->logical = L;
+    out->n_logical = nt;
+    return MG_OK;
+}
+
+mg_tensor *mg_rank_tensor(const mg_rank_graph *r, const mg_tensor *lt) {
+    if (!r || !lt || !r->local || lt->id < 0 || lt->id >= r->n_logical || mg_graph_tensor(r->logical, lt->id) != lt)
+        return NULL;
+    return r->local[lt->id];
+}
+
+void mg_rank_graph_release(mg_rank_graph *r) {
+    if (!r) return;
+    if (r->owns_graph) mg_graph_free(r->graph);
+    free(r->local);
+    memset(r, 0, sizeof *r);
 }

@@ -50,7 +50,8 @@ typedef struct run {
     mg_tokenizer *tok;
     mg_dataset *data;
     mg_step train, eval;        /* logical graphs */
-    mg_graph *train_g, *eval_g; /* what this rank runs: the logical graph, or its partition */
+    mg_rank_graph train_rg, eval_rg; /* what this rank runs, and where each logical tensor is in it */
+    mg_graph *train_g, *eval_g; /* their graphs */
     mg_memplan *train_plan, *eval_plan;
     mg_storage *train_st, *eval_st;
     mg_engine *train_eng, *eval_eng;
@@ -70,8 +71,8 @@ typedef struct run {
 } run;
 
 static void run_release(run *r) {
-    if (r->eval_g != r->eval.g) mg_graph_free(r->eval_g);
-    if (r->train_g != r->train.g) mg_graph_free(r->train_g);
+    mg_rank_graph_release(&r->eval_rg);
+    mg_rank_graph_release(&r->train_rg);
     mg_comm_free(r->comm);
     mg_engine_free(r->eval_eng);
     mg_engine_free(r->train_eng);
@@ -416,13 +417,20 @@ static int local_micro_of(const run *r, int64_t gbs) {
  * the data-parallel ranks in order), samples first + (that) * mbs + j. Also sets
  * loss_scale to 1 / micro-batches of the global batch. gbs is this step's global batch
  * (less than --global-batch-size during a --rampup-batch-size ramp: fewer micro-batches). */
+/* The rank graph and logical step graph g (the training or the evaluation graph) runs. */
+static const mg_rank_graph *rank_of(const run *r, const mg_graph *g) { return g == r->eval_g ? &r->eval_rg : &r->train_rg; }
+static const mg_step *step_of(const run *r, const mg_graph *g) { return g == r->eval_g ? &r->eval : &r->train; }
+
 static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_t first, int64_t gbs,
                       mg_error *err) {
     int s = r->cfg.seq_length, mbs = r->cfg.micro_batch_size, n_global = (int)(gbs / mbs);
     uint64_t n = mg_dataset_num_samples(r->data, split);
     int64_t vocab = mg_tokenizer_vocab_size(r->tok);
     static const char *split_names[] = {"train", "validation", "test"};
-    mg_tensor *tt = mg_graph_find(g, "input_ids"), *lt = mg_graph_find(g, "labels"), *ls = mg_graph_find(g, "loss_scale");
+    const mg_rank_graph *R = rank_of(r, g);
+    const mg_step *st = step_of(r, g);
+    mg_tensor *tt = mg_rank_tensor(R, st->tokens), *lt = mg_rank_tensor(R, st->targets),
+              *ls = mg_rank_tensor(R, st->loss_scale);
     if (!tt || !lt || !ls) return mg_error_set(err, MG_ERR_RUNTIME, "the step graph lacks input_ids, labels or loss_scale");
     *(float *)mg_storage_data(store, ls) = 1.0f / (float)n_global;
     for (int i = 0; i < local_micro_of(r, gbs); i++) {
@@ -449,12 +457,11 @@ static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_
     return MG_OK;
 }
 
-static void fill_positions(mg_graph *g, mg_storage *store, int s) {
-    mg_tensor *pos = mg_graph_find(g, "position_ids");
+static void fill_positions(const run *r, mg_graph *g, mg_storage *store) {
+    mg_tensor *pos = mg_rank_tensor(rank_of(r, g), step_of(r, g)->positions);
     if (!pos) return;
     int32_t *p = mg_storage_data(store, pos);
     for (int64_t t = 0; t < mg_numel(pos); t++) p[t] = (int32_t)(pos->logical.offset[0] + t);
-    (void)s;
 }
 
 /* StarPU workers: all cores (0) for a lone rank, else this rank's share. */
@@ -486,13 +493,14 @@ static void place_workers(const run *r) {
 
 static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, mg_engine **eng, mg_error *err) {
     int rc = mg_memplan_build(g, true, plan, err);
-    mg_storage_options so = {local_micro(r), r->plan.microbatch_slots};
+    /* the evaluation graph runs on the training graph's parameters (no copies) */
+    mg_storage_options so = {local_micro(r), r->plan.microbatch_slots, g == r->eval_g ? r->train_st : NULL};
     if (!rc) rc = mg_storage_new_ex(g, *plan, &so, store, err);
     if (!rc) rc = mg_storage_init(*store, (uint64_t)r->cfg.seed, err);
     /* --load: the training graph's state, before the engine takes the buffers */
     if (!rc && g == r->train_g) rc = mg_run_resume_fill(&r->resume, g, *store, err);
     if (rc) return rc;
-    fill_positions(g, *store, r->cfg.seq_length);
+    fill_positions(r, g, *store);
     if (!strcmp(r->cfg.engine, "starpu")) {
         place_workers(r);
         mg_engine_options eo = {r->cfg.sched_policy, default_workers(r), true, r->cfg.overlap_grad_reduce};
@@ -508,16 +516,6 @@ static int execute(run *r, mg_graph *g, mg_storage *store, mg_engine *eng, int64
     return eng ? mg_engine_run(eng, &info, err) : mg_exec_reference(g, store, &info, err);
 }
 
-/* Copies every parameter of the training graph into the evaluation graph. */
-static void sync_params(run *r) {
-    for (int i = 0; i < mg_graph_n_tensors(r->eval_g); i++) {
-        mg_tensor *t = mg_graph_tensor(r->eval_g, i);
-        if (t->role != MG_ROLE_PARAM) continue;
-        mg_tensor *src = mg_graph_find(r->train_g, t->name);
-        if (src) memcpy(mg_storage_data(r->eval_st, t), mg_storage_data(r->train_st, src), (size_t)mg_numel(t) * 4);
-    }
-}
-
 /* Megatron prints from the last rank. */
 static bool is_logger(const run *r) { return r->mesh.rank == r->mesh.world - 1; }
 
@@ -525,7 +523,7 @@ static bool is_logger(const run *r) { return r->mesh.rank == r->mesh.world - 1; 
  * where the last evaluation of that split stopped. prefix: "iteration N" during
  * training, "iteration N on validation set" / "on test set" after it. */
 static int evaluate(run *r, int split, const char *prefix, int64_t iteration, bool after_training, mg_error *err) {
-    sync_params(r);
+    mg_storage_refresh_borrowed(r->eval_st); /* the weights training just wrote */
     double sum = 0;
     int64_t *done = split == MG_SPLIT_TEST ? &r->test_batches_done : &r->eval_batches_done;
     for (int64_t e = 0; e < r->cfg.eval_iters; e++) {
@@ -534,7 +532,7 @@ static int evaluate(run *r, int split, const char *prefix, int64_t iteration, bo
         int rc = fill_batch(r, r->eval_g, r->eval_st, split, first, r->cfg.global_batch_size, err);
         if (!rc) rc = execute(r, r->eval_g, r->eval_st, r->eval_eng, iteration, false, r->cfg.global_batch_size, err);
         if (rc) return rc;
-        sum += *(float *)mg_storage_data(r->eval_st, mg_graph_find(r->eval_g, "lm_loss"));
+        sum += *(float *)mg_storage_data(r->eval_st, mg_rank_tensor(&r->eval_rg, r->eval.loss));
     }
     double val = sum / (double)r->cfg.eval_iters;
     if (!is_logger(r)) return MG_OK;
@@ -610,11 +608,13 @@ static int train(run *r, mg_error *err) {
     /* MoE: Megatron's load_balancing_loss and z_loss (without coefficients, mean over MoE
      * layers), logged after the lm loss; absent for dense models */
     const char *moe_names[2] = {"load_balancing_loss", "z_loss"};
-    mg_tensor *moe_t[2] = {mg_graph_find(r->train_g, moe_names[0]), mg_graph_find(r->train_g, moe_names[1])};
+    mg_tensor *moe_t[2] = {mg_rank_tensor(&r->train_rg, r->train.load_balancing_loss),
+                           mg_rank_tensor(&r->train_rg, r->train.z_loss)};
     double moe_sum[2] = {0, 0};
     bool check_nan = !c->no_check_for_nan_in_loss_and_grad;
-    mg_tensor *loss_t = mg_graph_find(r->train_g, "lm_loss"), *lr_t = mg_graph_find(r->train_g, "optimizer.lr"),
-              *gn_t = mg_graph_find(r->train_g, "optimizer.grad_norm");
+    mg_tensor *loss_t = mg_rank_tensor(&r->train_rg, r->train.loss),
+              *lr_t = mg_rank_tensor(&r->train_rg, r->train.opt.lr),
+              *gn_t = mg_rank_tensor(&r->train_rg, r->train.opt.grad_norm);
     if (!loss_t || !lr_t || !gn_t)
         return mg_error_set(err, MG_ERR_RUNTIME, "the step graph lacks lm_loss, optimizer.lr or optimizer.grad_norm");
     int64_t start = r->resume.iteration;
@@ -762,11 +762,8 @@ static int check_shard_rules(const run *r, mg_error *err) {
 }
 
 /* The graph a rank runs: the logical graph itself on one rank, else its partition. */
-static int rank_graph(run *r, mg_step *st, const mg_mesh *mesh, mg_graph **out, mg_error *err) {
-    if (mesh->world == 1 && r->plan.matmul_tiles <= 1) {
-        *out = st->g;
-        return MG_OK;
-    }
+static int rank_graph(run *r, mg_step *st, const mg_mesh *mesh, mg_rank_graph *out, mg_error *err) {
+    if (mesh->world == 1 && r->plan.matmul_tiles <= 1) return mg_rank_graph_serial(st->g, out, err);
     return mg_partition(st->g, &r->plan, mesh, out, err);
 }
 
@@ -799,12 +796,13 @@ static void describe(const run *r, const mg_graph *g, int rank) {
 static int dry_run_world(run *r, int world, mg_error *err) {
     for (int rank = 0; rank < world; rank++) {
         mg_mesh mesh;
-        mg_graph *g = NULL;
+        mg_rank_graph R = {0};
         int rc = mg_mesh_init(&mesh, world, rank, r->plan.tp, r->plan.cp, r->plan.ep, r->plan.pp, err);
-        if (!rc) rc = rank_graph(r, &r->train, &mesh, &g, err);
-        if (!rc) describe(r, g, rank);
-        if (!rc && r->cfg.dump_dot && (rank == 0 || strstr(r->cfg.dump_dot, "%r"))) rc = dump_dot(r, g, rank, world, err);
-        if (g != r->train.g) mg_graph_free(g);
+        if (!rc) rc = rank_graph(r, &r->train, &mesh, &R, err);
+        if (!rc) describe(r, R.graph, rank);
+        if (!rc && r->cfg.dump_dot && (rank == 0 || strstr(r->cfg.dump_dot, "%r")))
+            rc = dump_dot(r, R.graph, rank, world, err);
+        mg_rank_graph_release(&R);
         if (rc) return rc;
     }
     return MG_OK;
@@ -959,8 +957,10 @@ int main(int argc, char **argv) {
         rc = dry_run_world(&r, plan_world, &err);
         return finish(&r, rc, &err);
     }
-    rc = rank_graph(&r, &r.train, &r.mesh, &r.train_g, &err);
-    if (!rc && with_eval) rc = rank_graph(&r, &r.eval, &r.mesh, &r.eval_g, &err);
+    rc = rank_graph(&r, &r.train, &r.mesh, &r.train_rg, &err);
+    if (!rc && with_eval) rc = rank_graph(&r, &r.eval, &r.mesh, &r.eval_rg, &err);
+    r.train_g = r.train_rg.graph;
+    r.eval_g = r.eval_rg.graph;
     if (!rc && r.cfg.dump_dot) rc = dump_dot(&r, r.train_g, rank, world, &err);
     if (!rc && r.cfg.metrics_file && is_logger(&r)) rc = metrics_open(&r, &err);
     if (!rc && r.cfg.tensorboard_dir && is_logger(&r)) rc = mg_tb_open(r.cfg.tensorboard_dir, &r.tb, &err);

@@ -29,6 +29,12 @@ typedef struct mg_storage mg_storage;
 typedef struct mg_storage_options {
     int n_micro;
     int n_slots;
+    /* Another graph's storage whose parameters this one uses instead of its own: each
+     * parameter with the same logical identity (key, logical shape, block) and size as
+     * one of params_from's reads that buffer (an evaluation graph running on the
+     * training graph's weights, without a copy). Borrowed buffers are not initialised,
+     * nor freed; params_from must outlive this storage. NULL: none. */
+    const mg_storage *params_from;
 } mg_storage_options;
 
 /* Allocates 64-byte-aligned host buffers for the plan's buffers (replicated as opt
@@ -37,6 +43,12 @@ int mg_storage_new(mg_graph *g, const mg_memplan *plan, mg_storage **out, mg_err
 int mg_storage_new_ex(mg_graph *g, const mg_memplan *plan, const mg_storage_options *opt, mg_storage **out,
                       mg_error *err);
 void mg_storage_free(mg_storage *s);
+/* Before running this storage's graph after the lender's graph ran: makes the borrowed
+ * buffers' host bytes current (the lender's engine brings them home) and drops this
+ * storage's engine's device copies of them. Nothing to do without device workers. */
+void mg_storage_refresh_borrowed(mg_storage *s);
+/* How many buffers this storage borrows (params_from). */
+int mg_storage_n_borrowed(const mg_storage *s);
 /* Data of tensor t; for replicated buffers, the copy of micro-batch instance 0. */
 void *mg_storage_data(const mg_storage *s, const mg_tensor *t);
 /* Data of tensor t as micro-batch instance `mb` sees it (its MICROBATCH copy, its slot). */

@@ -88,11 +88,29 @@ typedef struct mg_plan_model {
 } mg_plan_model;
 int mg_plan_check_model(const mg_plan *p, int world, const mg_plan_model *m, mg_error *err);
 
-/* Partitions logical graph L (a training step, after backward and optimizer) for
- * the rank `mesh->rank`. The physical graph keeps the logical names, so the host
- * finds its inputs and parameters by name. Its per-micro-batch part (mb >= 0) is what
- * the rank runs for each of its micro-batches (data parallelism: see mg_exec_info). */
-int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg_graph **P, mg_error *err);
+/* What one rank runs: its graph, and where each logical tensor's value lives in it.
+ * Hosts feed inputs, read losses and exchange parameters through `local`, keyed by the
+ * logical tensors the model builder returned (mg_step's fields), never by name. */
+typedef struct mg_rank_graph {
+    mg_graph *graph;          /* the rank's graph (owned unless it is the logical graph) */
+    const mg_graph *logical;  /* the logical graph it came from (borrowed) */
+    mg_tensor **local;        /* [n_logical], by logical tensor id: the rank's tensor holding that
+                               * tensor's value (its block, placed as local[i]->place; host-read
+                               * outputs whole), NULL where this rank has none */
+    int n_logical;
+    bool owns_graph;
+} mg_rank_graph;
+
+/* Partitions logical graph L (a training step, after backward and optimizer) for the
+ * rank `mesh->rank`. The rank graph's per-micro-batch part (mb >= 0) is what the rank
+ * runs for each of its micro-batches (data parallelism: see mg_exec_info). */
+int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg_rank_graph *out, mg_error *err);
+/* One rank without partitioning: the logical graph itself, each tensor bound to itself. */
+int mg_rank_graph_serial(mg_graph *L, mg_rank_graph *out, mg_error *err);
+/* The rank's tensor for logical tensor lt (NULL: none on this rank, or lt is not of
+ * the logical graph). */
+mg_tensor *mg_rank_tensor(const mg_rank_graph *r, const mg_tensor *lt);
+void mg_rank_graph_release(mg_rank_graph *r);
 
 /* Analytic bytes this rank sends per step on each group (ring algorithms), from the
  * collective nodes of a physical graph: those of the per-micro-batch part count once

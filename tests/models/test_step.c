@@ -69,7 +69,7 @@ typedef struct side {
 static int side_new(side *sd, mg_step *step, bool reuse) {
     memset(sd, 0, sizeof *sd);
     mg_error err = {0};
-    mg_storage_options so = {step->n_micro, 2};
+    mg_storage_options so = {.n_micro = step->n_micro, .n_slots = 2};
     if (mg_memplan_build(step->g, reuse, &sd->plan, &err) || mg_storage_new_ex(step->g, sd->plan, &so, &sd->st, &err) ||
         mg_storage_init(sd->st, SEED, &err)) {
         TK_CHECK(false, "side setup: %s", err.msg);
@@ -241,10 +241,73 @@ out:
     mg_step_release(&step);
 }
 
+/* The evaluation graph runs on the training graph's parameters (params_from): every
+ * parameter is borrowed, initialising the evaluation storage leaves the trained
+ * weights alone, and after a training step the evaluation loss on the engine equals
+ * that of an evaluation graph given copies of the trained weights, and differs from
+ * the loss with the initial weights. */
+static void test_eval_borrows_params(void) {
+    mg_step_config tc = small_config(), ec = small_config();
+    ec.training = false;
+    mg_step train, eval;
+    mg_error err = {0};
+    TK_CHECK(mg_step_build(&tc, &train, &err) == MG_OK && mg_step_build(&ec, &eval, &err) == MG_OK, "build: %s",
+             err.msg);
+    side t, e, c; /* training; evaluation borrowing; evaluation with copied weights */
+    if (side_new(&t, &train, true) || side_run(&t, &train, 0)) return;
+    int n_params = 0;
+    for (int i = 0; i < mg_graph_n_tensors(eval.g); i++) n_params += mg_graph_tensor(eval.g, i)->role == MG_ROLE_PARAM;
+    /* the evaluation side, borrowing */
+    memset(&e, 0, sizeof e);
+    mg_storage_options so = {.n_micro = eval.n_micro, .n_slots = 2, .params_from = t.st};
+    TK_CHECK(mg_memplan_build(eval.g, true, &e.plan, &err) == MG_OK &&
+                 mg_storage_new_ex(eval.g, e.plan, &so, &e.st, &err) == MG_OK && mg_storage_init(e.st, SEED, &err) == MG_OK,
+             "borrowing storage: %s", err.msg);
+    TK_CHECK(mg_storage_n_borrowed(e.st) == n_params, "%d of %d parameters borrowed", mg_storage_n_borrowed(e.st),
+             n_params);
+    /* the same inputs on both evaluation sides: side_new's, then the copies */
+    if (side_new(&c, &eval, true)) return;
+    for (int k = 0; k < eval.n_micro; k++) {
+        memcpy(mg_storage_data_mb(e.st, eval.tokens, k), mg_storage_data_mb(c.st, eval.tokens, k), bytes_of(eval.tokens));
+        memcpy(mg_storage_data_mb(e.st, eval.targets, k), mg_storage_data_mb(c.st, eval.targets, k), bytes_of(eval.targets));
+    }
+    memcpy(mg_storage_data(e.st, eval.positions), mg_storage_data(c.st, eval.positions), bytes_of(eval.positions));
+    *(float *)mg_storage_data(e.st, eval.loss_scale) = 1.0f / NMICRO;
+    *(float *)mg_storage_data(c.st, eval.loss_scale) = 1.0f / NMICRO;
+    mg_exec_info info = {.seed = SEED, .iteration = 1, .training = false, .n_micro = eval.n_micro};
+    TK_CHECK(mg_exec_reference(eval.g, c.st, &info, &err) == MG_OK, "eval, initial weights: %s", err.msg);
+    float initial = scalar(&c, eval.loss);
+    int n_same = 0;
+    for (int i = 0; i < mg_graph_n_tensors(eval.g); i++) {
+        const mg_tensor *p = mg_graph_tensor(eval.g, i);
+        if (p->role != MG_ROLE_PARAM) continue;
+        const mg_tensor *q = mg_graph_find(train.g, p->name); /* the test's own pairing, by name */
+        TK_CHECK(q && bytes_of(q) == bytes_of(p), "parameter %s in the training graph", p->name);
+        if (!q) continue;
+        n_same += mg_storage_data(e.st, p) == mg_storage_data(t.st, q);
+        memcpy(mg_storage_data(c.st, p), mg_storage_data(t.st, q), bytes_of(p));
+    }
+    TK_CHECK(n_same == n_params, "%d of %d parameters share the training buffer", n_same, n_params);
+    TK_CHECK(mg_exec_reference(eval.g, c.st, &info, &err) == MG_OK, "eval, copied weights: %s", err.msg);
+    if (side_engine(&e, &eval)) return;
+    mg_storage_refresh_borrowed(e.st);
+    TK_CHECK(mg_engine_run(e.eng, &info, &err) == MG_OK, "eval, borrowed weights: %s", err.msg);
+    float copied = scalar(&c, eval.loss), borrowed = scalar(&e, eval.loss);
+    TK_CHECK(memcmp(&copied, &borrowed, sizeof copied) == 0, "evaluation loss %.9g with borrowed weights, %.9g with copies",
+             borrowed, copied);
+    TK_CHECK(copied != initial, "the trained weights give another loss than the initial ones (%.9g)", initial);
+    side_free(&e); /* before the lender */
+    side_free(&c);
+    side_free(&t);
+    mg_step_release(&eval);
+    mg_step_release(&train);
+}
+
 int main(int argc, char **argv) {
     static const tk_case cases[] = {
         {"starpu_equals_reference", test_starpu_equals_reference},
         {"memplan_reuse_equal", test_memplan_reuse_equal},
+        {"eval_borrows_params", test_eval_borrows_params},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
 }

@@ -57,13 +57,14 @@ static int32_t token(int it, int k, int t, int j, int vocab) {
 
 /* The inputs of this rank's micro-batch instances: instance i is global micro-batch
  * i * dp + dp_rank (mg_exec_info); the serial run is dp 1. */
-static void fill_inputs(mg_graph *g, mg_storage *st, int n_local, int dp, int dp_rank, int it, int s, int b, int vocab) {
-    mg_tensor *pos = mg_graph_find(g, "position_ids");
+static void fill_inputs(const mg_rank_graph *R, const mg_step *step, mg_storage *st, int n_local, int dp, int dp_rank,
+                        int it, int s, int b, int vocab) {
+    mg_tensor *pos = mg_rank_tensor(R, step->positions);
     if (pos) {
         int32_t *p = mg_storage_data(st, pos);
         for (int t = 0; t < s; t++) p[t] = t;
     }
-    mg_tensor *tok = mg_graph_find(g, "input_ids"), *lab = mg_graph_find(g, "labels");
+    mg_tensor *tok = mg_rank_tensor(R, step->tokens), *lab = mg_rank_tensor(R, step->targets);
     for (int i = 0; i < n_local && tok && lab; i++) {
         int k = i * dp + dp_rank;
         int32_t *x = mg_storage_data_mb(st, tok, i), *y = mg_storage_data_mb(st, lab, i);
@@ -164,37 +165,41 @@ int main(int argc, char **argv) {
     mg_step ser;
     mg_memplan *sp = NULL;
     mg_storage *ss = NULL;
-    mg_storage_options sso = {sc.n_micro, 1};
+    mg_rank_graph S; /* the serial run: the logical graph, bound to itself */
+    mg_storage_options sso = {.n_micro = sc.n_micro, .n_slots = 1};
     if (mg_step_build(&sc, &ser, &err) || mg_memplan_build(ser.g, true, &sp, &err) ||
-        mg_storage_new_ex(ser.g, sp, &sso, &ss, &err) || mg_storage_init(ss, 42, &err))
+        mg_storage_new_ex(ser.g, sp, &sso, &ss, &err) || mg_storage_init(ss, 42, &err) ||
+        mg_rank_graph_serial(ser.g, &S, &err))
         die("serial build", &err);
     double *serial_loss = calloc((size_t)iters, sizeof *serial_loss);
     for (int it = 0; it < iters; it++) {
-        fill_inputs(ser.g, ss, sc.n_micro, 1, 0, it, sc.model.seq_length, sc.micro_batch, 100);
+        fill_inputs(&S, &ser, ss, sc.n_micro, 1, 0, it, sc.model.seq_length, sc.micro_batch, 100);
         mg_exec_info info = {.seed = 42, .iteration = it, .training = true, .n_micro = sc.n_micro};
         if (mg_exec_reference(ser.g, ss, &info, &err)) die("serial run", &err);
         serial_loss[it] = *(float *)mg_storage_data(ss, ser.loss);
     }
 
     /* the plan */
+    mg_rank_graph R;
     mg_graph *P = NULL;
     mg_comm *comm = NULL;
     mg_memplan *pp = NULL;
     mg_storage *ps = NULL;
     mg_engine *eng = NULL;
-    if (mg_partition(ser.g, &plan, &mesh, &P, &err)) die("partition", &err);
+    if (mg_partition(ser.g, &plan, &mesh, &R, &err)) die("partition", &err);
+    P = R.graph;
     if (mg_comm_new(&mesh, &comm, &err)) die("comm", &err);
     mg_engine_options eo = {NULL, 1, true, overlap};
     int n_local = sc.n_micro / dp, dp_rank = mesh.coord[MG_GROUP_DP];
-    mg_storage_options pso = {n_local, 2};
+    mg_storage_options pso = {.n_micro = n_local, .n_slots = 2};
     if (mg_memplan_build(P, true, &pp, &err) || mg_storage_new_ex(P, pp, &pso, &ps, &err) ||
         mg_storage_init(ps, 42, &err) || mg_engine_new(P, ps, &eo, &eng, &err))
         die("parallel build", &err);
-    mg_tensor *loss = mg_graph_find(P, "lm_loss");
+    mg_tensor *loss = mg_rank_tensor(&R, ser.loss);
     CHECK(loss != NULL, "physical graph has lm_loss");
     double worst_loss = 0;
     for (int it = 0; it < iters && loss; it++) {
-        fill_inputs(P, ps, n_local, dp, dp_rank, it, sc.model.seq_length, sc.micro_batch, 100);
+        fill_inputs(&R, &ser, ps, n_local, dp, dp_rank, it, sc.model.seq_length, sc.micro_batch, 100);
         mg_exec_info info = {.seed = 42, .iteration = it, .training = true, .comm = comm, .n_micro = n_local,
                              .mb_offset = dp_rank, .mb_stride = dp};
         if (mg_engine_run(eng, &info, &err)) die("parallel run", &err);
@@ -204,15 +209,15 @@ int main(int argc, char **argv) {
         CHECK(rel <= 1e-5, "iteration %d: loss %.9g, serial %.9g (relative error %.3g > 1e-5)", it + 1, l,
               serial_loss[it], rel);
     }
-    /* reading mg_graph_find(P, "mb0.input_ids") etc. keeps working; compare weights */
+    /* compare weights: each logical parameter's block on this rank */
     double worst_param = 0, worst_elem = 0;
     int n_params = 0;
-    for (int i = 0; i < mg_graph_n_tensors(P); i++) {
-        const mg_tensor *t = mg_graph_tensor(P, i);
-        if (t->role != MG_ROLE_PARAM) continue;
-        const mg_tensor *s = mg_graph_find(ser.g, t->name);
-        CHECK(s != NULL, "parameter %s exists serially", t->name);
-        if (!s) continue;
+    for (int i = 0; i < mg_graph_n_tensors(ser.g); i++) {
+        const mg_tensor *s = mg_graph_tensor(ser.g, i);
+        if (s->role != MG_ROLE_PARAM) continue;
+        const mg_tensor *t = mg_rank_tensor(&R, s);
+        CHECK(t != NULL && t->role == MG_ROLE_PARAM, "parameter %s is bound on this rank", s->name);
+        if (!t) continue;
         double e = compare_block(t, mg_storage_data(ps, t), s, mg_storage_data(ss, s), &worst_elem);
         n_params++;
         if (e > worst_param) worst_param = e;
@@ -232,8 +237,9 @@ int main(int argc, char **argv) {
     mg_storage_free(ps);
     mg_memplan_free(pp);
     mg_comm_free(comm);
-    mg_graph_free(P);
+    mg_rank_graph_release(&R);
     mg_storage_free(ss);
+    mg_rank_graph_release(&S);
     mg_memplan_free(sp);
     mg_step_release(&ser);
     free(serial_loss);

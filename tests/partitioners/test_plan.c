@@ -124,12 +124,13 @@ static void no_rule(void) {
     mg_mesh mesh;
     mg_error err = {0};
     TK_CHECK(n && mg_mesh_init(&mesh, 2, 0, 2, 1, 1, 1, &err) == MG_OK, "setup: %s", err.msg);
-    mg_graph *P = NULL;
-    int rc = mg_partition(g, &p, &mesh, &P, &err);
-    TK_CHECK(rc == MG_ERR_UNSUPPORTED && P == NULL, "partitioning an op without a rule must fail (rc %d)", rc);
+    mg_rank_graph R;
+    int rc = mg_partition(g, &p, &mesh, &R, &err);
+    TK_CHECK(rc == MG_ERR_UNSUPPORTED && R.graph == NULL && R.local == NULL,
+             "partitioning an op without a rule must fail (rc %d)", rc);
     TK_CHECK(strstr(err.msg, "xent_vp_max") && strstr(err.msg, "no sharding rule"), "message: %s",
              err.msg);
-    mg_graph_free(P);
+    mg_rank_graph_release(&R);
     mg_graph_free(g);
 }
 

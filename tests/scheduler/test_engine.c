@@ -521,7 +521,7 @@ static void test_gpt2(void) {
     runner ref = {0}, sp = {0};
     mg_engine *e = NULL;
     mg_memplan *plan = NULL;
-    mg_storage_options so = {st.n_micro, 2}; /* two micro-batches in flight on the engine */
+    mg_storage_options so = {.n_micro = st.n_micro, .n_slots = 2}; /* two micro-batches in flight on the engine */
     if (mg_memplan_build(st.g, true, &plan, &err) || mg_storage_new_ex(st.g, plan, &so, &ref.st, &err) ||
         mg_storage_new_ex(st.g, plan, &so, &sp.st, &err) || mg_storage_init(ref.st, 99, &err) ||
         mg_storage_init(sp.st, 99, &err)) {

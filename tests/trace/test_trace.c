@@ -149,7 +149,7 @@ static void test_engine_gpt2(void) {
     mg_storage *s = NULL;
     mg_engine *e = NULL;
     mg_trace *t = NULL;
-    mg_storage_options so = {st.n_micro, 2};
+    mg_storage_options so = {.n_micro = st.n_micro, .n_slots = 2};
     rc = mg_memplan_build(st.g, true, &plan, &err);
     if (!rc) rc = mg_storage_new_ex(st.g, plan, &so, &s, &err);
     if (!rc) rc = mg_storage_init(s, 5, &err);
