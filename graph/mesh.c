@@ -40,6 +40,7 @@ int mg_mesh_init(mg_mesh *m, int world, int rank, int tp, int cp, int ep, int pp
     m->size[MG_GROUP_EP] = ep;
     m->size[MG_GROUP_DP] = dp;
     m->size[MG_GROUP_PP] = pp;
+    m->size[MG_GROUP_DP_CP] = dp * cp;
     m->size[MG_GROUP_WORLD] = world;
     int r = rank;
     m->coord[MG_GROUP_TP] = r % tp;
@@ -51,6 +52,7 @@ int mg_mesh_init(mg_mesh *m, int world, int rank, int tp, int cp, int ep, int pp
     m->coord[MG_GROUP_PP] = r;
     int j = m->coord[MG_GROUP_CP] + cp * m->coord[MG_GROUP_DP];
     m->coord[MG_GROUP_EP] = j % ep;
+    m->coord[MG_GROUP_DP_CP] = j; /* cp innermost, as the ranks lie */
     m->coord[MG_GROUP_WORLD] = rank;
     return MG_OK;
 }
@@ -74,6 +76,7 @@ int mg_mesh_peer(const mg_mesh *m, mg_group grp, int idx) {
         int j2 = (j / ep) * ep + idx;
         return rank_of(m, t, j2 % cp, j2 / cp, p);
     }
+    case MG_GROUP_DP_CP: return rank_of(m, t, idx % m->size[MG_GROUP_CP], idx / m->size[MG_GROUP_CP], p);
     case MG_GROUP_WORLD: return idx;
     default: return -1;
     }

@@ -14,7 +14,9 @@
  *   - when every parameter of a bucket has been updated, the updated ranges are
  *     all-gathered and each parameter is rebuilt from the gathered buffer, written in
  *     place of the old value.
- * With tensor parallelism, the buffer holds each rank's tensor-parallel blocks.
+ * With tensor parallelism, the buffer holds each rank's tensor-parallel blocks. With
+ * context parallelism the shards are over dp x cp (c->grad_group), as Megatron shards
+ * over its data-parallel group with context parallelism.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,7 +85,7 @@ int dopt_init(part_ctx *c) {
         b->count++;
     }
     for (int i = 0; i < d->n_buckets; i++)
-        d->buckets[i].padded = (d->buckets[i].numel + c->dp - 1) / c->dp * c->dp;
+        d->buckets[i].padded = (d->buckets[i].numel + c->gdp - 1) / c->gdp * c->gdp;
     return MG_OK;
 }
 
@@ -109,8 +111,8 @@ static void name_bucket(part_ctx *c, mg_tensor *t, const char *fmt, int bucket) 
     part_rename(c, t, nm);
 }
 
-static int64_t range_lo(const part_ctx *c, const dbucket *b) { return (int64_t)c->dp_rank * (b->padded / c->dp); }
-static int64_t range_hi(const part_ctx *c, const dbucket *b) { return range_lo(c, b) + b->padded / c->dp; }
+static int64_t range_lo(const part_ctx *c, const dbucket *b) { return (int64_t)c->gdp_rank * (b->padded / c->gdp); }
+static int64_t range_hi(const part_ctx *c, const dbucket *b) { return range_lo(c, b) + b->padded / c->gdp; }
 
 /* This rank's segment of a parameter: [a, z) in bucket coordinates (a == z: none). */
 static void segment(const part_ctx *c, const dist_opt *d, const dparam *p, int64_t *a, int64_t *z) {
@@ -147,7 +149,7 @@ static int bucket_reduce(part_ctx *c, int bi) {
         return part_graph_error(c);
     }
     if (acc->src && acc->src->op == MG_OP_CONCAT) name_bucket(c, acc, "grad_bucket%d", bi);
-    b->shard_grad = mg_reduce_scatter(c->P, acc, MG_GROUP_DP, c->dp, 0, c->seq++);
+    b->shard_grad = mg_reduce_scatter(c->P, acc, c->grad_group, c->gdp, 0, c->seq++);
     if (!b->shard_grad) {
         return part_graph_error(c);
     }
@@ -216,7 +218,7 @@ static int dopt_sumsq(part_ctx *c, const mg_node *n) {
 static int bucket_gather(part_ctx *c, int bi) {
     dist_opt *d = c->dopt;
     dbucket *b = &d->buckets[bi];
-    int64_t S = b->padded / c->dp, covered = 0;
+    int64_t S = b->padded / c->gdp, covered = 0;
     mg_tensor **segs = malloc(((size_t)b->count + 1) * sizeof *segs);
     if (!segs) return part_fail(c, MG_ERR_NOMEM, "distributed optimizer: out of memory");
     int k = 0;
@@ -233,7 +235,7 @@ static int bucket_gather(part_ctx *c, int bi) {
     }
     mg_tensor *shard = k == 1 ? segs[0] : mg_concat(c->P, k, segs, 0);
     free(segs);
-    mg_tensor *full = shard ? mg_allgather(c->P, shard, MG_GROUP_DP, c->dp, 0, c->seq++) : NULL;
+    mg_tensor *full = shard ? mg_allgather(c->P, shard, c->grad_group, c->gdp, 0, c->seq++) : NULL;
     if (!full) {
         return part_graph_error(c);
     }

@@ -232,6 +232,23 @@ static mg_tensor *step(part_ctx *c, const mg_tensor *lt, mg_tensor *x, mg_placem
 static mg_tensor *convert(part_ctx *c, const mg_tensor *lt, mg_tensor *x, const mg_placement *from,
                           const mg_placement *to) {
     mg_placement cur = *from;
+    /* A sum over both dp and cp is one all-reduce over the combined dp x cp group
+     * (Megatron's gradient reduction under context parallelism), not two. */
+    if (c->grad_group == MG_GROUP_DP_CP && cur.ax[MG_GROUP_DP].kind == MG_SHARD_PARTIAL &&
+        cur.ax[MG_GROUP_CP].kind == MG_SHARD_PARTIAL && to->ax[MG_GROUP_DP].kind == MG_SHARD_FULL &&
+        to->ax[MG_GROUP_CP].kind == MG_SHARD_FULL) {
+        mg_placement next = cur;
+        next.ax[MG_GROUP_DP] = mg_place_full(MG_GROUP_DP);
+        next.ax[MG_GROUP_CP] = mg_place_full(MG_GROUP_CP);
+        mg_tensor *t = cache_find(c, lt->id, &next);
+        if (!t) {
+            t = named(c, mg_allreduce(c->P, x, MG_GROUP_DP_CP, c->gdp, MG_REDUCE_SUM, c->seq++), lt, "dp_cp_allreduce",
+                      &next);
+            if (t) cache_put(c, lt->id, &next, t);
+        }
+        x = t;
+        cur = next;
+    }
     for (int a = MG_MESH_AXES - 1; a >= 0 && x; a--) {
         if (sh_eq(cur.ax[a], to->ax[a])) continue;
         int dims[2] = {cur.ax[a].kind == MG_SHARD_SPLIT ? cur.ax[a].dim : -1,
@@ -422,6 +439,9 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
     c.tp_rank = mesh->coord[MG_GROUP_TP];
     c.dp = mesh->size[MG_GROUP_DP];
     c.dp_rank = mesh->coord[MG_GROUP_DP];
+    c.grad_group = mesh->size[MG_GROUP_CP] > 1 ? MG_GROUP_DP_CP : MG_GROUP_DP;
+    c.gdp = mesh->size[c.grad_group];
+    c.gdp_rank = mesh->coord[c.grad_group];
     int nt = mg_graph_n_tensors(L), rc = MG_OK;
     c.cur_mb = -1;
     c.P = mg_graph_new();
@@ -436,7 +456,7 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
         const mg_tensor *t = mg_graph_tensor(L, i);
         if (t->requires_grad && t->grad) c.final_grad_of[t->grad->id] = i;
     }
-    if (plan->distributed_optimizer && c.dp > 1 && (rc = dopt_init(&c))) goto done;
+    if (plan->distributed_optimizer && c.gdp > 1 && (rc = dopt_init(&c))) goto done;
     mg_node **ord;
     int n_ord;
     if ((rc = mg_graph_topo((mg_graph *)L, &ord, &n_ord, err))) goto done;

@@ -29,6 +29,10 @@ typedef struct part_ctx {
     const mg_plan *plan;
     const mg_mesh *mesh;     /* the only source of parallel sizes and coordinates */
     int tp, tp_rank, dp, dp_rank; /* mesh->size / coord of the two axes rules ask most */
+    /* Where gradients are summed and optimizer state sharded: dp, or dp x cp under
+     * context parallelism (one collective over the combined group, as Megatron) */
+    mg_group grad_group;
+    int gdp, gdp_rank;
     int cur_mb;              /* micro-batch field of the nodes being emitted (>= 0: per micro-batch) */
     mg_phase cur_phase;      /* phase of the nodes being emitted */
     /* The placement of the node being emitted on the axes other than tp (the tp rules

@@ -4,7 +4,9 @@
  * (Expert parallelism reuses ranks of dp x cp; with ep == 1, the default, it is a
  * no-op dimension.) A rank's coordinate in each dimension is its index inside that
  * dimension's group; the group of dimension D is the set of ranks that agree on
- * every coordinate except D's.
+ * every coordinate except D's. The combined group dp_cp holds the ranks that agree on tp and pp
+ * (index cp + cp * dp): gradients reduce over it in one collective under context
+ * parallelism.
  *
  * mg_comm wraps one MPI communicator per group. Collective nodes (ops/collective.c)
  * find their communicator through mg_exec_info.comm; a later NCCL backend implements
@@ -24,7 +26,7 @@ extern "C" {
 
 typedef struct mg_mesh {
     int world, rank;
-    int size[MG_GROUP_COUNT];   /* tp, cp, ep, dp, pp, world */
+    int size[MG_GROUP_COUNT];   /* tp, cp, ep, dp, pp, dp_cp, world */
     int coord[MG_GROUP_COUNT];  /* this rank's index in each group */
 } mg_mesh;
 

@@ -50,9 +50,12 @@ typedef enum mg_op {
     MG_OP_COUNT
 } mg_op;
 
-/* Parallel dimensions, in Megatron's rank order (tp innermost). */
+/* Parallel dimensions, in Megatron's rank order (tp innermost), then the combined
+ * groups: DP_CP is dp x cp (Megatron's data-parallel group with context parallelism:
+ * gradients are summed, and the distributed optimizer shards, over it in one
+ * collective), and WORLD every rank. */
 typedef enum mg_group { MG_GROUP_NONE = -1, MG_GROUP_TP, MG_GROUP_CP, MG_GROUP_EP, MG_GROUP_DP,
-                        MG_GROUP_PP, MG_GROUP_WORLD, MG_GROUP_COUNT } mg_group;
+                        MG_GROUP_PP, MG_GROUP_DP_CP, MG_GROUP_WORLD, MG_GROUP_COUNT } mg_group;
 
 /* How a physical tensor relates to its logical tensor across a group of ranks. */
 typedef enum mg_shard_kind { MG_SHARD_FULL, MG_SHARD_SPLIT, MG_SHARD_PARTIAL } mg_shard_kind;

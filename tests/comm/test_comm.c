@@ -38,7 +38,7 @@ static void mesh_layout(void) {
     TK_CHECK(m.size[MG_GROUP_TP] == 2 && m.size[MG_GROUP_CP] == 1 && m.size[MG_GROUP_EP] == 1 &&
                  m.size[MG_GROUP_DP] == 2 && m.size[MG_GROUP_PP] == 2 && m.size[MG_GROUP_WORLD] == 8,
              "sizes tp %d cp %d ep %d dp %d pp %d world %d", m.size[0], m.size[1], m.size[2], m.size[3], m.size[4],
-             m.size[5]);
+             m.size[MG_GROUP_WORLD]);
     /* rank 5 = tp 1 + 2 * (dp 0 + 2 * pp 1) */
     TK_CHECK(m.coord[MG_GROUP_TP] == 1 && m.coord[MG_GROUP_CP] == 0 && m.coord[MG_GROUP_EP] == 0 &&
                  m.coord[MG_GROUP_DP] == 0 && m.coord[MG_GROUP_PP] == 1 && m.coord[MG_GROUP_WORLD] == 5,
@@ -62,6 +62,10 @@ static void mesh_layout(void) {
     expect_group("tp2 cp2 pp2", 16, 2, 2, 1, 2, MG_GROUP_CP, 8, 2, cp16);
     expect_group("tp2 cp2 pp2", 16, 2, 2, 1, 2, MG_GROUP_DP, 8, 2, dp16);
     expect_group("tp2 cp2 pp2", 16, 2, 2, 1, 2, MG_GROUP_PP, 8, 2, pp16);
+    /* dp x cp: the ranks that share tp and pp, cp innermost */
+    static const int dpcp16[] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
+    expect_group("tp2 cp2 pp2", 16, 2, 2, 1, 2, MG_GROUP_DP_CP, 4, 4, dpcp16);
+    expect_group("tp2 pp2", 8, 2, 1, 1, 2, MG_GROUP_DP_CP, 4, 2, dp);
     /* Expert parallelism over dp: world 8, tp 2, ep 2 (dp 4), as Megatron's expert
      * rank generator (tp-ep-dp-pp with expert tp = tp) lays it out. */
     static const int ep8[] = {0, 2, 1, 3, 4, 6, 5, 7};
@@ -108,11 +112,15 @@ static void mesh_consistency(void) {
                         TK_CHECK(mg_mesh_peer(&q, (mg_group)g, j) == mg_mesh_peer(&m, (mg_group)g, j),
                                  "config %zu: ranks %d and %d disagree on %s member %d", c, r, p,
                                  mg_group_name((mg_group)g), j);
-                    /* Members differ from r only in g's coordinates (ep: in dp and cp). */
+                    /* Members differ from r only in g's coordinates (ep: in dp and cp; dp_cp: in both). */
                     for (int h = 0; h < MG_GROUP_WORLD; h++) {
                         if (h == g || g == MG_GROUP_WORLD) continue;
                         if (g == MG_GROUP_EP && (h == MG_GROUP_DP || h == MG_GROUP_CP)) continue;
                         if (h == MG_GROUP_EP && (g == MG_GROUP_DP || g == MG_GROUP_CP)) continue;
+                        /* dp x cp: its members differ in dp, cp (and so ep) and vice versa */
+                        bool in_dpcp = h == MG_GROUP_DP || h == MG_GROUP_CP || h == MG_GROUP_EP;
+                        if (g == MG_GROUP_DP_CP && in_dpcp) continue;
+                        if (h == MG_GROUP_DP_CP && (g == MG_GROUP_DP || g == MG_GROUP_CP || g == MG_GROUP_EP)) continue;
                         TK_CHECK(q.coord[h] == m.coord[h], "config %zu: %s peer %d of %d differs in %s", c,
                                  mg_group_name((mg_group)g), p, r, mg_group_name((mg_group)h));
                     }

@@ -245,8 +245,9 @@ static void run_mesh(int tp, int cp, int ep, int pp) {
         TK_CHECK(got[MG_GROUP_WORLD] == 0 && mg_comm_seconds(comm) == 0, "reset");
     }
     if (world_rank == 0 && !tk_failures)
-        printf("ok collectives, mesh %s: %d nodes, groups tp %d cp %d ep %d dp %d pp %d world %d\n", mesh_name,
-               mg_graph_n_nodes(g), m.size[0], m.size[1], m.size[2], m.size[3], m.size[4], m.size[5]);
+        printf("ok collectives, mesh %s: %d nodes, groups tp %d cp %d ep %d dp %d pp %d dp_cp %d world %d\n", mesh_name,
+               mg_graph_n_nodes(g), m.size[MG_GROUP_TP], m.size[MG_GROUP_CP], m.size[MG_GROUP_EP], m.size[MG_GROUP_DP],
+               m.size[MG_GROUP_PP], m.size[MG_GROUP_DP_CP], m.size[MG_GROUP_WORLD]);
     tk_release(&r);
     mg_graph_free(g);
     mg_comm_free(comm);
