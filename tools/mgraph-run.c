@@ -29,6 +29,7 @@
 #include "run_log.h"
 #include "run_schedule.h"
 #include "run_trace.h"
+#include "mgraph/recompute.h"
 
 #ifndef MG_DEFAULT_CORPUS
 #define MG_DEFAULT_CORPUS ""
@@ -792,6 +793,40 @@ static void describe(const run *r, const mg_graph *g, int rank) {
            mg_graph_n_nodes(g), n_comm, bytes[MG_GROUP_TP], bytes[MG_GROUP_DP], line);
 }
 
+/* --recompute-*: Megatron's checks, then the rewrite of the graph this rank runs
+ * (after partitioning: recompute is local to a rank, as in Megatron). */
+static int recompute_options(const mg_run_config *c, int layers, mg_recompute_options *o, mg_error *err) {
+    memset(o, 0, sizeof *o);
+    const char *gran = c->recompute_granularity, *method = c->recompute_method;
+    if (!gran) return MG_OK;
+    o->granularity = strcmp(gran, "full") ? MG_RECOMPUTE_SELECTIVE : MG_RECOMPUTE_FULL;
+    o->n_layers = layers;
+    if (o->granularity != MG_RECOMPUTE_FULL) return MG_OK;
+    if (!method)
+        return mg_error_set(err, MG_ERR_INVALID, "--recompute-granularity full needs --recompute-method uniform or block");
+    if (!mg_run_config_given(c, "--recompute-num-layers"))
+        return mg_error_set(err, MG_ERR_INVALID, "--recompute-granularity full needs --recompute-num-layers");
+    if (c->recompute_num_layers < 1 || c->recompute_num_layers > layers)
+        return mg_error_set(err, MG_ERR_INVALID, "--recompute-num-layers must be in 1..%d (the layers), got %d", layers,
+                            c->recompute_num_layers);
+    o->method = strcmp(method, "block") ? MG_RECOMPUTE_UNIFORM : MG_RECOMPUTE_BLOCK;
+    o->num_layers = c->recompute_num_layers;
+    return MG_OK;
+}
+
+static int apply_recompute(run *r, mg_graph *g, int rank, mg_error *err) {
+    mg_recompute_options o;
+    int rc = recompute_options(&r->cfg, r->train.model.cfg.num_layers, &o, err);
+    if (rc || o.granularity != MG_RECOMPUTE_FULL) return rc;
+    o.layer_scope = mg_gpt_is_gpt2(&r->train.model.cfg) ? "h.%d" : "model.layers.%d";
+    int cloned = 0;
+    rc = mg_graph_recompute(g, &o, &cloned, err);
+    if (!rc && rank == 0)
+        printf("mgraph-run: activation recompute: full, %s, %d layer%s: %d forward nodes rerun in backward\n",
+               o.method == MG_RECOMPUTE_BLOCK ? "block" : "uniform", o.num_layers, o.num_layers == 1 ? "" : "s", cloned);
+    return rc;
+}
+
 /* --dry-run --world-size N: partition for every rank in this one process. */
 static int dry_run_world(run *r, int world, mg_error *err) {
     for (int rank = 0; rank < world; rank++) {
@@ -799,6 +834,7 @@ static int dry_run_world(run *r, int world, mg_error *err) {
         mg_rank_graph R = {0};
         int rc = mg_mesh_init(&mesh, world, rank, r->plan.tp, r->plan.cp, r->plan.ep, r->plan.pp, err);
         if (!rc) rc = rank_graph(r, &r->train, &mesh, &R, err);
+        if (!rc) rc = apply_recompute(r, R.graph, rank, err);
         if (!rc) describe(r, R.graph, rank);
         if (!rc && r->cfg.dump_dot && (rank == 0 || strstr(r->cfg.dump_dot, "%r")))
             rc = dump_dot(r, R.graph, rank, world, err);
@@ -890,6 +926,10 @@ int main(int argc, char **argv) {
         else plan_world = r.cfg.world_size;
     }
     if (!rc) rc = check_dump_dot(&r, world, &err);
+    if (!rc) {
+        mg_recompute_options ro;
+        rc = recompute_options(&r.cfg, r.cfg.num_layers, &ro, &err);
+    }
     if (!rc)
         rc = mg_run_trace_check(r.cfg.trace_file, r.cfg.trace_iterations, r.cfg.train_iters, world,
                                 !strcmp(r.cfg.engine, "starpu"), &err);
@@ -961,6 +1001,7 @@ int main(int argc, char **argv) {
     if (!rc && with_eval) rc = rank_graph(&r, &r.eval, &r.mesh, &r.eval_rg, &err);
     r.train_g = r.train_rg.graph;
     r.eval_g = r.eval_rg.graph;
+    if (!rc) rc = apply_recompute(&r, r.train_g, rank, &err);
     if (!rc && r.cfg.dump_dot) rc = dump_dot(&r, r.train_g, rank, world, &err);
     if (!rc && r.cfg.metrics_file && is_logger(&r)) rc = metrics_open(&r, &err);
     if (!rc && r.cfg.tensorboard_dir && is_logger(&r)) rc = mg_tb_open(r.cfg.tensorboard_dir, &r.tb, &err);

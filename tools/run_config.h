@@ -51,6 +51,8 @@ typedef struct mg_run_config {
     int world_size;          /* --world-size: partition for N ranks without launching them (with --dry-run) */
     const char *plan_file;
     /* execution */
+    const char *recompute_granularity, *recompute_method; /* NULL: not given */
+    int recompute_num_layers;
     const char *engine;      /* "starpu" (default) or "reference" */
     const char *sched_policy;
     int cpu_workers;

@@ -18,5 +18,6 @@
 #include "mgraph/tokenizer.h"
 #include "mgraph/dataset.h"
 #include "mgraph/outfile.h"
+#include "mgraph/recompute.h"
 
 #endif

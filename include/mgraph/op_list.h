@@ -54,6 +54,8 @@ MG_OP(LOGSUMEXP_BWD, "logsumexp_bwd")
 MG_OP(MOE_ROUTE_BWD, "moe_route_bwd")
 MG_OP(MOE_ROW_DOT, "moe_row_dot")
 MG_OP(MOE_GROUPED_MATMUL_DW, "moe_grouped_matmul_dw")
+/* activation recompute (graph/recompute.c): a copy of x once `after` exists */
+MG_OP(RECOMPUTE_GATE, "recompute_gate")
 /* vocab-parallel cross-entropy pieces (emitted by the tensor-parallel partitioner) */
 MG_OP(XENT_VP_MAX, "xent_vp_max")
 MG_OP(XENT_VP_PARTS, "xent_vp_parts")
