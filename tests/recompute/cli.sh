@@ -10,7 +10,7 @@ rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 [ -f "$TEXT" ] || { echo "FAIL: no corpus $TEXT"; exit 1; }
 MPI="$MPIEXEC --oversubscribe --allow-run-as-root"
 SMALL=(--text-file "$TEXT" --num-layers 3 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-       --micro-batch-size 2 --global-batch-size 8 --eval-interval 0 --log-interval 1 --lr 3e-3 --train-iters 4
+       --micro-batch-size 2 --global-batch-size 8 --eval-interval 0 --eval-iters 0 --log-interval 1 --lr 3e-3 --train-iters 4
        --cpu-workers 1)
 fail() { echo "FAIL: $*"; exit 1; }
 losses() { grep -o '"lm_loss": [^,]*' "$1"; }
