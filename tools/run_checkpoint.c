@@ -234,6 +234,27 @@ static int check_model(const mg_ckpt *ck, json_t *saved, const mg_run_config *c,
             free(y);
         }
     }
+    /* Numeric model flags, compared as the floats the model holds (older checkpoints
+     * lack them: the defaults); RoPE's only where the model uses rope. */
+    const struct { const char *key, *flag; double dflt; bool rope; } num[] = {
+        {"layernorm_epsilon", "--norm-epsilon", 1e-5, false},
+        {"rotary_base", "--rotary-base", 10000.0, true},
+        {"rotary_percent", "--rotary-percent", 1.0, true},
+    };
+    bool rope = m->pos_emb == MG_POS_ROPE;
+    for (size_t i = 0; i < sizeof num / sizeof *num && !rc; i++) {
+        if (num[i].rope && !rope) continue;
+        json_t *a = json_object_get(saved, num[i].key);
+        if (a && !json_is_number(a)) {
+            rc = mg_error_set(err, MG_ERR_IO, "%s: the checkpoint's %s is not a number", mg_ckpt_dir(ck), num[i].key);
+            break;
+        }
+        float was = (float)(a ? json_number_value(a) : num[i].dflt);
+        float is = (float)json_number_value(json_object_get(now, num[i].key));
+        if (was != is)
+            rc = mg_error_set(err, MG_ERR_INVALID, "%s does not match the checkpoint %s: it was saved with %g, this run has %g",
+                              num[i].flag, mg_ckpt_dir(ck), (double)was, (double)is);
+    }
     json_decref(now);
     return rc;
 }
