@@ -12,6 +12,9 @@
 #   bad       model-flag mismatch, corrupt and truncated checkpoints: exit 2 with a message
 #   convert   mgraph-convert (5th argument) without transformers: --to-hf then --from-hf gives
 #             back the same model (same validation loss, bitwise); bad input exits 2
+#   convert_llama  the same for a LLaMA-family GPT (LlamaForCausalLM: GQA, untied, no
+#             biases): round trip bitwise, vocabulary padding dropped and restored, model
+#             flags checked on load, and what LlamaForCausalLM cannot be refused with exit 2
 set -u
 RUN=$1 TEXT=$2 WORK=$3 CASE=$4 CONVERT=${5:-}
 [ -f "$TEXT" ] || { echo "FAIL: no $TEXT"; exit 1; }
@@ -206,6 +209,66 @@ convert)
     conv2 "activation_function" --from-hf hf_bad --save x
     sed 's/"n_embd": 64/"n_embd": 32/' hf/config.json > hf_bad/config.json
     conv2 "shape" --from-hf hf_bad --save x
+    [ ! -e x ] || fail "a failed conversion left output"
+    ;;
+convert_llama)
+    L=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
+       --untie-embeddings-and-output-weights --group-query-attention --num-query-groups 2 --rotary-base 500000)
+    "$RUN" "${ARGS[@]}" "${L[@]}" --train-iters 2 --save ck > s.txt 2>&1 || { cat s.txt; fail "save"; }
+    "$CONVERT" --load ck --to-hf hf > c1.txt 2>&1 || { cat c1.txt; fail "--to-hf"; }
+    grep -q LlamaForCausalLM c1.txt || { cat c1.txt; fail "--to-hf did not say LlamaForCausalLM"; }
+    for kv in '"model_type": "llama"' '"num_key_value_heads": 2' '"tie_word_embeddings": false' '"attention_bias": false' \
+              '"rope_theta": 500000' '"rms_norm_eps": 1e-0*5,' '"vocab_size": 256'; do
+        grep -q -- "$kv" hf/config.json || { cat hf/config.json; fail "config.json lacks $kv"; }
+    done
+    "$CONVERT" --from-hf hf --save back > c2.txt 2>&1 || { cat c2.txt; fail "--from-hf"; }
+    "$RUN" "${ARGS[@]}" "${L[@]}" --load ck --skip-train --metrics-file a.jsonl > a.txt 2>&1 || { cat a.txt; fail "skip-train ck"; }
+    "$RUN" "${ARGS[@]}" "${L[@]}" --load back --skip-train --metrics-file b.jsonl > b.txt 2>&1 || { cat b.txt; fail "skip-train back"; }
+    [ -n "$(grep val_loss a.jsonl)" ] && [ "$(grep -o '"val_loss": [^}]*' a.jsonl)" = "$(grep -o '"val_loss": [^}]*' b.jsonl)" ] ||
+        fail "round trip changed the model: $(cat a.jsonl b.jsonl)"
+    # a vocabulary padded to 288 on import: export drops the 32 zero rows again
+    "$CONVERT" --from-hf hf --save pad --make-vocab-size-divisible-by 96 > c3.txt 2>&1 || { cat c3.txt; fail "--from-hf padded"; }
+    grep -q "padded to 288" c3.txt || { cat c3.txt; fail "vocabulary not padded to 288"; }
+    "$CONVERT" --load pad --to-hf hf_pad > c4.txt 2>&1 || { cat c4.txt; fail "--to-hf padded"; }
+    cmp -s hf/model.safetensors hf_pad/model.safetensors || fail "padding rows did not round-trip"
+    # the imported model's flags are checked as any checkpoint's
+    run2() { # $1 message part, rest: mgraph-run arguments
+        local want=$1; shift
+        "$RUN" "${ARGS[@]}" --skip-train "$@" > out.txt 2> err.txt
+        local rc=$?
+        [ $rc -eq 2 ] || { cat err.txt; fail "mgraph-run $* exited $rc, want 2"; }
+        grep -q -- "$want" err.txt || { cat err.txt; fail "mgraph-run $*: message lacks '$want'"; }
+    }
+    run2 "--make-vocab-size-divisible-by" "${L[@]}" --load pad
+    run2 "--rotary-base" "${L[@]/500000/10000}" --load back
+    run2 "--norm-epsilon" "${L[@]}" --norm-epsilon 1e-6 --load back
+    M=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
+       --untie-embeddings-and-output-weights --rotary-base 500000)
+    run2 "--num-query-groups" "${M[@]}" --load back
+    conv2() { # $1 message part, rest: arguments
+        local want=$1; shift
+        "$CONVERT" "$@" > out.txt 2> err.txt
+        local rc=$?
+        [ $rc -eq 2 ] || { cat err.txt; fail "mgraph-convert $* exited $rc, want 2"; }
+        grep -q -- "$want" err.txt || { cat err.txt; fail "mgraph-convert $*: message lacks '$want'"; }
+    }
+    # what LlamaForCausalLM cannot hold
+    "$RUN" "${ARGS[@]}" --normalization RMSNorm --position-embedding-type rope --train-iters 1 --save nogate > s2.txt 2>&1 ||
+        { cat s2.txt; fail "save without --swiglu"; }
+    conv2 "needs --swiglu" --load nogate --to-hf x
+    bad() { # $1 message part, $2 sed expression on config.json
+        rm -rf hf_bad && cp -r hf hf_bad && sed -i "$2" hf_bad/config.json
+        conv2 "$1" --from-hf hf_bad --save x
+    }
+    bad "rope_scaling" 's/"use_cache": true/"rope_scaling": {"rope_type": "llama3", "factor": 8.0}, "use_cache": true/'
+    bad "rope_parameters" 's/"rope_type": "default"/"rope_type": "yarn"/'
+    bad "mlp_bias" 's/"mlp_bias": false/"mlp_bias": true/'
+    bad "hidden_act" 's/"silu"/"gelu"/'
+    bad "model_type" 's/"llama"/"mistral"/'
+    bad "head_dim" 's/"head_dim": 16/"head_dim": 32/'
+    bad "num_key_value_heads" 's/"num_key_value_heads": 2/"num_key_value_heads": 3/'
+    bad "shape" 's/"intermediate_size": [0-9]*/"intermediate_size": 64/'
+    bad "lm_head.weight" 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' # tied, but lm_head differs
     [ ! -e x ] || fail "a failed conversion left output"
     ;;
 *) fail "unknown case $CASE" ;;

@@ -1,0 +1,76 @@
+/* mgraph-convert's model descriptions: one per Hugging Face architecture it reads and
+ * writes (convert_gpt2.c: GPT2LMHeadModel, convert_llama.c: LlamaForCausalLM). Each says
+ * which parameters mgraph's model has (models/gpt2.c names and layouts), how a tensor maps
+ * to and from the Hugging Face one, and how config.json reads and writes. mgraph-convert.c
+ * does the files (mgraph checkpoints, safetensors) and the command line. */
+#ifndef MGRAPH_TOOLS_CONVERT_H
+#define MGRAPH_TOOLS_CONVERT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mgraph/error.h"
+
+typedef enum cv_arch_kind { CV_GPT2, CV_LLAMA } cv_arch_kind;
+
+/* The model, in the union of both architectures' terms. */
+typedef struct cv_cfg {
+    cv_arch_kind arch;
+    int layers, hidden, ffn, heads, groups, positions;
+    int64_t vocab, padded;   /* Hugging Face's vocabulary; mgraph's padded one */
+    double eps;              /* norm epsilon */
+    double rope_base;        /* LLaMA: RoPE theta */
+    bool untied;             /* LLaMA: lm_head apart from the embedding */
+    bool bias;               /* LLaMA: biases on q/k/v/o and the MLP (GPT-2 always has them) */
+    const char *tokenizer_type;
+    double hidden_dropout, attention_dropout;
+    int divisible_by;
+} cv_cfg;
+
+/* One tensor in mgraph's layout, owned. */
+typedef struct cv_tensor {
+    char name[128];
+    int ndim;
+    int64_t shape[2];
+    float *data;
+} cv_tensor;
+
+typedef struct cv_model {
+    cv_cfg cfg;
+    cv_tensor *t;
+    int n, cap;
+} cv_model;
+
+/* Appends a zeroed tensor [rows] (cols 0) or [rows, cols]. */
+int cv_add(cv_model *m, const char *name, int64_t rows, int64_t cols, mg_error *err);
+cv_tensor *cv_find(cv_model *m, const char *name);
+void cv_model_free(cv_model *m);
+/* The shortest decimal that reads back as the same float (1e-05, not 9.99999975e-06):
+ * mgraph holds epsilons and RoPE bases as float. */
+double cv_float_decimal(float f);
+
+typedef struct cv_arch {
+    const char *hf_class;    /* "GPT2LMHeadModel" */
+    const char *model_type;  /* config.json's "model_type" */
+    const char *embedding;   /* mgraph's name of the word embedding (its rows are padded) */
+    /* mgraph's parameters of m->cfg, in models/gpt2.c's order, zeroed */
+    int (*alloc)(cv_model *m, mg_error *err);
+    /* the Hugging Face key of mgraph tensor t */
+    void (*hf_key)(const cv_tensor *t, char *key, size_t n);
+    /* the Hugging Face shape of t; returns its ndim */
+    int (*hf_shape)(const cv_cfg *c, const cv_tensor *t, int64_t *shape);
+    /* t's data from the Hugging Face tensor hf (to_mg), or hf from t */
+    void (*convert)(const cv_cfg *c, cv_tensor *t, float *hf, bool to_mg);
+    /* config.json (object cfg, read from path) into c: sizes, options; MG_ERR_INVALID
+     * or MG_ERR_UNSUPPORTED naming the field for what mgraph's model cannot be */
+    int (*read_config)(json_t *cfg, const char *path, cv_cfg *c, mg_error *err);
+    json_t *(*write_config)(const cv_cfg *c);
+} cv_arch;
+
+extern const cv_arch cv_gpt2, cv_llama;
+
+/* A positive integer field of config.json (def when absent or null; def < 0: required). */
+int cv_cfg_int(json_t *cfg, const char *k, int64_t def, int64_t *v, const char *path, mg_error *err);
+
+#endif
