@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "convert.h"
 #include "mgraph/checkpoint.h"
@@ -397,13 +398,9 @@ static int load_hf(const opts *o, cv_model *m, mg_error *err) {
     return rc;
 }
 
-static int save_hf(const char *dir, cv_model *m, mg_error *err) {
+static int save_hf_files(const char *dir, cv_model *m, mg_error *err) {
     const cv_cfg *c = &m->cfg;
     const cv_arch *a = arch_of(c);
-    if (mkdir(dir, 0777) != 0) {
-        struct stat sb;
-        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return mg_error_set(err, MG_ERR_IO, "cannot create directory %s", dir);
-    }
     mg_st_out *out = calloc((size_t)m->n, sizeof *out);
     char (*keys)[160] = calloc((size_t)m->n, sizeof *keys);
     int64_t (*shapes)[2] = calloc((size_t)m->n, sizeof *shapes);
@@ -438,6 +435,21 @@ static int save_hf(const char *dir, cv_model *m, mg_error *err) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     rc = mg_write_file_atomic(path, "config.json", text, strlen(text), NULL, err);
     free(text);
+    return rc;
+}
+
+/* Into DIR (made if absent); a failure leaves no half-written directory that this call made. */
+static int save_hf(const char *dir, cv_model *m, mg_error *err) {
+    bool made = mkdir(dir, 0777) == 0;
+    struct stat sb;
+    if (!made && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))) return mg_error_set(err, MG_ERR_IO, "cannot create directory %s", dir);
+    int rc = save_hf_files(dir, m, err);
+    if (rc && made) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        unlink(path);
+        rmdir(dir);
+    }
     return rc;
 }
 
