@@ -102,6 +102,10 @@ static int json_int(json_t *o, const char *k, int64_t *v, const char *what, mg_e
  * GPT-2 exactly, or the LLaMA family; anything else is neither HF class. */
 static int model_arch(json_t *mm, const char *path, cv_cfg *c, mg_error *err) {
     const char *arch = json_string_value(json_object_get(mm, "arch"));
+    json_t *ne = json_object_get(mm, "num_experts");
+    if (ne && !(json_is_integer(ne) && json_integer_value(ne) == 0))
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: a mixture-of-experts model (--num-experts); mgraph-convert "
+                            "writes dense GPT2LMHeadModel and LlamaForCausalLM only", path);
     if (arch && !strcmp(arch, "gpt2")) {
         c->arch = CV_GPT2, c->bias = true, c->untied = false, c->rope_base = 10000;
         return MG_OK;
@@ -186,6 +190,7 @@ static json_t *model_json(const cv_cfg *c) {
                              "rotary_percent", 1.0);
     if (j && more) json_object_update(j, more);
     json_decref(more);
+    if (j) json_object_set_new(j, "num_experts", json_integer(0));
     return j;
 }
 

@@ -103,7 +103,7 @@ static json_t *model_json(const mg_run_config *c, const mg_gpt_config *m, int64_
     int groups = m->query_groups > 0 ? m->query_groups : m->heads;
     /* GPT-2 exactly (what mgraph-convert exports), or another of Megatron's GPT variants */
     bool gpt2 = m->norm == MG_NORM_LAYERNORM && m->pos_emb == MG_POS_LEARNED && !m->swiglu && groups == m->heads &&
-                !m->untie_embeddings && !m->disable_bias_linear;
+                !m->untie_embeddings && !m->disable_bias_linear && m->moe.num_experts == 0;
     json_t *j = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:i, s:s, s:f}", "arch", gpt2 ? "gpt2" : "gpt",
                           "num_layers", m->num_layers, "hidden_size", m->hidden, "ffn_hidden_size", m->ffn_hidden,
                           "num_attention_heads", m->heads, "max_position_embeddings", m->max_position, "seq_length",
@@ -118,6 +118,12 @@ static json_t *model_json(const mg_run_config *c, const mg_gpt_config *m, int64_
                              (double)m->rotary_percent);
     if (j && more) json_object_update(j, more);
     json_decref(more);
+    /* MoE: the flags that shape the expert parameters (models/moe.c) */
+    if (j) json_object_set_new(j, "num_experts", json_integer(m->moe.num_experts));
+    if (j && m->moe.num_experts > 0) {
+        json_object_set_new(j, "moe_ffn_hidden_size", json_integer(m->moe.ffn_hidden > 0 ? m->moe.ffn_hidden : m->ffn_hidden));
+        json_object_set_new(j, "moe_layer_freq", json_integer(m->moe.layer_freq));
+    }
     return j;
 }
 
@@ -233,6 +239,25 @@ static int check_model(const mg_ckpt *ck, json_t *saved, const mg_run_config *c,
             free(x);
             free(y);
         }
+    }
+    /* MoE flags (absent from dense checkpoints and those saved before MoE: 0 experts) */
+    const struct { const char *key, *flag; } moe[] = {
+        {"num_experts", "--num-experts"},
+        {"moe_ffn_hidden_size", "--moe-ffn-hidden-size"},
+        {"moe_layer_freq", "--moe-layer-freq"},
+    };
+    for (size_t i = 0; i < sizeof moe / sizeof *moe && !rc; i++) {
+        json_t *a = json_object_get(saved, moe[i].key), *b = json_object_get(now, moe[i].key);
+        json_t *zero = json_integer(0);
+        if (!a && i == 0) a = zero;
+        if ((a || b) && !json_equal(a, b)) {
+            char *x = a ? json_dumps(a, JSON_ENCODE_ANY) : NULL, *y = b ? json_dumps(b, JSON_ENCODE_ANY) : NULL;
+            rc = mg_error_set(err, MG_ERR_INVALID, "%s does not match the checkpoint %s: it was saved with %s, this run has %s",
+                              moe[i].flag, mg_ckpt_dir(ck), x ? x : "none", y ? y : "none");
+            free(x);
+            free(y);
+        }
+        json_decref(zero);
     }
     /* Numeric model flags, compared as the floats the model holds (older checkpoints
      * lack them: the defaults); RoPE's only where the model uses rope. */

@@ -15,6 +15,9 @@
 #   convert_llama  the same for a LLaMA-family GPT (LlamaForCausalLM: GQA, untied, no
 #             biases): round trip bitwise, vocabulary padding dropped and restored, model
 #             flags checked on load, and what LlamaForCausalLM cannot be refused with exit 2
+#   moe       a mixture-of-experts GPT (4 experts, top-2, aux and z losses, dropout on):
+#             resume bitwise; saved under dp=2, loaded under 1 rank within 1e-5; other
+#             --num-experts / --moe-ffn-hidden-size / --moe-layer-freq exit 2 naming the flag
 set -u
 RUN=$1 TEXT=$2 WORK=$3 CASE=$4 CONVERT=${5:-}
 [ -f "$TEXT" ] || { echo "FAIL: no $TEXT"; exit 1; }
@@ -270,6 +273,39 @@ convert_llama)
     bad "shape" 's/"intermediate_size": [0-9]*/"intermediate_size": 64/'
     bad "lm_head.weight" 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' # tied, but lm_head differs
     [ ! -e x ] || fail "a failed conversion left output"
+    ;;
+moe)
+    E=(--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 96 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3)
+    "$RUN" "${ARGS[@]}" "${E[@]}" --train-iters 6 --save ck --save-interval 3 --metrics-file full.jsonl > full.txt 2>&1 ||
+        { cat full.txt; fail "MoE run"; }
+    grep -q 'mlp.experts.fc1.weight' ck/iter_0000003/index.json ||
+        fail "no expert weights in the checkpoint"
+    "$RUN" "${ARGS[@]}" "${E[@]}" --train-iters 6 --load ck/iter_0000003 --metrics-file resumed.jsonl > r.txt 2>&1 ||
+        { cat r.txt; fail "MoE resume"; }
+    same_bits full.jsonl resumed.jsonl 3
+    mpirun -np 2 "$RUN" "${ARGS[@]}" "${E[@]}" --train-iters 6 --save dp --save-interval 3 --metrics-file dp.jsonl > dp.txt 2>&1 ||
+        { cat dp.txt; fail "MoE dp2 run"; }
+    "$RUN" "${ARGS[@]}" "${E[@]}" --train-iters 6 --load dp/iter_0000003 --metrics-file one.jsonl > one.txt 2>&1 ||
+        { cat one.txt; fail "MoE dp2 checkpoint under 1 rank"; }
+    close_to dp.jsonl one.jsonl 3
+    moe2() { # $1 message part, rest: mgraph-run arguments
+        local want=$1; shift
+        "$RUN" "${ARGS[@]}" --train-iters 6 "$@" > out.txt 2> err.txt
+        local rc=$?
+        [ $rc -eq 2 ] || { cat err.txt; fail "mgraph-run $* exited $rc, want 2"; }
+        grep -q -- "$want" err.txt || { cat err.txt; fail "mgraph-run $*: message lacks '$want'"; }
+    }
+    moe2 "--num-experts" --load ck
+    moe2 "--num-experts" "${E[@]/4/8}" --load ck
+    moe2 "--moe-ffn-hidden-size" "${E[@]/96/128}" --load ck
+    moe2 "--moe-layer-freq" "${E[@]}" --moe-layer-freq 2 --load ck
+    "$RUN" "${ARGS[@]}" --train-iters 1 --save dense > d.txt 2>&1 || { cat d.txt; fail "dense save"; }
+    moe2 "--num-experts" "${E[@]}" --load dense
+    if [ -n "$CONVERT" ]; then
+        "$CONVERT" --load ck --to-hf hf > c.txt 2> c.err
+        [ $? -eq 2 ] && grep -q "mixture-of-experts" c.err || { cat c.err; fail "mgraph-convert exported an MoE model"; }
+        [ ! -e hf ] || fail "a refused export left output"
+    fi
     ;;
 *) fail "unknown case $CASE" ;;
 esac
