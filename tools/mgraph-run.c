@@ -779,6 +779,26 @@ static int dump_dot(run *r, const mg_graph *g, int rank, int world, mg_error *er
     return mg_graph_dump_dot_file(g, path, &dopt, err);
 }
 
+static int dump_dot_summary(run *r, const mg_graph *g, int rank, int world, mg_error *err) {
+    char path[1024], title[256];
+    rank_path(r->cfg.dump_dot_summary, rank, path, sizeof path);
+    snprintf(title, sizeof title, "mgraph GPT training step, rank %d of %d (tp %d, dp %d%s%s)", rank, world, r->plan.tp,
+             world / (r->plan.tp * r->plan.pp * r->plan.cp), r->plan.sequence_parallel ? ", sp" : "",
+             r->plan.distributed_optimizer ? ", distributed optimizer" : "");
+    mg_dot_summary_options o = {title, r->cfg.dot_summary_depth, r->cfg.dot_summary_scope, 0};
+    if (r->cfg.dot_summary_phase && mg_dot_parse_phases(r->cfg.dot_summary_phase, &o.phases, err)) return MG_ERR_INVALID;
+    return mg_graph_dump_dot_summary_file(g, path, &o, err);
+}
+
+/* --dump-dot and --dump-dot-summary of one rank's graph (rank 0 only unless the path has %r) */
+static int dump_dots(run *r, const mg_graph *g, int rank, int world, mg_error *err) {
+    const char *full = r->cfg.dump_dot, *sum = r->cfg.dump_dot_summary;
+    int rc = MG_OK;
+    if (full && (rank == 0 || strstr(full, "%r"))) rc = dump_dot(r, g, rank, world, err);
+    if (!rc && sum && (rank == 0 || strstr(sum, "%r"))) rc = dump_dot_summary(r, g, rank, world, err);
+    return rc;
+}
+
 static void describe(const run *r, const mg_graph *g, int rank) {
     double bytes[MG_GROUP_COUNT];
     mg_plan_comm_bytes(g, local_micro(r), bytes);
@@ -836,8 +856,7 @@ static int dry_run_world(run *r, int world, mg_error *err) {
         if (!rc) rc = rank_graph(r, &r->train, &mesh, &R, err);
         if (!rc) rc = apply_recompute(r, R.graph, rank, err);
         if (!rc) describe(r, R.graph, rank);
-        if (!rc && r->cfg.dump_dot && (rank == 0 || strstr(r->cfg.dump_dot, "%r")))
-            rc = dump_dot(r, R.graph, rank, world, err);
+        if (!rc) rc = dump_dots(r, R.graph, rank, world, err);
         mg_rank_graph_release(&R);
         if (rc) return rc;
     }
@@ -1003,6 +1022,7 @@ int main(int argc, char **argv) {
     r.eval_g = r.eval_rg.graph;
     if (!rc) rc = apply_recompute(&r, r.train_g, rank, &err);
     if (!rc && r.cfg.dump_dot) rc = dump_dot(&r, r.train_g, rank, world, &err);
+    if (!rc && r.cfg.dump_dot_summary) rc = dump_dot_summary(&r, r.train_g, rank, world, &err);
     if (!rc && r.cfg.metrics_file && is_logger(&r)) rc = metrics_open(&r, &err);
     if (!rc && r.cfg.tensorboard_dir && is_logger(&r)) rc = mg_tb_open(r.cfg.tensorboard_dir, &r.tb, &err);
     rc = agree_on_input(&r, rc, &err);

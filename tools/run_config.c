@@ -2,6 +2,8 @@
  * choices, the flags accepted without effect or refused, and --help. */
 #include "run_config.h"
 
+#include "mgraph/dot.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -124,6 +126,10 @@ static const flag flags[] = {
      "Chrome/Perfetto timeline (JSON) of the traced iterations: one lane per worker + communication (%r: rank)"},
     {"--trace-iterations", F_STR, O(trace_iterations), USE, NULL,
      "A or A:B: iterations to trace, 1-based, inclusive (default: the run's second)"},
+    {"--dump-dot-summary", F_STR, O(dump_dot_summary), USE, NULL, "write a scope-collapsed DOT view that renders at any size (%r: rank)"},
+    {"--dot-summary-depth", F_INT, O(dot_summary_depth), USE, NULL, "scope components per box in --dump-dot-summary (default 2: mb0.h.3)"},
+    {"--dot-summary-scope", F_STR, O(dot_summary_scope), USE, NULL, "only scopes matching this glob in --dump-dot-summary (e.g. 'mb0.h.0*')"},
+    {"--dot-summary-phase", F_STR, O(dot_summary_phase), USE, NULL, "only these phases in --dump-dot-summary: forward,backward,optimizer"},
     {"--dry-run", F_BOOL, O(dry_run), USE, NULL, "build (and dump) the graph, do not train"},
     {"--save", F_STR, O(save), USE, NULL, "checkpoint directory to save to"},
     {"--save-interval", F_I64, O(save_interval), USE, NULL, "iterations between checkpoints (and one at the end)"},
@@ -504,6 +510,11 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     if (c->eval_iters < 0) mg_run_notes_error(n, "--eval-iters must be >= 0");
     if (c->make_vocab_size_divisible_by < 1) mg_run_notes_error(n, "--make-vocab-size-divisible-by must be >= 1");
     if (c->cpu_workers < 0) mg_run_notes_error(n, "--cpu-workers must be >= 0");
+    if (c->dot_summary_depth < 0) mg_run_notes_error(n, "--dot-summary-depth must be >= 1");
+    unsigned phases;
+    mg_error pe = {0};
+    if (c->dot_summary_phase && mg_dot_parse_phases(c->dot_summary_phase, &phases, &pe))
+        mg_run_notes_error(n, "--dot-summary-phase: %s", pe.msg);
     if (c->save_interval < 0 || c->save_retain < 0) mg_run_notes_error(n, "--save-interval and --save-retain must be >= 0");
     if ((c->save_interval || c->save_retain) && !c->save)
         mg_run_notes_error(n, "--save-interval and --save-retain need --save DIR");

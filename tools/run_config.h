@@ -41,6 +41,8 @@ typedef struct mg_run_config {
     bool log_timers_to_tensorboard, log_validation_ppl_to_tensorboard;
     const char *metrics_file, *dump_dot;
     const char *trace_file, *trace_iterations; /* tools/run_trace.c */
+    const char *dump_dot_summary, *dot_summary_scope, *dot_summary_phase; /* --dump-dot-summary and its filters */
+    int dot_summary_depth;
     bool dry_run;
     /* data */
     const char *text_file, *data_path, *split, *data_cache_path;
