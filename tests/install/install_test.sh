@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# cmake --install into a scratch prefix, then build the README's API example
+# (tests/graph/readme_example.c) as a user would: with `pkg-config --cflags --libs
+# mgraph`, and with find_package(mgraph) in a CMake project. Both programs run (their
+# rpath finds the SentencePiece shim), and so do the installed tools.
+#   install_test.sh BUILD_DIR SOURCE_DIR WORK_DIR
+set -u
+BUILD=$1 SRC=$2 WORK=$3
+fail() { echo "FAIL: $*"; exit 1; }
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
+P=$WORK/prefix
+cmake --install "$BUILD" --prefix "$P" > install.txt 2>&1 || { cat install.txt; fail "cmake --install"; }
+for f in include/mgraph/mgraph.h include/mgraph/dot.h lib/libmgraph.a lib/libmgraph_sentencepiece.so bin/mgraph-run \
+         bin/mgraph-preprocess lib/pkgconfig/mgraph.pc lib/cmake/mgraph/mgraphConfig.cmake; do
+    [ -e "$P/$f" ] || fail "not installed: $f"
+done
+# nothing of the source or build tree is needed from here on
+unset CPATH C_INCLUDE_PATH LIBRARY_PATH LD_LIBRARY_PATH
+EX=$SRC/tests/graph/readme_example.c
+
+# 1. pkg-config
+export PKG_CONFIG_PATH=$P/lib/pkgconfig
+flags=$(pkg-config --cflags --libs mgraph) || fail "pkg-config mgraph"
+echo "pkg-config --cflags --libs mgraph: $flags"
+grep -q -- "-I$SRC/include\|-L$BUILD/lib\|-I$SRC " <<< "${flags//$P/PREFIX}" && fail "pkg-config flags point into the source or build tree"
+# shellcheck disable=SC2086 # the flags are words
+cc -std=c11 "$EX" -o ex_pkgconfig $flags > cc.txt 2>&1 || { cat cc.txt; fail "cc with pkg-config"; }
+mkdir -p run_pc && (cd run_pc && ../ex_pkgconfig) > pc.txt 2>&1 || { cat pc.txt; fail "pkg-config build does not run"; }
+grep -q "gradient of w1: mlp.fc1.weight" pc.txt && [ -s run_pc/mlp.dot ] || { cat pc.txt; fail "pkg-config build: wrong output"; }
+
+# 2. find_package(mgraph)
+cmake -S "$SRC/tests/install" -B user-build -DCMAKE_PREFIX_PATH="$P" -DREADME_EXAMPLE="$EX" > cfg.txt 2>&1 ||
+    { cat cfg.txt; fail "find_package(mgraph)"; }
+cmake --build user-build > build.txt 2>&1 || { cat build.txt; fail "building against mgraph::mgraph"; }
+grep -rq -- "-I$SRC/include" user-build/CMakeFiles 2> /dev/null && fail "find_package build includes the source tree"
+mkdir -p run_cm && (cd run_cm && ../user-build/readme_example) > cm.txt 2>&1 || { cat cm.txt; fail "find_package build does not run"; }
+grep -q "gradient of w1: mlp.fc1.weight" cm.txt && [ -s run_cm/mlp.dot ] || { cat cm.txt; fail "find_package build: wrong output"; }
+cmp -s run_pc/mlp.dot run_cm/mlp.dot || fail "the two builds wrote different DOT files"
+
+# 3. the installed tools run (and find the shim through their rpath)
+"$P/bin/mgraph-run" --help > help.txt 2>&1 && grep -q -- "--num-layers" help.txt || { cat help.txt; fail "mgraph-run --help"; }
+"$P/bin/mgraph-preprocess" --help > phelp.txt 2>&1 && grep -qi "usage" phelp.txt || { cat phelp.txt; fail "mgraph-preprocess --help"; }
+echo "ok: installed tree builds the README example with pkg-config and find_package; tools run"
