@@ -563,7 +563,8 @@ int mg_graph_dump_dot_summary(const mg_graph *g, FILE *f, const mg_dot_summary_o
         }
         char b[32];
         fmt_bytes(bytes, b, sizeof b);
-        fprintf(f, "  g%d -> g%d [label=\"%d tensor%s\\n%s\"%s];\n", edges[i].from, edges[i].to, nt, nt == 1 ? "" : "s", b,
+        /* xlabel, not label: a label becomes a node of the layout and made graphviz 5x slower */
+        fprintf(f, "  g%d -> g%d [xlabel=\"%d tensor%s\\n%s\"%s];\n", edges[i].from, edges[i].to, nt, nt == 1 ? "" : "s", b,
                 all_grad ? ", style=dashed" : "");
         i = j;
     }
