@@ -781,7 +781,8 @@ static int dump_dot(run *r, const mg_graph *g, int rank, int world, mg_error *er
 
 static int dump_dot_summary(run *r, const mg_graph *g, int rank, int world, mg_error *err) {
     char path[1024], title[256];
-    rank_path(r->cfg.dump_dot_summary, rank, path, sizeof path);
+    int rc = rank_path(r->cfg.dump_dot_summary, rank, path, sizeof path, err);
+    if (rc) return rc;
     snprintf(title, sizeof title, "mgraph GPT training step, rank %d of %d (tp %d, dp %d%s%s)", rank, world, r->plan.tp,
              world / (r->plan.tp * r->plan.pp * r->plan.cp), r->plan.sequence_parallel ? ", sp" : "",
              r->plan.distributed_optimizer ? ", distributed optimizer" : "");
