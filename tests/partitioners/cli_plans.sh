@@ -34,12 +34,23 @@ expect_usage() {
 # losses FILE: the lm_loss column of a metrics file
 losses() { grep -o '"lm_loss": [^,]*' "$1" | awk '{print $2}'; }
 
-# same_losses A B TOL: every iteration's loss within relative TOL
-same_losses() {
-    paste <(losses "$1") <(losses "$2") | awk -v tol="$3" '
+# grad_norms FILE: the grad_norm column (before clipping)
+grad_norms() { grep -o '"grad_norm": [^,]*' "$1" | awk '{print $2}'; }
+
+# same_column NAME A-VALUES B-VALUES TOL: every iteration within relative TOL
+same_column() {
+    paste <(echo "$2") <(echo "$3") | awk -v tol="$4" -v name="$1" '
         { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r; if (r > tol) bad++ }
-        END { printf "%d iterations, worst relative loss difference %.3g (bound %g)\n", n, w, tol;
+        END { printf "%d iterations, worst relative %s difference %.3g (bound %g)\n", n, name, w, tol;
               exit (n < 3 || bad > 0) }'
+}
+
+# same_losses A B TOL: every iteration's loss and grad norm within relative TOL (the
+# grad norm shows gradients scaled by a constant, which clipping and Adam hide from
+# the losses)
+same_losses() {
+    same_column loss "$(losses "$1")" "$(losses "$2")" "$3" &&
+        same_column grad_norm "$(grad_norms "$1")" "$(grad_norms "$2")" "$3"
 }
 
 case "$CASE" in
@@ -92,7 +103,7 @@ train_matches_serial)
     timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" --train-iters 6 --plan tp.plan --use-distributed-optimizer --overlap-grad-reduce \
         --metrics-file parallel.jsonl > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
     grep -q "tp 2, dp 2, sequence parallel, distributed optimizer" parallel.txt || fail "plan not applied"
-    same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses differ"
+    same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
     echo "ok $CASE" ;;
 dry_run_70b_memory)
     # the 70B layout of Megatron's recipes (tp 4 + sp, 64 ranks, global batch 1024): the
@@ -138,7 +149,17 @@ llama_tp2_matches_serial)
     timeout 240 $MPI -np 2 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --train-iters 6 --tensor-model-parallel-size 2 \
         --metrics-file parallel.jsonl > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
     grep -q "tp 2, dp 1" parallel.txt || fail "plan not applied"
-    same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses differ"
+    same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
+    echo "ok $CASE" ;;
+train_matches_serial_noclip)
+    # clipping off (--clip-grad 0): dp 2 with the distributed optimizer vs the serial run
+    needs_text
+    timeout 120 "$RUN" "${SMALL[@]}" --train-iters 6 --clip-grad 0 --metrics-file serial.jsonl > serial.txt 2>&1 ||
+        fail "serial run"
+    timeout 240 $MPI -np 2 "$RUN" "${SMALL[@]}" --train-iters 6 --clip-grad 0 --use-distributed-optimizer \
+        --metrics-file parallel.jsonl > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
+    grep -q "tp 1, dp 2, distributed optimizer" parallel.txt || fail "plan not applied"
+    same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
     echo "ok $CASE" ;;
 *) echo "unknown case $CASE"; exit 2 ;;
 esac

@@ -1,14 +1,17 @@
 /* Parallel == serial: a plan's training run reproduces the single-rank run.
  *
- * Run under mpirun: test_equivalence TP SP DISTOPT [ITERS [OVERLAP [TILES [MODEL]]]]
+ * Run under mpirun: test_equivalence TP SP DISTOPT [ITERS [OVERLAP [TILES [MODEL [CLIP]]]]]
  * (dp = world / tp; MODEL gpt2, the default, or llama: RMSNorm, RoPE, SwiGLU, 4 heads
  * in 2 key/value groups, untied output layer, no linear biases).
  * Every rank builds the same logical step graph of a small GPT (dropout on, several
  * micro-batches), runs it serially with the reference executor, then partitions it
  * for its rank and runs the physical graph on the StarPU engine with MPI
- * collectives. Per iteration, the loss must match the serial loss; after the last
- * iteration, every parameter block a rank holds must match the same block of the
- * serial parameter (blocks located through their logical offsets).
+ * collectives. Per iteration, the loss and the gradient norm (before clipping: it
+ * shows gradients scaled by a constant, which clipping and Adam hide from the losses)
+ * must match the serial ones; after the last iteration, every parameter block a rank
+ * holds must match the same block of the serial parameter (blocks located through
+ * their logical offsets). check_partitioned asserts the plan really split the work,
+ * and the bytes the collectives sent are compared with the graph's count.
  *
  * Bound: relative error <= 1e-5 per iteration on the loss; every parameter tensor
  * block within 1e-5 relative in the 2-norm. Partitioning changes only the order of
@@ -101,6 +104,72 @@ static double compare_block(const mg_tensor *pt, const float *pv, const mg_tenso
     return sqrt(d2) / (1e-5 * sqrt(s2) + 1e-12);
 }
 
+/* ---- the plan really partitioned the step ------------------------------------------
+ * A "plan" whose ranks each ran the whole model would pass the comparisons above, so:
+ * parameters Megatron splits over tp (column-parallel c_attn / c_fc with their biases,
+ * row-parallel c_proj weights, the vocab-parallel embedding) hold 1/tp of the serial
+ * elements, every other parameter all of them; the rank's matmuls do 1/tp of the
+ * serial matmul FLOPs (heads, hidden features and vocabulary all split); and the bytes
+ * its collectives send per step on dp are the ring all-reduce of its gradients
+ * (reduce-scatter + all-gather with the distributed optimizer: the same bytes), plus
+ * at most a few scalars (loss, norm). */
+static bool tp_split(const char *name) {
+    static const char *split[] = {"attn.c_attn.weight", "attn.c_attn.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+                                  "attn.c_proj.weight", "mlp.c_proj.weight", "wte.weight"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof split / sizeof *split; i++) {
+        size_t k = strlen(split[i]);
+        if (n >= k && strcmp(name + n - k, split[i]) == 0) return true;
+    }
+    return false;
+}
+
+/* 2 * M * N * K summed over the matmul nodes: output elements x the contracted size */
+static double matmul_flops(const mg_graph *g) {
+    double f = 0;
+    for (int i = 0; i < mg_graph_n_nodes(g); i++) {
+        const mg_node *n = mg_graph_node(g, i);
+        if (n->op != MG_OP_MATMUL) continue;
+        const mg_tensor *a = n->in[0];
+        int64_t k = n->attrs.matmul.trans_a ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+        f += 2.0 * (double)mg_numel(n->out[0]) * (double)k;
+    }
+    return f;
+}
+
+static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const mg_mesh *mesh, int n_local, bool gpt2) {
+    const mg_graph *P = R->graph;
+    int tp = mesh->size[MG_GROUP_TP], dp = mesh->size[MG_GROUP_DP], n_split = 0, n_params = 0, layers = 0;
+    double local = 0;
+    for (int i = 0; i < mg_graph_n_tensors(S); i++) {
+        const mg_tensor *s = mg_graph_tensor(S, i);
+        if (s->role != MG_ROLE_PARAM) continue;
+        const mg_tensor *p = mg_rank_tensor(R, s);
+        CHECK(p != NULL, "rank lacks parameter %s", s->name);
+        if (!p) continue;
+        /* the shard rule by name is GPT-2's; for LLaMA only the FLOPs and bytes below */
+        int64_t want = !gpt2 ? mg_numel(p) : tp_split(s->name) ? mg_numel(s) / tp : mg_numel(s);
+        n_split += tp_split(s->name);
+        n_params++;
+        layers += strstr(s->name, "mlp.c_fc.weight") != NULL;
+        CHECK(mg_numel(p) == want, "parameter %s: %lld elements on this rank, want %lld (serial %lld, tp %d)", s->name,
+              (long long)mg_numel(p), (long long)want, (long long)mg_numel(s), tp);
+        local += (double)mg_numel(p) * 4;
+    }
+    CHECK(!gpt2 || (layers > 0 && n_split == 1 + 6 * layers), "%d tp-split parameters, want %d", n_split, 1 + 6 * layers);
+    double fs = matmul_flops(S), fp = matmul_flops(P);
+    CHECK(fabs(fp * tp - fs) <= 1e-9 * fs, "matmul FLOPs on this rank %.0f, want serial %.0f / tp %d", fp, fs, tp);
+    double bytes[MG_GROUP_COUNT], want_dp = dp > 1 ? 2.0 * (dp - 1) / dp * local : 0;
+    mg_plan_comm_bytes(P, n_local, bytes);
+    CHECK(bytes[MG_GROUP_DP] >= want_dp && bytes[MG_GROUP_DP] <= want_dp + 64,
+          "dp bytes per step %.0f, want the gradients' %.0f (+ scalars)", bytes[MG_GROUP_DP], want_dp);
+    CHECK((bytes[MG_GROUP_TP] > 0) == (tp > 1), "tp bytes per step %.0f with tp %d", bytes[MG_GROUP_TP], tp);
+    if (rank_ == 0)
+        printf("partitioned: %d of %d parameters split over tp %d; matmul GFLOP per micro-batch %.4f (serial %.4f); "
+               "bytes per step: tp %.0f, dp %.0f (gradients %.0f)\n", n_split, n_params, tp, fp / 1e9, fs / 1e9,
+               bytes[MG_GROUP_TP], bytes[MG_GROUP_DP], want_dp);
+}
+
 int main(int argc, char **argv) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
@@ -157,6 +226,10 @@ int main(int argc, char **argv) {
      * parallel alike. eps 1e-5 keeps such steps below 1e-6 while leaving real updates
      * (|g| >> 1e-5) unchanged. */
     sc.optim.eps = 1e-5f;
+    /* CLIP 0 turns clipping off: with it on (every step here has a norm above 1) and
+     * Adam's scale invariance, gradients scaled by a constant would not show in the
+     * losses or the parameters; the grad norm compared below shows them either way. */
+    if (argc > 8) sc.optim.clip_grad = (float)atof(argv[8]);
     mg_plan_model pm = {sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
                         sc.model.vocab, sc.micro_batch * sc.n_micro, sc.micro_batch, mg_gpt_kv_groups(&sc.model)};
     if (mg_plan_check_model(&plan, world, &pm, &err)) die("plan", &err);
@@ -172,11 +245,13 @@ int main(int argc, char **argv) {
         mg_rank_graph_serial(ser.g, &S, &err))
         die("serial build", &err);
     double *serial_loss = calloc((size_t)iters, sizeof *serial_loss);
+    double *serial_gn = calloc((size_t)iters, sizeof *serial_gn);
     for (int it = 0; it < iters; it++) {
         fill_inputs(&S, &ser, ss, sc.n_micro, 1, 0, it, sc.model.seq_length, sc.micro_batch, 100);
         mg_exec_info info = {.seed = 42, .iteration = it, .training = true, .n_micro = sc.n_micro};
         if (mg_exec_reference(ser.g, ss, &info, &err)) die("serial run", &err);
         serial_loss[it] = *(float *)mg_storage_data(ss, ser.loss);
+        serial_gn[it] = *(float *)mg_storage_data(ss, ser.opt.grad_norm);
     }
 
     /* the plan */
@@ -195,9 +270,11 @@ int main(int argc, char **argv) {
     if (mg_memplan_build(P, true, &pp, &err) || mg_storage_new_ex(P, pp, &pso, &ps, &err) ||
         mg_storage_init(ps, 42, &err) || mg_engine_new(P, ps, &eo, &eng, &err))
         die("parallel build", &err);
-    mg_tensor *loss = mg_rank_tensor(&R, ser.loss);
-    CHECK(loss != NULL, "physical graph has lm_loss");
-    double worst_loss = 0;
+    mg_tensor *loss = mg_rank_tensor(&R, ser.loss), *gn = mg_rank_tensor(&R, ser.opt.grad_norm);
+    CHECK(loss != NULL && gn != NULL, "physical graph has lm_loss and %s", ser.opt.grad_norm->name);
+    check_partitioned(ser.g, &R, &mesh, n_local, !llama);
+    mg_comm_reset_bytes(comm);
+    double worst_loss = 0, worst_gn = 0;
     for (int it = 0; it < iters && loss; it++) {
         fill_inputs(&R, &ser, ps, n_local, dp, dp_rank, it, sc.model.seq_length, sc.micro_batch, 100);
         mg_exec_info info = {.seed = 42, .iteration = it, .training = true, .comm = comm, .n_micro = n_local,
@@ -208,7 +285,18 @@ int main(int argc, char **argv) {
         if (rel > worst_loss) worst_loss = rel;
         CHECK(rel <= 1e-5, "iteration %d: loss %.9g, serial %.9g (relative error %.3g > 1e-5)", it + 1, l,
               serial_loss[it], rel);
+        double n = gn ? *(float *)mg_storage_data(ps, gn) : NAN, rn = fabs(n - serial_gn[it]) / fabs(serial_gn[it]);
+        if (rn > worst_gn) worst_gn = rn;
+        CHECK(rn <= 1e-5, "iteration %d: grad norm %.9g, serial %.9g (relative error %.3g > 1e-5)", it + 1, n,
+              serial_gn[it], rn);
     }
+    /* the bytes the collectives really sent are the graph's count, every step */
+    double sent[MG_GROUP_COUNT], counted[MG_GROUP_COUNT];
+    mg_comm_bytes(comm, sent);
+    mg_plan_comm_bytes(P, n_local, counted);
+    for (int g = 0; g < MG_GROUP_WORLD; g++)
+        CHECK(sent[g] == iters * counted[g], "group %s: sent %.0f bytes in %d steps, the graph counts %.0f per step",
+              mg_group_name((mg_group)g), sent[g], iters, counted[g]);
     /* compare weights: each logical parameter's block on this rank */
     double worst_param = 0, worst_elem = 0;
     int n_params = 0;
@@ -224,15 +312,15 @@ int main(int argc, char **argv) {
         CHECK(e <= 1.0, "parameter %s differs from the serial run (%.3g x tolerance)", t->name, e);
     }
     CHECK(n_params > 0, "rank holds parameters");
-    double all[3] = {worst_loss, worst_param, worst_elem}, red[3];
-    MPI_Allreduce(all, red, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double all[4] = {worst_loss, worst_param, worst_elem, worst_gn}, red[4];
+    MPI_Allreduce(all, red, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     int total_fail;
     MPI_Allreduce(&failures, &total_fail, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank_ == 0)
-        printf("%s plan tp=%d dp=%d sp=%d distopt=%d tiles=%d: %d iterations, worst loss relative error %.3g, worst parameter "
+        printf("%s plan tp=%d dp=%d sp=%d distopt=%d tiles=%d: %d iterations, worst loss relative error %.3g (grad norm %.3g), worst parameter "
                "error %.3g of tolerance (2-norm, 1e-5 relative); worst element %.3g x (1e-5 relative + 1e-6): %s\n",
                llama ? "llama" : "gpt2", plan.tp, dp, plan.sequence_parallel, plan.distributed_optimizer,
-               plan.matmul_tiles, iters, red[0], red[1], red[2], total_fail ? "FAILED" : "ok");
+               plan.matmul_tiles, iters, red[0], red[3], red[1], red[2], total_fail ? "FAILED" : "ok");
     mg_engine_free(eng);
     mg_storage_free(ps);
     mg_memplan_free(pp);
@@ -243,6 +331,7 @@ int main(int argc, char **argv) {
     mg_memplan_free(sp);
     mg_step_release(&ser);
     free(serial_loss);
+    free(serial_gn);
     MPI_Finalize();
     return total_fail ? 1 : 0;
 }
