@@ -4,8 +4,6 @@
 
 #include "mgraph/placement.h"
 
-static const char *const axis_name[MG_MESH_AXES] = {"tp", "cp", "ep", "dp", "pp"};
-
 mg_sharding mg_place_full(mg_group axis) { return (mg_sharding){MG_SHARD_FULL, -1, axis}; }
 mg_sharding mg_place_split(mg_group axis, int dim) { return (mg_sharding){MG_SHARD_SPLIT, dim, axis}; }
 mg_sharding mg_place_partial(mg_group axis) { return (mg_sharding){MG_SHARD_PARTIAL, -1, axis}; }
@@ -48,7 +46,7 @@ int mg_placement_local(const mg_placement *p, const mg_mesh *mesh, int ndim, con
     for (int a = 0; a < MG_MESH_AXES; a++)
         if (p->ax[a].kind == MG_SHARD_SPLIT && (p->ax[a].dim < 0 || p->ax[a].dim >= ndim))
             return mg_error_set(err, MG_ERR_INVALID, "placement: %s splits dimension %d of a %d-dimensional tensor",
-                                axis_name[a], p->ax[a].dim, ndim);
+                                mg_group_name((mg_group)a), p->ax[a].dim, ndim);
     return MG_OK;
 }
 
@@ -66,8 +64,8 @@ const char *mg_placement_str(const mg_placement *p, char *buf, size_t len) {
     for (int a = 0; a < MG_MESH_AXES && k < len; a++) {
         mg_sharding s = p->ax[a];
         if (s.kind == MG_SHARD_FULL) continue;
-        int w = s.kind == MG_SHARD_SPLIT ? snprintf(buf + k, len - k, "%s%s:S%d", k ? " " : "", axis_name[a], s.dim)
-                                         : snprintf(buf + k, len - k, "%s%s:P", k ? " " : "", axis_name[a]);
+        int w = s.kind == MG_SHARD_SPLIT ? snprintf(buf + k, len - k, "%s%s:S%d", k ? " " : "", mg_group_name((mg_group)a), s.dim)
+                                         : snprintf(buf + k, len - k, "%s%s:P", k ? " " : "", mg_group_name((mg_group)a));
         if (w < 0) break;
         k += (size_t)w;
     }

@@ -161,8 +161,6 @@ static void cache_put(part_ctx *c, int lid, const mg_placement *want, mg_tensor 
     c->conv[c->n_conv++] = (conv_entry){lid, *want, c->cur_mb >= 0, c->cur_phase, t};
 }
 
-static const char *const axis_name[MG_MESH_AXES] = {"tp", "cp", "ep", "dp", "pp"};
-
 static mg_tensor *named(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const char *what, const mg_placement *p) {
     if (!t) return NULL;
     char nm[512];
@@ -190,21 +188,21 @@ static mg_tensor *convert_axis(part_ctx *c, const mg_tensor *lt, mg_tensor *x, m
     cur->ax[a] = to;
     mg_tensor *y = NULL;
     if (from.kind == MG_SHARD_PARTIAL && to.kind == MG_SHARD_FULL) {
-        snprintf(what, sizeof what, "%s_allreduce", axis_name[a]);
+        snprintf(what, sizeof what, "%s_allreduce", mg_group_name((mg_group)a));
         y = mg_allreduce(P, x, g, n, MG_REDUCE_SUM, c->seq++);
     } else if (from.kind == MG_SHARD_PARTIAL && to.kind == MG_SHARD_SPLIT) {
-        snprintf(what, sizeof what, "%s_reduce_scatter", axis_name[a]);
+        snprintf(what, sizeof what, "%s_reduce_scatter", mg_group_name((mg_group)a));
         y = mg_reduce_scatter(P, x, g, n, to.dim, c->seq++);
     } else if (from.kind == MG_SHARD_SPLIT && to.kind == MG_SHARD_FULL) {
-        snprintf(what, sizeof what, "%s_allgather", axis_name[a]);
+        snprintf(what, sizeof what, "%s_allgather", mg_group_name((mg_group)a));
         y = mg_allgather(P, x, g, n, from.dim, c->seq++);
     } else if (from.kind == MG_SHARD_FULL && to.kind == MG_SHARD_SPLIT) {
         int64_t len = x->shape[to.dim] / n;
-        snprintf(what, sizeof what, "%s_slice", axis_name[a]);
+        snprintf(what, sizeof what, "%s_slice", mg_group_name((mg_group)a));
         y = mg_slice(P, x, to.dim, (int64_t)rank * len, len);
     } else { /* full -> partial: the whole value on index 0, zero elsewhere, sums to it once */
         if (rank == 0) return x;
-        snprintf(what, sizeof what, "%s_zero", axis_name[a]);
+        snprintf(what, sizeof what, "%s_zero", mg_group_name((mg_group)a));
         y = mg_zeros(P, x->dtype, x->ndim, x->shape);
     }
     return named(c, y, lt, what, cur);
