@@ -401,16 +401,20 @@ static int open_data(run *r, mg_step_config *sc, mg_error *err) {
     return r->sample ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
 }
 
-/* Data-parallel size and this rank's place in it. */
-static int dp_size(const run *r) { return r->mesh.size[MG_GROUP_DP] > 0 ? r->mesh.size[MG_GROUP_DP] : 1; }
+/* Data-parallel size and a rank's place in it. */
+static int mesh_dp_size(const mg_mesh *m) { return m->size[MG_GROUP_DP] > 0 ? m->size[MG_GROUP_DP] : 1; }
+static int dp_size(const run *r) { return mesh_dp_size(&r->mesh); }
 static int dp_rank(const run *r) { return r->mesh.coord[MG_GROUP_DP]; }
-/* Micro-batches this rank runs per step. */
-static int local_micro(const run *r) { return r->train.n_micro / dp_size(r); }
 
-/* Micro-batches this rank runs in a step of global batch gbs. */
-static int local_micro_of(const run *r, int64_t gbs) {
-    return (int)(gbs / r->cfg.micro_batch_size / dp_size(r));
+/* Micro-batches the rank at mesh m runs in a step of global batch gbs: global batch /
+ * (micro-batch x dp). The run (fill_batch, execute) and the start-up lines (describe)
+ * both take the count from here, so what is printed is what the executors are given. */
+static int mesh_local_micro(const run *r, const mg_mesh *m, int64_t gbs) {
+    return (int)(gbs / r->cfg.micro_batch_size / mesh_dp_size(m));
 }
+static int local_micro_of(const run *r, int64_t gbs) { return mesh_local_micro(r, &r->mesh, gbs); }
+/* ... at the full --global-batch-size (storage is sized for it). */
+static int local_micro(const run *r) { return local_micro_of(r, r->cfg.global_batch_size); }
 
 /* Writes samples [first, first + gbs) of a split into graph g's per-micro-batch inputs,
  * laid out [s, b]. This rank's micro-batch instance i is global micro-batch
@@ -800,9 +804,29 @@ static int dump_dots(run *r, const mg_graph *g, int rank, int world, mg_error *e
     return rc;
 }
 
-static void describe(const run *r, const mg_graph *g, int rank) {
+/* Prints the rank's micro-batches per step and which global micro-batches they are
+ * (instance i is global micro-batch i * dp + dp rank, as fill_batch reads them). */
+static void describe_micro(const run *r, const mg_mesh *m, int rank) {
+    int n = mesh_local_micro(r, m, r->cfg.global_batch_size), dp = mesh_dp_size(m);
+    char list[160] = "";
+    size_t k = 0;
+    for (int i = 0; i < n && k < sizeof list - 16; i++) {
+        if (i == 6 && n > 8) {
+            k += (size_t)snprintf(list + k, sizeof list - k, ", ..., %d", (n - 1) * dp + m->coord[MG_GROUP_DP]);
+            break;
+        }
+        k += (size_t)snprintf(list + k, sizeof list - k, "%s%d", i ? ", " : "", i * dp + m->coord[MG_GROUP_DP]);
+    }
+    printf("mgraph-run: rank %d: %d micro-batch%s per step (global batch %d / (micro-batch %d x dp %d)): global "
+           "micro-batch%s %s\n",
+           rank, n, n == 1 ? "" : "es", r->cfg.global_batch_size, r->cfg.micro_batch_size, dp, n == 1 ? "" : "es",
+           list);
+}
+
+static void describe(const run *r, const mg_graph *g, const mg_mesh *m, int rank) {
+    describe_micro(r, m, rank);
     double bytes[MG_GROUP_COUNT];
-    mg_plan_comm_bytes(g, local_micro(r), bytes);
+    mg_plan_comm_bytes(g, mesh_local_micro(r, m, r->cfg.global_batch_size), bytes);
     int n_comm = 0;
     for (int i = 0; i < mg_graph_n_nodes(g); i++) n_comm += mg_graph_node(g, i)->op >= MG_OP_ALLREDUCE;
     mg_memplan *p = NULL;
@@ -856,7 +880,7 @@ static int dry_run_world(run *r, int world, mg_error *err) {
         int rc = mg_mesh_init(&mesh, world, rank, r->plan.tp, r->plan.cp, r->plan.ep, r->plan.pp, err);
         if (!rc) rc = rank_graph(r, &r->train, &mesh, &R, err);
         if (!rc) rc = apply_recompute(r, R.graph, rank, err);
-        if (!rc) describe(r, R.graph, rank);
+        if (!rc) describe(r, R.graph, &mesh, rank);
         if (!rc) rc = dump_dots(r, R.graph, rank, world, err);
         mg_rank_graph_release(&R);
         if (rc) return rc;
@@ -1007,12 +1031,13 @@ int main(int argc, char **argv) {
     if (rc) return finish(&r, rc, &err);
     if (rank == 0)
         printf("mgraph-run: GPT %d layers, hidden %d, heads %d, ffn %d, seq %d, vocab %lld (padded), %.2fM parameters; "
-               "micro-batch %d x %d = global batch %d; %d rank(s): tp %d, dp %d%s%s\n",
+               "micro-batch %d, global batch %d = %d micro-batches per step; %d rank(s): tp %d, dp %d%s%s; "
+               "%d micro-batch%s per rank per step\n",
                sc.model.num_layers, sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
-               (long long)sc.model.vocab, (double)mg_gpt_num_params(&sc.model) / 1e6, sc.micro_batch, sc.n_micro,
-               r.cfg.global_batch_size, plan_world, r.plan.tp, plan_world / (r.plan.tp * r.plan.pp * r.plan.cp),
+               (long long)sc.model.vocab, (double)mg_gpt_num_params(&sc.model) / 1e6, sc.micro_batch,
+               r.cfg.global_batch_size, sc.n_micro, plan_world, r.plan.tp, plan_world / (r.plan.tp * r.plan.pp * r.plan.cp),
                r.plan.sequence_parallel ? ", sequence parallel" : "",
-               r.plan.distributed_optimizer ? ", distributed optimizer" : "");
+               r.plan.distributed_optimizer ? ", distributed optimizer" : "", local_micro(&r), local_micro(&r) == 1 ? "" : "es");
     if (r.cfg.dry_run) {
         rc = dry_run_world(&r, plan_world, &err);
         return finish(&r, rc, &err);
@@ -1042,7 +1067,7 @@ int main(int argc, char **argv) {
     if (!rc && r.cfg.load && rank == 0)
         printf("  loaded checkpoint from %s at iteration %lld\n", r.cfg.load, (long long)r.resume.iteration);
     if (!rc && rank == 0) {
-        describe(&r, r.train_g, rank);
+        describe(&r, r.train_g, &r.mesh, rank);
         fflush(stdout);
     }
     if (!rc) rc = r.cfg.skip_train ? evaluate_at_end(&r, r.resume.iteration, &err) : train(&r, &err);

@@ -451,6 +451,96 @@ static void test_dry_run_dot(void) {
     free(s);
 }
 
+/* ---- micro-batches per rank (issue 13: a plan must not run the whole batch on every rank) ---- */
+
+/* Checks the "rank R: N micro-batches per step (...): global micro-batches a, b, ..." line
+ * of every rank of a dry run (or rank 0 of a run) against global / (micro x dp), and that
+ * each data-parallel rank gets global micro-batches d, d+dp, ... (Megatron's sampler): over
+ * the world every global micro-batch is run by world/dp ranks (the tp copies), no more. */
+static void check_micro_lines(const char *tag, const char *out, int world, int gbs, int mbs, int tp) {
+    int dp = world / tp, want = gbs / (mbs * dp), n_global = gbs / mbs;
+    int runs[4096] = {0};
+    TK_CHECK(n_global <= 4096, "%s: test limit", tag);
+    int seen = 0;
+    for (int rank = 0; rank < world; rank++) {
+        char pat[64];
+        snprintf(pat, sizeof pat, "rank %d: ", rank);
+        const char *p, *line = NULL;
+        for (p = out; (p = strstr(p, pat)); p++) {
+            const char *eol = strchr(p, '\n');
+            const char *mb = strstr(p, "micro-batch");
+            if (mb && (!eol || mb < eol)) {
+                line = p;
+                break;
+            }
+        }
+        if (world > 1 || rank == 0) TK_CHECK(line != NULL, "%s: no micro-batch line for rank %d", tag, rank);
+        if (!line) continue;
+        seen++;
+        int n = -1, g = -1, m = -1, d = -1;
+        const char *why = strstr(line, "(global batch ");
+        TK_CHECK(sscanf(line + strlen(pat), "%d micro-batch", &n) == 1 && why &&
+                     sscanf(why, "(global batch %d / (micro-batch %d x dp %d))", &g, &m, &d) == 3,
+                 "%s: unreadable line: %.200s", tag, line);
+        TK_CHECK(n == want && g == gbs && m == mbs && d == dp, "%s: rank %d runs %d micro-batches (global %d, micro %d, dp %d); "
+                 "want %d = %d / (%d x %d)", tag, rank, n, g, m, d, want, gbs, mbs, dp);
+        const char *l = strstr(line, "): global micro-batch");
+        TK_CHECK(l != NULL, "%s: rank %d: no list of global micro-batches", tag, rank);
+        if (!l) continue;
+        l = strchr(l + 3, ' ');
+        l = strchr(l + 1, ' ');
+        int dp_rank = (rank / tp) % dp; /* tp innermost, then dp (cp, ep, pp are 1 here) */
+        for (int i = 0; i < want && i < 6; i++) {
+            char *end = NULL;
+            long v = strtol(l, &end, 10);
+            TK_CHECK(end != l && v == (long)i * dp + dp_rank, "%s: rank %d: instance %d is global micro-batch %ld, "
+                     "want %d", tag, rank, i, v, i * dp + dp_rank);
+            if (end == l || v < 0 || v >= n_global) break;
+            runs[v]++;
+            l = end + strspn(end, ", ");
+        }
+    }
+    if (seen == world && want <= 6)
+        for (int i = 0; i < n_global; i++)
+            TK_CHECK(runs[i] == tp, "%s: global micro-batch %d is run by %d ranks, want %d (the tp group)", tag, i, runs[i], tp);
+}
+
+static void test_micro_batches_per_rank(void) {
+    static const struct { int world, tp, gbs, mbs; } plans[] = {
+        {1, 1, 6, 2},  /* dp 1: 3 */
+        {2, 1, 8, 2},  /* dp 2: 2 each, 0 2 / 1 3 */
+        {4, 1, 16, 1}, /* dp 4: 4 each */
+        {4, 1, 4, 1},  /* dp 4: 1 each */
+        {4, 2, 12, 3}, /* tp 2 x dp 2: 2 each, tp pairs share */
+        {2, 1, 40, 2}, /* dp 2: 10 each (list cut after 6) */
+    };
+    for (size_t k = 0; k < sizeof plans / sizeof plans[0]; k++) {
+        char tag[64], w[16], t[16], gb[16], mb[16], want[96];
+        snprintf(tag, sizeof tag, "micro-world%d-tp%d-gbs%d-mbs%d", plans[k].world, plans[k].tp, plans[k].gbs, plans[k].mbs);
+        snprintf(w, sizeof w, "%d", plans[k].world);
+        snprintf(t, sizeof t, "%d", plans[k].tp);
+        snprintf(gb, sizeof gb, "%d", plans[k].gbs);
+        snprintf(mb, sizeof mb, "%d", plans[k].mbs);
+        result r = mgraph_run(tag, "--num-layers", "1", "--hidden-size", "16", "--num-attention-heads", "2", "--seq-length",
+                              "8", "--micro-batch-size", mb, "--global-batch-size", gb, "--text-file", g_text, "--dry-run",
+                              "--world-size", w, "--tensor-model-parallel-size", t, NULL);
+        TK_CHECK(r.status == 0, "%s: --dry-run exited %d", tag, r.status);
+        int dp = plans[k].world / plans[k].tp, per = plans[k].gbs / (plans[k].mbs * dp);
+        snprintf(want, sizeof want, "; %d micro-batch%s per rank per step", per, per == 1 ? "" : "es");
+        TK_CHECK(strstr(r.out, want) != NULL, "%s: the start-up line does not say '%s'", tag, want);
+        check_micro_lines(tag, r.out, plans[k].world, plans[k].gbs, plans[k].mbs, plans[k].tp);
+        result_free(&r);
+    }
+    /* a run's start-up lines say the same (1 rank, 1 iteration: what the executor is given) */
+    result r = mgraph_run("micro-run", "--num-layers", "1", "--hidden-size", "16", "--num-attention-heads", "2",
+                          "--seq-length", "8", "--micro-batch-size", "2", "--global-batch-size", "6", "--train-iters", "1",
+                          "--eval-iters", "0", "--text-file", g_text, NULL);
+    TK_CHECK(r.status == 0, "run exited %d", r.status);
+    TK_CHECK(strstr(r.out, "; 3 micro-batches per rank per step") != NULL, "run: start-up line lacks the count");
+    check_micro_lines("micro-run", r.out, 1, 6, 2, 1);
+    result_free(&r);
+}
+
 int main(int argc, char **argv) {
     if (argc != 5) {
         fprintf(stderr, "usage: %s MGRAPH_RUN TEXT_FILE WORK_DIR CASE\n", argv[0]);
@@ -484,6 +574,7 @@ int main(int argc, char **argv) {
         {"policy_equivalence", test_policy_equivalence},
         {"help", test_help},
         {"dry_run_dot", test_dry_run_dot},
+        {"micro_batches_per_rank", test_micro_batches_per_rank},
         {"bad_input_unknown_flag", test_bad_unknown_flag},
         {"bad_input_malformed_number", test_bad_malformed_number},
         {"bad_input_malformed_float", test_bad_malformed_float},
