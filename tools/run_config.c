@@ -3,6 +3,7 @@
 #include "run_config.h"
 
 #include "mgraph/dot.h"
+#include "mgraph/model.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -528,6 +529,51 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     if (!strcmp(c->tokenizer_type, "GPT2BPETokenizer") && (!c->vocab_file || !c->merge_file))
         mg_run_notes_error(n, "--tokenizer-type GPT2BPETokenizer (Megatron's default with --data-path) needs "
                               "--vocab-file and --merge-file");
+}
+
+int mg_run_config_model(const mg_run_config *c, mg_gpt_config *m, mg_error *err) {
+    *m = mg_gpt_defaults();
+    m->num_layers = c->num_layers;
+    m->hidden = c->hidden_size;
+    m->ffn_hidden = c->ffn_hidden_size;
+    m->heads = c->num_attention_heads;
+    m->seq_length = c->seq_length;
+    m->max_position = c->max_position_embeddings;
+    m->init_std = c->init_method_std;
+    m->hidden_dropout = c->hidden_dropout;
+    m->attention_dropout = c->attention_dropout;
+    m->moe.num_experts = c->num_experts;
+    m->moe.ffn_hidden = c->moe_ffn_hidden_size;
+    m->moe.topk = c->moe_router_topk;
+    m->moe.pre_softmax = c->moe_router_pre_softmax;
+    m->moe.aux_loss_coeff = c->moe_aux_loss_coeff;
+    m->moe.z_loss_coeff = c->moe_z_loss_coeff;
+    m->moe.layer_freq = c->moe_layer_freq;
+    m->moe.capacity_factor = c->moe_expert_capacity_factor;
+    m->moe.pad_to_capacity = c->moe_pad_expert_input_to_capacity;
+    if (!strcmp(c->moe_token_drop_policy, "position")) m->moe.drop_policy = MG_MOE_DROP_POSITION;
+    else if (strcmp(c->moe_token_drop_policy, "probs"))
+        return mg_error_set(err, MG_ERR_INVALID, "--moe-token-drop-policy must be probs or position (got '%s')",
+                            c->moe_token_drop_policy);
+    if (strcmp(c->moe_token_dispatcher_type, "alltoall"))
+        return mg_error_set(err, MG_ERR_INVALID, "--moe-token-dispatcher-type %s is not supported yet (alltoall is)",
+                            c->moe_token_dispatcher_type);
+    if (c->moe_expert_capacity_factor < 0)
+        return mg_error_set(err, MG_ERR_INVALID, "--moe-expert-capacity-factor must be > 0 (got %g)",
+                            c->moe_expert_capacity_factor);
+    /* the LLaMA family (choices checked by mg_run_config_check) */
+    m->norm = strcmp(c->normalization, "RMSNorm") ? MG_NORM_LAYERNORM : MG_NORM_RMSNORM;
+    m->pos_emb = !strcmp(c->position_embedding_type, "rope")   ? MG_POS_ROPE
+                 : !strcmp(c->position_embedding_type, "none") ? MG_POS_NONE
+                                                               : MG_POS_LEARNED;
+    m->rotary_base = c->rotary_base;
+    m->rotary_percent = c->rotary_percent;
+    m->ln_eps = c->norm_epsilon;
+    m->swiglu = c->swiglu;
+    m->query_groups = c->group_query_attention ? c->num_query_groups : 0;
+    m->untie_embeddings = c->untie_embeddings_and_output_weights;
+    m->disable_bias_linear = c->disable_bias_linear;
+    return MG_OK;
 }
 
 bool mg_run_config_given(const mg_run_config *c, const char *flag) {

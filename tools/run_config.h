@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "mgraph/error.h"
+#include "mgraph/model.h"
 
 typedef struct mg_run_config {
     /* model */
@@ -104,5 +105,9 @@ void mg_run_config_usage(FILE *f);
 /* Whether the flag ("--ffn-hidden-size") was given: a value given explicitly is
  * checked, a default may be derived. */
 bool mg_run_config_given(const mg_run_config *c, const char *flag);
+
+/* The model's configuration from the model flags (mgraph-run, mgraph-plan): sizes, the
+ * LLaMA options, MoE; the vocabulary is left for the caller (it comes from the tokenizer). */
+int mg_run_config_model(const mg_run_config *c, mg_gpt_config *m, mg_error *err);
 
 #endif

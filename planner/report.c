@@ -1,0 +1,96 @@
+/* Predictions as text and as JSON (jansson). */
+#include <jansson.h>
+#include <stdio.h>
+
+#include "mgraph/planner.h"
+
+#define GIB 1073741824.0
+
+static const mg_group shown[] = {MG_GROUP_TP, MG_GROUP_CP, MG_GROUP_EP, MG_GROUP_DP, MG_GROUP_PP, MG_GROUP_DP_CP};
+#define N_SHOWN (sizeof shown / sizeof *shown)
+
+static const char *recompute_name(const mg_plan_query *q) {
+    if (q->recompute == MG_RECOMPUTE_SELECTIVE) return "selective";
+    if (q->recompute == MG_RECOMPUTE_FULL) return q->recompute_method == MG_RECOMPUTE_BLOCK ? "full-block" : "full-uniform";
+    return "none";
+}
+
+void mg_prediction_print(const mg_cluster *c, const mg_plan_query *q, const mg_prediction *p, FILE *f) {
+    int dp = p->dp;
+    fprintf(f, "plan: tp %d, pp %d", q->plan.tp, q->plan.pp);
+    if (q->virtual_stages > 1) fprintf(f, " (%d virtual stages)", q->virtual_stages);
+    fprintf(f, ", cp %d, ep %d, dp %d on %d GPUs of %s (%s); micro-batch %d x %d per pipeline = global batch %d; "
+               "recompute %s%s%s\n",
+            q->plan.cp, q->plan.ep, dp, q->world, c->name, mg_precision_name(q->precision), q->micro_batch, p->n_micro,
+            q->global_batch, recompute_name(q), q->plan.sequence_parallel ? ", sequence parallel" : "",
+            q->plan.distributed_optimizer ? ", distributed optimizer" : "");
+    fprintf(f, "  step time            %.4f s\n", p->step_time_s);
+    fprintf(f, "  model TFLOP/s/GPU    %.1f  (MFU %.1f%% of %g TFLOP/s; %.3g model FLOPs per step)\n", p->tflops_per_gpu,
+            100 * p->mfu, c->peak_tflops[q->precision], p->model_flops);
+    fprintf(f, "  pipeline bubble      %.2f%%  ((pp-1)/(v*M) = %d/(%d*%d))\n", 100 * p->bubble_fraction, q->plan.pp - 1,
+            q->virtual_stages, p->n_micro);
+    fprintf(f, "  per micro-batch      forward %.3f ms, backward %.3f ms, recompute %.3f ms, stage transfers %.3f ms\n",
+            1e3 * p->fwd_s, 1e3 * p->bwd_s, 1e3 * p->recompute_s, 1e3 * p->p2p_s);
+    fprintf(f, "  step parts           pipeline %.4f s, optimizer %.4f s, exposed data-parallel comm %.4f s\n",
+            p->pipeline_s, p->optimizer_s, p->dp_exposed_s);
+    fprintf(f, "  memory per GPU       %.2f GiB of %g GiB%s: weights %.2f, gradients %.2f, optimizer %.2f, activations "
+               "%.2f (%.3f GiB per micro-batch x %.2f in flight + recompute work), reserved %.2f\n",
+            p->mem_total / GIB, c->hbm_gib, p->fits ? "" : " (DOES NOT FIT)", p->mem_weights / GIB, p->mem_grads / GIB,
+            p->mem_optimizer / GIB, p->mem_activations / GIB, p->activations_per_micro / GIB, p->inflight_micro,
+            p->mem_reserved / GIB);
+    fprintf(f, "  communication per step (per GPU):\n");
+    for (size_t i = 0; i < N_SHOWN; i++) {
+        const mg_group_cost *g = &p->group[shown[i]];
+        if (g->ranks <= 1 && g->bytes == 0) continue;
+        fprintf(f, "    %-6s %4d ranks %-10s %10.3f GB  %9.4f s  exposed %9.4f s\n", mg_group_name(shown[i]), g->ranks,
+                g->inter_node ? "InfiniBand" : "NVLink", g->bytes / 1e9, g->time_s, g->exposed_s);
+    }
+    if (p->notes[0]) fprintf(f, "  notes: %s\n", p->notes);
+}
+
+void *mg_prediction_json(const mg_cluster *c, const mg_plan_query *q, const mg_prediction *p) {
+    json_t *o = json_object();
+    json_t *plan = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:b, s:b, s:s}", "tp", q->plan.tp, "pp",
+                             q->plan.pp, "virtual_stages", q->virtual_stages, "cp", q->plan.cp, "ep", q->plan.ep, "dp",
+                             p->dp, "world_size", q->world, "micro_batch_size", q->micro_batch, "global_batch_size",
+                             q->global_batch, "recompute", recompute_name(q), "sequence_parallel",
+                             q->plan.sequence_parallel, "distributed_optimizer", q->plan.distributed_optimizer,
+                             "precision", mg_precision_name(q->precision));
+    json_object_set_new(o, "plan", plan);
+    json_object_set_new(o, "cluster", json_string(c->name));
+    json_object_set_new(o, "step_time_s", json_real(p->step_time_s));
+    json_object_set_new(o, "tflops_per_gpu", json_real(p->tflops_per_gpu));
+    json_object_set_new(o, "mfu", json_real(p->mfu));
+    json_object_set_new(o, "bubble_fraction", json_real(p->bubble_fraction));
+    json_object_set_new(o, "memory_per_gpu_gib", json_real(p->mem_total / GIB));
+    json_object_set_new(o, "fits", json_boolean(p->fits));
+    json_object_set_new(o, "model_flops_per_step", json_real(p->model_flops));
+    json_object_set_new(o, "hw_flops_per_gpu_per_step", json_real(p->hw_flops_per_gpu));
+    json_object_set_new(o, "micro_batches_per_pipeline", json_integer(p->n_micro));
+    json_object_set_new(o, "time",
+                        json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "forward_per_micro_batch_s", p->fwd_s,
+                                  "backward_per_micro_batch_s", p->bwd_s, "recompute_per_micro_batch_s", p->recompute_s,
+                                  "stage_transfer_per_micro_batch_s", p->p2p_s, "pipeline_s", p->pipeline_s,
+                                  "optimizer_s", p->optimizer_s, "dp_exposed_s", p->dp_exposed_s));
+    json_object_set_new(o, "memory_gib",
+                        json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "weights", p->mem_weights / GIB, "gradients",
+                                  p->mem_grads / GIB, "optimizer", p->mem_optimizer / GIB, "activations",
+                                  p->mem_activations / GIB, "activations_per_micro_batch", p->activations_per_micro / GIB,
+                                  "micro_batches_in_flight", p->inflight_micro, "reserved", p->mem_reserved / GIB,
+                                  "capacity", c->hbm_gib));
+    json_t *comm = json_object();
+    for (size_t i = 0; i < N_SHOWN; i++) {
+        const mg_group_cost *g = &p->group[shown[i]];
+        if (g->ranks <= 1 && g->bytes == 0) continue;
+        json_object_set_new(comm, mg_group_name(shown[i]),
+                            json_pack("{s:i, s:s, s:f, s:f, s:f}", "ranks", g->ranks, "link",
+                                      g->inter_node ? "infiniband" : "nvlink", "bytes", g->bytes, "time_s", g->time_s,
+                                      "exposed_s", g->exposed_s));
+    }
+    json_object_set_new(o, "communication", comm);
+    json_object_set_new(o, "pp_estimated", json_boolean(p->pp_estimated));
+    json_object_set_new(o, "recompute_estimated", json_boolean(p->recompute_estimated));
+    json_object_set_new(o, "graph_nodes", json_integer(p->graph_nodes));
+    json_object_set_new(o, "notes", json_string(p->notes));
+    return o;
+}

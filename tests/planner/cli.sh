@@ -1,0 +1,94 @@
+#!/bin/bash
+# mgraph-plan end to end: usage errors exit 2 with the reason, --json carries the keys
+# scripts depend on (and agrees with itself), --search ranks fitting plans by step time.
+# Usage: cli.sh MGRAPH_PLAN WORKDIR
+set -u
+PLAN=$1
+W=$2
+rm -rf "$W" && mkdir -p "$W"
+fail=0
+no() { echo "FAIL: $*"; fail=1; }
+
+# expect CODE PATTERN ARGS...: exit status CODE and PATTERN on stderr
+expect() {
+    local code=$1 pat=$2
+    shift 2
+    "$PLAN" "$@" >"$W/out" 2>"$W/err"
+    local rc=$?
+    [ $rc -eq "$code" ] || no "exit $rc (want $code): $*: $(cat "$W/err")"
+    grep -q -- "$pat" "$W/err" || no "stderr lacks '$pat': $*: $(cat "$W/err")"
+    if [ "$code" -ne 0 ] && [ -s "$W/out" ]; then no "partial output on stdout: $*"; fi
+}
+
+M=(--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --micro-batch-size 2 --global-batch-size 16)
+"$PLAN" --help >"$W/help" || no "--help"
+grep -q -- "--cluster" "$W/help" || no "--help lacks --cluster"
+expect 2 "--cluster is required" "${M[@]}"
+expect 2 "neither a preset" --cluster no-such-cluster "${M[@]}"
+printf 'gpus-per-node 8\nhbm-gib lots\n' >"$W/bad.cluster"
+expect 2 "bad.cluster:2: hbm-gib must be a number" --cluster "$W/bad.cluster" "${M[@]}"
+printf 'gpus-per-node 8\n' >"$W/short.cluster"
+expect 2 "missing key 'peak-tflops-fp32'" --cluster "$W/short.cluster" "${M[@]}"
+expect 2 "unknown flag '--bogus'" --cluster dgx-a100-80gb --bogus "${M[@]}"
+expect 2 "mgraph-plan: error: --micro-batch-size must be >= 1" --cluster dgx-a100-80gb --num-layers 4 --micro-batch-size 0
+expect 2 "not divisible by tensor-parallel size 3" --cluster h200 "${M[@]}" --tensor-model-parallel-size 3 --world-size 3
+expect 2 "not a multiple of" --cluster h200 "${M[@]}" --tensor-model-parallel-size 2 --world-size 3
+expect 2 "--top must be" --cluster h200 "${M[@]}" --search --top 0
+expect 2 "--search-keep: unknown" --cluster h200 "${M[@]}" --search --search-keep bogus
+expect 2 "--attention-backend must be" --cluster h200 "${M[@]}" --attention-backend magic
+expect 2 "needs a value" --cluster
+expect 2 "not divisible by --pipeline-model-parallel-size 3" --cluster h200 "${M[@]}" --pipeline-model-parallel-size 3 --world-size 3
+
+# one plan as JSON: the keys, and the numbers agree with each other
+"$PLAN" --cluster dgx-a100-80gb --json "${M[@]}" --world-size 4 --tensor-model-parallel-size 2 \
+    --use-distributed-optimizer >"$W/one.json" 2>"$W/err" || no "--json: $(cat "$W/err")"
+python3 - "$W/one.json" <<'PY' || fail=1
+import json, sys
+j = json.load(open(sys.argv[1]))
+for k in ("step_time_s", "tflops_per_gpu", "mfu", "bubble_fraction", "memory_per_gpu_gib"):
+    assert isinstance(j[k], (int, float)), k
+assert j["step_time_s"] > 0 and 0 < j["mfu"] < 1 and j["bubble_fraction"] == 0
+tf = j["model_flops_per_step"] / (j["step_time_s"] * 4) / 1e12
+assert abs(tf - j["tflops_per_gpu"]) < 1e-6 * tf, (tf, j["tflops_per_gpu"])
+assert abs(j["mfu"] - j["tflops_per_gpu"] / 312) < 1e-9
+m = j["memory_gib"]
+parts = m["weights"] + m["gradients"] + m["optimizer"] + m["activations"] + m["reserved"]
+assert abs(parts - j["memory_per_gpu_gib"]) < 1e-6, (parts, j["memory_per_gpu_gib"])
+assert j["plan"]["tp"] == 2 and j["plan"]["dp"] == 2 and j["communication"]["tp"]["link"] == "nvlink"
+assert j["communication"]["dp"]["bytes"] > 0 and j["communication"]["tp"]["bytes"] > 0
+PY
+
+# pipeline: the bubble is (pp-1)/(v M) whether the partitioner builds pp or it is estimated
+"$PLAN" --cluster dgx-a100-80gb --json "${M[@]}" --world-size 4 --pipeline-model-parallel-size 2 \
+    --num-layers-per-virtual-pipeline-stage 1 >"$W/pp.json" 2>"$W/err" || no "pp --json: $(cat "$W/err")"
+python3 - "$W/pp.json" <<'PY' || fail=1
+import json, sys
+j = json.load(open(sys.argv[1]))
+M = 16 // (2 * 2)
+assert j["plan"]["virtual_stages"] == 2 and j["micro_batches_per_pipeline"] == M
+assert abs(j["bubble_fraction"] - 1 / (2 * M)) < 1e-12, j["bubble_fraction"]
+assert j["communication"]["pp"]["bytes"] > 0
+PY
+
+# the text report names every part the issue asks for
+"$PLAN" --cluster h200 "${M[@]}" --world-size 2 >"$W/text" 2>"$W/err" || no "text: $(cat "$W/err")"
+for w in "step time" "TFLOP/s/GPU" "MFU" "pipeline bubble" "memory per GPU" "weights" "gradients" "optimizer" \
+         "activations" "communication per step"; do
+    grep -q "$w" "$W/text" || no "text report lacks '$w'"
+done
+
+# search: ranked by step time, every plan fits, the world is covered
+"$PLAN" --cluster dgx-a100-80gb --json --search --world-size 8 --top 5 "${M[@]}" --global-batch-size 32 \
+    >"$W/search.json" 2>"$W/err" || no "--search: $(cat "$W/err")"
+python3 - "$W/search.json" <<'PY' || fail=1
+import json, sys
+j = json.load(open(sys.argv[1]))
+p = j["plans"]
+assert 1 <= len(p) <= 5 and j["tried"] >= len(p)
+t = [x["step_time_s"] for x in p]
+assert t == sorted(t), t
+for x in p:
+    pl = x["plan"]
+    assert x["fits"] and pl["tp"] * pl["pp"] * pl["cp"] * pl["dp"] == 8
+PY
+exit $fail

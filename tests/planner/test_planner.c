@@ -1,0 +1,303 @@
+/* The planner (planner/, include/mgraph/planner.h): cluster files, the alpha-beta and
+ * roofline pieces, memory against Megatron's bytes per parameter and Korthikanti et al.
+ * 2022's activation formulas, and predictions against Narayanan et al. 2021 Table 1.
+ * Usage: test_planner CASE [DIR] (DIR: a scratch folder for cluster files). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "mgraph/planner.h"
+#include "mgraph/tokenizer.h"
+#include "planner/planner_internal.h"
+#include "testkit.h"
+
+static const char *g_dir = ".";
+
+/* ---- helpers ---------------------------------------------------------------------------- */
+static mg_plan_query gpt(int layers, int hidden, int heads, int seq, int64_t vocab, int tp, int pp, int world,
+                         int mbs, int gbs) {
+    mg_plan_query q;
+    memset(&q, 0, sizeof q);
+    q.model = mg_gpt_defaults();
+    q.model.num_layers = layers;
+    q.model.hidden = hidden;
+    q.model.ffn_hidden = 4 * hidden;
+    q.model.heads = heads;
+    q.model.seq_length = seq;
+    q.model.max_position = seq;
+    q.model.vocab = mg_vocab_padded(vocab, 128, tp);
+    mg_plan_defaults(&q.plan);
+    q.plan.tp = tp;
+    q.plan.pp = pp;
+    q.world = world;
+    q.micro_batch = mbs;
+    q.global_batch = gbs;
+    q.virtual_stages = 1;
+    q.precision = MG_PREC_BF16;
+    return q;
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        exit(1);
+    }
+    fputs(text, f);
+    fclose(f);
+}
+
+static const char *A100_FILE =
+    "# DGX A100 written out\nname file-a100\nprecision bf16\ngpus-per-node 8\npeak-tflops-fp32 19.5\n"
+    "peak-tflops-bf16 312\nvector-tflops 39\nhbm-gib 80\nhbm-gbps 2039\nintra-gbps 235\nintra-latency-us 8\n"
+    "inter-gbps 23\ninter-latency-us 12\ngemm-efficiency 0.8\ngemm-half-gflops 6\nmemory-efficiency 0.8\n"
+    "kernel-overhead-us 4\nreserved-gib 3\n";
+
+/* ---- cluster files ---------------------------------------------------------------------- */
+static int test_cluster(void) {
+    mg_cluster c, p;
+    mg_error err = {0};
+    char path[4096];
+    snprintf(path, sizeof path, "%s/a100.cluster", g_dir);
+    write_file(path, A100_FILE);
+    TK_CHECK(mg_cluster_load(path, &c, &err) == MG_OK, "%s", err.msg);
+    TK_CHECK(mg_cluster_preset("dgx-a100-80gb", &p, &err) == MG_OK, "%s", err.msg);
+    TK_CHECK(!strcmp(c.name, "file-a100") && c.gpus_per_node == 8 && c.peak_tflops[MG_PREC_BF16] == 312 &&
+                 c.precision == MG_PREC_BF16 && c.gemm_efficiency == 0.8,
+             "file values");
+    /* the file is the preset written out: every number agrees */
+    TK_CHECK(c.hbm_gbps == p.hbm_gbps && c.intra_gbps == p.intra_gbps && c.inter_gbps == p.inter_gbps &&
+                 c.gemm_half_gflops == p.gemm_half_gflops && c.memory_efficiency == p.memory_efficiency &&
+                 c.kernel_overhead_us == p.kernel_overhead_us,
+             "file and preset differ");
+    TK_CHECK(mg_cluster_preset("dgx-h100", &p, &err) == MG_OK && mg_cluster_preset("h200", &p, &err) == MG_OK &&
+                 p.hbm_gib == 140,
+             "presets");
+    struct {
+        const char *text, *want;
+    } bad[] = {
+        {"gpus-per-node 8\nbogus-key 3\n", ":2: unknown key 'bogus-key'"},
+        {"gpus-per-node eight\n", ":1: gpus-per-node must be an integer"},
+        {"gpus-per-node 8.5\n", "gpus-per-node must be an integer"},
+        {"gemm-efficiency 1.5\n", "gemm-efficiency must be a number in [0.001, 1]"},
+        {"hbm-gib -1\n", "hbm-gib must be a number"},
+        {"hbm-gib 80 90\n", "'hbm-gib' expects one value"},
+        {"precision fp8\n", "precision must be bf16 or fp32"},
+        {"hbm-gib 80\nhbm-gib 80\n", ":2: hbm-gib given twice"},
+        {"gpus-per-node 8\n", "missing key 'peak-tflops-fp32'"},
+        {"", "missing key 'gpus-per-node'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(path, sizeof path, "%s/bad%zu.cluster", g_dir, i);
+        write_file(path, bad[i].text);
+        mg_error e = {0};
+        int rc = mg_cluster_load(path, &c, &e);
+        TK_CHECK(rc == MG_ERR_INVALID && strstr(e.msg, bad[i].want), "case %zu: rc %d, message '%s', want '%s'", i, rc,
+                 e.msg, bad[i].want);
+    }
+    mg_error e = {0};
+    TK_CHECK(mg_cluster_load("no-such-preset-or-file", &c, &e) == MG_ERR_INVALID && strstr(e.msg, "dgx-a100-80gb"),
+             "missing: %s", e.msg);
+    mg_error_clear(&e);
+    TK_CHECK(mg_cluster_load(g_dir, &c, &e) == MG_ERR_IO && strstr(e.msg, "directory"), "directory: %s", e.msg);
+    return tk_failures ? 1 : 0;
+}
+
+/* ---- alpha-beta collectives, links and the GEMM curve --------------------------------------- */
+static int test_models(void) {
+    mg_cluster c;
+    mg_cluster_preset("dgx-a100-80gb", &c, NULL);
+    mg_planner_link_t l;
+    mg_planner_link(&c, 1, 8, &l); /* tp 8: one node */
+    TK_CHECK(!l.inter && l.gbps == 235 && l.latency_s == 8e-6, "tp 8 is NVLink");
+    mg_planner_link(&c, 8, 4, &l); /* dp 4 over tp 8: one member per node */
+    TK_CHECK(l.inter && l.gbps == 23, "dp over nodes: one NIC per member (%g)", l.gbps);
+    mg_planner_link(&c, 1, 32, &l); /* dp 32 at tp 1: 8 members per node, 8 NICs */
+    TK_CHECK(l.inter && fabs(l.gbps - 184) < 1e-9, "8 members per node: 8 NICs (%g)", l.gbps);
+    mg_planner_link(&c, 2, 8, &l); /* stride 2 x 8 members: spans 2 nodes, 4 per node */
+    TK_CHECK(l.inter && fabs(l.gbps - 92) < 1e-9, "4 members per node (%g)", l.gbps);
+    /* ring all-reduce of 1 GB over 8 ranks: 2 (n-1)/n S/B + 2 (n-1) alpha */
+    mg_planner_link(&c, 1, 8, &l);
+    double t = mg_planner_collective_s(MG_OP_ALLREDUCE, 8, 1e9, &l);
+    double want = 2.0 * 7 / 8 * 1e9 / 235e9 + 14 * 8e-6;
+    TK_CHECK(fabs(t - want) < 1e-12, "ring all-reduce %g vs %g", t, want);
+    /* small messages take the tree: 2 log2(n) alpha + 2 S/B */
+    t = mg_planner_collective_s(MG_OP_ALLREDUCE, 8, 1e3, &l);
+    want = 6 * 8e-6 + 2 * 1e3 / 235e9;
+    TK_CHECK(fabs(t - want) < 1e-12, "tree all-reduce %g vs %g", t, want);
+    t = mg_planner_collective_s(MG_OP_ALLGATHER, 8, 1e6, &l);
+    TK_CHECK(fabs(t - (7 * 8e-6 + 7e6 / 235e9)) < 1e-12, "all-gather %g", t);
+    t = mg_planner_collective_s(MG_OP_REDUCE_SCATTER, 8, 8e6, &l);
+    TK_CHECK(fabs(t - (7 * 8e-6 + 7e6 / 235e9)) < 1e-12, "reduce-scatter %g", t);
+    TK_CHECK(mg_planner_collective_s(MG_OP_ALLREDUCE, 1, 1e9, &l) == 0, "one rank: free");
+    /* the GEMM curve: half of the large-GEMM efficiency at gemm-half-gflops */
+    double e = mg_planner_gemm_efficiency(&c, 6e9);
+    TK_CHECK(fabs(e - 0.4) < 1e-12, "half point %g", e);
+    TK_CHECK(mg_planner_gemm_efficiency(&c, 1e13) > 0.799 && mg_planner_gemm_efficiency(&c, 1e8) < 0.02, "curve ends");
+    return tk_failures ? 1 : 0;
+}
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+/* Megatron's bytes per parameter in mixed precision: 18 (2 weight + 4 main grad + 4
+ * master + 8 moments), 6 + 12/dp with the distributed optimizer; fp32 runs 16. */
+static int test_memory_per_param(void) {
+    mg_cluster c;
+    mg_cluster_preset("dgx-a100-80gb", &c, NULL);
+    for (int dist = 0; dist < 2; dist++) {
+        mg_plan_query q = gpt(4, 1024, 16, 256, 50257, 1, 1, 4, 1, 4);
+        q.plan.distributed_optimizer = dist;
+        mg_prediction p;
+        mg_error err = {0};
+        TK_CHECK(mg_plan_predict(&c, &q, &p, &err) == MG_OK, "%s", err.msg);
+        double params = (double)mg_gpt_num_params(&q.model);
+        double state = p.mem_weights + p.mem_grads + p.mem_optimizer;
+        double want = dist ? 6 + 12.0 / 4 : 18;
+        /* the distributed optimizer pads buckets to dp: a few elements more */
+        TK_CHECK(fabs(state / params - want) < 1e-3 * want, "%s: %.4f bytes per parameter, want %g",
+                 dist ? "distributed" : "plain", state / params, want);
+        q.precision = MG_PREC_FP32;
+        TK_CHECK(mg_plan_predict(&c, &q, &p, &err) == MG_OK, "%s", err.msg);
+        state = p.mem_weights + p.mem_grads + p.mem_optimizer;
+        want = dist ? 8 + 8.0 / 4 : 16;
+        TK_CHECK(fabs(state / params - want) < 1e-3 * want, "fp32 %s: %.4f bytes per parameter, want %g",
+                 dist ? "distributed" : "plain", state / params, want);
+    }
+    return tk_failures ? 1 : 0;
+}
+
+/* Activation bytes per layer (Korthikanti et al. 2022, 16-bit): the difference of two
+ * predictions that differ by `dl` layers, per micro-batch. */
+static double per_layer(const mg_cluster *c, mg_plan_query q, int dl) {
+    mg_prediction a, b;
+    mg_error err = {0};
+    int L = q.model.num_layers;
+    TK_CHECK(mg_plan_predict(c, &q, &a, &err) == MG_OK, "%s", err.msg);
+    q.model.num_layers = L + dl;
+    if (q.recompute_num_layers > q.model.num_layers) q.recompute_num_layers = q.model.num_layers;
+    TK_CHECK(mg_plan_predict(c, &q, &b, &err) == MG_OK, "%s", err.msg);
+    return (b.activations_per_micro - a.activations_per_micro) / dl;
+}
+
+static int test_korthikanti(void) {
+    mg_cluster c;
+    mg_cluster_preset("dgx-a100-80gb", &c, NULL);
+    /* GPT-3 175B's layer at a small batch: s 2048, b 1, h 12288, a 96, t 8 */
+    double s = 2048, b = 1, h = 12288, a = 96, t = 8, sbh = s * b * h;
+    struct {
+        const char *what;
+        bool sp, unfused;
+        mg_recompute_granularity rec;
+        double want, tol;
+    } cases[] = {
+        /* mgraph's fused attention stores no s^2 tensors: selective's figure without the rewrite */
+        {"TP + SP, fused attention (= selective)", true, false, MG_RECOMPUTE_NONE, 34 * sbh / t, 0.05},
+        {"TP + SP + selective recompute", true, true, MG_RECOMPUTE_SELECTIVE, 34 * sbh / t, 0.05},
+        {"TP + SP, unfused attention", true, true, MG_RECOMPUTE_NONE, sbh * (34 + 5 * a * s / h) / t, 0.05},
+        /* Korthikanti's 10sbh replicated includes two 1-byte dropout masks (2sbh): mgraph
+         * keeps none (counter-based dropout regenerates them), so the graph holds less */
+        {"TP only, unfused attention (mgraph keeps no dropout masks)", false, true, MG_RECOMPUTE_NONE,
+         sbh * (10 + 24 / t + 5 * a * s / (h * t)), 0.10},
+        {"full recompute, TP + SP (2sbh / t per layer boundary)", true, false, MG_RECOMPUTE_FULL, 2 * sbh / t, 1e-9},
+        {"full recompute, TP only", false, true, MG_RECOMPUTE_FULL, 2 * sbh, 1e-9},
+    };
+    printf("| layer activations (Korthikanti et al. 2022, s 2048 b 1 h 12288 a 96 t 8) | formula (MiB) | planner "
+           "(MiB) | error |\n|---|---|---|---|\n");
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        mg_plan_query q = gpt(2, 12288, 96, 2048, 50257, 8, 1, 8, 1, 1);
+        q.plan.sequence_parallel = cases[i].sp;
+        q.attention_unfused = cases[i].unfused;
+        q.recompute = cases[i].rec;
+        q.recompute_method = MG_RECOMPUTE_UNIFORM;
+        q.recompute_num_layers = 1;
+        double got = per_layer(&c, q, 2), want = cases[i].want, err = (got - want) / want;
+        printf("| %s | %.1f | %.1f | %+.1f%% |\n", cases[i].what, want / 1048576, got / 1048576, 100 * err);
+        TK_CHECK(fabs(err) <= cases[i].tol, "%s: %.1f MiB vs %.1f MiB", cases[i].what, got / 1048576, want / 1048576);
+    }
+    return tk_failures ? 1 : 0;
+}
+
+/* ---- Narayanan et al. 2021 (SC21) Table 1 ------------------------------------------------------ */
+typedef struct row {
+    double params_b;
+    int heads, hidden, layers, tp, pp, gpus, batch;
+    double published; /* achieved TFLOP/s per GPU */
+} row;
+static const row table1[] = {
+    {1.7, 24, 2304, 24, 1, 1, 32, 512, 137},       {3.6, 32, 3072, 30, 2, 1, 64, 512, 138},
+    {7.5, 32, 4096, 36, 4, 1, 128, 512, 142},      {18.4, 48, 6144, 40, 8, 1, 256, 1024, 135},
+    {39.1, 64, 8192, 48, 8, 2, 512, 1536, 138},    {76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140},
+    {145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148}, {310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155},
+    {529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163}, {1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163},
+};
+
+/* The paper's setting: sequence 2048, GPT-2's vocabulary (51,200 padded at tp 8), mixed
+ * precision, full recompute, Megatron's unfused attention of 2021; the micro-batch
+ * size and interleaving depth are not in the table: the planner picks its best. */
+static mg_plan_query table1_query(const row *r) {
+    mg_plan_query q = gpt(r->layers, r->hidden, r->heads, 2048, 50257, r->tp, r->pp, r->gpus, 1, r->batch);
+    q.recompute = MG_RECOMPUTE_FULL;
+    q.recompute_method = MG_RECOMPUTE_UNIFORM;
+    q.recompute_num_layers = 1;
+    q.attention_unfused = true;
+    return q;
+}
+
+/* The paper's FLOPs per iteration with recompute: 96 B s l h^2 (1 + s/6h + V/16lh), V 51,200. */
+static double paper_flops(const row *r) {
+    double B = r->batch, s = 2048, l = r->layers, h = r->hidden, V = 51200;
+    return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+}
+
+static int test_table1(void) {
+    mg_cluster c;
+    mg_cluster_preset("dgx-a100-80gb", &c, NULL);
+    printf("| params (B) | tp | pp | GPUs | batch | mbs | v | step (s) | predicted TFLOP/s/GPU | published | error | "
+           "memory (GiB) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    double worst = 0;
+    for (size_t i = 0; i < sizeof table1 / sizeof *table1; i++) {
+        const row *r = &table1[i];
+        mg_plan_query q = table1_query(r);
+        mg_search_options so = {.world = r->gpus, .max_micro_batch = 8, .fixed_tp = true, .fixed_pp = true,
+                                .fixed_recompute = true, .top = 1};
+        mg_search_result best;
+        int n, tried, dropped, refused;
+        mg_error err = {0};
+        TK_CHECK(mg_plan_search(&c, &q, &so, &best, &n, &tried, &dropped, &refused, &err) == MG_OK, "%s", err.msg);
+        TK_CHECK(n == 1, "row %.1fB: no plan fits (%d tried, %d out of memory, %d refused)", r->params_b, tried, dropped,
+                 refused);
+        if (n != 1) continue;
+        double tf = paper_flops(r) / (best.p.step_time_s * r->gpus) / 1e12, e = (tf - r->published) / r->published;
+        if (fabs(e) > fabs(worst)) worst = e;
+        printf("| %.1f | %d | %d | %d | %d | %d | %d | %.2f | %.1f | %.0f | %+.1f%% | %.1f |\n", r->params_b, r->tp, r->pp,
+               r->gpus, r->batch, best.q.micro_batch, best.q.virtual_stages, best.p.step_time_s, tf, r->published,
+               100 * e, best.p.mem_total / 1073741824.0);
+        TK_CHECK(fabs(e) <= 0.10, "row %.1fB: predicted %.1f TFLOP/s vs published %.0f (%+.1f%%, tolerance 10%%)",
+                 r->params_b, tf, r->published, 100 * e);
+        TK_CHECK(best.p.fits && best.p.mem_total <= 80 * 1073741824.0, "row %.1fB: does not fit", r->params_b);
+        TK_CHECK(fabs(best.p.bubble_fraction - (r->pp - 1.0) / (best.q.virtual_stages * best.p.n_micro)) < 1e-12,
+                 "bubble (pp-1)/(vM)");
+    }
+    printf("worst error %+.1f%%\n", 100 * worst);
+    return tk_failures ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_planner CASE [DIR]\n");
+        return 2;
+    }
+    if (argc > 2) {
+        g_dir = argv[2];
+        mkdir(g_dir, 0755);
+    }
+    const char *c = argv[1];
+    if (!strcmp(c, "cluster")) return test_cluster();
+    if (!strcmp(c, "models")) return test_models();
+    if (!strcmp(c, "memory_per_param")) return test_memory_per_param();
+    if (!strcmp(c, "korthikanti")) return test_korthikanti();
+    if (!strcmp(c, "table1")) return test_table1();
+    fprintf(stderr, "unknown case %s\n", c);
+    return 2;
+}

@@ -1,0 +1,367 @@
+/* mgraph-plan: predicts step time, memory and MFU of a plan on a cluster, or searches
+ * for the best plans, from the graphs mgraph builds (planner/, include/mgraph/planner.h).
+ *
+ * Takes mgraph-run's model and plan flags (tools/run_config.c's table) plus its own:
+ * --cluster, --json, --search, --top, --vocab-size, --bf16/--fp32, virtual stages.
+ * Exit status: 0 success, 2 bad usage or input (one message per problem on stderr),
+ * 1 failure while running.
+ */
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgraph/plan.h"
+#include "mgraph/planner.h"
+#include "mgraph/tokenizer.h"
+#include "run_config.h"
+
+typedef struct plan_flags {
+    const char *cluster;
+    bool json, search, help, precision_given, attention_unfused;
+    mg_precision precision;
+    int top, max_micro_batch;
+    int64_t vocab_size;          /* 0: from the tokenizer */
+    int layers_per_virtual_stage, virtual_stages;
+} plan_flags;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: mgraph-plan --cluster PRESET|FILE [mgraph-run's model and plan flags] [--json] [--search]\n\n"
+            "Predicts the step time, model TFLOP/s per GPU, MFU, pipeline bubble, memory per GPU and communication\n"
+            "per group of a Megatron-style plan, from the rank graphs mgraph builds for it; --search enumerates plans.\n\n"
+            "  --cluster S                         a preset (%s) or a cluster file\n"
+            "  --world-size N                      GPUs (default: the plan's tp x pp x cp)\n"
+            "  --json                              one JSON object on stdout\n"
+            "  --search                            enumerate tp, pp (+ virtual stages), cp, ep, dp, micro-batch size,\n"
+            "                                      recompute; drop plans that do not fit; print the best ranked\n"
+            "  --top N                             plans --search prints (default 10)\n"
+            "  --search-max-micro-batch N          largest micro-batch --search tries (default 8)\n"
+            "  --search-keep FLAGS                 with --search, keep these of the query: comma list of tp,pp,mbs,\n"
+            "                                      recompute,vp\n"
+            "  --vocab-size N                      vocabulary before padding (default: the tokenizer's)\n"
+            "  --attention-backend S               unfused|local: cost attention as Megatron's unfused kernels (s x s\n"
+            "                                      scores in memory); fused|flash|auto (default): mgraph's fused kernel\n"
+            "  --bf16 | --fp16 | --fp32            precision (default: the cluster's; bf16 = Megatron's mixed precision)\n"
+            "  --num-layers-per-virtual-pipeline-stage N | --num-virtual-stages-per-pipeline-rank N\n"
+            "                                      interleaved pipeline schedule\n\n"
+            "Cluster file keys (one 'key value' per line, '#' comments): name, precision (bf16|fp32), gpus-per-node,\n"
+            "max-nodes, peak-tflops-fp32, peak-tflops-bf16, vector-tflops, hbm-gib, hbm-gbps, intra-gbps,\n"
+            "intra-latency-us, inter-gbps, inter-latency-us, gemm-efficiency, gemm-half-gflops, memory-efficiency,\n"
+            "kernel-overhead-us, reserved-gib (a matrix op of F FLOPs runs at peak x gemm-efficiency x F/(F + half)).\n\n"
+            "The model and plan flags are mgraph-run's (mgraph-run --help).\n"
+            "Exit status: 0 success, 2 bad usage or input, 1 failure while running.\n",
+            mg_cluster_preset_names());
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *v) {
+    char *end;
+    if (!s || !*s) return false;
+    long x = strtol(s, &end, 10);
+    if (*end || x < lo || x > hi) return false;
+    *v = x;
+    return true;
+}
+
+/* Takes the planner's own flags out of argv; the rest goes to mgraph-run's parser. */
+static void take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *n_rest, char *keep, size_t keep_len,
+                       mg_run_notes *notes) {
+    *n_rest = 0;
+    rest[(*n_rest)++] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        long x;
+#define NEED_VALUE()                                                                                                   \
+    if (!val || !strncmp(val, "--", 2)) {                                                                              \
+        mg_run_notes_error(notes, "%s needs a value", a);                                                              \
+        continue;                                                                                                      \
+    }                                                                                                                  \
+    i++
+        if (!strcmp(a, "--cluster")) {
+            NEED_VALUE();
+            pf->cluster = val;
+        } else if (!strcmp(a, "--json")) {
+            pf->json = true;
+        } else if (!strcmp(a, "--search")) {
+            pf->search = true;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            pf->help = true;
+        } else if (!strcmp(a, "--bf16") || !strcmp(a, "--fp16")) {
+            pf->precision = MG_PREC_BF16;
+            pf->precision_given = true;
+        } else if (!strcmp(a, "--fp32")) {
+            pf->precision = MG_PREC_FP32;
+            pf->precision_given = true;
+        } else if (!strcmp(a, "--attention-backend")) {
+            /* Megatron's flag: how the planner costs attention (mgraph-run has one fused kernel) */
+            NEED_VALUE();
+            if (!strcmp(val, "unfused") || !strcmp(val, "local")) pf->attention_unfused = true;
+            else if (!strcmp(val, "auto") || !strcmp(val, "flash") || !strcmp(val, "fused")) pf->attention_unfused = false;
+            else mg_run_notes_error(notes, "--attention-backend must be auto, flash, fused, unfused or local (got '%s')", val);
+        } else if (!strcmp(a, "--top")) {
+            NEED_VALUE();
+            if (!parse_int(val, 1, 10000, &x)) mg_run_notes_error(notes, "--top must be in 1..10000 (got '%s')", val);
+            else pf->top = (int)x;
+        } else if (!strcmp(a, "--search-max-micro-batch")) {
+            NEED_VALUE();
+            if (!parse_int(val, 1, 1 << 16, &x))
+                mg_run_notes_error(notes, "--search-max-micro-batch must be in 1..65536 (got '%s')", val);
+            else pf->max_micro_batch = (int)x;
+        } else if (!strcmp(a, "--search-keep")) {
+            NEED_VALUE();
+            snprintf(keep, keep_len, "%s", val);
+        } else if (!strcmp(a, "--vocab-size")) {
+            NEED_VALUE();
+            if (!parse_int(val, 1, 1L << 31, &x)) mg_run_notes_error(notes, "--vocab-size must be in 1..2^31 (got '%s')", val);
+            else pf->vocab_size = x;
+        } else if (!strcmp(a, "--num-layers-per-virtual-pipeline-stage")) {
+            NEED_VALUE();
+            if (!parse_int(val, 1, 1 << 16, &x))
+                mg_run_notes_error(notes, "--num-layers-per-virtual-pipeline-stage must be >= 1 (got '%s')", val);
+            else pf->layers_per_virtual_stage = (int)x;
+        } else if (!strcmp(a, "--num-virtual-stages-per-pipeline-rank")) {
+            NEED_VALUE();
+            if (!parse_int(val, 1, 1 << 16, &x))
+                mg_run_notes_error(notes, "--num-virtual-stages-per-pipeline-rank must be >= 1 (got '%s')", val);
+            else pf->virtual_stages = (int)x;
+        } else {
+            rest[(*n_rest)++] = argv[i];
+        }
+#undef NEED_VALUE
+    }
+    rest[*n_rest] = NULL;
+}
+
+/* The plan: defaults, the plan file, then the flags given (as mgraph-run resolves it). */
+static int resolve_plan(const mg_run_config *c, mg_plan *p, mg_error *err) {
+    mg_plan_defaults(p);
+    if (c->plan_file) {
+        int rc = mg_plan_read(p, c->plan_file, err);
+        if (rc) return rc;
+    }
+    const char *names[] = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+                           "--expert-model-parallel-size"};
+    int given[] = {c->tensor_model_parallel_size, c->pipeline_model_parallel_size, c->context_parallel_size,
+                   c->expert_model_parallel_size};
+    int *dst[] = {&p->tp, &p->pp, &p->cp, &p->ep};
+    for (int i = 0; i < 4; i++) {
+        if (!mg_run_config_given(c, names[i])) continue;
+        if (given[i] < 1 || given[i] > 1 << 20)
+            return mg_error_set(err, MG_ERR_INVALID, "%s must be in 1..%d (got %d)", names[i], 1 << 20, given[i]);
+        *dst[i] = given[i];
+    }
+    if (c->sequence_parallel) p->sequence_parallel = true;
+    if (p->tp == 1) p->sequence_parallel = false; /* Megatron disables it with a warning */
+    if (c->use_distributed_optimizer) p->distributed_optimizer = true;
+    return MG_OK;
+}
+
+static int recompute_of(const mg_run_config *c, mg_plan_query *q, mg_error *err) {
+    q->recompute = MG_RECOMPUTE_NONE;
+    if (!c->recompute_granularity) return MG_OK;
+    if (strcmp(c->recompute_granularity, "full")) {
+        q->recompute = MG_RECOMPUTE_SELECTIVE;
+        return MG_OK;
+    }
+    q->recompute = MG_RECOMPUTE_FULL;
+    if (!c->recompute_method)
+        return mg_error_set(err, MG_ERR_INVALID, "--recompute-granularity full needs --recompute-method uniform or block");
+    if (!mg_run_config_given(c, "--recompute-num-layers"))
+        return mg_error_set(err, MG_ERR_INVALID, "--recompute-granularity full needs --recompute-num-layers");
+    q->recompute_method = strcmp(c->recompute_method, "block") ? MG_RECOMPUTE_UNIFORM : MG_RECOMPUTE_BLOCK;
+    if (c->recompute_num_layers < 1 || c->recompute_num_layers > c->num_layers)
+        return mg_error_set(err, MG_ERR_INVALID, "--recompute-num-layers must be in 1..%d (the layers), got %d",
+                            c->num_layers, c->recompute_num_layers);
+    q->recompute_num_layers = c->recompute_num_layers;
+    return MG_OK;
+}
+
+static int vocab_of(const mg_run_config *c, const plan_flags *pf, int64_t *vocab, mg_error *err) {
+    if (pf->vocab_size > 0) {
+        *vocab = pf->vocab_size;
+        return MG_OK;
+    }
+    mg_tokenizer_config tc = {c->tokenizer_type, c->vocab_file, c->merge_file, c->tokenizer_model};
+    mg_tokenizer *tok = NULL;
+    int rc = mg_tokenizer_open(&tc, &tok, err);
+    if (rc) return rc;
+    *vocab = mg_tokenizer_vocab_size(tok);
+    mg_tokenizer_free(tok);
+    return MG_OK;
+}
+
+static int search_keep(const char *s, mg_search_options *o, mg_error *err) {
+    if (!s[0]) return MG_OK;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        if (!strcmp(t, "tp")) o->fixed_tp = true;
+        else if (!strcmp(t, "pp")) o->fixed_pp = true;
+        else if (!strcmp(t, "mbs")) o->fixed_mbs = true;
+        else if (!strcmp(t, "recompute")) o->fixed_recompute = true;
+        else if (!strcmp(t, "vp")) o->fixed_vp = true;
+        else
+            return mg_error_set(err, MG_ERR_INVALID, "--search-keep: unknown '%s' (tp, pp, mbs, recompute, vp)", t);
+    }
+    return MG_OK;
+}
+
+static void print_notes(const mg_run_notes *n) {
+    /* the shared parser's lines, under this tool's name */
+    const char *bufs[2] = {n->errors, n->warnings};
+    const char *kinds[2] = {"error", "warning"};
+    for (int k = 0; k < 2; k++) {
+        const char *s = bufs[k];
+        while (*s) {
+            const char *e = strchr(s, '\n');
+            int len = e ? (int)(e - s) : (int)strlen(s);
+            if (len) fprintf(stderr, "mgraph-plan: %s: %.*s\n", kinds[k], len, s);
+            s += len + (e ? 1 : 0);
+        }
+    }
+}
+
+static int emit_json(json_t *o) {
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+    json_decref(o);
+    if (!s) {
+        fprintf(stderr, "mgraph-plan: failed: cannot format JSON\n");
+        return 1;
+    }
+    printf("%s\n", s);
+    free(s);
+    return fflush(stdout) ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    plan_flags pf = {0};
+    mg_run_notes notes = {0};
+    char keep[256] = "";
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    if (!rest) return 1;
+    int n_rest;
+    take_flags(argc, argv, &pf, rest, &n_rest, keep, sizeof keep, &notes);
+    if (pf.help) {
+        usage(stdout);
+        free(rest);
+        return 0;
+    }
+    mg_run_config cfg;
+    mg_run_config_defaults(&cfg);
+    /* no model flag at all: mgraph-run's demo model */
+    mg_run_config_parse(&cfg, n_rest, rest, &notes);
+    free(rest);
+    mg_run_config_check(&cfg, &notes);
+    mg_error err = {0};
+    mg_cluster cl;
+    mg_plan_query q;
+    memset(&q, 0, sizeof q);
+    int rc = MG_OK;
+    if (!pf.cluster) mg_run_notes_error(&notes, "--cluster is required: a preset (%s) or a cluster file", mg_cluster_preset_names());
+    else if ((rc = mg_cluster_load(pf.cluster, &cl, &err))) {
+        mg_run_notes_error(&notes, "%s", err.msg);
+        mg_error_clear(&err);
+    }
+    if ((rc = resolve_plan(&cfg, &q.plan, &err)) || (rc = recompute_of(&cfg, &q, &err)) ||
+        (rc = mg_run_config_model(&cfg, &q.model, &err))) {
+        mg_run_notes_error(&notes, "%s", err.msg);
+        mg_error_clear(&err);
+    }
+    mg_search_options so = {0};
+    if (search_keep(keep, &so, &err)) {
+        mg_run_notes_error(&notes, "%s", err.msg);
+        mg_error_clear(&err);
+    }
+    if (pf.layers_per_virtual_stage && pf.virtual_stages)
+        mg_run_notes_error(&notes, "give --num-layers-per-virtual-pipeline-stage or --num-virtual-stages-per-pipeline-rank, not both");
+    int64_t vocab = 0;
+    if (!notes.n_errors && vocab_of(&cfg, &pf, &vocab, &err)) {
+        mg_run_notes_error(&notes, "%s", err.msg);
+        mg_error_clear(&err);
+    }
+    if (notes.n_errors || notes.n_warnings) print_notes(&notes);
+    if (notes.n_errors) return 2;
+
+    q.model.vocab = mg_vocab_padded(vocab, cfg.make_vocab_size_divisible_by, q.plan.tp);
+    q.micro_batch = cfg.micro_batch_size;
+    int inner = q.plan.tp * q.plan.pp * q.plan.cp;
+    q.world = mg_run_config_given(&cfg, "--world-size") ? cfg.world_size : inner;
+    if (q.world < 1 || q.world > 1 << 24) {
+        fprintf(stderr, "mgraph-plan: error: --world-size must be in 1..%d (got %d)\n", 1 << 24, q.world);
+        return 2;
+    }
+    int dp = q.world % inner ? 1 : q.world / inner;
+    q.global_batch = cfg.global_batch_size > 0 ? cfg.global_batch_size : cfg.micro_batch_size * dp;
+    q.virtual_stages = 1;
+    if (pf.virtual_stages) q.virtual_stages = pf.virtual_stages;
+    if (pf.layers_per_virtual_stage) {
+        int per_rank = q.plan.pp > 0 ? cfg.num_layers / q.plan.pp : 0;
+        if (q.plan.pp < 2 || per_rank % pf.layers_per_virtual_stage) {
+            fprintf(stderr, "mgraph-plan: error: --num-layers-per-virtual-pipeline-stage %d must divide the layers per "
+                            "pipeline rank (%d), with --pipeline-model-parallel-size > 1\n",
+                    pf.layers_per_virtual_stage, per_rank);
+            return 2;
+        }
+        q.virtual_stages = per_rank / pf.layers_per_virtual_stage;
+    }
+    q.overlap_grad_reduce = cfg.overlap_grad_reduce;
+    q.attention_unfused = pf.attention_unfused;
+    q.precision = pf.precision_given ? pf.precision : cl.precision;
+    if (cl.max_nodes > 0 && (int64_t)q.world > (int64_t)cl.max_nodes * cl.gpus_per_node) {
+        fprintf(stderr, "mgraph-plan: error: %d GPUs do not fit in cluster %s (%d nodes of %d)\n", q.world, cl.name,
+                cl.max_nodes, cl.gpus_per_node);
+        return 2;
+    }
+
+    if (!pf.search) {
+        mg_prediction pr;
+        rc = mg_plan_predict(&cl, &q, &pr, &err);
+        if (rc) {
+            fprintf(stderr, "mgraph-plan: %s%s\n", mg_status_is_usage(rc) ? "error: " : "failed: ", err.msg);
+            return mg_status_is_usage(rc) ? 2 : 1;
+        }
+        if (pf.json) return emit_json(mg_prediction_json(&cl, &q, &pr));
+        mg_prediction_print(&cl, &q, &pr, stdout);
+        return fflush(stdout) ? 1 : 0;
+    }
+
+    so.world = q.world;
+    so.top = pf.top > 0 ? pf.top : 10;
+    so.max_micro_batch = pf.max_micro_batch;
+    mg_search_result *res = calloc((size_t)so.top, sizeof *res);
+    if (!res) return 1;
+    int n, tried, dropped, refused;
+    rc = mg_plan_search(&cl, &q, &so, res, &n, &tried, &dropped, &refused, &err);
+    if (rc) {
+        free(res);
+        fprintf(stderr, "mgraph-plan: %s%s\n", mg_status_is_usage(rc) ? "error: " : "failed: ", err.msg);
+        return mg_status_is_usage(rc) ? 2 : 1;
+    }
+    if (pf.json) {
+        json_t *o = json_object(), *arr = json_array();
+        for (int i = 0; i < n; i++) json_array_append_new(arr, mg_prediction_json(&cl, &res[i].q, &res[i].p));
+        json_object_set_new(o, "plans", arr);
+        json_object_set_new(o, "tried", json_integer(tried));
+        json_object_set_new(o, "dropped_memory", json_integer(dropped));
+        json_object_set_new(o, "refused", json_integer(refused));
+        free(res);
+        return emit_json(o);
+    }
+    printf("mgraph-plan --search: %d GPUs of %s, global batch %d: %d plans predicted, %d do not fit in memory, %d "
+           "refused by the partitioner's rules; the best %d:\n",
+           q.world, cl.name, q.global_batch, tried, dropped, refused, n);
+    printf("%4s %3s %3s %3s %3s %3s %5s %4s %-12s %10s %9s %6s %7s %8s\n", "rank", "tp", "pp", "vp", "cp", "ep", "dp",
+           "mbs", "recompute", "step s", "TFLOP/s", "MFU", "bubble", "mem GiB");
+    for (int i = 0; i < n; i++) {
+        const mg_plan_query *r = &res[i].q;
+        const mg_prediction *p = &res[i].p;
+        printf("%4d %3d %3d %3d %3d %3d %5d %4d %-12s %10.4f %9.1f %5.1f%% %6.2f%% %8.2f%s\n", i + 1, r->plan.tp,
+               r->plan.pp, r->virtual_stages, r->plan.cp, r->plan.ep, p->dp, r->micro_batch,
+               r->recompute == MG_RECOMPUTE_FULL ? "full" : "none", p->step_time_s, p->tflops_per_gpu, 100 * p->mfu,
+               100 * p->bubble_fraction, p->mem_total / 1073741824.0, p->pp_estimated ? "  (pp estimated)" : "");
+    }
+    free(res);
+    return fflush(stdout) ? 1 : 0;
+}
