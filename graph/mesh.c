@@ -6,7 +6,9 @@
  * dp x cp ranks of a (tp_i, pp_i) slice, as Megatron-Core's expert rank generator
  * does with expert-tp == tp: with j = cp_i + cp * dp_i (0 <= j < cp * dp), the expert
  * coordinate is j % ep and an ep group is the ep consecutive values of j that share
- * j / ep. With ep == 1 the ep group is the rank alone.
+ * j / ep. With ep == 1 the ep group is the rank alone. The expert-data-parallel
+ * group (edp) holds the ranks of the slice with the same expert coordinate j % ep
+ * (dp*cp/ep of them, index j / ep): they hold the same experts.
  */
 #include <string.h>
 
@@ -41,6 +43,7 @@ int mg_mesh_init(mg_mesh *m, int world, int rank, int tp, int cp, int ep, int pp
     m->size[MG_GROUP_DP] = dp;
     m->size[MG_GROUP_PP] = pp;
     m->size[MG_GROUP_DP_CP] = dp * cp;
+    m->size[MG_GROUP_EDP] = dp * cp / ep;
     m->size[MG_GROUP_WORLD] = world;
     int r = rank;
     m->coord[MG_GROUP_TP] = r % tp;
@@ -53,6 +56,7 @@ int mg_mesh_init(mg_mesh *m, int world, int rank, int tp, int cp, int ep, int pp
     int j = m->coord[MG_GROUP_CP] + cp * m->coord[MG_GROUP_DP];
     m->coord[MG_GROUP_EP] = j % ep;
     m->coord[MG_GROUP_DP_CP] = j; /* cp innermost, as the ranks lie */
+    m->coord[MG_GROUP_EDP] = j / ep;
     m->coord[MG_GROUP_WORLD] = rank;
     return MG_OK;
 }
@@ -74,6 +78,11 @@ int mg_mesh_peer(const mg_mesh *m, mg_group grp, int idx) {
         int cp = m->size[MG_GROUP_CP], ep = m->size[MG_GROUP_EP];
         int j = c + cp * d;
         int j2 = (j / ep) * ep + idx;
+        return rank_of(m, t, j2 % cp, j2 / cp, p);
+    }
+    case MG_GROUP_EDP: {
+        int cp = m->size[MG_GROUP_CP], ep = m->size[MG_GROUP_EP];
+        int j2 = idx * ep + (c + cp * d) % ep;
         return rank_of(m, t, j2 % cp, j2 / cp, p);
     }
     case MG_GROUP_DP_CP: return rank_of(m, t, idx % m->size[MG_GROUP_CP], idx / m->size[MG_GROUP_CP], p);

@@ -35,6 +35,18 @@ int mg_comm_reduce_scatter_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void
 int mg_comm_broadcast_buf(mg_comm *c, mg_group grp, mg_dtype dt, void *buf, int64_t count, int root,
                           mg_error *err);
 
+/* Each member sends `count` elements to every member: block j of `in` goes to member j,
+ * block i of `out` comes from member i (MPI_Alltoall). Counted bytes: the n-1 blocks
+ * that leave the rank. */
+int mg_comm_alltoall_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
+                         mg_error *err);
+/* Variable splits (MPI_Alltoallv): send[j] elements from in + sdispl[j] go to member j,
+ * recv[i] elements from member i land at out + rdispl[i] (arrays of the group's size;
+ * the counts must agree pairwise, which the caller arranges by exchanging them first).
+ * Counted bytes: what leaves the rank (the send counts to other members). */
+int mg_comm_alltoallv_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, const int64_t *send,
+                          const int64_t *sdispl, void *out, const int64_t *recv, const int64_t *rdispl, mg_error *err);
+
 /* Adds a collective's ring bytes (mg_comm_wire_bytes) and seconds to the counters. */
 void mg_comm_account(mg_comm *c, mg_group grp, mg_op op, mg_dtype dt, int64_t count, double seconds);
 

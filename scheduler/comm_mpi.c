@@ -231,3 +231,47 @@ int mg_comm_broadcast_buf(mg_comm *c, mg_group grp, mg_dtype dt, void *buf, int6
     account(c, grp, MG_OP_BROADCAST, dt, count, t0);
     return MG_OK;
 }
+
+/* ---- all-to-all (expert parallelism's token dispatch) ---------------------------- */
+int mg_comm_alltoall_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
+                         mg_error *err) {
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    int rc = prep(c, grp, dt, count, "MPI_Alltoall", &type, err);
+    if (rc) return rc;
+    double t0 = MPI_Wtime();
+    rc = MPI_Alltoall(in, (int)count, type, out, (int)count, type, c->comm[grp]);
+    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Alltoall", grp);
+    /* the blocks that leave this rank: (n - 1) x count */
+    account(c, grp, MG_OP_ALLTOALL, dt, count * (c->mesh.size[grp] - 1), t0);
+    return MG_OK;
+}
+
+int mg_comm_alltoallv_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, const int64_t *send,
+                          const int64_t *sdispl, void *out, const int64_t *recv, const int64_t *rdispl, mg_error *err) {
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    int rc = prep(c, grp, dt, 0, "MPI_Alltoallv", &type, err);
+    if (rc) return rc;
+    int n = c->mesh.size[grp], me = c->mesh.coord[grp];
+    int *v = malloc((size_t)n * 4 * sizeof *v);
+    if (!v) return mg_error_set(err, MG_ERR_NOMEM, "MPI_Alltoallv over %s: out of memory", mg_group_name(grp));
+    int64_t off_rank = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t x[4] = {send[i], sdispl[i], recv[i], rdispl[i]};
+        for (int k = 0; k < 4; k++) {
+            if (x[k] < 0 || x[k] > INT_MAX) {
+                free(v);
+                return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                                    "MPI_Alltoallv over %s: count or displacement %lld outside MPI's int range",
+                                    mg_group_name(grp), (long long)x[k]);
+            }
+            v[k * n + i] = (int)x[k];
+        }
+        if (i != me) off_rank += send[i];
+    }
+    double t0 = MPI_Wtime();
+    rc = MPI_Alltoallv(in, v, v + n, type, out, v + 2 * n, v + 3 * n, type, c->comm[grp]);
+    free(v);
+    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Alltoallv", grp);
+    account(c, grp, MG_OP_ALLTOALL, dt, off_rank, t0);
+    return MG_OK;
+}

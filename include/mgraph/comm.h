@@ -6,7 +6,8 @@
  * dimension's group; the group of dimension D is the set of ranks that agree on
  * every coordinate except D's. The combined group dp_cp holds the ranks that agree on tp and pp
  * (index cp + cp * dp): gradients reduce over it in one collective under context
- * parallelism.
+ * parallelism. The expert-data-parallel group edp holds the dp x cp ranks with the same
+ * ep coordinate (size dp*cp/ep): expert gradients are summed over it.
  *
  * mg_comm wraps one MPI communicator per group. Collective nodes (ops/collective.c)
  * find their communicator through mg_exec_info.comm; a later NCCL backend implements
@@ -26,7 +27,7 @@ extern "C" {
 
 typedef struct mg_mesh {
     int world, rank;
-    int size[MG_GROUP_COUNT];   /* tp, cp, ep, dp, pp, dp_cp, world */
+    int size[MG_GROUP_COUNT];   /* tp, cp, ep, dp, pp, dp_cp, edp, world */
     int coord[MG_GROUP_COUNT];  /* this rank's index in each group */
 } mg_mesh;
 
@@ -63,6 +64,15 @@ mg_tensor *mg_allreduce(mg_graph *g, mg_tensor *x, mg_group grp, int nranks, mg_
 mg_tensor *mg_allgather(mg_graph *g, mg_tensor *x, mg_group grp, int nranks, int dim, int64_t seq);
 mg_tensor *mg_reduce_scatter(mg_graph *g, mg_tensor *x, mg_group grp, int nranks, int dim, int64_t seq);
 mg_tensor *mg_broadcast(mg_graph *g, mg_tensor *x, mg_group grp, int nranks, int root, int64_t seq);
+/* Expert parallelism's token exchange (ops/alltoall.c). Counts first: counts [E] i32
+ * (rows per expert of this rank's permuted tokens; member j owns experts
+ * [j E/n, (j+1) E/n)) -> *splits [n, E/n] (rows each member sends for each local expert)
+ * and *local [E/n] (rows per local expert). Then the rows: x [R, h] -> [rows, h], the
+ * dispatch to the experts' owners (combine false) or its inverse (combine true). */
+int mg_alltoall_counts(mg_graph *g, mg_tensor *counts, mg_group grp, int nranks, int64_t seq, mg_tensor **splits,
+                       mg_tensor **local);
+mg_tensor *mg_alltoallv(mg_graph *g, mg_tensor *x, mg_tensor *counts, mg_tensor *splits, mg_group grp, int nranks,
+                        bool combine, int64_t rows, int64_t seq);
 
 #ifdef __cplusplus
 }

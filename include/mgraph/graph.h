@@ -53,9 +53,11 @@ typedef enum mg_op {
 /* Parallel dimensions, in Megatron's rank order (tp innermost), then the combined
  * groups: DP_CP is dp x cp (Megatron's data-parallel group with context parallelism:
  * gradients are summed, and the distributed optimizer shards, over it in one
- * collective), and WORLD every rank. */
+ * collective), EDP the expert-data-parallel group (the dp x cp ranks holding the same
+ * experts under expert parallelism: expert gradients are summed over it), and WORLD
+ * every rank. */
 typedef enum mg_group { MG_GROUP_NONE = -1, MG_GROUP_TP, MG_GROUP_CP, MG_GROUP_EP, MG_GROUP_DP,
-                        MG_GROUP_PP, MG_GROUP_DP_CP, MG_GROUP_WORLD, MG_GROUP_COUNT } mg_group;
+                        MG_GROUP_PP, MG_GROUP_DP_CP, MG_GROUP_EDP, MG_GROUP_WORLD, MG_GROUP_COUNT } mg_group;
 
 /* How a physical tensor relates to its logical tensor across a group of ranks. */
 typedef enum mg_shard_kind { MG_SHARD_FULL, MG_SHARD_SPLIT, MG_SHARD_PARTIAL } mg_shard_kind;
@@ -197,6 +199,7 @@ typedef struct mg_attr_comm {
     int dim;            /* gather / scatter dimension */
     int peer;           /* send/recv: rank in the group; broadcast: root */
     int tag;
+    int64_t rows;       /* alltoall: static row bound of the output */
 } mg_attr_comm;
 
 typedef union mg_attrs {

@@ -121,6 +121,9 @@ static void mesh_consistency(void) {
                         bool in_dpcp = h == MG_GROUP_DP || h == MG_GROUP_CP || h == MG_GROUP_EP;
                         if (g == MG_GROUP_DP_CP && in_dpcp) continue;
                         if (h == MG_GROUP_DP_CP && (g == MG_GROUP_DP || g == MG_GROUP_CP || g == MG_GROUP_EP)) continue;
+                        /* edp (same experts): its members differ in dp, cp, dp_cp, but agree on ep */
+                        if (g == MG_GROUP_EDP && (h == MG_GROUP_DP || h == MG_GROUP_CP || h == MG_GROUP_DP_CP)) continue;
+                        if (h == MG_GROUP_EDP && (g == MG_GROUP_DP || g == MG_GROUP_CP || g == MG_GROUP_DP_CP)) continue;
                         TK_CHECK(q.coord[h] == m.coord[h], "config %zu: %s peer %d of %d differs in %s", c,
                                  mg_group_name((mg_group)g), p, r, mg_group_name((mg_group)h));
                     }
@@ -215,8 +218,10 @@ static void shapes(void) {
     TK_CHECK(ar->src->phase == MG_PHASE_FORWARD, "phase stamped");
     for (mg_op op = MG_OP_ALLREDUCE; op <= MG_OP_RECV; op++) {
         const mg_op_def *d = mg_op_def_get(op);
-        TK_CHECK(d && (d->flags & MG_OPF_COMM) && (d->flags & MG_OPF_NO_GRAD) && d->infer && !d->grad,
-                 "%s: comm, no gradient", mg_op_name(op));
+        /* the all-to-all of expert parallelism has a gradient (the reverse exchange) */
+        bool grad = op == MG_OP_ALLTOALL;
+        TK_CHECK(d && (d->flags & MG_OPF_COMM) && !(d->flags & MG_OPF_NO_GRAD) == grad && d->infer && !d->grad == !grad,
+                 "%s: comm, %s", mg_op_name(op), grad ? "gradient" : "no gradient");
     }
     /* Costs: 0 FLOPs; ring bytes. x is 48 floats = 192 bytes. */
     double fl, by;
@@ -277,7 +282,7 @@ static void shape_errors(void) {
         {"group none", bad_group, MG_ERR_SHAPE, "not a mesh group"},
         {"nranks 0", bad_nranks, MG_ERR_SHAPE, "group size 0"},
         {"reduce op 7", bad_op, MG_ERR_SHAPE, "not sum or max"},
-        {"alltoall", bad_alltoall, MG_ERR_UNSUPPORTED, "alltoall: not implemented yet (expert parallelism)"},
+        {"alltoall with one input", bad_alltoall, MG_ERR_INVALID, "alltoall: takes 3..3 inputs, got 1"},
         {"send", bad_send, MG_ERR_UNSUPPORTED, "send/recv: not implemented yet (pipeline parallelism)"},
         {"recv", bad_recv, MG_ERR_UNSUPPORTED, "send/recv: not implemented yet (pipeline parallelism)"},
         {"NULL input", bad_null, MG_ERR_INVALID, "input 0 is NULL"},

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mgraph/comm.h"
 #include "mgraph/moe.h"
 #include "testkit.h"
 
@@ -460,6 +461,68 @@ static void grad_grouped_matmul(void) {
     }
 }
 
+/* ---- the all-to-all of expert parallelism on one rank (ops/alltoall.c; several ranks:
+ * tests/ep/test_alltoall_mpi.c): the permuted rows, the exchange of counts, the dispatch
+ * into a larger static bound and (combine) back to the token side. */
+typedef struct a2a_ctx { bool combine; } a2a_ctx;
+static mg_tensor *gb_alltoall(mg_graph *g, mg_tensor *const *l, void *ctx) {
+    a2a_ctx *c = ctx;
+    mg_tensor *counts, *splits, *local;
+    int64_t R = l[1]->shape[0] * l[1]->shape[1];
+    mg_tensor *xs = mg_moe_permute(g, l[0], l[1], NULL, R, &counts);
+    if (!xs || mg_alltoall_counts(g, counts, MG_GROUP_EP, 1, 0, &splits, &local)) return NULL;
+    mg_tensor *xd = mg_alltoallv(g, xs, counts, splits, MG_GROUP_EP, 1, false, R + 3, 1);
+    return c->combine ? mg_alltoallv(g, mg_scale(g, xd, 2.0f), counts, splits, MG_GROUP_EP, 1, true, R, 2) : xd;
+}
+
+static void grad_alltoall(void) {
+    tk_leaf l[] = {{"x", MG_F32, 2, {5, 3}, true, -1, 1}, {"map", MG_I32, 2, {5, 4}, false, 0, 2}};
+    a2a_ctx c = {false};
+    tk_gradcheck("alltoall dispatch (1 rank)", 2, l, gb_alltoall, &c, NULL);
+    c.combine = true;
+    tk_gradcheck("alltoall dispatch then combine (1 rank)", 2, l, gb_alltoall, &c, NULL);
+}
+
+/* On one rank the dispatch is the identity on the routed rows (zero padding after them),
+ * and the exchange of counts gives the counts back; combine returns the permuted rows. */
+static void fwd_alltoall(void) {
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_input(g, "x", MG_F32, 2, (int64_t[]){5, 3});
+    mg_tensor *map = mg_input(g, "map", MG_I32, 2, (int64_t[]){5, 4});
+    mg_tensor *counts, *splits, *local;
+    mg_tensor *xs = mg_moe_permute(g, x, map, NULL, 20, &counts);
+    mg_alltoall_counts(g, counts, MG_GROUP_EP, 1, 0, &splits, &local);
+    mg_tensor *xd = mg_alltoallv(g, xs, counts, splits, MG_GROUP_EP, 1, false, 23, 1);
+    mg_tensor *back = mg_alltoallv(g, xd, counts, splits, MG_GROUP_EP, 1, true, 20, 2);
+    tk_run r;
+    TK_CHECK(!mg_graph_error(g)->code && !tk_prepare(&r, g), "build: %s", mg_graph_error(g)->msg);
+    for (int i = 0; i < 15; i++) tk_f32(&r, x)[i] = (float)i + 1;
+    for (int i = 0; i < 20; i++) tk_i32(&r, map)[i] = (i * 7 % 5) < 2;
+    TK_CHECK(!tk_exec(&r), "exec");
+    int total = 0;
+    for (int e = 0; e < 4; e++) {
+        TK_CHECK(tk_i32(&r, splits)[e] == tk_i32(&r, counts)[e] && tk_i32(&r, local)[e] == tk_i32(&r, counts)[e],
+                 "expert %d: splits %d, local %d, counts %d", e, tk_i32(&r, splits)[e], tk_i32(&r, local)[e],
+                 tk_i32(&r, counts)[e]);
+        total += tk_i32(&r, counts)[e];
+    }
+    TK_CHECK(total > 0, "the map routes something");
+    for (int i = 0; i < 23 * 3; i++)
+        TK_CHECK(tk_f32(&r, xd)[i] == (i < 20 * 3 ? tk_f32(&r, xs)[i] : 0.0f), "dispatched element %d", i);
+    for (int i = 0; i < 20 * 3; i++) TK_CHECK(tk_f32(&r, back)[i] == tk_f32(&r, xs)[i], "combined element %d", i);
+    /* builder errors: splits of the wrong shape, a group that does not divide the experts */
+    mg_tensor *bad = mg_alltoallv(g, xs, counts, counts, MG_GROUP_EP, 1, false, 23, 3);
+    TK_CHECK(!bad && strstr(mg_graph_error(g)->msg, "splits must be i32"), "bad splits: %s", mg_graph_error(g)->msg);
+    tk_release(&r);
+    mg_graph_free(g);
+    g = mg_graph_new();
+    mg_tensor *c3 = mg_input(g, "c", MG_I32, 1, (int64_t[]){3});
+    TK_CHECK(mg_alltoall_counts(g, c3, MG_GROUP_EP, 2, 0, &splits, &local) && !splits &&
+                 strstr(mg_graph_error(g)->msg, "multiple of the group size 2"),
+             "3 experts over 2 ranks: %s", mg_graph_error(g)->msg);
+    mg_graph_free(g);
+}
+
 static mg_tensor *gb_lse(mg_graph *g, mg_tensor *const *l, void *ctx) {
     (void)ctx;
     return mg_logsumexp(g, l[0]);
@@ -520,6 +583,8 @@ int main(int argc, char **argv) {
         {"grad.moe_grouped_matmul", grad_grouped_matmul},
         {"grad.moe_losses", grad_losses},
         {"grad.moe_layer", grad_layer},
+        {"forward.alltoall", fwd_alltoall},
+        {"grad.alltoall", grad_alltoall},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
 }
