@@ -51,11 +51,15 @@ int mg_placement_local(const mg_placement *p, const mg_mesh *mesh, int ndim, con
 }
 
 bool mg_placement_owner(const mg_placement *p, const mg_mesh *mesh) {
+    /* A block split over ep (expert weights) is held by the ranks of its edp group, which
+     * differ in dp and cp: the first of them writes it. */
+    bool ep_split = p->ax[MG_GROUP_EP].kind == MG_SHARD_SPLIT;
     for (int a = 0; a < MG_MESH_AXES; a++) {
         if (p->ax[a].kind == MG_SHARD_PARTIAL) return false;
+        if (ep_split && (a == MG_GROUP_DP || a == MG_GROUP_CP)) continue;
         if (p->ax[a].kind == MG_SHARD_FULL && mesh->coord[a] != 0) return false;
     }
-    return true;
+    return !ep_split || mesh->coord[MG_GROUP_EDP] == 0;
 }
 
 const char *mg_placement_str(const mg_placement *p, char *buf, size_t len) {

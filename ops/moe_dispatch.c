@@ -20,6 +20,7 @@
 #include "mgraph/moe.h"
 #include "ops/moe_common.h"
 #include "ops/op.h"
+#include "ops/shard.h"
 
 static void desc_rows(mg_tensor_desc *d, mg_dtype dt, int ndim, int64_t a, int64_t b) {
     memset(d, 0, sizeof *d);
@@ -196,11 +197,11 @@ static void cost_dispatch(const mg_node *n, double *flops, double *bytes) {
 }
 
 const mg_op_def mg_opdef_MOE_PERMUTE = {"moe_permute", 2, 3, 0, infer_permute, permute_grad, cost_dispatch,
-                                        permute_cpu, NULL, NULL};
+                                        permute_cpu, NULL, .shard = mg_shard_rule_replicated};
 const mg_op_def mg_opdef_MOE_UNPERMUTE = {"moe_unpermute", 2, 3, 0, infer_unpermute, unpermute_grad,
-                                          cost_dispatch, unpermute_cpu, NULL, NULL};
+                                          cost_dispatch, unpermute_cpu, NULL, .shard = mg_shard_rule_replicated};
 const mg_op_def mg_opdef_MOE_ROW_DOT = {"moe_row_dot", 3, 3, MG_OPF_NO_GRAD, infer_row_dot, NULL, cost_dispatch,
-                                        row_dot_cpu, NULL, NULL};
+                                        row_dot_cpu, NULL, .shard = mg_shard_rule_replicated};
 
 /* ---- builders ------------------------------------------------------------------------- */
 mg_tensor *mg_moe_permute(mg_graph *g, mg_tensor *x, mg_tensor *map, mg_tensor *w, int64_t rows, mg_tensor **counts) {

@@ -15,6 +15,7 @@
 
 #include "mgraph/moe.h"
 #include "ops/op.h"
+#include "ops/shard.h"
 
 static int check_counts(const mg_node *n, const mg_tensor *c, int64_t E, mg_error *err) {
     if (c->dtype != MG_I32 || c->ndim != 1 || c->shape[0] != E)
@@ -143,9 +144,9 @@ static void cost_gmm(const mg_node *n, double *flops, double *bytes) {
 }
 
 const mg_op_def mg_opdef_MOE_GROUPED_MATMUL = {"moe_grouped_matmul", 3, 3, 0, infer_gmm, gmm_grad, cost_gmm, gmm_cpu,
-                                               NULL, NULL};
+                                               NULL, .shard = mg_shard_rule_replicated};
 const mg_op_def mg_opdef_MOE_GROUPED_MATMUL_DW = {"moe_grouped_matmul_dw", 3, 3, MG_OPF_NO_GRAD, infer_gmm_dw, NULL,
-                                                  cost_gmm, gmm_dw_cpu, NULL, NULL};
+                                                  cost_gmm, gmm_dw_cpu, NULL, .shard = mg_shard_rule_replicated};
 
 mg_tensor *mg_moe_grouped_matmul(mg_graph *g, mg_tensor *xs, mg_tensor *counts, mg_tensor *w, bool trans_w) {
     mg_attrs at;

@@ -22,6 +22,7 @@
 #include "mgraph/moe.h"
 #include "ops/moe_common.h"
 #include "ops/op.h"
+#include "ops/shard.h"
 
 static void desc2(mg_tensor_desc *d, mg_dtype dt, int64_t a, int64_t b) {
     memset(d, 0, sizeof *d);
@@ -295,14 +296,14 @@ static void cost_lse(const mg_node *n, double *flops, double *bytes) {
     *bytes = 8.0 * (double)mg_numel(x);
 }
 
-const mg_op_def mg_opdef_MOE_ROUTE = {"moe_route", 1, 1, 0, infer_route, route_grad, cost_route, route_cpu, NULL, NULL};
+const mg_op_def mg_opdef_MOE_ROUTE = {"moe_route", 1, 1, 0, infer_route, route_grad, cost_route, route_cpu, NULL, .shard = mg_shard_rule_replicated};
 const mg_op_def mg_opdef_MOE_ROUTE_BWD = {"moe_route_bwd", 3, 3, MG_OPF_NO_GRAD, infer_route_bwd, NULL,
-                                          cost_route, route_bwd_cpu, NULL, NULL};
+                                          cost_route, route_bwd_cpu, NULL, .shard = mg_shard_rule_replicated};
 const mg_op_def mg_opdef_MOE_TOPK_COUNT = {"moe_topk_count", 1, 1, MG_OPF_NO_GRAD, infer_topk_count, NULL,
-                                           cost_route, topk_count_cpu, NULL, NULL};
-const mg_op_def mg_opdef_LOGSUMEXP = {"logsumexp", 1, 1, 0, infer_lse, lse_grad, cost_lse, lse_cpu, NULL, NULL};
+                                           cost_route, topk_count_cpu, NULL, .shard = mg_shard_rule_replicated};
+const mg_op_def mg_opdef_LOGSUMEXP = {"logsumexp", 1, 1, 0, infer_lse, lse_grad, cost_lse, lse_cpu, NULL, .shard = mg_shard_rule_replicated};
 const mg_op_def mg_opdef_LOGSUMEXP_BWD = {"logsumexp_bwd", 2, 2, MG_OPF_NO_GRAD, infer_lse_bwd, NULL,
-                                          cost_lse, lse_bwd_cpu, NULL, NULL};
+                                          cost_lse, lse_bwd_cpu, NULL, .shard = mg_shard_rule_replicated};
 
 /* ---- builders ------------------------------------------------------------------------- */
 int64_t mg_moe_capacity(int64_t tokens, int topk, int experts, double factor) {

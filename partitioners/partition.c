@@ -119,6 +119,7 @@ mg_tensor *part_make_leaf(part_ctx *c, const mg_tensor *lt, const mg_placement *
 static mg_placement leaf_placement(part_ctx *c, const mg_tensor *lt) {
     mg_placement p = mg_placement_full();
     if (c->tp > 1 && lt->role == MG_ROLE_PARAM) p.ax[MG_GROUP_TP] = tp_param_state(c, lt);
+    ep_leaf_placement(c, lt, &p);
     return p;
 }
 
@@ -230,6 +231,14 @@ static mg_tensor *step(part_ctx *c, const mg_tensor *lt, mg_tensor *x, mg_placem
 static mg_tensor *convert(part_ctx *c, const mg_tensor *lt, mg_tensor *x, const mg_placement *from,
                           const mg_placement *to) {
     mg_placement cur = *from;
+    if (ep_sums_over_edp(c, &cur, to)) {
+        mg_placement next = cur;
+        next.ax[MG_GROUP_DP] = mg_place_full(MG_GROUP_DP);
+        mg_tensor *t = cache_find(c, lt->id, &next);
+        if (!t && (t = ep_edp_sum(c, lt, x, &next)) && t != x) cache_put(c, lt->id, &next, t);
+        if (!(x = t)) return NULL;
+        cur = next;
+    }
     /* A sum over both dp and cp is one all-reduce over the combined dp x cp group
      * (Megatron's gradient reduction under context parallelism), not two. */
     if (c->grad_group == MG_GROUP_DP_CP && cur.ax[MG_GROUP_DP].kind == MG_SHARD_PARTIAL &&
@@ -455,6 +464,7 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
         if (t->requires_grad && t->grad) c.final_grad_of[t->grad->id] = i;
     }
     if (plan->distributed_optimizer && c.gdp > 1 && (rc = dopt_init(&c))) goto done;
+    if ((rc = ep_init(&c))) goto done;
     mg_node **ord;
     int n_ord;
     if ((rc = mg_graph_topo((mg_graph *)L, &ord, &n_ord, err))) goto done;
@@ -464,6 +474,7 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
         int h = c.dopt ? dopt_partition_node(&c, n) : 0;
         if (h == 0) h = dp_partition_node(&c, n);
         if (h < 0) rc = h;
+        if (!rc && h == 0 && c.ep) rc = ep_partition_node(&c, n, &h);
         if (!rc && h == 0) rc = tp_partition_node(&c, n);
         if (!rc) rc = dp_after_node(&c, n);
         if (!rc && c.dopt) rc = dopt_after_node(&c, n);
@@ -477,6 +488,7 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
     for (int i = 0; i < nt && !rc; i++) out->local[i] = c.st[i].t;
 done:
     if (c.dopt) dopt_free(&c);
+    ep_free(&c);
     free(c.st);
     free(c.final_grad_of);
     free(c.conv);

@@ -22,6 +22,7 @@ typedef struct conv_entry {
 } conv_entry;
 
 struct dist_opt;
+struct ep_state;
 
 typedef struct part_ctx {
     const mg_graph *L;
@@ -45,6 +46,7 @@ typedef struct part_ctx {
     int n_conv, cap_conv;
     int64_t seq;             /* next communication sequence number */
     struct dist_opt *dopt;   /* NULL unless the distributed optimizer is on */
+    struct ep_state *ep;     /* NULL unless expert parallelism is on (ep.c) */
     mg_error *err;
 } part_ctx;
 
@@ -131,5 +133,19 @@ void dopt_free(part_ctx *c);
 /* Returns 1 if the distributed optimizer handled n (gradient bucket, sumsq, adamw). */
 int dopt_partition_node(part_ctx *c, const mg_node *n);
 int dopt_after_node(part_ctx *c, const mg_node *n);
+
+/* ---- ep.c: expert parallelism ------------------------------------------------------------------ */
+int ep_init(part_ctx *c);   /* after dopt_init; no-op when ep == 1 */
+void ep_free(part_ctx *c);
+bool ep_is_expert_param(const mg_tensor *lt);
+/* A leaf's placement on the ep axis (expert weights split over ep). */
+void ep_leaf_placement(const part_ctx *c, const mg_tensor *lt, mg_placement *p);
+/* convert()'s first step: an expert gradient's sum over dp is its sum over edp (x itself
+ * when edp is one rank). */
+bool ep_sums_over_edp(const part_ctx *c, const mg_placement *cur, const mg_placement *to);
+mg_tensor *ep_edp_sum(part_ctx *c, const mg_tensor *lt, mg_tensor *x, const mg_placement *summed);
+/* Handles the MoE dispatch and expert region (*handled = 1), or sets the ep state of
+ * nodes on expert weight blocks for the tensor-parallel rules to emit. */
+int ep_partition_node(part_ctx *c, const mg_node *n, int *handled);
 
 #endif

@@ -178,9 +178,23 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
     if (p->cp > 1)
         return mg_error_set(err, MG_ERR_UNSUPPORTED,
                             "--context-parallel-size %d: context parallelism is not supported yet", p->cp);
-    if (p->ep > 1)
-        return mg_error_set(err, MG_ERR_UNSUPPORTED,
-                            "--expert-model-parallel-size %d: expert parallelism is not supported yet", p->ep);
+    if (p->ep > 1) { /* experts split over ep ranks taken from dp x cp (partitioners/ep.c) */
+        int64_t dpcp = world / inner * p->cp;
+        if (dpcp % p->ep)
+            return mg_error_set(err, MG_ERR_INVALID,
+                                "--expert-model-parallel-size %d does not divide the data-parallel x context-parallel "
+                                "size %lld (world %d / (tp %d x pp %d)): expert parallelism reuses those ranks",
+                                p->ep, (long long)dpcp, world, p->tp, p->pp);
+        if (p->cp > 1)
+            return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                                "--expert-model-parallel-size %d with --context-parallel-size %d is not supported yet",
+                                p->ep, p->cp);
+        if (p->distributed_optimizer)
+            return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                                "--use-distributed-optimizer with --expert-model-parallel-size %d is not supported yet "
+                                "(expert parameters would need their own buckets over the expert-data-parallel group)",
+                                p->ep);
+    }
     if (p->sequence_parallel && p->tp == 1)
         return mg_error_set(err, MG_ERR_INVALID, "--sequence-parallel needs --tensor-model-parallel-size > 1");
     if (p->bucket_numel < 1) return mg_error_set(err, MG_ERR_INVALID, "bucket size must be >= 1");

@@ -279,6 +279,23 @@ static void check_limits(const mg_run_config *c, mg_run_notes *n) {
         mg_run_notes_error(n, "--check-for-nan-in-loss-and-grad and --no-check-for-nan-in-loss-and-grad exclude each other");
 }
 
+/* Expert parallelism's model rules (partitioners/ep.c): experts to split, evenly; the
+ * experts themselves run whole on every tensor-parallel rank. */
+static int check_expert_parallel(const run *r, const mg_gpt_config *m, mg_error *err) {
+    int ep = r->plan.ep;
+    if (r->cfg.expert_tensor_parallel_size != 1)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--expert-tensor-parallel-size %d is not supported: experts are not split over tensor-"
+                            "parallel ranks (1: each tp rank runs whole experts on the same tokens)",
+                            r->cfg.expert_tensor_parallel_size);
+    if (ep > 1 && m->moe.num_experts == 0)
+        return mg_error_set(err, MG_ERR_INVALID, "--expert-model-parallel-size %d needs --num-experts (a MoE model)", ep);
+    if (ep > 1 && m->moe.num_experts % ep)
+        return mg_error_set(err, MG_ERR_INVALID, "--num-experts %d is not divisible by --expert-model-parallel-size %d",
+                            m->moe.num_experts, ep);
+    return MG_OK;
+}
+
 /* The step configuration from the checked flags (mg_run_config_check). */
 static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) {
     if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * dp; /* Megatron's default */
@@ -795,8 +812,12 @@ static void describe(const run *r, const mg_graph *g, const mg_mesh *m, int rank
     char line[512] = "?";
     if (!mg_memplan_build((mg_graph *)g, true, &p, &e)) mg_memplan_summary(p, line, sizeof line);
     mg_memplan_free(p);
-    printf("mgraph-run: rank %d: %d nodes, %d collectives, bytes sent per step: tp %.0f, dp %.0f; memory: %s\n", rank,
-           mg_graph_n_nodes(g), n_comm, bytes[MG_GROUP_TP], bytes[MG_GROUP_DP], line);
+    char ep[160] = "";
+    if (r->plan.ep > 1) /* the all-to-all moves what the routing sends: estimated for a balanced routing */
+        snprintf(ep, sizeof ep, ", ep %.0f (all-to-all, balanced routing), edp %.0f", bytes[MG_GROUP_EP],
+                 bytes[MG_GROUP_EDP]);
+    printf("mgraph-run: rank %d: %d nodes, %d collectives, bytes sent per step: tp %.0f, dp %.0f%s; memory: %s\n", rank,
+           mg_graph_n_nodes(g), n_comm, bytes[MG_GROUP_TP], bytes[MG_GROUP_DP], ep, line);
 }
 
 /* --recompute-*: Megatron's checks, then the rewrite of the graph this rank runs
@@ -964,6 +985,7 @@ int main(int argc, char **argv) {
                             mg_gpt_kv_groups(&sc.model)};
         rc = mg_plan_check_model(&r.plan, plan_world, &pm, &err);
     }
+    if (!rc) rc = check_expert_parallel(&r, &sc.model, &err);
     if (!rc) rc = mg_step_build(&sc, &r.train, &err);
     if (!rc) rc = check_shard_rules(&r, &err);
     bool with_eval = !rc && (has_split(&r, MG_SPLIT_VALID) || has_split(&r, MG_SPLIT_TEST));
@@ -990,14 +1012,17 @@ int main(int argc, char **argv) {
     }
     rc = agree_on_input(&r, rc, &err);
     if (rc) return finish(&r, rc, &err);
+    char ep_desc[64] = "";
+    if (r.plan.ep > 1)
+        snprintf(ep_desc, sizeof ep_desc, ", ep %d (%d experts per rank)", r.plan.ep, sc.model.moe.num_experts / r.plan.ep);
     if (rank == 0)
         printf("mgraph-run: GPT %d layers, hidden %d, heads %d, ffn %d, seq %d, vocab %lld (padded), %.2fM parameters; "
-               "micro-batch %d, global batch %d = %d micro-batches per step; %d rank(s): tp %d, dp %d%s%s; "
+               "micro-batch %d, global batch %d = %d micro-batches per step; %d rank(s): tp %d, dp %d%s%s%s; "
                "%d micro-batch%s per rank per step\n",
                sc.model.num_layers, sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
                (long long)sc.model.vocab, (double)mg_gpt_num_params(&sc.model) / 1e6, sc.micro_batch,
                r.cfg.global_batch_size, sc.n_micro, plan_world, r.plan.tp, plan_world / (r.plan.tp * r.plan.pp * r.plan.cp),
-               r.plan.sequence_parallel ? ", sequence parallel" : "",
+               ep_desc, r.plan.sequence_parallel ? ", sequence parallel" : "",
                r.plan.distributed_optimizer ? ", distributed optimizer" : "", local_micro(&r), local_micro(&r) == 1 ? "" : "es");
     if (r.cfg.dry_run) {
         rc = dry_run_world(&r, plan_world, &err);

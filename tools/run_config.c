@@ -159,7 +159,9 @@ static const flag flags[] = {
     {"--tensor-model-parallel-size", F_INT, O(tensor_model_parallel_size), USE, NULL, "tp"},
     {"--pipeline-model-parallel-size", F_INT, O(pipeline_model_parallel_size), USE, NULL, "pp"},
     {"--context-parallel-size", F_INT, O(context_parallel_size), USE, NULL, "cp"},
-    {"--expert-model-parallel-size", F_INT, O(expert_model_parallel_size), USE, NULL, "ep"},
+    {"--expert-model-parallel-size", F_INT, O(expert_model_parallel_size), USE, NULL, "ep: experts split over ep ranks of dp"},
+    {"--expert-tensor-parallel-size", F_INT, O(expert_tensor_parallel_size), USE, NULL,
+     "1 only: each tensor-parallel rank runs whole experts (Megatron defaults it to tp)"},
     {"--num-layers-per-virtual-pipeline-stage", F_INT, NOFF, NOOP, NULL,
      "interleaving applies to pipeline parallelism, which mgraph does not have yet"},
     {"--sequence-parallel", F_BOOL, O(sequence_parallel), USE, NULL, "split norms and dropout along the sequence (with tp > 1)"},
@@ -264,6 +266,7 @@ void mg_run_config_defaults(mg_run_config *c) {
     c->hidden_dropout = 0.1f;
     c->attention_dropout = 0.1f;
     c->moe_router_topk = 2;
+    c->expert_tensor_parallel_size = 1;
     c->moe_layer_freq = 1;
     c->moe_token_drop_policy = "probs";
     c->moe_token_dispatcher_type = "alltoall";

@@ -50,6 +50,7 @@ typedef struct mg_run_config {
     const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model;
     /* parallelism */
     int tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size, expert_model_parallel_size;
+    int expert_tensor_parallel_size;
     bool sequence_parallel, use_distributed_optimizer;
     int world_size;          /* --world-size: partition for N ranks without launching them (with --dry-run) */
     const char *plan_file;

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Expert parallelism through mgraph-run: training runs under mpirun reproduce the serial
+# run (lm loss, grad norm, load-balancing loss within 1e-5 relative every iteration),
+# bad expert-parallel flags exit 2 naming the rule, and Mixtral 8x7B's layout on 64
+# ranks (ep 8 x tp 2) dry-runs, printing per-rank memory and all-to-all bytes.
+#   cli_ep.sh MPIEXEC MGRAPH_RUN TEXT_FILE DATA_DIR WORK_DIR CASE
+set -u
+MPIEXEC=$1 RUN=$2 TEXT=$3 DATA=$4 WORK=$5 CASE=$6
+mkdir -p "$WORK" && cd "$WORK" || exit 1
+MPI="$MPIEXEC --oversubscribe --allow-run-as-root"
+fail() { echo "FAIL: $*"; exit 1; }
+[ -f "$TEXT" ] || fail "no corpus $TEXT"
+# a small Mixtral-style model: RMSNorm, RoPE, SwiGLU experts, no biases; 4 experts, top 2
+MOE=(--text-file "$TEXT" --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+     --micro-batch-size 2 --global-batch-size 8 --eval-iters 0 --log-interval 1 --lr 3e-3 --lr-warmup-iters 2
+     --adam-eps 1e-5 --normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
+     --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3)
+
+# column NAME FILE: one metric per iteration
+column() { grep -o "\"$1\": [^,}]*" "$2" | awk '{print $2}'; }
+# same NAME A B: every iteration within 1e-5 relative
+same() {
+    paste <(column "$1" "$2") <(column "$1" "$3") | awk -v name="$1" '
+        { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r; if (r > 1e-5) bad++ }
+        END { printf "%s: %d iterations, worst relative difference %.3g (bound 1e-5)\n", name, n, w; exit (n < 4 || bad > 0) }'
+}
+
+expect_usage() { # NAME REGEX CMD...: exit 2 within 60 s with the message
+    local name=$1 re=$2; shift 2
+    timeout 60 "$@" >out.txt 2>err.txt
+    local rc=$?
+    [ $rc -eq 2 ] || { cat err.txt; fail "$name: exit status $rc, want 2"; }
+    grep -Eq -- "$re" err.txt || { cat err.txt; fail "$name: stderr lacks /$re/"; }
+    echo "ok $name"
+}
+
+train_vs_serial() { # NP FLAGS...: the run on NP ranks with FLAGS matches the serial run
+    local np=$1; shift
+    [ -f serial.jsonl ] || timeout 180 "$RUN" "${MOE[@]}" --train-iters 5 --metrics-file serial.jsonl > serial.txt 2>&1 ||
+        { cat serial.txt; fail "serial run"; }
+    timeout 300 $MPI -np "$np" "$RUN" "${MOE[@]}" --train-iters 5 "$@" --metrics-file parallel.jsonl > parallel.txt 2>&1 ||
+        { cat parallel.txt; fail "run on $np ranks with $*"; }
+    grep -q "ep 2 (2 experts per rank)" parallel.txt || { cat parallel.txt; fail "plan not applied"; }
+    for m in lm_loss grad_norm load_balancing_loss z_loss; do same $m parallel.jsonl serial.jsonl || fail "$m differs"; done
+}
+
+case "$CASE" in
+ep2)
+    train_vs_serial 2 --expert-model-parallel-size 2
+    echo "ok $CASE" ;;
+ep2_dp2)
+    train_vs_serial 4 --expert-model-parallel-size 2
+    echo "ok $CASE" ;;
+ep2_tp2)
+    train_vs_serial 4 --expert-model-parallel-size 2 --tensor-model-parallel-size 2
+    echo "ok $CASE" ;;
+bad_flags)
+    expect_usage ep_not_dividing "expert-model-parallel-size 3 does not divide the data-parallel" \
+        $MPI -np 2 "$RUN" "${MOE[@]}" --expert-model-parallel-size 3
+    expect_usage experts_not_dividing "num-experts 3 is not divisible by --expert-model-parallel-size 2" \
+        $MPI -np 2 "$RUN" "${MOE[@]}" --num-experts 3 --expert-model-parallel-size 2
+    expect_usage ep_without_moe "expert-model-parallel-size 2 needs --num-experts" \
+        $MPI -np 2 "$RUN" "${MOE[@]}" --num-experts 0 --expert-model-parallel-size 2
+    expect_usage expert_tp "expert-tensor-parallel-size 2 is not supported" \
+        "$RUN" "${MOE[@]}" --expert-tensor-parallel-size 2
+    expect_usage ep_distopt "use-distributed-optimizer with --expert-model-parallel-size 2 is not supported yet" \
+        $MPI -np 2 "$RUN" "${MOE[@]}" --expert-model-parallel-size 2 --use-distributed-optimizer
+    echo "ok $CASE" ;;
+mixtral_dry_run)
+    # Mixtral 8x7B: 32 layers, h 4096, 32 heads in 8 query groups, ffn 14336, seq 4096, 8 experts
+    # top 2, SentencePiece vocabulary 32000; ep 8 x tp 2 on 64 ranks (dp 32, edp 4)
+    start=$(date +%s)
+    timeout 600 "$RUN" --dry-run --world-size 64 --tensor-model-parallel-size 2 --expert-model-parallel-size 8 \
+        --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8 \
+        --ffn-hidden-size 14336 --seq-length 4096 --max-position-embeddings 4096 --num-experts 8 --moe-router-topk 2 \
+        --normalization RMSNorm --position-embedding-type rope --swiglu --untie-embeddings-and-output-weights \
+        --disable-bias-linear --micro-batch-size 1 --global-batch-size 32 --tokenizer-type SentencePieceTokenizer \
+        --tokenizer-model "$DATA/mistral/tokenizer.model" --text-file "$TEXT" > out.txt 2>err.txt ||
+        { cat err.txt; fail "dry run"; }
+    echo "dry run of 64 ranks: $(( $(date +%s) - start )) s"
+    grep "rank(s)" out.txt
+    grep -q "64 rank(s): tp 2, dp 32, ep 8 (1 experts per rank)" out.txt || fail "plan line"
+    grep -E "rank (0|1|63):" out.txt
+    [ "$(grep -c "ep [0-9]* (all-to-all, balanced routing)" out.txt)" -eq 64 ] || fail "want 64 rank lines with all-to-all bytes"
+    # all-to-all bytes per rank and step (balanced routing, one micro-batch per rank): per layer the
+    # forward dispatch and combine and their backward reverses each send 7/8 of the T k = 8192 routed
+    # rows of h 4096 floats, plus the counts exchange (7 x 1 x 4 bytes). Rank 1 (tp index 1): the
+    # ranks of tp index 0 also all-reduce the gradient norm's expert sums over ep (a few bytes).
+    ep=$(grep "rank 1:" out.txt | sed -n 's/.*, ep \([0-9]*\) (all-to-all.*/\1/p')
+    awk -v got="$ep" 'BEGIN { L = 32; T = 4096; k = 2; h = 4096; n = 8;
+        want = L * (4 * (n - 1) / n * T * k * h * 4 + (n - 1) * 1 * 4);
+        printf "all-to-all bytes per rank per step: %s, analytic %.0f (%.2f GB)\n", got, want, want / 1e9;
+        exit (got != want) }' || fail "all-to-all bytes differ from the analytic count"
+    echo "ok $CASE" ;;
+*) fail "unknown case $CASE" ;;
+esac

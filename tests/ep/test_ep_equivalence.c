@@ -1,0 +1,370 @@
+/* Expert parallelism == serial: a MoE model's training run under ep reproduces the
+ * single-rank run (the harness of tests/partitioners/test_equivalence.c, for MoE).
+ *
+ * Run under mpirun: test_ep_equivalence TP EP [ITERS [ACT [CAPACITY]]]
+ *   dp = world / tp; ACT swiglu (default) or gelu; CAPACITY a capacity factor (default 0:
+ *   dropless). A LLaMA-style model (RMSNorm, RoPE) of 2 layers, both MoE with 4 experts,
+ *   top-2, load-balancing and z losses on, dropout on, 2 micro-batches per rank.
+ * Every iteration: lm loss, load-balancing loss and gradient norm within 1e-5 relative of
+ * the serial run; at the end every parameter block within 1e-5 (2-norm, relative). The
+ * plan must really split: each rank holds E/ep experts of every expert weight (all of
+ * every other parameter, tp rules aside), runs grouped matmuls over E/ep experts, and
+ * its non-ep collectives send what the graph counts; the all-to-all bytes are printed
+ * against the graph's balanced-routing estimate.
+ *
+ * test_ep_equivalence bytes TP EP: one micro-batch per rank, one step, no buffer reuse;
+ * the bytes the ep group sent must equal the analytic count from the routing this step
+ * made: per MoE layer (ep - 1) E/ep x 4 for the counts, and for the rows: the forward
+ * dispatch sends the rank's rows for other ranks' experts, the forward combine returns
+ * the rows it received, and the backward repeats both (the reverse exchanges):
+ * 2 x (rows out + rows in) x hidden x 4.
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mgraph/comm.h"
+#include "mgraph/engine.h"
+#include "mgraph/model.h"
+#include "mgraph/plan.h"
+
+static int rank_, failures;
+
+#define CHECK(cond, ...)                                                  \
+    do {                                                                  \
+        if (!(cond)) {                                                    \
+            fprintf(stderr, "[rank %d] FAIL: ", rank_);                   \
+            fprintf(stderr, __VA_ARGS__);                                 \
+            fprintf(stderr, "\n");                                        \
+            failures++;                                                   \
+        }                                                                 \
+    } while (0)
+
+static void die(const char *what, const mg_error *e) {
+    fprintf(stderr, "[rank %d] %s: %s\n", rank_, what, e->msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static int32_t token(int it, int k, int t, int j, int vocab) {
+    uint64_t z = (uint64_t)it * 1000003u + (uint64_t)k * 7919u + (uint64_t)t * 131u + (uint64_t)j * 17u + 12345u;
+    z ^= z >> 13;
+    z *= 0x9E3779B97F4A7C15ull;
+    return (int32_t)((z >> 32) % (uint64_t)vocab);
+}
+
+static void fill_inputs(const mg_rank_graph *R, const mg_step *step, mg_storage *st, int n_local, int dp, int dp_rank,
+                        int it, int s, int b, int vocab) {
+    mg_tensor *pos = mg_rank_tensor(R, step->positions);
+    if (pos) {
+        int32_t *p = mg_storage_data(st, pos);
+        for (int t = 0; t < s; t++) p[t] = t;
+    }
+    mg_tensor *tok = mg_rank_tensor(R, step->tokens), *lab = mg_rank_tensor(R, step->targets);
+    for (int i = 0; i < n_local && tok && lab; i++) {
+        int k = i * dp + dp_rank;
+        int32_t *x = mg_storage_data_mb(st, tok, i), *y = mg_storage_data_mb(st, lab, i);
+        for (int t = 0; t < s; t++)
+            for (int j = 0; j < b; j++) {
+                x[t * b + j] = token(it, k, t, j, vocab);
+                y[t * b + j] = token(it, k, t + 1, j, vocab);
+            }
+    }
+}
+
+static double compare_block(const mg_tensor *pt, const float *pv, const mg_tensor *st, const float *sv) {
+    double d2 = 0, s2 = 0;
+    int64_t n = mg_numel(pt), idx[MG_MAX_DIMS];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = i;
+        for (int d = pt->ndim - 1; d >= 0; d--) {
+            idx[d] = r % pt->shape[d];
+            r /= pt->shape[d];
+        }
+        int64_t g = 0;
+        for (int d = 0; d < st->ndim; d++) g = g * st->shape[d] + idx[d] + pt->logical.offset[d];
+        double diff = (double)pv[i] - sv[g];
+        d2 += diff * diff;
+        s2 += (double)sv[g] * sv[g];
+    }
+    return sqrt(d2) / (1e-5 * sqrt(s2) + 1e-12);
+}
+
+static bool is_expert(const char *name) { return strstr(name, "mlp.experts.") != NULL; }
+
+/* experts the rank's grouped matmuls run over (their weight's first dimension) */
+static int64_t gmm_experts(const mg_graph *g, int64_t *n_gmm) {
+    int64_t e = -1;
+    *n_gmm = 0;
+    for (int i = 0; i < mg_graph_n_nodes(g); i++) {
+        const mg_node *n = mg_graph_node(g, i);
+        if (n->op != MG_OP_MOE_GROUPED_MATMUL) continue;
+        (*n_gmm)++;
+        if (e < 0 || n->in[2]->shape[0] > e) e = n->in[2]->shape[0];
+    }
+    return e;
+}
+
+static int experts_ = 4;
+
+static void model(mg_step_config *sc, int tp, int dp, const char *act, double capacity, int n_local) {
+    memset(sc, 0, sizeof *sc);
+    sc->model = mg_gpt_defaults();
+    sc->model.num_layers = 2;
+    sc->model.hidden = 32;
+    sc->model.heads = 4;
+    sc->model.ffn_hidden = 64;
+    sc->model.seq_length = 8;
+    sc->model.max_position = 8;
+    sc->model.vocab = 128 * tp;
+    sc->model.norm = MG_NORM_RMSNORM;
+    sc->model.pos_emb = MG_POS_ROPE;
+    sc->model.swiglu = strcmp(act, "gelu") != 0;
+    sc->model.untie_embeddings = true;
+    sc->model.disable_bias_linear = true;
+    sc->model.moe.num_experts = experts_;
+    sc->model.moe.ffn_hidden = 24;
+    sc->model.moe.topk = 2;
+    sc->model.moe.aux_loss_coeff = 1e-2f;
+    sc->model.moe.z_loss_coeff = 1e-3f;
+    sc->model.moe.layer_freq = 1;
+    sc->model.moe.capacity_factor = capacity;
+    sc->micro_batch = 2;
+    sc->n_micro = n_local * dp;
+    sc->training = true;
+    sc->optim = mg_adamw_defaults();
+    sc->optim.lr = (mg_lr_schedule){.lr = 3e-3f, .min_lr = 3e-4f, .decay_steps = 10, .style = MG_LR_COSINE};
+    sc->optim.eps = 1e-5f; /* see tests/partitioners/test_equivalence.c */
+}
+
+/* The exact bytes of one step against the routing it made (see the header). */
+static void bytes_mode(int tp, int ep) {
+    int world;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    mg_error err = {0};
+    mg_mesh mesh;
+    if (mg_mesh_init(&mesh, world, rank_, tp, 1, ep, 1, &err)) die("mesh", &err);
+    int dp = mesh.size[MG_GROUP_DP], dp_rank = mesh.coord[MG_GROUP_DP];
+    mg_plan plan;
+    mg_plan_defaults(&plan);
+    plan.tp = tp;
+    plan.ep = ep;
+    if (mg_plan_check(&plan, world, &err)) die("plan", &err);
+    mg_step_config sc;
+    model(&sc, tp, dp, "swiglu", 0, 1);
+    mg_step st;
+    mg_rank_graph R;
+    mg_memplan *mp = NULL;
+    mg_storage *ps = NULL;
+    mg_comm *comm = NULL;
+    mg_engine *eng = NULL;
+    mg_storage_options so = {.n_micro = 1, .n_slots = 1};
+    mg_engine_options eo = {NULL, 1, true, false};
+    if (mg_step_build(&sc, &st, &err) || mg_partition(st.g, &plan, &mesh, &R, &err) || mg_comm_new(&mesh, &comm, &err) ||
+        mg_memplan_build(R.graph, false, &mp, &err) || mg_storage_new_ex(R.graph, mp, &so, &ps, &err) ||
+        mg_storage_init(ps, 42, &err) || mg_engine_new(R.graph, ps, &eo, &eng, &err))
+        die("build", &err);
+    fill_inputs(&R, &st, ps, 1, dp, dp_rank, 0, sc.model.seq_length, sc.micro_batch, 100);
+    mg_comm_reset_bytes(comm);
+    mg_exec_info info = {.seed = 42, .iteration = 0, .training = true, .comm = comm, .n_micro = 1, .mb_offset = dp_rank,
+                         .mb_stride = dp};
+    if (mg_engine_run(eng, &info, &err)) die("run", &err);
+    double sent[MG_GROUP_COUNT], est[MG_GROUP_COUNT];
+    mg_comm_bytes(comm, sent);
+    mg_plan_comm_bytes(R.graph, 1, est);
+    /* the analytic count from this step's routing: every counts exchange node's input
+     * (the rank's rows per expert) and output (the rows it receives per local expert) */
+    int me = mesh.coord[MG_GROUP_EP], layers = 0;
+    int64_t h = sc.model.hidden, El = experts_ / ep;
+    double want = 0, rows_out = 0, rows_in = 0;
+    for (int i = 0; i < mg_graph_n_nodes(R.graph); i++) {
+        const mg_node *n = mg_graph_node(R.graph, i);
+        if (n->op != MG_OP_ALLTOALL_COUNTS) continue;
+        layers++;
+        const int32_t *cnt = mg_storage_data(ps, n->in[0]), *spl = mg_storage_data(ps, n->out[0]);
+        double out = 0, in = 0;
+        for (int e = 0; e < experts_; e++)
+            if (e / El != me) out += cnt[e];
+        for (int j = 0; j < ep; j++)
+            for (int e = 0; e < El && j != me; e++) in += spl[j * El + e];
+        rows_out += out, rows_in += in;
+        want += (double)(ep - 1) * El * 4 + 2.0 * (out + in) * h * 4;
+    }
+    /* plus the gradient norm's sums of squares of expert blocks, all-reduced over ep */
+    double norm_bytes = 0;
+    for (int i = 0; i < mg_graph_n_nodes(R.graph); i++) {
+        const mg_node *n = mg_graph_node(R.graph, i);
+        if (n->op != MG_OP_ALLREDUCE || n->attrs.comm.group != MG_GROUP_EP) continue;
+        norm_bytes += 2.0 * (ep - 1) / ep * (double)mg_numel(n->in[0]) * 4; /* ring all-reduce */
+    }
+    CHECK(norm_bytes > 0 && norm_bytes <= 64, "the gradient norm's ep all-reduces: %.0f bytes", norm_bytes);
+    want += norm_bytes;
+    CHECK(layers == sc.model.num_layers, "%d counts exchanges, want one per MoE layer (%d)", layers, sc.model.num_layers);
+    CHECK(sent[MG_GROUP_EP] == want, "ep bytes sent %.0f, analytic count from the routing %.0f", sent[MG_GROUP_EP], want);
+    for (int g = 0; g < MG_GROUP_WORLD; g++)
+        if (g != MG_GROUP_EP)
+            CHECK(sent[g] == est[g], "group %s: sent %.0f, graph counts %.0f", mg_group_name((mg_group)g), sent[g], est[g]);
+    double all[4] = {sent[MG_GROUP_EP], want, est[MG_GROUP_EP], rows_out}, tot[4];
+    MPI_Allreduce(all, tot, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    if (rank_ == 0)
+        printf("bytes tp=%d ep=%d dp=%d: all-to-all bytes per step over all ranks %.0f (analytic from the routing %.0f; "
+               "balanced-routing estimate %.0f); %d MoE layers, %.0f rows sent off-rank per dispatch (all ranks)\n",
+               tp, ep, dp, tot[0], tot[1], tot[2], layers, tot[3]);
+    mg_engine_free(eng);
+    mg_storage_free(ps);
+    mg_memplan_free(mp);
+    mg_comm_free(comm);
+    mg_rank_graph_release(&R);
+    mg_step_release(&st);
+}
+
+int main(int argc, char **argv) {
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    int world;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    alarm(300); /* never hang a test run */
+    if (argc >= 4 && !strcmp(argv[1], "bytes")) {
+        bytes_mode(atoi(argv[2]), atoi(argv[3]));
+        int tf;
+        MPI_Allreduce(&failures, &tf, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Finalize();
+        return tf ? 1 : 0;
+    }
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_ep_equivalence TP EP [ITERS [swiglu|gelu [CAPACITY]]] | bytes TP EP\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    mg_plan plan;
+    mg_plan_defaults(&plan);
+    plan.tp = atoi(argv[1]);
+    plan.ep = atoi(argv[2]);
+    int iters = argc > 3 ? atoi(argv[3]) : 3;
+    const char *act = argc > 4 ? argv[4] : "swiglu";
+    double capacity = argc > 5 ? atof(argv[5]) : 0;
+    mg_error err = {0};
+    mg_mesh mesh;
+    if (mg_mesh_init(&mesh, world, rank_, plan.tp, 1, plan.ep, 1, &err)) die("mesh", &err);
+    int dp = mesh.size[MG_GROUP_DP], ep = plan.ep;
+    mg_step_config sc;
+    model(&sc, plan.tp, dp, act, capacity, 2);
+    mg_plan_model pm = {sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
+                        sc.model.vocab, sc.micro_batch * sc.n_micro, sc.micro_batch, mg_gpt_kv_groups(&sc.model)};
+    if (mg_plan_check_model(&plan, world, &pm, &err)) die("plan", &err);
+
+    /* serial reference */
+    mg_step ser;
+    mg_memplan *sp = NULL;
+    mg_storage *ss = NULL;
+    mg_rank_graph S;
+    mg_storage_options sso = {.n_micro = sc.n_micro, .n_slots = 1};
+    if (mg_step_build(&sc, &ser, &err) || mg_memplan_build(ser.g, true, &sp, &err) ||
+        mg_storage_new_ex(ser.g, sp, &sso, &ss, &err) || mg_storage_init(ss, 42, &err) ||
+        mg_rank_graph_serial(ser.g, &S, &err))
+        die("serial build", &err);
+    CHECK(ser.load_balancing_loss != NULL, "the model has a load-balancing loss");
+    double *sl = calloc((size_t)iters * 3, sizeof *sl);
+    for (int it = 0; it < iters; it++) {
+        fill_inputs(&S, &ser, ss, sc.n_micro, 1, 0, it, sc.model.seq_length, sc.micro_batch, 100);
+        mg_exec_info info = {.seed = 42, .iteration = it, .training = true, .n_micro = sc.n_micro};
+        if (mg_exec_reference(ser.g, ss, &info, &err)) die("serial run", &err);
+        sl[3 * it] = *(float *)mg_storage_data(ss, ser.loss);
+        sl[3 * it + 1] = *(float *)mg_storage_data(ss, ser.opt.grad_norm);
+        sl[3 * it + 2] = ser.load_balancing_loss ? *(float *)mg_storage_data(ss, ser.load_balancing_loss) : 0;
+    }
+
+    /* the plan */
+    mg_rank_graph R;
+    mg_comm *comm = NULL;
+    mg_memplan *pp = NULL;
+    mg_storage *ps = NULL;
+    mg_engine *eng = NULL;
+    if (mg_partition(ser.g, &plan, &mesh, &R, &err)) die("partition", &err);
+    if (mg_comm_new(&mesh, &comm, &err)) die("comm", &err);
+    mg_engine_options eo = {NULL, 1, true, false};
+    int n_local = sc.n_micro / dp, dp_rank = mesh.coord[MG_GROUP_DP];
+    mg_storage_options pso = {.n_micro = n_local, .n_slots = 2};
+    if (mg_memplan_build(R.graph, true, &pp, &err) || mg_storage_new_ex(R.graph, pp, &pso, &ps, &err) ||
+        mg_storage_init(ps, 42, &err) || mg_engine_new(R.graph, ps, &eo, &eng, &err))
+        die("parallel build", &err);
+    /* the plan split the experts */
+    int n_expert_params = 0;
+    for (int i = 0; i < mg_graph_n_tensors(ser.g); i++) {
+        const mg_tensor *s = mg_graph_tensor(ser.g, i);
+        if (s->role != MG_ROLE_PARAM || !is_expert(s->name)) continue;
+        const mg_tensor *p = mg_rank_tensor(&R, s);
+        n_expert_params++;
+        CHECK(p && p->shape[0] == s->shape[0] / ep && mg_numel(p) == mg_numel(s) / ep,
+              "expert parameter %s: %lld experts on this rank, want %lld / ep %d", s->name, p ? (long long)p->shape[0] : -1LL,
+              (long long)s->shape[0], ep);
+    }
+    CHECK(n_expert_params == 2 * sc.model.num_layers, "%d expert parameters, want 2 per layer", n_expert_params);
+    int64_t ng, ngs, eg = gmm_experts(R.graph, &ng), egs = gmm_experts(ser.g, &ngs);
+    CHECK(ng == ngs && eg * ep == egs, "grouped matmuls over %lld experts (%lld of them), serial %lld (%lld)", (long long)eg,
+          (long long)ng, (long long)egs, (long long)ngs);
+    mg_tensor *loss = mg_rank_tensor(&R, ser.loss), *gn = mg_rank_tensor(&R, ser.opt.grad_norm),
+              *lb = mg_rank_tensor(&R, ser.load_balancing_loss);
+    CHECK(loss && gn && lb, "the rank graph binds lm loss, grad norm and load-balancing loss");
+    mg_comm_reset_bytes(comm);
+    double worst[3] = {0, 0, 0};
+    const char *what[3] = {"lm loss", "grad norm", "load-balancing loss"};
+    for (int it = 0; it < iters && loss && gn && lb; it++) {
+        fill_inputs(&R, &ser, ps, n_local, dp, dp_rank, it, sc.model.seq_length, sc.micro_batch, 100);
+        mg_exec_info info = {.seed = 42, .iteration = it, .training = true, .comm = comm, .n_micro = n_local,
+                             .mb_offset = dp_rank, .mb_stride = dp};
+        if (mg_engine_run(eng, &info, &err)) die("parallel run", &err);
+        double v[3] = {*(float *)mg_storage_data(ps, loss), *(float *)mg_storage_data(ps, gn),
+                       *(float *)mg_storage_data(ps, lb)};
+        for (int k = 0; k < 3; k++) {
+            double rel = fabs(v[k] - sl[3 * it + k]) / fabs(sl[3 * it + k]);
+            if (rel > worst[k]) worst[k] = rel;
+            CHECK(rel <= 1e-5, "iteration %d: %s %.9g, serial %.9g (relative error %.3g > 1e-5)", it + 1, what[k], v[k],
+                  sl[3 * it + k], rel);
+        }
+    }
+    double sent[MG_GROUP_COUNT], counted[MG_GROUP_COUNT];
+    mg_comm_bytes(comm, sent);
+    mg_plan_comm_bytes(R.graph, n_local, counted);
+    for (int g = 0; g < MG_GROUP_WORLD; g++)
+        if (g != MG_GROUP_EP)
+            CHECK(sent[g] == iters * counted[g], "group %s: sent %.0f bytes in %d steps, the graph counts %.0f per step",
+                  mg_group_name((mg_group)g), sent[g], iters, counted[g]);
+    CHECK(sent[MG_GROUP_EP] > 0, "the ep group sent nothing");
+    double worst_param = 0;
+    for (int i = 0; i < mg_graph_n_tensors(ser.g); i++) {
+        const mg_tensor *s = mg_graph_tensor(ser.g, i);
+        if (s->role != MG_ROLE_PARAM) continue;
+        const mg_tensor *t = mg_rank_tensor(&R, s);
+        CHECK(t != NULL, "parameter %s is bound on this rank", s->name);
+        if (!t) continue;
+        double e = compare_block(t, mg_storage_data(ps, t), s, mg_storage_data(ss, s));
+        if (e > worst_param) worst_param = e;
+        CHECK(e <= 1.0, "parameter %s differs from the serial run (%.3g x tolerance)", t->name, e);
+    }
+    double all[6] = {worst[0], worst[1], worst[2], worst_param, sent[MG_GROUP_EP] / iters, counted[MG_GROUP_EP]}, red[6];
+    MPI_Allreduce(all, red, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(all + 4, red + 4, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    int total_fail;
+    MPI_Allreduce(&failures, &total_fail, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank_ == 0)
+        printf("moe %s plan tp=%d ep=%d dp=%d capacity=%g: %d iterations, worst relative error: lm loss %.3g, grad norm %.3g, "
+               "load-balancing loss %.3g; worst parameter error %.3g of tolerance; all-to-all bytes per step (all ranks) "
+               "%.0f measured, %.0f balanced-routing estimate: %s\n",
+               act, plan.tp, ep, dp, capacity, iters, red[0], red[1], red[2], red[3], red[4], red[5],
+               total_fail ? "FAILED" : "ok");
+    mg_engine_free(eng);
+    mg_storage_free(ps);
+    mg_memplan_free(pp);
+    mg_comm_free(comm);
+    mg_rank_graph_release(&R);
+    mg_storage_free(ss);
+    mg_rank_graph_release(&S);
+    mg_memplan_free(sp);
+    mg_step_release(&ser);
+    free(sl);
+    MPI_Finalize();
+    return total_fail ? 1 : 0;
+}
