@@ -25,7 +25,7 @@ void mg_prediction_print(const mg_cluster *c, const mg_plan_query *q, const mg_p
             q->global_batch, recompute_name(q), q->plan.sequence_parallel ? ", sequence parallel" : "",
             q->plan.distributed_optimizer ? ", distributed optimizer" : "");
     fprintf(f, "  step time            %.4f s\n", p->step_time_s);
-    fprintf(f, "  model TFLOP/s/GPU    %.1f  (MFU %.1f%% of %g TFLOP/s; %.3g model FLOPs per step)\n", p->tflops_per_gpu,
+    fprintf(f, "  model TFLOP/s/GPU    %.4g  (MFU %.1f%% of %g TFLOP/s; %.3g model FLOPs per step)\n", p->tflops_per_gpu,
             100 * p->mfu, c->peak_tflops[q->precision], p->model_flops);
     fprintf(f, "  pipeline bubble      %.2f%%  ((pp-1)/(v*M) = %d/(%d*%d))\n", 100 * p->bubble_fraction, q->plan.pp - 1,
             q->virtual_stages, p->n_micro);
@@ -38,12 +38,12 @@ void mg_prediction_print(const mg_cluster *c, const mg_plan_query *q, const mg_p
             p->mem_total / GIB, c->hbm_gib, p->fits ? "" : " (DOES NOT FIT)", p->mem_weights / GIB, p->mem_grads / GIB,
             p->mem_optimizer / GIB, p->mem_activations / GIB, p->activations_per_micro / GIB, p->inflight_micro,
             p->mem_reserved / GIB);
-    fprintf(f, "  communication per step (per GPU):\n");
+    fprintf(f, "  communication per step (per GPU; intra-node: NVLink on GPU clusters, inter-node: InfiniBand):\n");
     for (size_t i = 0; i < N_SHOWN; i++) {
         const mg_group_cost *g = &p->group[shown[i]];
         if (g->ranks <= 1 && g->bytes == 0) continue;
         fprintf(f, "    %-6s %4d ranks %-10s %10.3f GB  %9.4f s  exposed %9.4f s\n", mg_group_name(shown[i]), g->ranks,
-                g->inter_node ? "InfiniBand" : "NVLink", g->bytes / 1e9, g->time_s, g->exposed_s);
+                g->inter_node ? "inter-node" : "intra-node", g->bytes / 1e9, g->time_s, g->exposed_s);
     }
     if (p->notes[0]) fprintf(f, "  notes: %s\n", p->notes);
 }
@@ -84,7 +84,7 @@ void *mg_prediction_json(const mg_cluster *c, const mg_plan_query *q, const mg_p
         if (g->ranks <= 1 && g->bytes == 0) continue;
         json_object_set_new(comm, mg_group_name(shown[i]),
                             json_pack("{s:i, s:s, s:f, s:f, s:f}", "ranks", g->ranks, "link",
-                                      g->inter_node ? "infiniband" : "nvlink", "bytes", g->bytes, "time_s", g->time_s,
+                                      g->inter_node ? "inter_node" : "intra_node", "bytes", g->bytes, "time_s", g->time_s,
                                       "exposed_s", g->exposed_s));
     }
     json_object_set_new(o, "communication", comm);

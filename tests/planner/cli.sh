@@ -39,6 +39,11 @@ expect 2 "--attention-backend must be" --cluster h200 "${M[@]}" --attention-back
 expect 2 "needs a value" --cluster
 expect 2 "not divisible by --pipeline-model-parallel-size 3" --cluster h200 "${M[@]}" --pipeline-model-parallel-size 3 --world-size 3
 
+# the repository's cluster file of this machine (planner/clusters) stays readable
+"$PLAN" --cluster "$(dirname "$0")/../../planner/clusters/cpu-2core.cluster" "${M[@]}" >"$W/cpu" 2>"$W/err" ||
+    no "planner/clusters/cpu-2core.cluster: $(cat "$W/err")"
+grep -q "cpu-2core (fp32)" "$W/cpu" || no "the CPU cluster file's name and precision"
+
 # one plan as JSON: the keys, and the numbers agree with each other
 "$PLAN" --cluster dgx-a100-80gb --json "${M[@]}" --world-size 4 --tensor-model-parallel-size 2 \
     --use-distributed-optimizer >"$W/one.json" 2>"$W/err" || no "--json: $(cat "$W/err")"
@@ -54,7 +59,7 @@ assert abs(j["mfu"] - j["tflops_per_gpu"] / 312) < 1e-9
 m = j["memory_gib"]
 parts = m["weights"] + m["gradients"] + m["optimizer"] + m["activations"] + m["reserved"]
 assert abs(parts - j["memory_per_gpu_gib"]) < 1e-6, (parts, j["memory_per_gpu_gib"])
-assert j["plan"]["tp"] == 2 and j["plan"]["dp"] == 2 and j["communication"]["tp"]["link"] == "nvlink"
+assert j["plan"]["tp"] == 2 and j["plan"]["dp"] == 2 and j["communication"]["tp"]["link"] == "intra_node"
 assert j["communication"]["dp"]["bytes"] > 0 and j["communication"]["tp"]["bytes"] > 0
 PY
 
