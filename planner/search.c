@@ -39,6 +39,16 @@ int mg_plan_search(const mg_cluster *c, const mg_plan_query *base, const mg_sear
                     for (int mbs = 1; mbs <= max_mbs; mbs *= 2) {
                         if (opt->fixed_mbs && mbs != base->micro_batch) continue;
                         if (base->global_batch % (mbs * dp)) continue;
+                        /* weights and main gradients alone (2 + 4 bytes in mixed precision,
+                         * 4 + 4 in fp32) of a rank's 1/(tp pp) of the layers: a lower bound of its
+                         * memory; over it, the plan cannot fit whatever else is chosen */
+                        double floor_b = (double)mg_gpt_num_params(&base->model) / ((double)tp * pp) *
+                                         (base->precision == MG_PREC_BF16 ? 6 : 8);
+                        if (floor_b > c->hbm_gib * 1073741824.0) {
+                            (*tried)++;
+                            (*dropped_memory)++;
+                            continue;
+                        }
                         mg_plan_query q = *base;
                         q.world = world;
                         q.plan.tp = tp;

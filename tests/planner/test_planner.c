@@ -291,7 +291,7 @@ static int test_table1(void) {
 static int test_search_published(void) {
     mg_cluster c;
     mg_cluster_preset("dgx-a100-80gb", &c, NULL);
-    printf("| params (B) | best plan found | step (s) | published plan | rank | step (s) | gap |\n|---|---|---|---|---|---|---|\n");
+    printf("| params (B) | best plan found | step (s) | published plan | rank among candidates | step (s) | gap |\n|---|---|---|---|---|---|---|\n");
     for (size_t i = 7; i < sizeof table1 / sizeof *table1; i++) {
         const row *r = &table1[i];
         mg_plan_query q = table1_query(r);
