@@ -243,9 +243,8 @@ void mg_planner_walk_free(mg_planner_walk_t *w) {
 /* ---- the query -------------------------------------------------------------------------- */
 double mg_plan_model_flops(const mg_plan_query *q) { return mg_gpt_flops(&q->model, q->global_batch); }
 
-/* Builds the step for `layers` layers and the rank graph of world rank `rank`. */
-static int build_rank(const mg_plan_query *q, const mg_plan *plan, int world, int layers, int rank, mg_step *st,
-                      mg_rank_graph *R, mg_error *err) {
+/* The logical training step of a model with `layers` layers. */
+static int build_step(const mg_plan_query *q, int layers, mg_step *st, mg_error *err) {
     mg_step_config sc;
     memset(&sc, 0, sizeof sc);
     sc.model = q->model;
@@ -254,11 +253,14 @@ static int build_rank(const mg_plan_query *q, const mg_plan *plan, int world, in
     sc.n_micro = q->global_batch / q->micro_batch;
     sc.training = true;
     sc.optim = mg_adamw_defaults();
-    int rc = mg_step_build(&sc, st, err);
-    if (rc) return rc;
+    return mg_step_build(&sc, st, err);
+}
+
+/* The rank graph of world rank `rank`. */
+static int build_rank(mg_step *st, const mg_plan *plan, int world, int rank, mg_rank_graph *R, mg_error *err) {
     if (world == 1 && plan->matmul_tiles <= 1) return mg_rank_graph_serial(st->g, R, err);
     mg_mesh mesh;
-    rc = mg_mesh_init(&mesh, world, rank, plan->tp, plan->cp, plan->ep, plan->pp, err);
+    int rc = mg_mesh_init(&mesh, world, rank, plan->tp, plan->cp, plan->ep, plan->pp, err);
     if (!rc) rc = mg_partition(st->g, plan, &mesh, R, err);
     return rc;
 }
@@ -329,27 +331,36 @@ int mg_planner_prepare(const mg_cluster *c, const mg_plan_query *q, mg_planner_b
     if (rc) return rc;
     int L = q->model.num_layers;
     int stage_layers = estimate_pp ? L / pp : L;
-    int n_stages = estimate_pp ? 1 : pp; /* representative ranks walked */
+    /* representative stages: the first (embedding), the last (output layer, loss) and
+     * one in between (the middle stages hold the same layers' worth) */
+    int stages[3] = {0, pp > 2 ? 1 : -1, pp > 1 ? pp - 1 : -1};
+    if (estimate_pp) stages[1] = stages[2] = -1;
     out->pp_estimated = estimate_pp;
     out->dp = dp;
     out->n_micro = M;
     double worst_mb = -1;
     mg_planner_walk_t W = {0};
-    for (int s = 0; s < n_stages; s++) {
-        mg_step st = {0};
+    mg_step st = {0};
+    rc = build_step(q, stage_layers, &st, err);
+    if (rc) {
+        mg_step_release(&st);
+        return rc;
+    }
+    for (int k = 0; k < 3; k++) {
+        if (stages[k] < 0) continue;
         mg_rank_graph R = {0};
-        int rank = s * (world / pp); /* first rank of stage s (pp is the outermost dimension) */
-        rc = build_rank(q, &plan, stage_world, stage_layers, rank, &st, &R, err);
+        int rank = stages[k] * (world / pp); /* first rank of the stage (pp is the outermost dimension) */
+        rc = build_rank(&st, &plan, stage_world, rank, &R, err);
         mg_planner_walk_t w;
         if (!rc) rc = mg_planner_walk(c, q, &plan, dp, R.graph, L, &w, err);
         mg_rank_graph_release(&R);
-        mg_step_release(&st);
         if (rc) {
+            mg_step_release(&st);
             mg_planner_walk_free(&W);
             return rc;
         }
         double mb = w.mb_compute_s[0] + w.mb_compute_s[1];
-        for (int k = 0; k < MG_GROUP_COUNT; k++) mb += w.mb_comm_s[0][k] + w.mb_comm_s[1][k];
+        for (int g = 0; g < MG_GROUP_COUNT; g++) mb += w.mb_comm_s[0][g] + w.mb_comm_s[1][g];
         if (mb > worst_mb) {
             worst_mb = mb;
             mg_planner_walk_free(&W);
@@ -358,6 +369,7 @@ int mg_planner_prepare(const mg_cluster *c, const mg_plan_query *q, mg_planner_b
             mg_planner_walk_free(&w);
         }
     }
+    mg_step_release(&st);
     b->walk = W;
     b->built = plan;
     b->pp_estimated = estimate_pp;
