@@ -56,10 +56,9 @@ double mg_planner_collective_s(mg_op op, int n, double bytes, const mg_planner_l
     case MG_OP_ALLGATHER: return (N - 1) * a + (N - 1) * bytes / B;          /* input is one shard */
     case MG_OP_REDUCE_SCATTER: return (N - 1) * a + (N - 1) / N * bytes / B; /* input is the whole */
     case MG_OP_BROADCAST: return (N - 1) * a + bytes / B;                      /* pipelined ring */
-    case MG_OP_ALLTOALL: return (N - 1) * a + (N - 1) / N * bytes / B;
-    case MG_OP_SEND:
-    case MG_OP_RECV: return a + bytes / B;
-    default: return 0;
+    case MG_OP_ALLTOALL:
+    case MG_OP_ALLTOALL_COUNTS: return (N - 1) * a + (N - 1) / N * bytes / B;
+    default: return a + bytes / B; /* send, and any other point-to-point transfer */
     }
 }
 
@@ -120,8 +119,9 @@ static int layer_of(const char *scope) {
  * gradients) are 16-bit in mixed precision, the gradient reduction is fp32 (Megatron
  * accumulates and reduces main_grad in fp32), the parameter all-gather 16-bit. */
 static double comm_payload(const mg_node *n, mg_precision prec) {
-    double b = (double)mg_numel(n->in[0]) * (double)mg_dtype_size(n->in[0]->dtype);
-    if (prec != MG_PREC_BF16 || n->in[0]->dtype != MG_F32) return b;
+    const mg_tensor *t = n->n_in > 0 ? n->in[0] : n->out[0];
+    double b = (double)mg_numel(t) * (double)mg_dtype_size(t->dtype);
+    if (prec != MG_PREC_BF16 || t->dtype != MG_F32) return b;
     mg_group g = n->attrs.comm.group;
     bool dp = g == MG_GROUP_DP || g == MG_GROUP_DP_CP;
     if (dp && n->op != MG_OP_ALLGATHER) return b;
@@ -155,6 +155,8 @@ int mg_planner_walk(const mg_cluster *c, const mg_plan_query *q, const mg_plan *
         int layer = layer_of(n->scope);
         if (layer >= n_layers) layer = -1;
         if (mg_op_def_get(n->op)->flags & MG_OPF_COMM) {
+            /* a transfer is charged once, to its sender (the receiver waits for the same bytes) */
+            if (n->op == MG_OP_RECV || (n->n_in == 0 && n->n_out == 0)) continue;
             mg_group grp = n->attrs.comm.group;
             if (grp < 0 || grp >= MG_GROUP_COUNT) continue;
             int nr = n->attrs.comm.nranks;
