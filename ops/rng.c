@@ -1,5 +1,6 @@
 /* Philox4x32-10 and the draws built on it. */
 #include "mgraph/rng.h"
+#include "ops/rng_init.h"
 
 #include <math.h>
 #include <string.h>
@@ -37,6 +38,8 @@ static uint64_t mix_key(uint64_t seed, uint64_t key) {
     z ^= z >> 31;
     return key ^ z;
 }
+
+uint64_t mg_rng_key(uint64_t seed, uint64_t key) { return mix_key(seed, key); }
 
 uint64_t mg_rng_dropout_stream(int64_t iteration, int mb) {
     /* stream 0 is initialisation; dropout streams start at 1 */
@@ -94,18 +97,8 @@ uint64_t mg_logical_index(const mg_tensor *t, int64_t i) {
     return g;
 }
 
+/* The values are std * mg_rng_normal(seed, key, MG_RNG_STREAM_INIT, logical index) for
+ * normal inits; ops/rng_init.c computes them faster, bit for bit. */
 void mg_rng_init_tensor(const mg_tensor *t, uint64_t seed, float *dst) {
-    int64_t n = mg_numel(t);
-    switch (t->init.kind) {
-    case MG_INIT_NONE:
-    case MG_INIT_ZEROS: memset(dst, 0, (size_t)n * sizeof *dst); break;
-    case MG_INIT_ONES:
-    case MG_INIT_CONSTANT:
-        for (int64_t i = 0; i < n; i++) dst[i] = t->init.kind == MG_INIT_ONES ? 1.0f : t->init.std;
-        break;
-    case MG_INIT_NORMAL:
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = t->init.std * mg_rng_normal(seed, t->logical.key, MG_RNG_STREAM_INIT, mg_logical_index(t, i));
-        break;
-    }
+    mg_rng_init_range(t, seed, 0, mg_numel(t), dst);
 }

@@ -69,6 +69,8 @@ typedef struct run {
     const mg_step_config *sc;   /* the training step's configuration (checkpoint metadata) */
     mg_run_resume resume;       /* --load: where training resumes (iteration 0 when none) */
     mg_run_trace trace;         /* --trace-file */
+    double t_start;             /* start-up timing (the "start-up" line): main entered, */
+    double plan_s, memory_s, engine_s; /* memory plans, storage + weights, StarPU engines */
 } run;
 
 static void run_release(run *r) {
@@ -475,7 +477,10 @@ static void place_workers(const run *r) {
 }
 
 static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, mg_engine **eng, mg_error *err) {
+    double t0 = now_s();
     int rc = mg_memplan_build(g, true, plan, err);
+    r->plan_s += now_s() - t0;
+    t0 = now_s();
     /* the evaluation graph runs on the training graph's parameters (no copies) */
     mg_storage_options so = {local_micro(r), r->plan.microbatch_slots, g == r->eval_g ? r->train_st : NULL};
     if (!rc) rc = mg_storage_new_ex(g, *plan, &so, store, err);
@@ -484,11 +489,14 @@ static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, m
     if (!rc && g == r->train_g) rc = mg_run_resume_fill(&r->resume, g, *store, err);
     if (rc) return rc;
     fill_positions(r, g, *store);
+    double t1 = now_s();
+    r->memory_s += t1 - t0;
     if (!strcmp(r->cfg.engine, "starpu")) {
         place_workers(r);
         mg_engine_options eo = {r->cfg.sched_policy, default_workers(r), true, r->cfg.overlap_grad_reduce};
         rc = mg_engine_new(g, *store, &eo, eng, err);
     }
+    r->engine_s += now_s() - t1;
     return rc;
 }
 
@@ -917,6 +925,7 @@ int main(int argc, char **argv) {
     mg_tool_pick_openblas_kernel(argv);
     run r;
     memset(&r, 0, sizeof r);
+    r.t_start = now_s();
     mg_error err = {0};
     mg_step_config sc;
     /* Collectives run on StarPU workers, one at a time (the engine serialises them):
@@ -1054,6 +1063,10 @@ int main(int argc, char **argv) {
         printf("  loaded checkpoint from %s at iteration %lld\n", r.cfg.load, (long long)r.resume.iteration);
     if (!rc && rank == 0) {
         describe(&r, r.train_g, &r.mesh, rank);
+        double up = now_s() - r.t_start;
+        printf("mgraph-run: start-up %.2f s (model, data and partition %.2f s; memory plan %.2f s; storage and "
+               "weights %.2f s; StarPU %.2f s)\n",
+               up, up - r.plan_s - r.memory_s - r.engine_s, r.plan_s, r.memory_s, r.engine_s);
         fflush(stdout);
     }
     if (!rc) rc = r.cfg.skip_train ? evaluate_at_end(&r, r.resume.iteration, &err) : train(&r, &err);
