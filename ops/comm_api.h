@@ -46,6 +46,10 @@ int mg_comm_alltoall_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, 
  * Counted bytes: what leaves the rank (the send counts to other members). */
 int mg_comm_alltoallv_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, const int64_t *send,
                           const int64_t *sdispl, void *out, const int64_t *recv, const int64_t *rdispl, mg_error *err);
+/* Sends `in` to member `dest` and receives `out` from member `src` of the group
+ * (count elements each; in != out): the ring step of context parallelism. */
+int mg_comm_sendrecv_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count, int dest,
+                         int src, mg_error *err);
 
 /* Adds a collective's ring bytes (mg_comm_wire_bytes) and seconds to the counters. */
 void mg_comm_account(mg_comm *c, mg_group grp, mg_op op, mg_dtype dt, int64_t count, double seconds);

@@ -275,3 +275,20 @@ int mg_comm_alltoallv_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in,
     account(c, grp, MG_OP_ALLTOALL, dt, off_rank, t0);
     return MG_OK;
 }
+
+/* ---- context parallelism's ring step (ops/ring_shift.c) ------------------------------ */
+int mg_comm_sendrecv_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count, int dest,
+                         int src, mg_error *err) {
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    int rc = prep(c, grp, dt, count, "MPI_Sendrecv", &type, err);
+    if (rc) return rc;
+    int n = c->mesh.size[grp];
+    if (dest < 0 || dest >= n || src < 0 || src >= n)
+        return mg_error_set(err, MG_ERR_INVALID, "MPI_Sendrecv over %s: peers %d, %d outside 0..%d", mg_group_name(grp),
+                            dest, src, n - 1);
+    double t0 = MPI_Wtime();
+    rc = MPI_Sendrecv(in, (int)count, type, dest, 0, out, (int)count, type, src, 0, c->comm[grp], MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Sendrecv", grp);
+    account(c, grp, MG_OP_RING_SHIFT, dt, count, t0);
+    return MG_OK;
+}

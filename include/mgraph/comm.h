@@ -73,6 +73,10 @@ int mg_alltoall_counts(mg_graph *g, mg_tensor *counts, mg_group grp, int nranks,
                        mg_tensor **local);
 mg_tensor *mg_alltoallv(mg_graph *g, mg_tensor *x, mg_tensor *counts, mg_tensor *splits, mg_group grp, int nranks,
                         bool combine, int64_t rows, int64_t seq);
+/* Context parallelism's ring step: member i of the group gets member (i - shift) mod
+ * nranks's x (one send and one receive per member). Differentiable: the gradient is
+ * the shift by -shift. */
+mg_tensor *mg_ring_shift(mg_graph *g, mg_tensor *x, mg_group grp, int nranks, int shift, int64_t seq);
 
 #ifdef __cplusplus
 }

@@ -75,3 +75,7 @@ MG_OP(ALLTOALL, "alltoall")
 MG_OP(ALLTOALL_COUNTS, "alltoall_counts")
 MG_OP(SEND, "send")
 MG_OP(RECV, "recv")
+/* context parallelism: the K/V ring step (a collective) and the merge of partial
+ * attention results (ops/ring_shift.c, ops/attention_cp.c) */
+MG_OP(RING_SHIFT, "ring_shift")
+MG_OP(ATTENTION_MERGE, "attention_merge")
