@@ -29,6 +29,7 @@ static int reduce_share(part_ctx *c, const mg_tensor *lt) {
     if (!t) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
     p->t = t;
     p->pl.ax[MG_GROUP_DP] = mg_place_full(MG_GROUP_DP);
+    if (p->pl.ax[MG_GROUP_CP].kind == MG_SHARD_PARTIAL) p->pl.ax[MG_GROUP_CP] = mg_place_full(MG_GROUP_CP); /* summed too */
     return MG_OK;
 }
 

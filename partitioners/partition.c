@@ -55,6 +55,7 @@ void part_set_identity(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const mg_
 mg_placement part_node_pl(const part_ctx *c, mg_sharding s) {
     mg_placement p = c->node_pl;
     p.ax[MG_GROUP_TP] = c->tp > 1 ? s : sh_full();
+    if (c->cp_node) p.ax[MG_GROUP_CP] = c->cp_out[0]; /* the first output's (part_emit sets each) */
     return p;
 }
 
@@ -85,6 +86,7 @@ mg_tensor *part_new_leaf(part_ctx *c, const char *name, mg_dtype dt, mg_role rol
  * node being partitioned. */
 static void enter_node_context(part_ctx *c, const mg_node *n) {
     c->node_pl = mg_placement_full();
+    c->cp_node = false;
     mg_scope_set(c->P, n ? n->scope : "");
     c->cur_phase = n ? n->phase : MG_PHASE_FORWARD;
     mg_graph_set_phase(c->P, c->cur_phase);
@@ -188,6 +190,8 @@ static mg_tensor *convert_axis(part_ctx *c, const mg_tensor *lt, mg_tensor *x, m
     }
     cur->ax[a] = to;
     mg_tensor *y = NULL;
+    if (g == MG_GROUP_CP && n > 1 && (from.kind == MG_SHARD_SPLIT || to.kind == MG_SHARD_SPLIT))
+        return named(c, cp_convert_axis(c, x, from, to, &c->seq, what, sizeof what), lt, what, cur); /* zigzag */
     if (from.kind == MG_SHARD_PARTIAL && to.kind == MG_SHARD_FULL) {
         snprintf(what, sizeof what, "%s_allreduce", mg_group_name((mg_group)a));
         y = mg_allreduce(P, x, g, n, MG_REDUCE_SUM, c->seq++);
@@ -290,7 +294,9 @@ static mg_tensor *gather_through_reshape(part_ctx *c, const mg_tensor *lt, const
     if (!q->t || pl_dp_partial(&q->pl) || q->pl.ax[MG_GROUP_TP].kind != MG_SHARD_SPLIT) return NULL;
     mg_tensor *full = part_get(c, src, sh_full());
     if (!full) return NULL;
-    return named(c, mg_reshape(c->P, full, lt->ndim, lt->shape), lt, "tp_gathered", want);
+    int64_t shape[MG_MAX_DIMS]; /* whole over tp; other axes (cp) may still split it */
+    local_shape(c, lt, want, shape);
+    return named(c, mg_reshape(c->P, full, lt->ndim, shape), lt, "tp_gathered", want);
 }
 
 mg_tensor *part_get_pl(part_ctx *c, const mg_tensor *lt, const mg_placement *want) {
@@ -322,6 +328,9 @@ mg_tensor *part_get_dp_full(part_ctx *c, const mg_tensor *lt, mg_sharding want) 
     mg_placement w = *part_placement(c, lt);
     w.ax[MG_GROUP_TP] = c->tp > 1 ? want : sh_full();
     w.ax[MG_GROUP_DP] = mg_place_full(MG_GROUP_DP);
+    /* under context parallelism a gradient is also a partial sum over cp: one
+     * all-reduce over dp x cp (convert) */
+    if (w.ax[MG_GROUP_CP].kind == MG_SHARD_PARTIAL) w.ax[MG_GROUP_CP] = mg_place_full(MG_GROUP_CP);
     return part_get_pl(c, lt, &w);
 }
 
@@ -373,6 +382,7 @@ mg_node *part_emit(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg
     nd->scope = strdup(n->scope);
     for (int j = 0; j < n->n_out; j++) {
         mg_placement pl = part_node_pl(c, out_tp[j]);
+        if (c->cp_node) pl.ax[MG_GROUP_CP] = c->cp_out[j];
         if (part_bind(c, n, n->out[j], nd->out[j], &pl)) return NULL;
     }
     return nd;
@@ -473,10 +483,12 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
         enter_node_context(&c, n);
         int h = c.dopt ? dopt_partition_node(&c, n) : 0;
         if (h == 0) h = dp_partition_node(&c, n);
+        if (h == 0) h = cp_partition_node(&c, n);
         if (h < 0) rc = h;
         if (!rc && h == 0 && c.ep) rc = ep_partition_node(&c, n, &h);
         if (!rc && h == 0) rc = tp_partition_node(&c, n);
         if (!rc) rc = dp_after_node(&c, n);
+        if (!rc) rc = cp_after_node(&c, n);
         if (!rc && c.dopt) rc = dopt_after_node(&c, n);
         if (!rc) rc = graph_failed(&c);
     }
@@ -489,6 +501,7 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
 done:
     if (c.dopt) dopt_free(&c);
     ep_free(&c);
+    cp_free(&c);
     free(c.st);
     free(c.final_grad_of);
     free(c.conv);

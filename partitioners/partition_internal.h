@@ -23,6 +23,7 @@ typedef struct conv_entry {
 
 struct dist_opt;
 struct ep_state;
+struct cp_state;
 
 typedef struct part_ctx {
     const mg_graph *L;
@@ -47,6 +48,12 @@ typedef struct part_ctx {
     int64_t seq;             /* next communication sequence number */
     struct dist_opt *dopt;   /* NULL unless the distributed optimizer is on */
     struct ep_state *ep;     /* NULL unless expert parallelism is on (ep.c) */
+    /* Context parallelism (cp.c): the cp states the node being emitted wants of its
+     * inputs and gives its outputs, when cp_node is set (else inputs keep their cp
+     * state and outputs get c->node_pl's); the forward K/V rings kept for backward. */
+    bool cp_node;
+    mg_sharding cp_want[MG_SHARD_MAX_IO], cp_out[MG_SHARD_MAX_IO];
+    struct cp_state *cps;
     mg_error *err;
 } part_ctx;
 
@@ -121,6 +128,21 @@ int dp_partition_node(part_ctx *c, const mg_node *n);
 /* After n is emitted: reduce finished parameter gradients over dp right away, so the
  * all-reduce overlaps the rest of the backward pass. */
 int dp_after_node(part_ctx *c, const mg_node *n);
+
+/* ---- cp.c: context parallelism ------------------------------------------------------------------- */
+/* Chooses the cp states of n's inputs and outputs (c->cp_want / cp_out) by its rule;
+ * expands attention into the K/V ring, dropout into runs with global mask offsets,
+ * and scales the loss to the rank's share. Returns 1 if it emitted n, 0 to let the
+ * tensor-parallel rules emit it, < 0 on error. */
+int cp_partition_node(part_ctx *c, const mg_node *n);
+/* Input i of the node being emitted, in tp state tp_want and the cp state cp.c chose. */
+mg_tensor *cp_get(part_ctx *c, const mg_tensor *lt, mg_sharding tp_want, int i);
+/* After n is emitted: finished parameter gradients summed over cp (dp == 1). */
+int cp_after_node(part_ctx *c, const mg_node *n);
+/* One axis step of a conversion over cp (the zigzag layout); what names it. */
+mg_tensor *cp_convert_axis(part_ctx *c, mg_tensor *x, mg_sharding from, mg_sharding to, int64_t *seq, char *what,
+                           size_t len);
+void cp_free(part_ctx *c);
 
 /* ---- tile.c: large matmuls as several tasks ---------------------------------------------------------- */
 /* Emits n (a matmul, inputs already converted) as plan->matmul_tiles tiles when it is

@@ -175,9 +175,6 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
     if (p->pp > 1)
         return mg_error_set(err, MG_ERR_UNSUPPORTED,
                             "--pipeline-model-parallel-size %d: pipeline parallelism is not supported yet", p->pp);
-    if (p->cp > 1)
-        return mg_error_set(err, MG_ERR_UNSUPPORTED,
-                            "--context-parallel-size %d: context parallelism is not supported yet", p->cp);
     if (p->ep > 1) { /* experts split over ep ranks taken from dp x cp (partitioners/ep.c) */
         int64_t dpcp = world / inner * p->cp;
         if (dpcp % p->ep)
@@ -195,6 +192,11 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
                                 "(expert parameters would need their own buckets over the expert-data-parallel group)",
                                 p->ep);
     }
+    if (p->cp > 1 && p->distributed_optimizer)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                            "--use-distributed-optimizer with --context-parallel-size %d: not supported yet (use the "
+                            "plain optimizer; gradients are still reduced over dp x cp)",
+                            p->cp);
     if (p->sequence_parallel && p->tp == 1)
         return mg_error_set(err, MG_ERR_INVALID, "--sequence-parallel needs --tensor-model-parallel-size > 1");
     if (p->bucket_numel < 1) return mg_error_set(err, MG_ERR_INVALID, "bucket size must be >= 1");
@@ -227,6 +229,18 @@ int mg_plan_check_model(const mg_plan *p, int world, const mg_plan_model *m, mg_
     if (m->vocab % p->tp)
         return mg_error_set(err, MG_ERR_INVALID, "padded vocabulary %lld is not divisible by tensor-parallel size %d",
                             (long long)m->vocab, p->tp);
+    /* context parallelism: 2·cp chunks per sequence (rank r holds chunks r and 2cp-1-r);
+     * under sequence parallelism tp splits each rank's s/cp tokens */
+    if (p->cp > 1 && m->seq_length % (2 * p->cp))
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--seq-length %d is not divisible by 2 x context-parallel size (2 x %d): each sequence is "
+                            "cut into 2 x %d chunks",
+                            m->seq_length, p->cp, p->cp);
+    if (p->cp > 1 && p->sequence_parallel && (m->seq_length / p->cp) % p->tp)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--seq-length %d / context-parallel size %d = %d tokens per rank is not divisible by "
+                            "tensor-parallel size %d (needed by --sequence-parallel)",
+                            m->seq_length, p->cp, m->seq_length / p->cp, p->tp);
     if (p->sequence_parallel && m->seq_length % p->tp)
         return mg_error_set(err, MG_ERR_INVALID,
                             "--seq-length %d is not divisible by tensor-parallel size %d (needed by --sequence-parallel)",

@@ -45,7 +45,7 @@ mg_sharding tp_param_state(const part_ctx *c, const mg_tensor *lt) {
 static int vocab_parallel_xent(part_ctx *c, const mg_node *n) {
     const mg_tensor *lx = n->in[0], *lt = n->in[1];
     int last = lx->ndim - 1;
-    mg_tensor *x = part_get(c, lx, sh_split(last)), *tg = part_get(c, lt, sh_full());
+    mg_tensor *x = cp_get(c, lx, sh_split(last), 0), *tg = cp_get(c, lt, sh_full(), 1);
     if (!x || !tg) return c->err->code;
     mg_attrs at = n->attrs;
     at.xent.vocab_offset = x->logical.offset[last]; /* this rank's first vocabulary column */
@@ -145,7 +145,7 @@ int tp_partition_node(part_ctx *c, const mg_node *n) {
     }
     mg_tensor *in[MAXIN];
     for (int i = 0; i < n->n_in; i++) {
-        in[i] = part_get(c, n->in[i], io.want[i]);
+        in[i] = cp_get(c, n->in[i], io.want[i], i);
         if (!in[i]) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
     }
     mg_attrs attrs = n->attrs;

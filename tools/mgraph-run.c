@@ -1025,13 +1025,15 @@ int main(int argc, char **argv) {
     char ep_desc[64] = "";
     if (r.plan.ep > 1)
         snprintf(ep_desc, sizeof ep_desc, ", ep %d (%d experts per rank)", r.plan.ep, sc.model.moe.num_experts / r.plan.ep);
+    char cpdesc[32] = ""; /* context parallelism, when on */
+    if (r.plan.cp > 1) snprintf(cpdesc, sizeof cpdesc, ", cp %d", r.plan.cp);
     if (rank == 0)
         printf("mgraph-run: GPT %d layers, hidden %d, heads %d, ffn %d, seq %d, vocab %lld (padded), %.2fM parameters; "
-               "micro-batch %d, global batch %d = %d micro-batches per step; %d rank(s): tp %d, dp %d%s%s%s; "
+               "micro-batch %d, global batch %d = %d micro-batches per step; %d rank(s): tp %d%s, dp %d%s%s%s; "
                "%d micro-batch%s per rank per step\n",
                sc.model.num_layers, sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
                (long long)sc.model.vocab, (double)mg_gpt_num_params(&sc.model) / 1e6, sc.micro_batch,
-               r.cfg.global_batch_size, sc.n_micro, plan_world, r.plan.tp, plan_world / (r.plan.tp * r.plan.pp * r.plan.cp),
+               r.cfg.global_batch_size, sc.n_micro, plan_world, r.plan.tp, cpdesc, plan_world / (r.plan.tp * r.plan.pp * r.plan.cp),
                ep_desc, r.plan.sequence_parallel ? ", sequence parallel" : "",
                r.plan.distributed_optimizer ? ", distributed optimizer" : "", local_micro(&r), local_micro(&r) == 1 ? "" : "es");
     if (r.cfg.dry_run) {

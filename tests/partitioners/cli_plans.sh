@@ -64,6 +64,23 @@ heads_not_divisible)
 pipeline_not_yet)
     expect_usage "$CASE" "pipeline parallelism is not supported yet" \
         $MPI -np 2 "$RUN" "${SMALL[@]}" --pipeline-model-parallel-size 2 --metrics-file metrics.jsonl ;;
+cp_seq_not_divisible)
+    # context parallelism cuts each sequence into 2 x cp chunks: seq 18 does not divide by 4
+    expect_usage "$CASE" "seq-length 18 is not divisible by 2 x context-parallel size \\(2 x 2\\)" \
+        $MPI -np 2 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --seq-length 18 --context-parallel-size 2 --metrics-file metrics.jsonl ;;
+cp_world_not_multiple)
+    expect_usage "$CASE" "world size 3 is not a multiple of .*--context-parallel-size 2" \
+        $MPI -np 3 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --context-parallel-size 2 --metrics-file metrics.jsonl ;;
+cp_train_matches_serial)
+    # LLaMA, context parallel 2 x data parallel 2 (4 ranks), dropout on, vs the serial run
+    needs_text
+    timeout 120 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --train-iters 5 --metrics-file serial.jsonl > serial.txt 2>&1 ||
+        { cat serial.txt; fail "serial run"; }
+    timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --train-iters 5 --context-parallel-size 2 \
+        --metrics-file parallel.jsonl > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
+    grep -q "cp 2" parallel.txt || { cat parallel.txt; fail "plan not applied"; }
+    same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
+    echo "ok $CASE" ;;
 sp_without_tp)
     # Megatron's validate_args: at tp 1 sequence parallelism is disabled with a warning
     timeout 60 $MPI -np 2 "$RUN" "${SMALL[@]}" --sequence-parallel --dry-run > out.txt 2>err.txt ||

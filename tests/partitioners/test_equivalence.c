@@ -1,7 +1,7 @@
 /* Parallel == serial: a plan's training run reproduces the single-rank run.
  *
- * Run under mpirun: test_equivalence TP SP DISTOPT [ITERS [OVERLAP [TILES [MODEL [CLIP]]]]]
- * (dp = world / tp; MODEL gpt2, the default, or llama: RMSNorm, RoPE, SwiGLU, 4 heads
+ * Run under mpirun: test_equivalence TP SP DISTOPT [ITERS [OVERLAP [TILES [MODEL [CLIP [CP]]]]]]
+ * (dp = world / (tp cp); MODEL gpt2, the default, or llama: RMSNorm, RoPE, SwiGLU, 4 heads
  * in 2 key/value groups, untied output layer, no linear biases).
  * Every rank builds the same logical step graph of a small GPT (dropout on, several
  * micro-batches), runs it serially with the reference executor, then partitions it
@@ -137,9 +137,13 @@ static double matmul_flops(const mg_graph *g) {
     return f;
 }
 
-static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const mg_mesh *mesh, int n_local, bool gpt2) {
+static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const mg_mesh *mesh, int n_local, bool gpt2,
+                              const mg_step_config *sc) {
     const mg_graph *P = R->graph;
-    int tp = mesh->size[MG_GROUP_TP], dp = mesh->size[MG_GROUP_DP], n_split = 0, n_params = 0, layers = 0;
+    int tp = mesh->size[MG_GROUP_TP], cp = mesh->size[MG_GROUP_CP], n_split = 0, n_params = 0, layers = 0;
+    /* gradients are summed over dp, or over dp x cp under context parallelism */
+    mg_group gg = cp > 1 ? MG_GROUP_DP_CP : MG_GROUP_DP;
+    int dp = mesh->size[gg];
     double local = 0;
     for (int i = 0; i < mg_graph_n_tensors(S); i++) {
         const mg_tensor *s = mg_graph_tensor(S, i);
@@ -158,16 +162,32 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
     }
     CHECK(!gpt2 || (layers > 0 && n_split == 1 + 6 * layers), "%d tp-split parameters, want %d", n_split, 1 + 6 * layers);
     double fs = matmul_flops(S), fp = matmul_flops(P);
-    CHECK(fabs(fp * tp - fs) <= 1e-9 * fs, "matmul FLOPs on this rank %.0f, want serial %.0f / tp %d", fp, fs, tp);
+    CHECK(fabs(fp * tp * cp - fs) <= 1e-9 * fs, "matmul FLOPs on this rank %.0f, want serial %.0f / (tp %d x cp %d)",
+          fp, fs, tp, cp);
     double bytes[MG_GROUP_COUNT], want_dp = dp > 1 ? 2.0 * (dp - 1) / dp * local : 0;
     mg_plan_comm_bytes(P, n_local, bytes);
-    CHECK(bytes[MG_GROUP_DP] >= want_dp && bytes[MG_GROUP_DP] <= want_dp + 64,
-          "dp bytes per step %.0f, want the gradients' %.0f (+ scalars)", bytes[MG_GROUP_DP], want_dp);
+    /* with dp 1 under cp the gradients' all-reduce is over the cp group itself */
+    mg_group gb = cp > 1 && mesh->size[MG_GROUP_DP] == 1 ? MG_GROUP_CP : gg;
+    double ring = 0;
+    if (cp > 1) { /* the K/V ring: per layer and micro-batch, C-1 blocks of K and of V forward, of dK and dV back;
+                   * a block is the rank's s/C tokens x micro-batch x its key/value heads x head dim, fp32 */
+        const mg_gpt_config *m = &sc->model;
+        double block = (double)m->seq_length / cp * sc->micro_batch * mg_gpt_kv_groups(m) / tp * (m->hidden / m->heads) * 4;
+        ring = 4.0 * (cp - 1) * block * m->num_layers * n_local;
+        double ring_only = bytes[MG_GROUP_CP] - (gb == MG_GROUP_CP ? want_dp : 0);
+        CHECK(ring_only >= ring && ring_only <= ring + 64,
+              "cp bytes per step %.0f, want the K/V ring's %.0f (4 x (cp-1) x %.0f-byte blocks x %d layers x %d "
+              "micro-batches)%s (+ scalars)",
+              bytes[MG_GROUP_CP], ring + (gb == MG_GROUP_CP ? want_dp : 0), block, m->num_layers, n_local,
+              gb == MG_GROUP_CP ? " + the gradients' all-reduce" : "");
+    }
+    CHECK(bytes[gb] - (gb == MG_GROUP_CP ? ring : 0) >= want_dp && bytes[gb] - (gb == MG_GROUP_CP ? ring : 0) <= want_dp + 64,
+          "%s bytes per step %.0f, want the gradients' %.0f (+ scalars)", mg_group_name(gb), bytes[gb], want_dp);
     CHECK((bytes[MG_GROUP_TP] > 0) == (tp > 1), "tp bytes per step %.0f with tp %d", bytes[MG_GROUP_TP], tp);
     if (rank_ == 0)
         printf("partitioned: %d of %d parameters split over tp %d; matmul GFLOP per micro-batch %.4f (serial %.4f); "
-               "bytes per step: tp %.0f, dp %.0f (gradients %.0f)\n", n_split, n_params, tp, fp / 1e9, fs / 1e9,
-               bytes[MG_GROUP_TP], bytes[MG_GROUP_DP], want_dp);
+               "bytes per step: tp %.0f, %s %.0f (gradients %.0f), cp %.0f (K/V ring %.0f)\n", n_split, n_params, tp,
+               fp / 1e9, fs / 1e9, bytes[MG_GROUP_TP], mg_group_name(gg), bytes[gg], want_dp, bytes[MG_GROUP_CP], ring);
 }
 
 int main(int argc, char **argv) {
@@ -194,7 +214,8 @@ int main(int argc, char **argv) {
     plan.matmul_tile_min_flops = 0; /* tile every matmul of this small model */
     mg_error err = {0};
     mg_mesh mesh;
-    if (mg_mesh_init(&mesh, world, rank_, plan.tp, 1, 1, 1, &err)) die("mesh", &err);
+    plan.cp = argc > 9 ? atoi(argv[9]) : 1;
+    if (mg_mesh_init(&mesh, world, rank_, plan.tp, plan.cp, 1, 1, &err)) die("mesh", &err);
     int dp = mesh.size[MG_GROUP_DP];
 
     mg_step_config sc = {0};
@@ -272,7 +293,7 @@ int main(int argc, char **argv) {
         die("parallel build", &err);
     mg_tensor *loss = mg_rank_tensor(&R, ser.loss), *gn = mg_rank_tensor(&R, ser.opt.grad_norm);
     CHECK(loss != NULL && gn != NULL, "physical graph has lm_loss and %s", ser.opt.grad_norm->name);
-    check_partitioned(ser.g, &R, &mesh, n_local, !llama);
+    check_partitioned(ser.g, &R, &mesh, n_local, !llama, &sc);
     mg_comm_reset_bytes(comm);
     double worst_loss = 0, worst_gn = 0;
     for (int it = 0; it < iters && loss; it++) {
@@ -317,9 +338,9 @@ int main(int argc, char **argv) {
     int total_fail;
     MPI_Allreduce(&failures, &total_fail, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank_ == 0)
-        printf("%s plan tp=%d dp=%d sp=%d distopt=%d tiles=%d: %d iterations, worst loss relative error %.3g (grad norm %.3g), worst parameter "
+        printf("%s plan tp=%d cp=%d dp=%d sp=%d distopt=%d tiles=%d: %d iterations, worst loss relative error %.3g (grad norm %.3g), worst parameter "
                "error %.3g of tolerance (2-norm, 1e-5 relative); worst element %.3g x (1e-5 relative + 1e-6): %s\n",
-               llama ? "llama" : "gpt2", plan.tp, dp, plan.sequence_parallel, plan.distributed_optimizer,
+               llama ? "llama" : "gpt2", plan.tp, plan.cp, dp, plan.sequence_parallel, plan.distributed_optimizer,
                plan.matmul_tiles, iters, red[0], red[3], red[1], red[2], total_fail ? "FAILED" : "ok");
     mg_engine_free(eng);
     mg_storage_free(ps);

@@ -104,8 +104,23 @@ static void rules(void) {
     p.pp = 2;
     expect_rule(&p, 2, NULL, MG_ERR_UNSUPPORTED, "pipeline parallelism is not supported yet");
     p.pp = 1;
+    /* context parallelism: 2·cp chunks per sequence; with SP, tp splits each rank's tokens */
     p.cp = 2;
-    expect_rule(&p, 2, NULL, MG_ERR_UNSUPPORTED, "context parallelism is not supported yet");
+    expect_rule(&p, 2, &m, MG_OK, NULL);
+    expect_rule(&p, 3, NULL, MG_ERR_INVALID, "--context-parallel-size 2");
+    m.seq_length = 30;
+    expect_rule(&p, 2, &m, MG_ERR_INVALID, "--seq-length 30 is not divisible by 2 x context-parallel size (2 x 2)");
+    m.seq_length = 36;
+    p.tp = 4;
+    p.sequence_parallel = true;
+    expect_rule(&p, 8, &m, MG_ERR_INVALID, "18 tokens per rank is not divisible by tensor-parallel size 4");
+    m.seq_length = 32;
+    expect_rule(&p, 8, &m, MG_OK, NULL);
+    p.distributed_optimizer = true;
+    expect_rule(&p, 8, &m, MG_ERR_UNSUPPORTED, "--use-distributed-optimizer with --context-parallel-size 2");
+    p.distributed_optimizer = false;
+    p.tp = 1;
+    p.sequence_parallel = false;
     p.cp = 1;
     p.ep = 2;
     expect_rule(&p, 3, NULL, MG_ERR_INVALID, "--expert-model-parallel-size 2 does not divide the data-parallel");
