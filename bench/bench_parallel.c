@@ -343,7 +343,7 @@ int main(int argc, char **argv) {
     mg_mesh mesh;
     if (mg_mesh_init(&mesh, world_, rank_, plan.tp, 1, 1, 1, &err)) die("mesh", &err);
     mg_plan_model pm = {sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
-                        sc.model.vocab, sc.micro_batch * sc.n_micro, sc.micro_batch, mg_gpt_kv_groups(&sc.model)};
+                        sc.model.vocab, sc.micro_batch * sc.n_micro, sc.micro_batch, mg_gpt_kv_groups(&sc.model), sc.model.num_layers};
     if (mg_plan_check(&plan, world_, &err) || mg_plan_check_model(&plan, world_, &pm, &err)) die("plan", &err);
 
     mg_step st;

@@ -69,8 +69,9 @@ int mg_graph_backward(mg_graph *g, mg_tensor *loss, mg_error *err) {
 
     int saved_scopes = g->n_scopes;
     mg_phase saved_phase = g->phase;
-    int saved_mb = g->mb;
+    int saved_mb = g->mb, saved_layer = g->layer;
     g->phase = MG_PHASE_BACKWARD;
+    g->layer = loss->src ? loss->src->layer : MG_LAYER_NONE;
     grad[loss->id] = seed_of(g, loss);
     grad_mb[loss->id] = loss->src ? loss->src->mb : -1;
 
@@ -99,6 +100,7 @@ int mg_graph_backward(mg_graph *g, mg_tensor *loss, mg_error *err) {
         while (g->n_scopes > saved_scopes) mg_scope_pop(g);
         enter_scope(g, nd->scope);
         g->mb = nd->mb;
+        g->layer = nd->layer;
         rc = d->grad(g, nd, dout, need, din);
         if (!rc && g->error.code) rc = g->error.code;
         if (rc) {
@@ -123,7 +125,15 @@ int mg_graph_backward(mg_graph *g, mg_tensor *loss, mg_error *err) {
                 /* Accumulation across micro-batches belongs to no micro-batch: a data-
                  * parallel plan turns exactly these adds into its reduction. */
                 g->mb = grad_mb[x->id] == nd->mb ? nd->mb : -1;
+                /* ... and a parameter's to no layer: one used by two pipeline stages
+                 * (tied embeddings) gets one contribution from each, summed over the
+                 * stages (Megatron's embedding group) rather than sent across. (An
+                 * activation's contributions add up in its earliest consumer's
+                 * layer, which is where its gradient is needed.) */
+                int layer = g->layer;
+                if (!x->src) g->layer = MG_LAYER_NONE;
                 grad[x->id] = mg_add(g, prev, din[j]);
+                g->layer = layer;
                 grad_mb[x->id] = g->mb;
                 if (!grad[x->id]) rc = mg_error_set(err, g->error.code, "backward: %s", g->error.msg);
             }
@@ -132,6 +142,7 @@ int mg_graph_backward(mg_graph *g, mg_tensor *loss, mg_error *err) {
     while (g->n_scopes > saved_scopes) mg_scope_pop(g);
     g->phase = saved_phase;
     g->mb = saved_mb;
+    g->layer = saved_layer;
     if (rc) goto out;
 
     for (int i = 0; i < n_t; i++) {

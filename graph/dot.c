@@ -128,6 +128,16 @@ static void emit_node(dump_ctx *c, const mg_node *n) {
     char sh[128];
     shape_txt(t, sh, sizeof sh);
     FILE *f = c->f;
+    if (d->flags & MG_OPF_P2P) { /* a pipeline transfer: its peer stage, tag and micro-batch */
+        const mg_attr_comm *a = &n->attrs.comm;
+        const mg_tensor *x = n->op == MG_OP_SEND ? n->in[0] : t;
+        fprintf(f, "    n%d [shape=cds, style=\"filled,bold\", fillcolor=\"%s\", label=\"%s %s stage %d\\n", n->id,
+                COMM_COLOUR, d->name, n->op == MG_OP_SEND ? "to" : "from", a->peer);
+        esc(f, x->name);
+        fprintf(f, "\\ntag %d, %s, %.0f bytes\"];\n", a->tag, n->mb >= 0 ? "each micro-batch" : "once per step",
+                (double)mg_numel(x) * mg_dtype_size(x->dtype));
+        return;
+    }
     if (d->flags & MG_OPF_COMM) {
         const mg_attr_comm *a = &n->attrs.comm;
         /* place in this communicator's order: collectives of the same group issued

@@ -9,7 +9,10 @@
 
 mg_graph *mg_graph_new(void) {
     mg_graph *g = calloc(1, sizeof *g);
-    if (g) g->mb = -1;
+    if (g) {
+        g->mb = -1;
+        g->layer = MG_LAYER_NONE;
+    }
     return g;
 }
 
@@ -96,6 +99,8 @@ void mg_scope_set(mg_graph *g, const char *scope) {
 }
 void mg_graph_set_phase(mg_graph *g, mg_phase phase) { g->phase = phase; }
 void mg_graph_set_mb(mg_graph *g, int mb) { g->mb = mb; }
+void mg_graph_set_layer(mg_graph *g, int layer) { g->layer = layer; }
+int mg_graph_layer(const mg_graph *g) { return g->layer; }
 
 /* ---- tensors --------------------------------------------------------------- */
 static int grow_array(void **arr, int *cap, int need, size_t elem) {
@@ -265,6 +270,7 @@ mg_node *mg_node_new(mg_graph *g, mg_op op, const mg_attrs *attrs, int n_in, mg_
     if (n_in) memcpy(n->in, in, (size_t)n_in * sizeof *in);
     n->phase = g->phase;
     n->mb = g->mb;
+    n->layer = g->layer;
 
     mg_tensor_desc out[MG_MAX_OUT];
     memset(out, 0, sizeof out);

@@ -27,6 +27,7 @@ struct mg_graph {
     int n_scopes;
     mg_phase phase;
     int mb;
+    int layer;                    /* stamped on new nodes (mg_node.layer) */
     mg_error error;
     mg_node **order;              /* cached topological order */
     int order_valid;

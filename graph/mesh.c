@@ -8,7 +8,9 @@
  * coordinate is j % ep and an ep group is the ep consecutive values of j that share
  * j / ep. With ep == 1 the ep group is the rank alone. The expert-data-parallel
  * group (edp) holds the ranks of the slice with the same expert coordinate j % ep
- * (dp*cp/ep of them, index j / ep): they hold the same experts.
+ * (dp*cp/ep of them, index j / ep): they hold the same experts. The embedding group
+ * holds the first and the last pipeline stage of a (tp, cp, dp) position: tied word
+ * embeddings live on both, and their gradients are summed over it.
  */
 #include <string.h>
 
@@ -58,6 +60,10 @@ int mg_mesh_init(mg_mesh *m, int world, int rank, int tp, int cp, int ep, int pp
     m->coord[MG_GROUP_DP_CP] = j; /* cp innermost, as the ranks lie */
     m->coord[MG_GROUP_EDP] = j / ep;
     m->coord[MG_GROUP_WORLD] = rank;
+    /* the embedding group: stage 0 (index 0) and the last stage (index 1); the
+     * stages between are not members (coordinate -1) */
+    m->size[MG_GROUP_EMB] = pp > 1 ? 2 : 1;
+    m->coord[MG_GROUP_EMB] = m->coord[MG_GROUP_PP] == 0 ? 0 : m->coord[MG_GROUP_PP] == pp - 1 ? 1 : -1;
     return MG_OK;
 }
 
@@ -87,6 +93,7 @@ int mg_mesh_peer(const mg_mesh *m, mg_group grp, int idx) {
     }
     case MG_GROUP_DP_CP: return rank_of(m, t, idx % m->size[MG_GROUP_CP], idx / m->size[MG_GROUP_CP], p);
     case MG_GROUP_WORLD: return idx;
+    case MG_GROUP_EMB: return rank_of(m, t, c, d, idx == 0 ? 0 : m->size[MG_GROUP_PP] - 1);
     default: return -1;
     }
 }

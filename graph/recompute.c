@@ -94,6 +94,7 @@ static mg_node *gate(mg_graph *g, const rewrite *r, mg_tensor *x, const char *na
     memcpy(in + 1, r->after, (size_t)r->n_after * sizeof *in);
     mg_node *gn = mg_node_new(g, MG_OP_RECOMPUTE_GATE, NULL, r->n_after + 1, in, name);
     free(in);
+    if (gn && x->src) gn->stage = x->src->stage; /* the pipeline chunk of the segment it feeds */
     return gn;
 }
 

@@ -160,6 +160,8 @@ mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, 
     if (!tokens || !positions || !targets) return NULL;
     int64_t s = tokens->shape[0], h = c->hidden;
     bool gpt2 = mg_gpt_is_gpt2(c);
+    int outer_layer = mg_graph_layer(g);
+    mg_graph_set_layer(g, MG_LAYER_PRE); /* pipeline stages place layers by these marks */
     mg_tensor *x = mg_embedding(g, tokens, m->wte); /* [s, b, h] */
     if (m->wpe) {
         mg_tensor *pe = mg_embedding(g, positions, m->wpe); /* [s, h] */
@@ -169,12 +171,14 @@ mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, 
     for (int i = 0; i < c->num_layers; i++) {
         const mg_gpt_layer *l = &m->layers[i];
         mg_scope_push(g, gpt2 ? "h.%d" : "model.layers.%d", i);
+        mg_graph_set_layer(g, i);
         mg_tensor *a = norm(g, c, x, l->ln1_w, l->ln1_b);
         x = mg_add(g, x, attention_block(g, m, l, a, positions, training));
         mg_tensor *f = norm(g, c, x, l->ln2_w, l->ln2_b);
         x = mg_add(g, x, l->router_w ? mg_moe_block(g, m, l, f, training, aux) : mlp_block(g, m, l, f, training));
         mg_scope_pop(g);
     }
+    mg_graph_set_layer(g, MG_LAYER_POST);
     x = norm(g, c, x, m->lnf_w, m->lnf_b);
     mg_tensor *out = m->lm_head ? m->lm_head : m->wte;
     mg_tensor *logits = mg_matmul(g, x, out, false, true); /* [s, b, V] */
@@ -182,7 +186,9 @@ mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, 
     for (int i = 0; i < c->num_layers; i++) n_moe += mg_moe_is_layer(c, i);
     if (aux->load_balancing_loss) aux->load_balancing_loss = mg_scale(g, aux->load_balancing_loss, 1.0f / (float)n_moe);
     if (aux->z_loss) aux->z_loss = mg_scale(g, aux->z_loss, 1.0f / (float)n_moe);
-    return mg_cross_entropy(g, logits, targets, -1);
+    mg_tensor *loss = mg_cross_entropy(g, logits, targets, -1);
+    mg_graph_set_layer(g, outer_layer);
+    return loss;
 }
 
 mg_tensor *mg_gpt2_forward(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions, mg_tensor *targets,

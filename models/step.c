@@ -65,6 +65,8 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
     mg_tensor *l = mg_gpt2_forward_aux(g, &st->model, st->tokens, st->positions, st->targets, c->training, &aux);
     /* Megatron divides each micro-batch's loss by the number of micro-batches before
      * backward; the scaled losses summed over the step are the mean loss. */
+    /* the loss scaling and its accumulation belong with the loss (the last stage) */
+    mg_graph_set_layer(g, MG_LAYER_POST);
     mg_tensor *scaled = l && st->loss_scale ? mg_mul(g, l, st->loss_scale) : NULL;
     mg_tensor *sum = accumulate(g, scaled, "lm_loss.acc", "lm_loss.sum");
     /* MoE: the objective adds the auxiliary losses (scaled alike); the lm loss is
@@ -74,6 +76,7 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
     mg_tensor *zl = aux.z_loss ? mg_mul(g, aux.z_loss, st->loss_scale) : NULL;
     lb = accumulate(g, lb, "load_balancing_loss.acc", "load_balancing_loss.sum");
     zl = accumulate(g, zl, "z_loss.acc", "z_loss.sum");
+    mg_graph_set_layer(g, MG_LAYER_NONE);
     /* once per step: the step's mean loss, read by the host */
     mg_graph_set_mb(g, -1);
     st->loss = sum ? mg_scale(g, sum, 1.0f) : NULL;

@@ -1,5 +1,5 @@
-/* Collective ops: allreduce, allgather, reduce-scatter, broadcast (and the honest
- * placeholders send, recv; the all-to-all of expert parallelism is ops/alltoall.c).
+/* Collective ops: allreduce, allgather, reduce-scatter, broadcast. (The all-to-all of
+ * expert parallelism is ops/alltoall.c, the pipeline's send/recv ops/p2p.c.)
  *
  * Partitioner passes insert these nodes after autodiff, so they have no gradient
  * rules (MG_OPF_NO_GRAD). The kernels find their communicator through
@@ -81,11 +81,6 @@ static int infer_broadcast(const mg_node *n, mg_tensor_desc *out, mg_error *err)
                               mg_group_name(c->group));
     mg_desc_of(n->in[0], &out[0]);
     return 1;
-}
-
-static int infer_sendrecv(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
-    (void)n, (void)out;
-    return mg_error_set(err, MG_ERR_UNSUPPORTED, "send/recv: not implemented yet (pipeline parallelism)");
 }
 
 static void cost_comm(const mg_node *n, double *flops, double *bytes) {
@@ -210,9 +205,6 @@ const mg_op_def mg_opdef_ALLGATHER = {"allgather", 1, 1, COMM_FLAGS, infer_allga
 const mg_op_def mg_opdef_REDUCE_SCATTER = {"reduce_scatter", 1, 1, COMM_FLAGS, infer_reduce_scatter, NULL, cost_comm,
                                            reduce_scatter_cpu, NULL, NULL};
 const mg_op_def mg_opdef_BROADCAST = {"broadcast", 1, 1, COMM_FLAGS, infer_broadcast, NULL, cost_comm, broadcast_cpu, NULL, NULL};
-/* Any arity reaches the shape rule, which says what is missing. */
-const mg_op_def mg_opdef_SEND = {"send", 0, -1, COMM_FLAGS, infer_sendrecv, NULL, NULL, NULL, NULL, NULL};
-const mg_op_def mg_opdef_RECV = {"recv", 0, -1, COMM_FLAGS, infer_sendrecv, NULL, NULL, NULL, NULL, NULL};
 
 /* ---- builders --------------------------------------------------------------------- */
 /* "<x's name>.<op>", without the current scope (mg_node_new prefixes it again). */

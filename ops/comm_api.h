@@ -13,6 +13,7 @@
 #ifndef MG_OPS_COMM_API_H
 #define MG_OPS_COMM_API_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "mgraph/comm.h"
@@ -50,6 +51,22 @@ int mg_comm_alltoallv_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in,
  * (count elements each; in != out): the ring step of context parallelism. */
 int mg_comm_sendrecv_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count, int dest,
                          int src, mg_error *err);
+/* ---- point to point (pipeline stages) ----------------------------------------------
+ * Non-blocking: a request is posted, then tested or waited for; it owns nothing of the
+ * buffer, which must stay untouched until the request completes. Messages are matched
+ * by (group, peer, tag): `key` is any non-negative number unique among the messages in
+ * flight between two ranks, reduced to MPI's tag range here. Safe to call from any
+ * thread when MPI runs at MPI_THREAD_MULTIPLE (mg_comm_p2p_ready says so). */
+typedef struct mg_comm_request mg_comm_request;
+int mg_comm_isend_buf(mg_comm *c, mg_group grp, int peer, int64_t key, mg_dtype dt, const void *buf, int64_t count,
+                      mg_comm_request **req, mg_error *err);
+int mg_comm_irecv_buf(mg_comm *c, mg_group grp, int peer, int64_t key, mg_dtype dt, void *buf, int64_t count,
+                      mg_comm_request **req, mg_error *err);
+/* *done = true once complete: the request is then freed (and its bytes counted). */
+int mg_comm_test(mg_comm *c, mg_comm_request *req, bool *done, mg_error *err);
+int mg_comm_wait(mg_comm *c, mg_comm_request *req, mg_error *err);
+/* MPI runs at MPI_THREAD_MULTIPLE: transfers may be posted beside blocking collectives. */
+bool mg_comm_p2p_ready(const mg_comm *c);
 
 /* Adds a collective's ring bytes (mg_comm_wire_bytes) and seconds to the counters. */
 void mg_comm_account(mg_comm *c, mg_group grp, mg_op op, mg_dtype dt, int64_t count, double seconds);
@@ -87,6 +104,7 @@ static inline double mg_comm_wire_bytes(mg_op op, int n, double payload) {
     case MG_OP_ALLGATHER: return (double)(n - 1) * payload;
     case MG_OP_REDUCE_SCATTER: return f * payload;
     case MG_OP_BROADCAST: return f * payload;
+    case MG_OP_RECV: return 0.0; /* the sender counts the message */
     default: return payload;
     }
 }

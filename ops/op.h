@@ -37,7 +37,14 @@ enum {
     /* Linear in all its inputs jointly: given terms of a sum over ranks for every input,
      * it gives the term of the sum of its output (partitioners carry shares through it). */
     MG_OPF_LINEAR = 1u << 2,
+    /* A point-to-point transfer (with MG_OPF_COMM): not in the collectives' seq order;
+     * engines post it without blocking and finish its task when it completes. */
+    MG_OPF_P2P = 1u << 3,
 };
+
+/* The message key of a send/recv node's instance (its tag x n_micro + instance), the
+ * same on both ends. */
+int64_t mg_p2p_key(const mg_node *n, const mg_exec_info *info);
 
 /* ---- sharding rules ----------------------------------------------------------------
  * How an op runs when one mesh axis partitions its operands (partitioners/ applies the

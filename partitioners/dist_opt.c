@@ -67,7 +67,7 @@ int dopt_init(part_ctx *c) {
     /* reverse parameter order: the last layers' gradients are final first */
     for (int i = nt - 1; i >= 0; i--) {
         const mg_tensor *p = mg_graph_tensor(c->L, i);
-        if (!p->requires_grad || !p->grad) continue;
+        if (!p->requires_grad || !p->grad || !pp_here(c, p->grad)) continue; /* (another stage's) */
         dparam *dp = &d->params[d->n_params];
         dp->p = p;
         dp->n = local_numel(c, p);

@@ -84,7 +84,7 @@ mg_tensor *part_new_leaf(part_ctx *c, const char *name, mg_dtype dt, mg_role rol
 
 /* Aux and conversion nodes land in the scope, phase and micro-batch of the logical
  * node being partitioned. */
-static void enter_node_context(part_ctx *c, const mg_node *n) {
+void part_enter_node_context(part_ctx *c, const mg_node *n) {
     c->node_pl = mg_placement_full();
     c->cp_node = false;
     mg_scope_set(c->P, n ? n->scope : "");
@@ -180,7 +180,10 @@ static mg_tensor *convert_axis(part_ctx *c, const mg_tensor *lt, mg_tensor *x, m
                                mg_sharding to) {
     mg_graph *P = c->P;
     mg_group g = (mg_group)a;
-    int n = c->mesh->size[a], rank = c->mesh->coord[a];
+    int n = c->mesh->size[a];
+    /* a sum over pipeline stages runs over the stages that hold the tensor */
+    if (a == MG_GROUP_PP && c->pp && pp_group_of(c, lt, &g, &n)) return NULL;
+    int rank = c->mesh->coord[g];
     mg_sharding from = cur->ax[a];
     char what[32];
     if (sh_eq(from, to)) return x;
@@ -195,6 +198,7 @@ static mg_tensor *convert_axis(part_ctx *c, const mg_tensor *lt, mg_tensor *x, m
     if (from.kind == MG_SHARD_PARTIAL && to.kind == MG_SHARD_FULL) {
         snprintf(what, sizeof what, "%s_allreduce", mg_group_name((mg_group)a));
         y = mg_allreduce(P, x, g, n, MG_REDUCE_SUM, c->seq++);
+        if (g == MG_GROUP_EMB) snprintf(what, sizeof what, "emb_allreduce");
     } else if (from.kind == MG_SHARD_PARTIAL && to.kind == MG_SHARD_SPLIT) {
         snprintf(what, sizeof what, "%s_reduce_scatter", mg_group_name((mg_group)a));
         y = mg_reduce_scatter(P, x, g, n, to.dim, c->seq++);
@@ -428,7 +432,7 @@ static int finish_outputs(part_ctx *c) {
         bool partial = false;
         for (int a = 0; a < MG_MESH_AXES; a++) partial |= p->pl.ax[a].kind == MG_SHARD_PARTIAL;
         if (!lt->persistent || !lt->src || !p->t || !partial) continue;
-        enter_node_context(c, lt->src);
+        part_enter_node_context(c, lt->src);
         char nm[512];
         snprintf(nm, sizeof nm, "%s@partial", lt->name);
         part_rename(c, p->t, nm);
@@ -473,27 +477,33 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
         const mg_tensor *t = mg_graph_tensor(L, i);
         if (t->requires_grad && t->grad) c.final_grad_of[t->grad->id] = i;
     }
-    if (plan->distributed_optimizer && c.gdp > 1 && (rc = dopt_init(&c))) goto done;
-    if ((rc = ep_init(&c))) goto done;
     mg_node **ord;
     int n_ord;
     if ((rc = mg_graph_topo((mg_graph *)L, &ord, &n_ord, err))) goto done;
+    if (mesh->size[MG_GROUP_PP] > 1 && (rc = pp_init(&c, ord, n_ord))) goto done;
+    if (plan->distributed_optimizer && c.gdp > 1 && (rc = dopt_init(&c))) goto done;
+    if ((rc = ep_init(&c))) goto done;
     for (int i = 0; i < n_ord && !rc; i++) {
         const mg_node *n = ord[i];
-        enter_node_context(&c, n);
-        int h = c.dopt ? dopt_partition_node(&c, n) : 0;
-        if (h == 0) h = dp_partition_node(&c, n);
-        if (h == 0) h = cp_partition_node(&c, n);
+        part_enter_node_context(&c, n);
+        int h = c.pp ? pp_partition_node(&c, n) : 0;
+        if (h < 0) rc = h;
+        if (h == 1) continue; /* another pipeline stage's node */
+        if (!rc && h == 0 && c.dopt) h = dopt_partition_node(&c, n);
+        if (!rc && h == 0) h = dp_partition_node(&c, n);
+        if (!rc && h == 0) h = cp_partition_node(&c, n);
         if (h < 0) rc = h;
         if (!rc && h == 0 && c.ep) rc = ep_partition_node(&c, n, &h);
         if (!rc && h == 0) rc = tp_partition_node(&c, n);
+        if (!rc && c.pp) rc = pp_after_node(&c, n);
         if (!rc) rc = dp_after_node(&c, n);
         if (!rc) rc = cp_after_node(&c, n);
         if (!rc && c.dopt) rc = dopt_after_node(&c, n);
         if (!rc) rc = graph_failed(&c);
     }
     if (!rc) rc = finish_outputs(&c);
-    enter_node_context(&c, NULL);
+    for (int i = 0; c.pp && i < nt && !rc; i++) rc = pp_finish_output(&c, mg_graph_tensor(L, i));
+    part_enter_node_context(&c, NULL);
     if (!rc) rc = mg_graph_validate(c.P, err);
     if (!rc && !(out->local = calloc((size_t)nt + 1, sizeof *out->local)))
         rc = mg_error_set(err, MG_ERR_NOMEM, "partitioning: out of memory");
@@ -502,6 +512,7 @@ done:
     if (c.dopt) dopt_free(&c);
     ep_free(&c);
     cp_free(&c);
+    pp_free(&c);
     free(c.st);
     free(c.final_grad_of);
     free(c.conv);

@@ -24,6 +24,7 @@ typedef struct conv_entry {
 struct dist_opt;
 struct ep_state;
 struct cp_state;
+struct pp_state;
 
 typedef struct part_ctx {
     const mg_graph *L;
@@ -54,6 +55,7 @@ typedef struct part_ctx {
     bool cp_node;
     mg_sharding cp_want[MG_SHARD_MAX_IO], cp_out[MG_SHARD_MAX_IO];
     struct cp_state *cps;
+    struct pp_state *pp;     /* NULL unless pipeline parallelism is on (pp.c) */
     mg_error *err;
 } part_ctx;
 
@@ -106,6 +108,9 @@ int part_graph_error(part_ctx *c);
 void part_rename(part_ctx *c, mg_tensor *t, const char *name);
 /* Creates a leaf of the physical graph under an absolute name. */
 mg_tensor *part_new_leaf(part_ctx *c, const char *name, mg_dtype dt, mg_role role, int ndim, const int64_t *shape);
+/* Nodes emitted from now on get logical node n's scope, phase and micro-batch (NULL:
+ * none), and the other axes' placement starts replicated. */
+void part_enter_node_context(part_ctx *c, const mg_node *n);
 /* Nodes emitted from now on belong to the once-per-step part (reductions of
  * accumulated gradients, the optimizer), whatever node is being partitioned. */
 void part_enter_step_context(part_ctx *c);
@@ -143,6 +148,26 @@ int cp_after_node(part_ctx *c, const mg_node *n);
 mg_tensor *cp_convert_axis(part_ctx *c, mg_tensor *x, mg_sharding from, mg_sharding to, int64_t *seq, char *what,
                            size_t len);
 void cp_free(part_ctx *c);
+/* ---- pp.c: pipeline parallelism ------------------------------------------------------------- */
+/* Places the logical nodes (in walk order `ord`) on stages. */
+int pp_init(part_ctx *c, mg_node *const *ord, int n_ord);
+void pp_free(part_ctx *c);
+/* Before the other rules, for every node on every rank: inserts its transfers (sends on
+ * the producing stage, recvs here) and sums over stages it needs. Returns 1 when the
+ * node runs on another stage (emit nothing), 2 when its output is bound without
+ * emitting it, 0 to partition it here, < 0 on error. */
+int pp_partition_node(part_ctx *c, const mg_node *n);
+/* After a node is emitted here: stamps its virtual stage on what was emitted, sums a
+ * finished gradient over the stages holding it. */
+int pp_after_node(part_ctx *c, const mg_node *n);
+/* A host-read output (loss) computed on one stage is broadcast to all. */
+int pp_finish_output(part_ctx *c, const mg_tensor *lt);
+/* Whether this rank's stage computes logical tensor lt (true for leaves and without pp). */
+bool pp_here(const part_ctx *c, const mg_tensor *lt);
+/* The group summing lt over the stages holding it: pp, or the embedding group. */
+int pp_group_of(const part_ctx *c, const mg_tensor *lt, mg_group *grp, int *n);
+/* Virtual stage of a model part (mg_node.layer). */
+int pp_vstage_of_layer(const part_ctx *c, int layer);
 
 /* ---- tile.c: large matmuls as several tasks ---------------------------------------------------------- */
 /* Emits n (a matmul, inputs already converted) as plan->matmul_tiles tiles when it is

@@ -17,6 +17,7 @@ static void add_rule(mg_plan *p, const char *pattern, int dim) {
 void mg_plan_defaults(mg_plan *p) {
     memset(p, 0, sizeof *p);
     p->tp = p->pp = p->cp = p->ep = 1;
+    p->vpp = 1;
     p->bucket_numel = 40000000; /* Megatron's default bucket size */
     p->matmul_tiles = 1;
     p->microbatch_slots = MG_PLAN_DEFAULT_SLOTS;
@@ -101,11 +102,13 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
         char *key = strtok(s, " \t"), *v1 = strtok(NULL, " \t"), *v2 = strtok(NULL, " \t"), *v3 = strtok(NULL, " \t");
         long x;
         bool b;
-        int *sizes[] = {&p->tp, &p->pp, &p->cp, &p->ep};
+        int *sizes[] = {&p->tp, &p->pp, &p->cp, &p->ep, &p->vpp, &p->pp_first_layers, &p->pp_last_layers};
         const char *size_keys[] = {"tensor-model-parallel-size", "pipeline-model-parallel-size",
-                                   "context-parallel-size", "expert-model-parallel-size"};
+                                   "context-parallel-size", "expert-model-parallel-size",
+                                   "num-virtual-stages-per-pipeline-rank", "decoder-first-pipeline-num-layers",
+                                   "decoder-last-pipeline-num-layers"};
         int done = 0;
-        for (int i = 0; i < 4 && !done; i++)
+        for (int i = 0; i < 7 && !done; i++)
             if (!strcmp(key, size_keys[i])) {
                 done = 1;
                 if (!v1 || v2 || parse_int(v1, 1, 1 << 20, &x))
@@ -118,6 +121,14 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: %s expects true or false", path, ln, key);
             else if (key[0] == 's') p->sequence_parallel = b;
             else p->distributed_optimizer = b;
+        } else if (!strcmp(key, "pipeline-schedule")) {
+            static const char *names[] = {"auto", "1f1b", "interleaved", "gpipe"};
+            int k = 0;
+            while (v1 && k < 4 && strcmp(v1, names[k])) k++;
+            if (!v1 || v2 || k == 4)
+                rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: pipeline-schedule expects auto, 1f1b, interleaved or gpipe",
+                                  path, ln);
+            else p->pp_schedule = (mg_pp_schedule_kind)k;
         } else if (!strcmp(key, "matmul-tiles")) {
             if (!v1 || v2 || parse_int(v1, 1, 64, &x))
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: matmul-tiles expects an integer in 1..64", path, ln);
@@ -149,13 +160,21 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
     return rc;
 }
 
+const char *mg_pp_schedule_name(mg_pp_schedule_kind k) {
+    static const char *names[] = {"auto", "1f1b", "interleaved", "gpipe"};
+    return k >= 0 && k <= MG_PP_SCHEDULE_GPIPE ? names[k] : "?";
+}
+
 void mg_plan_print(const mg_plan *p, FILE *f) {
     fprintf(f, "tensor-model-parallel-size %d\npipeline-model-parallel-size %d\ncontext-parallel-size %d\n"
                "expert-model-parallel-size %d\nsequence-parallel %s\nuse-distributed-optimizer %s\nbucket-size %lld\n"
-               "matmul-tiles %d\nmicrobatch-slots %d\n",
+               "matmul-tiles %d\nmicrobatch-slots %d\nnum-virtual-stages-per-pipeline-rank %d\n"
+               "pipeline-schedule %s\n",
             p->tp, p->pp, p->cp, p->ep, p->sequence_parallel ? "true" : "false",
             p->distributed_optimizer ? "true" : "false", (long long)p->bucket_numel, p->matmul_tiles,
-            p->microbatch_slots);
+            p->microbatch_slots, p->vpp, mg_pp_schedule_name(p->pp_schedule));
+    if (p->pp_first_layers) fprintf(f, "decoder-first-pipeline-num-layers %d\n", p->pp_first_layers);
+    if (p->pp_last_layers) fprintf(f, "decoder-last-pipeline-num-layers %d\n", p->pp_last_layers);
     for (int i = 0; i < p->n_rules; i++) fprintf(f, "shard %s %d\n", p->rules[i].pattern, p->rules[i].dim);
 }
 
@@ -172,9 +191,30 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
                             "--context-parallel-size %d = %lld): launch a multiple of %lld ranks with mpirun -np, "
                             "or partition without running with --dry-run --world-size",
                             world, p->tp, p->pp, p->cp, (long long)inner, (long long)inner);
-    if (p->pp > 1)
+    if (p->vpp < 1) return mg_error_set(err, MG_ERR_INVALID, "virtual pipeline stages must be >= 1 (got %d)", p->vpp);
+    if (p->vpp > 1 && p->pp < 2)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--num-virtual-stages-per-pipeline-rank %d needs --pipeline-model-parallel-size > 1",
+                            p->vpp);
+    if ((p->pp_first_layers || p->pp_last_layers) && p->pp < 2)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1");
+    if ((p->pp_first_layers || p->pp_last_layers) && p->vpp > 1)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--decoder-first/last-pipeline-num-layers cannot be combined with virtual pipeline stages");
+    if (p->pp_schedule == MG_PP_SCHEDULE_INTERLEAVED && p->vpp < 2)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "the interleaved pipeline schedule needs --num-virtual-stages-per-pipeline-rank > 1");
+    if (p->pp_schedule == MG_PP_SCHEDULE_1F1B && p->vpp > 1)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "the 1F1B pipeline schedule runs one model chunk per stage: with virtual stages use "
+                            "'interleaved' (or 'gpipe')");
+    if (p->pp > 1 && p->cp > 1)
         return mg_error_set(err, MG_ERR_UNSUPPORTED,
-                            "--pipeline-model-parallel-size %d: pipeline parallelism is not supported yet", p->pp);
+                            "pipeline parallelism combined with context parallelism is not supported yet");
+    if (p->pp > 1 && p->ep > 1)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                            "pipeline parallelism combined with expert parallelism is not supported yet");
     if (p->ep > 1) { /* experts split over ep ranks taken from dp x cp (partitioners/ep.c) */
         int64_t dpcp = world / inner * p->cp;
         if (dpcp % p->ep)
@@ -250,6 +290,28 @@ int mg_plan_check_model(const mg_plan *p, int world, const mg_plan_model *m, mg_
                             "--global-batch-size %d is not a multiple of --micro-batch-size x data-parallel size "
                             "(%d x %d)",
                             m->global_batch, m->micro_batch, dp);
+    if (p->pp > 1 && m->num_layers > 0) {
+        int L = m->num_layers, f = p->pp_first_layers, l = p->pp_last_layers;
+        if (f || l) {
+            int mids = p->pp - (f > 0) - (l > 0), rest = L - f - l;
+            if (rest < 0 || (mids == 0 && rest) || (mids > 0 && (rest % mids || rest / mids < 1)))
+                return mg_error_set(err, MG_ERR_INVALID,
+                                    "--num-layers %d does not split as %d on the first pipeline stage, %d on the last "
+                                    "and an equal share (at least one) on each of the %d stages between",
+                                    L, f, l, mids);
+        } else if (L % (p->pp * p->vpp))
+            return mg_error_set(err, MG_ERR_INVALID,
+                                "--num-layers %d is not divisible by pipeline stages x virtual stages per stage "
+                                "(%d x %d)",
+                                L, p->pp, p->vpp);
+    }
+    int64_t n_micro = m->micro_batch > 0 ? m->global_batch / ((int64_t)m->micro_batch * dp) : 0;
+    if (p->pp > 1 && p->vpp > 1 && p->pp_schedule != MG_PP_SCHEDULE_GPIPE && n_micro % p->pp)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "the interleaved pipeline schedule needs the micro-batches per data-parallel rank (%lld = "
+                            "--global-batch-size %d / (--micro-batch-size %d x data-parallel size %d)) to be a "
+                            "multiple of --pipeline-model-parallel-size %d",
+                            (long long)n_micro, m->global_batch, m->micro_batch, dp, p->pp);
     return MG_OK;
 }
 

@@ -6,6 +6,7 @@
  * (MPI_ERRORS_RETURN) so that a failure becomes MG_ERR_RUNTIME instead of an abort.
  */
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -18,6 +19,11 @@ struct mg_comm {
     MPI_Comm comm[MG_GROUP_COUNT];
     double bytes[MG_GROUP_COUNT];
     double seconds;
+    /* transfers are counted from the thread that completes them, collectives from
+     * the one that runs them: the counters take a lock */
+    pthread_mutex_t count_lock;
+    bool multiple;  /* MPI at MPI_THREAD_MULTIPLE */
+    int tag_ub;     /* MPI's largest tag */
 #ifdef MG_CUDA
     mg_nccl *nccl; /* NCCL communicators for device buffers (comm_nccl.c) */
 #endif
@@ -101,15 +107,22 @@ int mg_comm_new(const mg_mesh *m, mg_comm **out, mg_error *err) {
     mg_comm *c = calloc(1, sizeof *c);
     if (!c) return mg_error_set(err, MG_ERR_NOMEM, "mg_comm_new: out of memory");
     c->mesh = *m;
+    pthread_mutex_init(&c->count_lock, NULL);
+    c->multiple = level >= MPI_THREAD_MULTIPLE;
+    int *ub = NULL, has_ub = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &has_ub);
+    c->tag_ub = has_ub && ub && *ub > 0 ? *ub : 32767; /* the standard's minimum */
     for (int g = 0; g < MG_GROUP_COUNT; g++) c->comm[g] = MPI_COMM_NULL;
     for (int g = 0; g < MG_GROUP_COUNT; g++) {
         if (g == MG_GROUP_WORLD) rc = MPI_Comm_dup(MPI_COMM_WORLD, &c->comm[g]);
+        else if (m->coord[g] < 0) rc = MPI_Comm_split(MPI_COMM_WORLD, MPI_UNDEFINED, 0, &c->comm[g]); /* not a member */
         else rc = MPI_Comm_split(MPI_COMM_WORLD, mg_mesh_peer(m, (mg_group)g, 0), m->coord[g], &c->comm[g]);
         if (rc != MPI_SUCCESS) {
             mpi_fail(err, rc, "mg_comm_new: MPI_Comm_split", (mg_group)g);
             mg_comm_free(c);
             return MG_ERR_RUNTIME;
         }
+        if (c->comm[g] == MPI_COMM_NULL) continue;
         MPI_Comm_set_errhandler(c->comm[g], MPI_ERRORS_RETURN);
         int s = 0, r = 0;
         MPI_Comm_size(c->comm[g], &s);
@@ -168,10 +181,12 @@ static void account(mg_comm *c, mg_group grp, mg_op op, mg_dtype dt, int64_t cou
 }
 
 void mg_comm_account(mg_comm *c, mg_group grp, mg_op op, mg_dtype dt, int64_t count, double seconds) {
-    c->seconds += seconds;
     double b = mg_comm_wire_bytes(op, c->mesh.size[grp], (double)count * (double)mg_dtype_size(dt));
+    pthread_mutex_lock(&c->count_lock);
+    c->seconds += seconds;
     c->bytes[grp] += b;
     if (grp != MG_GROUP_WORLD) c->bytes[MG_GROUP_WORLD] += b; /* the total */
+    pthread_mutex_unlock(&c->count_lock);
 }
 
 int mg_comm_allreduce_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
@@ -291,4 +306,84 @@ int mg_comm_sendrecv_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, 
     if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Sendrecv", grp);
     account(c, grp, MG_OP_RING_SHIFT, dt, count, t0);
     return MG_OK;
+}
+/* ---- point to point --------------------------------------------------------------- */
+struct mg_comm_request {
+    MPI_Request r;
+    mg_group grp;
+    mg_op op;         /* MG_OP_SEND / MG_OP_RECV: what to count on completion */
+    mg_dtype dt;
+    int64_t count;
+    double t0;
+};
+
+bool mg_comm_p2p_ready(const mg_comm *c) { return c && c->multiple; }
+
+static int post(mg_comm *c, mg_group grp, int peer, int64_t key, mg_dtype dt, void *buf, int64_t count, bool send,
+                mg_comm_request **req, mg_error *err) {
+    const char *what = send ? "MPI_Isend" : "MPI_Irecv";
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    *req = NULL;
+    int rc = prep(c, grp, dt, count, what, &type, err);
+    if (rc) return rc;
+    if (peer < 0 || peer >= c->mesh.size[grp] || peer == c->mesh.coord[grp])
+        return mg_error_set(err, MG_ERR_INVALID, "%s over %s: peer %d is not another member of 0..%d", what,
+                            mg_group_name(grp), peer, c->mesh.size[grp] - 1);
+    if (key < 0) return mg_error_set(err, MG_ERR_INVALID, "%s over %s: negative message key", what, mg_group_name(grp));
+    mg_comm_request *q = malloc(sizeof *q);
+    if (!q) return mg_error_set(err, MG_ERR_NOMEM, "%s: out of memory", what);
+    *q = (mg_comm_request){.grp = grp, .op = send ? MG_OP_SEND : MG_OP_RECV, .dt = dt, .count = count, .t0 = MPI_Wtime()};
+    int tag = (int)(key % ((int64_t)c->tag_ub + 1));
+    rc = send ? MPI_Isend(buf, (int)count, type, peer, tag, c->comm[grp], &q->r)
+              : MPI_Irecv(buf, (int)count, type, peer, tag, c->comm[grp], &q->r);
+    if (rc != MPI_SUCCESS) {
+        free(q);
+        return mpi_fail(err, rc, what, grp);
+    }
+    *req = q;
+    return MG_OK;
+}
+
+int mg_comm_isend_buf(mg_comm *c, mg_group grp, int peer, int64_t key, mg_dtype dt, const void *buf, int64_t count,
+                      mg_comm_request **req, mg_error *err) {
+    return post(c, grp, peer, key, dt, (void *)buf, count, true, req, err);
+}
+
+int mg_comm_irecv_buf(mg_comm *c, mg_group grp, int peer, int64_t key, mg_dtype dt, void *buf, int64_t count,
+                      mg_comm_request **req, mg_error *err) {
+    return post(c, grp, peer, key, dt, buf, count, false, req, err);
+}
+
+static int finish(mg_comm *c, mg_comm_request *q, int rc, MPI_Status *st, mg_error *err) {
+    const char *what = q->op == MG_OP_SEND ? "MPI_Isend" : "MPI_Irecv";
+    mg_group grp = q->grp;
+    if (rc == MPI_SUCCESS && q->op == MG_OP_RECV) {
+        int got = 0;
+        MPI_Get_count(st, MPI_BYTE, &got);
+        long long want = (long long)(q->count * (int64_t)mg_dtype_size(q->dt));
+        if ((long long)got != want) {
+            free(q);
+            return mg_error_set(err, MG_ERR_RUNTIME, "MPI_Irecv over %s: %d bytes arrived, %lld expected (the stages "
+                                "disagree on the tensor's shape)", mg_group_name(grp), got, want);
+        }
+    }
+    if (rc == MPI_SUCCESS) mg_comm_account(c, grp, q->op, q->dt, q->count, MPI_Wtime() - q->t0);
+    free(q);
+    return rc == MPI_SUCCESS ? MG_OK : mpi_fail(err, rc, what, grp);
+}
+
+int mg_comm_test(mg_comm *c, mg_comm_request *req, bool *done, mg_error *err) {
+    int flag = 0;
+    MPI_Status st;
+    *done = false;
+    int rc = MPI_Test(&req->r, &flag, &st);
+    if (rc == MPI_SUCCESS && !flag) return MG_OK;
+    *done = true;
+    return finish(c, req, rc, &st, err);
+}
+
+int mg_comm_wait(mg_comm *c, mg_comm_request *req, mg_error *err) {
+    MPI_Status st;
+    int rc = MPI_Wait(&req->r, &st);
+    return finish(c, req, rc, &st, err);
 }

@@ -54,6 +54,8 @@
 #include "scheduler/starpu_internal.h"
 #include "scheduler/storage_internal.h"
 
+static int setup_pipeline(mg_engine *e, const mg_engine_options *opt, mg_error *err);
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -111,7 +113,7 @@ static int build_arg(mg_engine *e, mg_task_arg *a, const mg_node *nd, mg_error *
         }
         a->slot[i] = s;
     }
-    if (mg_op_def_get(nd->op)->flags & MG_OPF_COMM) {
+    if ((mg_op_def_get(nd->op)->flags & (MG_OPF_COMM | MG_OPF_P2P)) == MG_OPF_COMM) { /* transfers: no token */
         a->bufs[a->nbuf] = -1;
         a->modes[a->nbuf++] = STARPU_RW;
     }
@@ -129,6 +131,7 @@ static int check_comm_order(mg_node *const *ord, int n, int *n_comm, mg_error *e
         const mg_node *nd = ord[k];
         if (!(mg_op_def_get(nd->op)->flags & MG_OPF_COMM)) continue;
         ++*n_comm;
+        if (mg_op_def_get(nd->op)->flags & MG_OPF_P2P) continue; /* matched by tag, in no order */
         int g = nd->attrs.comm.group;
         if (g < 0 || g >= MG_GROUP_COUNT) continue; /* the op's shape rule rejects these */
         if (last_node[g] >= 0 && nd->attrs.comm.seq <= last_seq[g])
@@ -166,6 +169,9 @@ void mg_engine_free(mg_engine *e) {
     }
     if (devices) mg_starpu_step_end();
     mg_comm_thread_stop(e);
+    mg_p2p_stop(e);
+    free(e->chunk);
+    free(e->backward);
     if (e->comm_token) starpu_data_unregister(e->comm_token);
     free(e->comm_token_buf);
     free_args(e);
@@ -242,7 +248,10 @@ int mg_engine_new(mg_graph *g, mg_storage *s, const mg_engine_options *opt, mg_e
             mg_engine_free(e);
             return mg_error_set(err, MG_ERR_NOMEM, "could not create the collectives' order token");
         }
-        if (opt->comm_thread && (rc = mg_comm_thread_start(e, err))) {
+        /* A pipeline stage's collectives must not hold a worker: a stage blocked in
+         * one (the embedding group's all-reduce) while its peer waits for an
+         * activation gradient this stage has yet to compute would never finish. */
+        if ((opt->comm_thread || opt->pp_stages > 1) && (rc = mg_comm_thread_start(e, err))) {
             free(prio);
             mg_engine_free(e);
             return rc;
@@ -261,12 +270,56 @@ int mg_engine_new(mg_graph *g, mg_storage *s, const mg_engine_options *opt, mg_e
     free(prio);
     if (!rc && !(e->scratch = malloc((size_t)max_buf * sizeof *e->scratch)))
         rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory creating the engine");
+    if (!rc) rc = setup_pipeline(e, opt, err);
     if (rc) {
         mg_engine_free(e);
         return rc;
     }
     *out = e;
     return MG_OK;
+}
+
+/* Pipeline stages: each per-micro-batch node's model chunk (from its virtual stage)
+ * and half (backward: a backward node, or one reading the backward half's output,
+ * like the gradient accumulation), and the transfer thread when there are transfers. */
+static int setup_pipeline(mg_engine *e, const mg_engine_options *opt, mg_error *err) {
+    int n = e->n_nodes;
+    bool p2p = false;
+    for (int k = 0; k < n; k++) p2p |= (mg_op_def_get(e->order[k]->op)->flags & MG_OPF_P2P) != 0;
+    e->pp_stages = opt->pp_stages > 1 ? opt->pp_stages : 1;
+    e->pp_rank = opt->pp_rank;
+    e->pp_chunks = opt->pp_chunks > 1 ? opt->pp_chunks : 1;
+    e->pp_kind = opt->pp_schedule;
+    if (e->pp_stages > 1) {
+        if (e->pp_rank < 0 || e->pp_rank >= e->pp_stages)
+            return mg_error_set(err, MG_ERR_INVALID, "pipeline rank %d outside 0..%d", e->pp_rank, e->pp_stages - 1);
+        int g_nodes = mg_graph_n_nodes(e->g);
+        bool *bwd_node = calloc((size_t)g_nodes + 1, sizeof *bwd_node);
+        e->chunk = calloc((size_t)n + 1, sizeof *e->chunk);
+        e->backward = calloc((size_t)n + 1, sizeof *e->backward);
+        if (!bwd_node || !e->chunk || !e->backward) {
+            free(bwd_node);
+            return mg_error_set(err, MG_ERR_NOMEM, "out of memory creating the engine");
+        }
+        for (int k = 0; k < n; k++) { /* topo order: producers first */
+            const mg_node *nd = e->order[k];
+            if (nd->mb < 0) continue;
+            bool b = nd->phase == MG_PHASE_BACKWARD;
+            for (int j = 0; j < nd->n_in && !b; j++)
+                b = nd->in[j]->src && nd->in[j]->src->mb >= 0 && bwd_node[nd->in[j]->src->id];
+            bwd_node[nd->id] = e->backward[k] = b;
+            int v = nd->stage, c = (v - e->pp_rank) / e->pp_stages;
+            if (v < 0 || v % e->pp_stages != e->pp_rank || c >= e->pp_chunks) {
+                free(bwd_node);
+                return mg_error_set(err, MG_ERR_INVALID,
+                                    "node %d (%s) is on virtual pipeline stage %d, not one of stage %d's %d chunks", nd->id,
+                                    mg_op_name(nd->op), v, e->pp_rank, e->pp_chunks);
+            }
+            e->chunk[k] = c;
+        }
+        free(bwd_node);
+    }
+    return p2p ? mg_p2p_start(e, err) : MG_OK;
 }
 
 /* Submits node a as micro-batch instance mb (-1: the once-per-step part). */
@@ -333,7 +386,37 @@ static int submit(mg_engine *e, mg_task_arg *a, int mb, mg_error *err) {
  * gradients are submitted (and, through the comm token, issued) while the backward of
  * the first layers is still running. Every rank submits its collectives in this same
  * order, which keeps the groups' orders consistent (deadlock freedom). */
+/* A pipeline stage's step: the schedule's events in order, each the nodes of its
+ * (chunk, half) for its micro-batch instance in topological order; the last event
+ * (the first chunk's last backward) interleaved with the once-per-step part. */
+static int submit_pipeline_step(mg_engine *e, mg_error *err) {
+    int n_micro = mg_exec_n_micro(&e->info), n_ev = 2 * n_micro * e->pp_chunks, rc;
+    mg_pp_event *ev = malloc((size_t)n_ev * sizeof *ev);
+    if (!ev) return mg_error_set(err, MG_ERR_NOMEM, "out of memory scheduling the step");
+    rc = mg_pp_schedule((mg_pp_schedule_kind)e->pp_kind, e->pp_stages, e->pp_chunks, e->pp_rank, n_micro, ev, err);
+    int need = rc ? 0 : mg_pp_in_flight(ev, n_ev, e->pp_chunks);
+    if (!rc && need > mg_storage_n_slots(e->s) && mg_storage_n_slots(e->s) < n_micro)
+        rc = mg_error_set(err, MG_ERR_INVALID,
+                          "the %s schedule keeps %d micro-batches in flight on pipeline stage %d; the storage has %d "
+                          "activation slots (raise microbatch-slots)",
+                          mg_pp_schedule_name((mg_pp_schedule_kind)e->pp_kind), need, e->pp_rank,
+                          mg_storage_n_slots(e->s));
+    for (int i = 0; i < n_ev - 1 && !rc; i++)
+        for (int k = 0; k < e->n_nodes && !rc; k++)
+            if (e->order[k]->mb >= 0 && e->chunk[k] == ev[i].chunk && e->backward[k] == ev[i].backward)
+                rc = submit(e, &e->args[k], ev[i].mb, err);
+    const mg_pp_event *last = &ev[n_ev - 1];
+    for (int k = 0; k < e->n_nodes && !rc; k++) {
+        if (e->order[k]->mb < 0) rc = submit(e, &e->args[k], -1, err);
+        else if (e->chunk[k] == last->chunk && e->backward[k] == last->backward)
+            rc = submit(e, &e->args[k], last->mb, err);
+    }
+    free(ev);
+    return rc;
+}
+
 static int submit_step(mg_engine *e, mg_error *err) {
+    if (e->pp_stages > 1) return submit_pipeline_step(e, err);
     int n_micro = mg_exec_n_micro(&e->info), rc = MG_OK;
     for (int mb = 0; mb < n_micro - 1 && !rc; mb++)
         for (int k = 0; k < e->n_nodes && !rc; k++)

@@ -32,6 +32,7 @@ typedef struct mg_task_inst {
 } mg_task_inst;
 
 typedef struct mg_comm_thread mg_comm_thread;
+typedef struct mg_p2p mg_p2p;
 
 struct mg_engine {
     mg_graph *g;
@@ -49,6 +50,15 @@ struct mg_engine {
     /* Collectives run on this thread, not on workers (starpu_comm_thread.c); NULL when
      * the graph has none or the option is off. */
     mg_comm_thread *comm_thread;
+    /* Pipeline transfers' completion thread (starpu_p2p.c); NULL when the graph has none. */
+    mg_p2p *p2p;
+    /* Pipeline stage: the per-micro-batch part is submitted as the schedule's events
+     * (include/mgraph/pipeline.h). Per node (topo order): its model chunk and whether
+     * it is in the backward half. pp_stages 1: no pipeline. */
+    int pp_stages, pp_rank, pp_chunks;
+    int pp_kind;                            /* mg_pp_schedule_kind */
+    int *chunk;
+    bool *backward;
     mg_exec_info info;                      /* the running step's info (per task: mg_task_inst) */
     bool use_priorities;
     /* first kernel error wins; `failed` lets later tasks skip their kernels */
@@ -91,6 +101,12 @@ void mg_comm_thread_stop(mg_engine *e);
 void mg_comm_thread_submit(mg_engine *e, mg_task_inst *ti, mg_kernel_fn fn);
 /* Seconds the thread spent in collectives since the last call. */
 double mg_comm_thread_take_busy(mg_engine *e);
+
+/* ---- starpu_p2p.c ---------------------------------------------------------------- */
+int mg_p2p_start(mg_engine *e, mg_error *err);
+void mg_p2p_stop(mg_engine *e);
+/* From inside a send/recv task: post the transfer; the task ends when it completes. */
+void mg_p2p_post(mg_engine *e, mg_task_inst *ti);
 
 /* Records a kernel failure (first one wins). */
 void mg_engine_record_error(mg_engine *e, const mg_node *n, int rc, const mg_error *kerr);

@@ -225,6 +225,58 @@ static int resolve_plan(run *r, int world, mg_error *err) {
         p->sequence_parallel = false;
     }
     if (c->use_distributed_optimizer) p->distributed_optimizer = true;
+    /* pipeline layout: Megatron's flags, checked against the model in mg_plan_check_model */
+    bool by_layers = mg_run_config_given(c, "--num-layers-per-virtual-pipeline-stage"),
+         by_stages = mg_run_config_given(c, "--num-virtual-stages-per-pipeline-rank");
+    if (by_layers && by_stages)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "give --num-layers-per-virtual-pipeline-stage or --num-virtual-stages-per-pipeline-rank, "
+                            "not both");
+    if ((by_layers || by_stages) && p->pp < 2) {
+        /* a recipe's interleaving flags with the pipeline off (recipes scaled down to one
+         * stage): nothing to interleave */
+        if (r->mesh.rank == 0)
+            fprintf(stderr, "mgraph-run: warning: %s ignored: --pipeline-model-parallel-size is 1\n",
+                    by_layers ? "--num-layers-per-virtual-pipeline-stage" : "--num-virtual-stages-per-pipeline-rank");
+        by_layers = by_stages = false;
+    }
+    if (by_layers) {
+        int lv = c->num_layers_per_virtual_pipeline_stage;
+        if (lv < 1 || c->num_layers % (p->pp * lv))
+            return mg_error_set(err, MG_ERR_INVALID,
+                                "--num-layers-per-virtual-pipeline-stage %d: --num-layers %d must be a multiple of "
+                                "--pipeline-model-parallel-size %d x it",
+                                lv, c->num_layers, p->pp);
+        p->vpp = c->num_layers / (p->pp * lv);
+    }
+    if (by_stages) {
+        if (c->num_virtual_stages_per_pipeline_rank < 1 || c->num_virtual_stages_per_pipeline_rank > 1 << 16)
+            return mg_error_set(err, MG_ERR_INVALID, "--num-virtual-stages-per-pipeline-rank must be in 1..65536 (got %d)",
+                                c->num_virtual_stages_per_pipeline_rank);
+        p->vpp = c->num_virtual_stages_per_pipeline_rank;
+    }
+    const char *fl[] = {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"};
+    int fv[] = {c->decoder_first_pipeline_num_layers, c->decoder_last_pipeline_num_layers};
+    int *fd[] = {&p->pp_first_layers, &p->pp_last_layers};
+    for (int i = 0; i < 2; i++) {
+        if (!mg_run_config_given(c, fl[i])) continue;
+        if (fv[i] < 1 || fv[i] > c->num_layers)
+            return mg_error_set(err, MG_ERR_INVALID, "%s must be in 1..--num-layers (got %d)", fl[i], fv[i]);
+        *fd[i] = fv[i];
+    }
+    if (c->pipeline_schedule) {
+        static const char *names[] = {"auto", "1f1b", "interleaved", "gpipe"};
+        int k = 0;
+        while (k < 4 && strcmp(c->pipeline_schedule, names[k])) k++;
+        if (k == 4)
+            return mg_error_set(err, MG_ERR_INVALID, "--pipeline-schedule %s: expected auto, 1f1b, interleaved or gpipe",
+                                c->pipeline_schedule);
+        p->pp_schedule = (mg_pp_schedule_kind)k;
+    }
+    if (p->pp > 1 && (c->save || c->load))
+        return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                            "--save / --load with --pipeline-model-parallel-size > 1 are not supported yet (a "
+                            "checkpoint is written by the ranks of the first stage)");
     return mg_plan_check(p, world, err);
 }
 
@@ -417,11 +469,15 @@ static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_
     const mg_step *st = step_of(r, g);
     mg_tensor *tt = mg_rank_tensor(R, st->tokens), *lt = mg_rank_tensor(R, st->targets),
               *ls = mg_rank_tensor(R, st->loss_scale);
-    if (!tt || !lt || !ls) return mg_error_set(err, MG_ERR_RUNTIME, "the step graph lacks input_ids, labels or loss_scale");
-    *(float *)mg_storage_data(store, ls) = 1.0f / (float)n_global;
+    /* a pipeline stage has the inputs its layers read: tokens on the first, labels and
+     * the loss scale on the last */
+    if (!tt && !lt && !ls && r->plan.pp == 1)
+        return mg_error_set(err, MG_ERR_RUNTIME, "the step graph lacks input_ids, labels and loss_scale");
+    if (ls) *(float *)mg_storage_data(store, ls) = 1.0f / (float)n_global;
+    if (!tt && !lt) return MG_OK;
     for (int i = 0; i < local_micro_of(r, gbs); i++) {
         uint64_t mb = (uint64_t)i * (uint64_t)dp_size(r) + (uint64_t)dp_rank(r);
-        int32_t *tok = mg_storage_data_mb(store, tt, i), *lab = mg_storage_data_mb(store, lt, i);
+        int32_t *tok = tt ? mg_storage_data_mb(store, tt, i) : NULL, *lab = lt ? mg_storage_data_mb(store, lt, i) : NULL;
         for (int j = 0; j < mbs; j++) {
             uint64_t idx = (first + mb * (uint64_t)mbs + (uint64_t)j) % n;
             int rc = mg_dataset_sample(r->data, split, idx, r->sample, err);
@@ -435,8 +491,8 @@ static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_
                                         (unsigned long long)idx, split_names[split], r->sample[t],
                                         mg_tokenizer_type(r->tok), (long long)vocab);
             for (int t = 0; t < s; t++) {
-                tok[t * mbs + j] = r->sample[t];
-                lab[t * mbs + j] = r->sample[t + 1];
+                if (tok) tok[t * mbs + j] = r->sample[t];
+                if (lab) lab[t * mbs + j] = r->sample[t + 1];
             }
         }
     }
@@ -477,6 +533,22 @@ static void place_workers(const run *r) {
     setenv("STARPU_WORKERS_CPUID", list, 1);
 }
 
+/* A pipeline stage keeps as many micro-batches' activations as its schedule has in
+ * flight (1F1B: P - stage; mg_pp_in_flight, in *need): at least that many slots. */
+static int pipeline_slots(const run *r, int stage, int *slots, int *need_out, mg_error *err) {
+    int m = local_micro(r), V = r->plan.vpp, n = 2 * m * V;
+    mg_pp_event *ev = malloc((size_t)n * sizeof *ev);
+    if (!ev) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    int rc = mg_pp_schedule(r->plan.pp_schedule, r->plan.pp, V, stage, m, ev, err);
+    if (!rc) {
+        int need = mg_pp_in_flight(ev, n, V);
+        if (need > *slots) *slots = need;
+        if (need_out) *need_out = need;
+    }
+    free(ev);
+    return rc;
+}
+
 static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, mg_engine **eng, mg_error *err) {
     double t0 = now_s();
     int rc = mg_memplan_build(g, true, plan, err);
@@ -484,6 +556,7 @@ static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, m
     t0 = now_s();
     /* the evaluation graph runs on the training graph's parameters (no copies) */
     mg_storage_options so = {local_micro(r), r->plan.microbatch_slots, g == r->eval_g ? r->train_st : NULL};
+    if (!rc && r->plan.pp > 1) rc = pipeline_slots(r, r->mesh.coord[MG_GROUP_PP], &so.n_slots, NULL, err);
     if (!rc) rc = mg_storage_new_ex(g, *plan, &so, store, err);
     if (!rc) rc = mg_storage_init(*store, (uint64_t)r->cfg.seed, err);
     /* --load: the training graph's state, before the engine takes the buffers */
@@ -494,7 +567,8 @@ static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, m
     r->memory_s += t1 - t0;
     if (!strcmp(r->cfg.engine, "starpu")) {
         place_workers(r);
-        mg_engine_options eo = {r->cfg.sched_policy, default_workers(r), true, r->cfg.overlap_grad_reduce};
+        mg_engine_options eo = {r->cfg.sched_policy, default_workers(r), true, r->cfg.overlap_grad_reduce,
+                                r->plan.pp, r->mesh.coord[MG_GROUP_PP], r->plan.vpp, r->plan.pp_schedule};
         rc = mg_engine_new(g, *store, &eo, eng, err);
     }
     r->engine_s += now_s() - t1;
@@ -814,30 +888,46 @@ static void describe(const run *r, const mg_graph *g, const mg_mesh *m, int rank
     describe_micro(r, m, rank);
     double bytes[MG_GROUP_COUNT];
     mg_plan_comm_bytes(g, mesh_local_micro(r, m, r->cfg.global_batch_size), bytes);
-    int n_comm = 0;
-    for (int i = 0; i < mg_graph_n_nodes(g); i++) n_comm += mg_graph_node(g, i)->op >= MG_OP_ALLREDUCE;
+    int n_comm = 0, n_p2p = 0;
+    for (int i = 0; i < mg_graph_n_nodes(g); i++) {
+        mg_op op = mg_graph_node(g, i)->op;
+        bool p2p = op == MG_OP_SEND || op == MG_OP_RECV;
+        n_comm += op >= MG_OP_ALLREDUCE && !p2p;
+        n_p2p += p2p;
+    }
     mg_memplan *p = NULL;
     mg_error e = {0};
-    char line[512] = "?";
+    char line[512] = "?", stage[160] = "";
     if (!mg_memplan_build((mg_graph *)g, true, &p, &e)) mg_memplan_summary(p, line, sizeof line);
     mg_memplan_free(p);
     char ep[160] = "";
     if (r->plan.ep > 1) /* the all-to-all moves what the routing sends: estimated for a balanced routing */
         snprintf(ep, sizeof ep, ", ep %.0f (all-to-all, balanced routing), edp %.0f", bytes[MG_GROUP_EP],
                  bytes[MG_GROUP_EDP]);
-    printf("mgraph-run: rank %d: %d nodes, %d collectives, bytes sent per step: tp %.0f, dp %.0f%s; memory: %s\n", rank,
-           mg_graph_n_nodes(g), n_comm, bytes[MG_GROUP_TP], bytes[MG_GROUP_DP], ep, line);
+    if (r->plan.pp > 1) { /* a stage keeps its schedule's micro-batches in flight */
+        int slots = r->plan.microbatch_slots, need = -1, st = m->coord[MG_GROUP_PP];
+        if (pipeline_slots(r, st, &slots, &need, &e)) slots = -1;
+        snprintf(stage, sizeof stage,
+                 " (pipeline stage %d of %d: its schedule keeps %d micro-batch%s in flight, %d activation slots; %d "
+                 "transfers; bytes sent per step: pp %.0f, emb %.0f)",
+                 st, r->plan.pp, need, need == 1 ? "" : "es", slots, n_p2p, bytes[MG_GROUP_PP], bytes[MG_GROUP_EMB]);
+    }
+    printf("mgraph-run: rank %d: %d nodes, %d collectives, bytes sent per step: tp %.0f, dp %.0f%s; memory: %s%s\n",
+           rank, mg_graph_n_nodes(g), n_comm, bytes[MG_GROUP_TP], bytes[MG_GROUP_DP], ep, line, stage);
 }
 
 /* --recompute-*: Megatron's checks, then the rewrite of the graph this rank runs
  * (after partitioning: recompute is local to a rank, as in Megatron). */
-static int recompute_options(const mg_run_config *c, int layers, mg_recompute_options *o, mg_error *err) {
+static int recompute_options(const mg_run_config *c, int layers, int r_pp, mg_recompute_options *o, mg_error *err) {
     memset(o, 0, sizeof *o);
     const char *gran = c->recompute_granularity, *method = c->recompute_method;
     if (!gran) return MG_OK;
     o->granularity = strcmp(gran, "full") ? MG_RECOMPUTE_SELECTIVE : MG_RECOMPUTE_FULL;
     o->n_layers = layers;
     if (o->granularity != MG_RECOMPUTE_FULL) return MG_OK;
+    if (r_pp > 1)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                            "--recompute-granularity full with --pipeline-model-parallel-size > 1 is not supported yet");
     if (!method)
         return mg_error_set(err, MG_ERR_INVALID, "--recompute-granularity full needs --recompute-method uniform or block");
     if (!mg_run_config_given(c, "--recompute-num-layers"))
@@ -852,7 +942,7 @@ static int recompute_options(const mg_run_config *c, int layers, mg_recompute_op
 
 static int apply_recompute(run *r, mg_graph *g, int rank, mg_error *err) {
     mg_recompute_options o;
-    int rc = recompute_options(&r->cfg, r->train.model.cfg.num_layers, &o, err);
+    int rc = recompute_options(&r->cfg, r->train.model.cfg.num_layers, r->plan.pp, &o, err);
     if (rc || o.granularity != MG_RECOMPUTE_FULL) return rc;
     o.layer_scope = mg_gpt_is_gpt2(&r->train.model.cfg) ? "h.%d" : "model.layers.%d";
     int cloned = 0;
@@ -935,7 +1025,9 @@ int main(int argc, char **argv) {
     /* Several ranks sharing a node's cores: a rank waiting in a collective must yield
      * its core to the peer it waits for, not spin on it (Open MPI reads this at init). */
     if (local_ranks() > 1) setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    /* Pipeline transfers are posted from workers beside the collectives (scheduler/
+     * starpu_p2p.c): ask for MPI_THREAD_MULTIPLE; SERIALIZED is enough without pp. */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     r.mpi_world = world;
@@ -964,12 +1056,15 @@ int main(int argc, char **argv) {
     if (!rc) rc = check_dump_dot(&r, world, &err);
     if (!rc) {
         mg_recompute_options ro;
-        rc = recompute_options(&r.cfg, r.cfg.num_layers, &ro, &err);
+        rc = recompute_options(&r.cfg, r.cfg.num_layers, 1, &ro, &err); /* (the plan: checked after partitioning) */
     }
     if (!rc)
         rc = mg_run_trace_check(r.cfg.trace_file, r.cfg.trace_iterations, r.cfg.train_iters, world,
                                 !strcmp(r.cfg.engine, "starpu"), &err);
     if (!rc) rc = resolve_plan(&r, plan_world, &err);
+    if (!rc && r.plan.pp > 1 && world > 1 && provided < MPI_THREAD_MULTIPLE)
+        rc = mg_error_set(&err, MG_ERR_RUNTIME,
+                          "pipeline parallelism needs MPI_THREAD_MULTIPLE (this MPI provides thread level %d)", provided);
     /* every bad flag of the command line in one run, plan problems included */
     if (rc && mg_status_is_usage(rc)) {
         mg_run_notes_error(&notes, "%s", err.msg);
@@ -992,7 +1087,7 @@ int main(int argc, char **argv) {
     if (!rc) {
         mg_plan_model pm = {sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
                             sc.model.vocab, r.cfg.global_batch_size, r.cfg.micro_batch_size,
-                            mg_gpt_kv_groups(&sc.model)};
+                            mg_gpt_kv_groups(&sc.model), sc.model.num_layers};
         rc = mg_plan_check_model(&r.plan, plan_world, &pm, &err);
     }
     if (!rc) rc = check_expert_parallel(&r, &sc.model, &err);
@@ -1027,15 +1122,23 @@ int main(int argc, char **argv) {
         snprintf(ep_desc, sizeof ep_desc, ", ep %d (%d experts per rank)", r.plan.ep, sc.model.moe.num_experts / r.plan.ep);
     char cpdesc[32] = ""; /* context parallelism, when on */
     if (r.plan.cp > 1) snprintf(cpdesc, sizeof cpdesc, ", cp %d", r.plan.cp);
+    char pp_desc[160] = "";
+    if (r.plan.pp > 1)
+        snprintf(pp_desc, sizeof pp_desc, ", pp %d (%d model chunk%s per stage, %s schedule)", r.plan.pp, r.plan.vpp,
+                 r.plan.vpp == 1 ? "" : "s",
+                 mg_pp_schedule_name(r.plan.pp_schedule == MG_PP_SCHEDULE_AUTO
+                                         ? (r.plan.vpp > 1 ? MG_PP_SCHEDULE_INTERLEAVED : MG_PP_SCHEDULE_1F1B)
+                                         : r.plan.pp_schedule));
     if (rank == 0)
         printf("mgraph-run: GPT %d layers, hidden %d, heads %d, ffn %d, seq %d, vocab %lld (padded), %.2fM parameters; "
-               "micro-batch %d, global batch %d = %d micro-batches per step; %d rank(s): tp %d%s, dp %d%s%s%s; "
+               "micro-batch %d, global batch %d = %d micro-batches per step; %d rank(s): tp %d%s, dp %d%s%s%s%s; "
                "%d micro-batch%s per rank per step\n",
                sc.model.num_layers, sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
                (long long)sc.model.vocab, (double)mg_gpt_num_params(&sc.model) / 1e6, sc.micro_batch,
                r.cfg.global_batch_size, sc.n_micro, plan_world, r.plan.tp, cpdesc, plan_world / (r.plan.tp * r.plan.pp * r.plan.cp),
                ep_desc, r.plan.sequence_parallel ? ", sequence parallel" : "",
-               r.plan.distributed_optimizer ? ", distributed optimizer" : "", local_micro(&r), local_micro(&r) == 1 ? "" : "es");
+               r.plan.distributed_optimizer ? ", distributed optimizer" : "", pp_desc, local_micro(&r),
+               local_micro(&r) == 1 ? "" : "es");
     if (r.cfg.dry_run) {
         rc = dry_run_world(&r, plan_world, &err);
         return finish(&r, rc, &err);
@@ -1077,11 +1180,17 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     if (!rc) rc = r.cfg.skip_train ? evaluate_at_end(&r, r.resume.iteration, &err) : train(&r, &err);
-    if (!rc && r.train_eng && is_logger(&r)) {
+    /* (under pipeline parallelism every stage's first rank says it: the idle time of a
+     * stage is its bubble) */
+    bool stage_head = r.plan.pp > 1 && r.mesh.coord[MG_GROUP_TP] == 0 && r.mesh.coord[MG_GROUP_DP] == 0 &&
+                      r.mesh.coord[MG_GROUP_CP] == 0;
+    if (!rc && r.train_eng && (is_logger(&r) || stage_head)) {
         mg_engine_stats es;
         mg_engine_get_stats(r.train_eng, &es);
-        printf("mgraph-run: last step on StarPU: %lld tasks, %d workers, %.1f ms, idle %.1f%%\n", (long long)es.tasks,
-               es.n_workers, es.wall_s * 1e3, 100.0 * es.idle_fraction);
+        char st[48] = "";
+        if (r.plan.pp > 1) snprintf(st, sizeof st, " (pipeline stage %d)", r.mesh.coord[MG_GROUP_PP]);
+        printf("mgraph-run: last step on StarPU%s: %lld tasks, %d workers, %.1f ms, idle %.1f%%\n", st,
+               (long long)es.tasks, es.n_workers, es.wall_s * 1e3, 100.0 * es.idle_fraction);
     }
     if (!rc && r.tb) { /* the event file is put in place by a run that succeeded only */
         mg_tb_writer *tb = r.tb;

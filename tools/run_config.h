@@ -51,6 +51,9 @@ typedef struct mg_run_config {
     /* parallelism */
     int tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size, expert_model_parallel_size;
     int expert_tensor_parallel_size;
+    int num_layers_per_virtual_pipeline_stage, num_virtual_stages_per_pipeline_rank;
+    int decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
+    const char *pipeline_schedule;
     bool sequence_parallel, use_distributed_optimizer;
     int world_size;          /* --world-size: partition for N ranks without launching them (with --dry-run) */
     const char *plan_file;

@@ -27,8 +27,9 @@ extern "C" {
 
 typedef struct mg_mesh {
     int world, rank;
-    int size[MG_GROUP_COUNT];   /* tp, cp, ep, dp, pp, dp_cp, edp, world */
-    int coord[MG_GROUP_COUNT];  /* this rank's index in each group */
+    int size[MG_GROUP_COUNT];   /* tp, cp, ep, dp, pp, dp_cp, edp, world, emb */
+    int coord[MG_GROUP_COUNT];  /* this rank's index in each group (-1: not a member: the
+                                 * embedding group's middle pipeline stages) */
 } mg_mesh;
 
 /* Lays out `world` ranks as tp x cp x dp x pp (dp = world / (tp cp pp)) and places
@@ -77,6 +78,13 @@ mg_tensor *mg_alltoallv(mg_graph *g, mg_tensor *x, mg_tensor *counts, mg_tensor 
  * nranks's x (one send and one receive per member). Differentiable: the gradient is
  * the shift by -shift. */
 mg_tensor *mg_ring_shift(mg_graph *g, mg_tensor *x, mg_group grp, int nranks, int shift, int64_t seq);
+/* Point to point between pipeline stages (ops/p2p.c): send x to member `peer` of group
+ * grp, returning a one-element token (a graph node needs an output; nothing reads it);
+ * recv the tensor member `peer` sends with the same tag. Not in the collectives' seq
+ * order: transfers are non-blocking and matched by tag. */
+mg_tensor *mg_send(mg_graph *g, mg_tensor *x, mg_group grp, int nranks, int peer, int tag);
+mg_tensor *mg_recv(mg_graph *g, mg_dtype dt, int ndim, const int64_t *shape, mg_group grp, int nranks, int peer, int tag,
+                   const char *name);
 
 #ifdef __cplusplus
 }

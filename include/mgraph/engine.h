@@ -14,6 +14,7 @@
 #include "mgraph/exec.h"
 #include "mgraph/graph.h"
 #include "mgraph/memplan.h"
+#include "mgraph/pipeline.h"
 #include "mgraph/trace.h"
 
 #ifdef __cplusplus
@@ -80,6 +81,11 @@ typedef struct mg_engine_options {
      * has a core to spare for it; on oversubscribed cores the polling thread competes
      * with the workers (bench/RESULTS-parallel.md), hence off by default. */
     bool comm_thread;
+    /* Pipeline parallelism: this rank's stage of pp_stages (0 or 1: none), its model
+     * chunks, and the schedule ordering its micro-batches' forward and backward halves
+     * (include/mgraph/pipeline.h). */
+    int pp_stages, pp_rank, pp_chunks;
+    mg_pp_schedule_kind pp_schedule;
 } mg_engine_options;
 
 typedef struct mg_engine_stats {

@@ -57,7 +57,9 @@ typedef enum mg_op {
  * experts under expert parallelism: expert gradients are summed over it), and WORLD
  * every rank. */
 typedef enum mg_group { MG_GROUP_NONE = -1, MG_GROUP_TP, MG_GROUP_CP, MG_GROUP_EP, MG_GROUP_DP,
-                        MG_GROUP_PP, MG_GROUP_DP_CP, MG_GROUP_EDP, MG_GROUP_WORLD, MG_GROUP_COUNT } mg_group;
+                        MG_GROUP_PP, MG_GROUP_DP_CP, MG_GROUP_EDP, MG_GROUP_WORLD,
+                        MG_GROUP_EMB, /* first and last pipeline stage (Megatron's embedding group) */
+                        MG_GROUP_COUNT } mg_group;
 
 /* How a physical tensor relates to its logical tensor across a group of ranks. */
 typedef enum mg_shard_kind { MG_SHARD_FULL, MG_SHARD_SPLIT, MG_SHARD_PARTIAL } mg_shard_kind;
@@ -198,8 +200,13 @@ typedef struct mg_attr_comm {
     mg_reduce_op op;
     int dim;            /* gather / scatter dimension */
     int peer;           /* send/recv: rank in the group; broadcast: root */
-    int tag;
+    int tag;            /* send/recv: the transfer's number, the same on both ends (messages of
+                         * micro-batch instance i carry tag x n_micro + i) */
     int64_t rows;       /* alltoall: static row bound of the output */
+    /* recv: what arrives (it has no input to take it from) */
+    mg_dtype dtype;
+    int ndim;
+    int64_t shape[MG_MAX_DIMS];
 } mg_attr_comm;
 
 typedef union mg_attrs {
@@ -236,7 +243,13 @@ struct mg_node {
     char *scope;            /* name scope at creation ("h.3.attn"): DOT clusters */
     mg_phase phase;
     int mb;                 /* micro-batch index, -1 when the node is not per micro-batch */
-    int stage;              /* pipeline stage (0 until the pipeline pass) */
+    /* Which part of the model the node computes, for pipeline parallelism: transformer
+     * layer >= 0, or MG_LAYER_PRE (embedding), MG_LAYER_POST (final norm, output layer,
+     * loss), MG_LAYER_NONE (not tied to a layer: gradient accumulation, the optimizer).
+     * Set by the model builder (mg_graph_set_layer); autodiff gives a node's backward
+     * its layer. The pipeline pass places layers on stages from it. */
+    int layer;
+    int stage;              /* physical graphs: virtual pipeline stage (chunk x pp + stage); 0 without pp */
     double priority;        /* critical-path bottom level, set by mg_graph_priorities */
 };
 
@@ -266,6 +279,12 @@ void mg_scope_set(mg_graph *g, const char *scope);
 /* Per-node context the builder stamps on every node it creates. */
 void mg_graph_set_phase(mg_graph *g, mg_phase phase);
 void mg_graph_set_mb(mg_graph *g, int mb);
+/* The model part nodes created from now on compute (mg_node.layer). */
+#define MG_LAYER_NONE (-3)
+#define MG_LAYER_PRE (-2)
+#define MG_LAYER_POST (-1)
+void mg_graph_set_layer(mg_graph *g, int layer);
+int mg_graph_layer(const mg_graph *g);
 
 /* ---- leaves ----------------------------------------------------------------- */
 mg_tensor *mg_input(mg_graph *g, const char *name, mg_dtype dt, int ndim, const int64_t *shape);

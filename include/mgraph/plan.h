@@ -44,8 +44,18 @@ typedef struct mg_shard_rule {
     int dim;
 } mg_shard_rule;
 
+/* The order a pipeline stage runs its micro-batches' forward and backward halves in
+ * (scheduler/pipeline_schedule.c). AUTO: Megatron's choice, interleaved 1F1B with
+ * virtual stages, else 1F1B. GPIPE: every forward, then every backward. */
+typedef enum mg_pp_schedule_kind {
+    MG_PP_SCHEDULE_AUTO, MG_PP_SCHEDULE_1F1B, MG_PP_SCHEDULE_INTERLEAVED, MG_PP_SCHEDULE_GPIPE
+} mg_pp_schedule_kind;
+
 typedef struct mg_plan {
     int tp, pp, cp, ep;          /* sizes; dp is derived from the world size */
+    int vpp;                     /* model chunks (virtual stages) per pipeline rank; 1: none */
+    int pp_first_layers, pp_last_layers; /* layers on the first / last stage (0: an equal share) */
+    mg_pp_schedule_kind pp_schedule;
     bool sequence_parallel;
     bool distributed_optimizer;
     int64_t bucket_numel;        /* distributed optimizer: parameters per gradient bucket */
@@ -70,10 +80,14 @@ void mg_plan_defaults(mg_plan *p);
  *     use-distributed-optimizer true
  *     bucket-size 40000000
  *     microbatch-slots 2                    (micro-batches in flight: activation memory x slots)
+ *     num-virtual-stages-per-pipeline-rank 2   (model chunks per pipeline rank)
+ *     decoder-first-pipeline-num-layers 3   (and decoder-last-...: uneven first / last stage)
+ *     pipeline-schedule 1f1b                (auto, 1f1b, interleaved or gpipe)
  *     shard h.*.attn.c_attn.weight 0        (adds a rule; "shard-clear" drops the defaults)
  * Unknown keys and malformed values are errors naming the file and line. */
 int mg_plan_read(mg_plan *p, const char *path, mg_error *err);
 void mg_plan_print(const mg_plan *p, FILE *f);
+const char *mg_pp_schedule_name(mg_pp_schedule_kind k);
 
 /* The model-independent rules for `world` ranks: world a multiple of tp*pp*cp, sizes
  * >= 1, sizes this build does not implement (pp, cp, ep > 1) "not supported yet". */
@@ -85,6 +99,7 @@ typedef struct mg_plan_model {
     int64_t vocab;               /* padded */
     int global_batch, micro_batch;
     int query_groups;            /* key/value head groups (GQA); 0 = heads */
+    int num_layers;              /* 0: not checked */
 } mg_plan_model;
 int mg_plan_check_model(const mg_plan *p, int world, const mg_plan_model *m, mg_error *err);
 

@@ -95,6 +95,12 @@ static void mesh_consistency(void) {
             TK_CHECK(m.size[MG_GROUP_TP] * m.size[MG_GROUP_CP] * m.size[MG_GROUP_DP] * m.size[MG_GROUP_PP] == world,
                      "config %zu: tp*cp*dp*pp != world", c);
             for (int g = 0; g < MG_GROUP_COUNT; g++) {
+                if (m.coord[g] < 0) { /* not a member: the embedding group's middle stages */
+                    TK_CHECK(g == MG_GROUP_EMB && m.coord[MG_GROUP_PP] > 0 &&
+                                 m.coord[MG_GROUP_PP] < m.size[MG_GROUP_PP] - 1,
+                             "config %zu rank %d: outside group %s", c, r, mg_group_name((mg_group)g));
+                    continue;
+                }
                 TK_CHECK(mg_mesh_peer(&m, (mg_group)g, m.coord[g]) == r, "config %zu rank %d: %s peer of itself", c, r,
                          mg_group_name((mg_group)g));
                 TK_CHECK(mg_mesh_peer(&m, (mg_group)g, -1) == -1 && mg_mesh_peer(&m, (mg_group)g, m.size[g]) == -1,
@@ -115,6 +121,7 @@ static void mesh_consistency(void) {
                     /* Members differ from r only in g's coordinates (ep: in dp and cp; dp_cp: in both). */
                     for (int h = 0; h < MG_GROUP_WORLD; h++) {
                         if (h == g || g == MG_GROUP_WORLD) continue;
+                        if (g == MG_GROUP_EMB && h == MG_GROUP_PP) continue; /* first and last stage */
                         if (g == MG_GROUP_EP && (h == MG_GROUP_DP || h == MG_GROUP_CP)) continue;
                         if (h == MG_GROUP_EP && (g == MG_GROUP_DP || g == MG_GROUP_CP)) continue;
                         /* dp x cp: its members differ in dp, cp (and so ep) and vice versa */
@@ -253,13 +260,13 @@ static mg_tensor *bad_alltoall(mg_graph *g, mg_tensor *x) {
     return n ? n->out[0] : NULL;
 }
 static mg_tensor *bad_send(mg_graph *g, mg_tensor *x) {
-    mg_attrs at = {.comm = {.group = MG_GROUP_PP, .nranks = 2, .peer = 1}};
+    mg_attrs at = {.comm = {.group = MG_GROUP_PP, .nranks = 2, .peer = 2}};
     mg_node *n = mg_node_new(g, MG_OP_SEND, &at, 1, &x, NULL);
     return n ? n->out[0] : NULL;
 }
 static mg_tensor *bad_recv(mg_graph *g, mg_tensor *x) {
     (void)x;
-    mg_attrs at = {.comm = {.group = MG_GROUP_PP, .nranks = 2, .peer = 0}};
+    mg_attrs at = {.comm = {.group = MG_GROUP_PP, .nranks = 2, .peer = 0, .dtype = MG_F32, .ndim = 0}};
     mg_node *n = mg_node_new(g, MG_OP_RECV, &at, 0, NULL, NULL);
     return n ? n->out[0] : NULL;
 }
@@ -283,8 +290,8 @@ static void shape_errors(void) {
         {"nranks 0", bad_nranks, MG_ERR_SHAPE, "group size 0"},
         {"reduce op 7", bad_op, MG_ERR_SHAPE, "not sum or max"},
         {"alltoall with one input", bad_alltoall, MG_ERR_INVALID, "alltoall: takes 3..3 inputs, got 1"},
-        {"send", bad_send, MG_ERR_UNSUPPORTED, "send/recv: not implemented yet (pipeline parallelism)"},
-        {"recv", bad_recv, MG_ERR_UNSUPPORTED, "send/recv: not implemented yet (pipeline parallelism)"},
+        {"send to peer 2 of 2", bad_send, MG_ERR_SHAPE, "peer 2 outside 0..1 of the pp group"},
+        {"recv of rank 0", bad_recv, MG_ERR_SHAPE, "rank 0 outside 1.."},
         {"NULL input", bad_null, MG_ERR_INVALID, "input 0 is NULL"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

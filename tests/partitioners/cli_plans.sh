@@ -61,9 +61,61 @@ heads_not_divisible)
     expect_usage "$CASE" "num-attention-heads 3 is not divisible by tensor-parallel size 2" \
         $MPI -np 2 "$RUN" "${SMALL[@]}" --num-attention-heads 3 --hidden-size 48 --tensor-model-parallel-size 2 \
         --metrics-file metrics.jsonl ;;
-pipeline_not_yet)
-    expect_usage "$CASE" "pipeline parallelism is not supported yet" \
-        $MPI -np 2 "$RUN" "${SMALL[@]}" --pipeline-model-parallel-size 2 --metrics-file metrics.jsonl ;;
+pp_layers_not_divisible)
+    expect_usage "$CASE" "num-layers 2 is not divisible by pipeline stages x virtual stages per stage \\(2 x 2\\)" \
+        $MPI -np 2 "$RUN" "${SMALL[@]}" --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 \
+        --metrics-file metrics.jsonl ;;
+pp_interleaved_micro_batches)
+    # Megatron: interleaving needs the micro-batches to be a multiple of the stages
+    expect_usage "$CASE" "interleaved pipeline schedule needs the micro-batches per data-parallel rank \\(3" \
+        $MPI -np 2 "$RUN" "${SMALL[@]}" --num-layers 4 --global-batch-size 6 --pipeline-model-parallel-size 2 \
+        --num-layers-per-virtual-pipeline-stage 1 --metrics-file metrics.jsonl ;;
+pp_world_not_multiple)
+    expect_usage "$CASE" "world size 3 is not a multiple of tensor x pipeline" \
+        $MPI -np 3 "$RUN" "${SMALL[@]}" --pipeline-model-parallel-size 2 --metrics-file metrics.jsonl ;;
+pp_matches_serial)
+    needs_text
+    # 4 stages of one layer each, 1F1B, dropout on, tied embeddings (the embedding group)
+    timeout 120 "$RUN" "${SMALL[@]}" --num-layers 4 --train-iters 6 --metrics-file serial.jsonl > serial.txt 2>&1 ||
+        { cat serial.txt; fail "serial run"; }
+    timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" --num-layers 4 --train-iters 6 --pipeline-model-parallel-size 4 \
+        --metrics-file parallel.jsonl > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
+    grep -q "tp 1, dp 1, pp 4 (1 model chunk per stage, 1f1b schedule)" parallel.txt || fail "plan not applied"
+    same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
+    echo "ok $CASE" ;;
+pp_interleaved_tp2_matches_serial)
+    needs_text
+    # a plan file: tp 2 with sequence parallelism x pp 2 with 2 model chunks per stage (interleaved)
+    printf 'tensor-model-parallel-size 2\nsequence-parallel true\npipeline-model-parallel-size 2\nnum-virtual-stages-per-pipeline-rank 2\n' > pp.plan
+    timeout 120 "$RUN" "${SMALL[@]}" --num-layers 4 --train-iters 6 --metrics-file serial.jsonl > serial.txt 2>&1 ||
+        { cat serial.txt; fail "serial run"; }
+    timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" --num-layers 4 --train-iters 6 --plan pp.plan \
+        --metrics-file parallel.jsonl > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
+    grep -q "tp 2, dp 1, sequence parallel, pp 2 (2 model chunks per stage, interleaved schedule)" parallel.txt ||
+        { cat parallel.txt; fail "plan not applied"; }
+    same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
+    echo "ok $CASE" ;;
+dry_run_70b_pipeline)
+    # the seed's 70B recipe: tp 4 + sp, pp 4, 64 ranks, global batch 1024; per-stage memory and
+    # bytes; 1F1B keeps P - stage micro-batches in flight (stage 0: P = 4)
+    DATA=$(dirname "$TEXT")
+    /usr/bin/time -f "%e s %M KiB" -o time.txt timeout 300 "$RUN" --dry-run --world-size 64 --tensor-model-parallel-size 4 \
+        --pipeline-model-parallel-size 4 --sequence-parallel --num-layers 80 --hidden-size 8192 --num-attention-heads 64 \
+        --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 1024 \
+        --vocab-file "$DATA/gpt2/vocab.json" --merge-file "$DATA/gpt2/merges.txt" --text-file "$TEXT" > out.txt 2>err.txt ||
+        { cat err.txt; fail "dry run"; }
+    cat time.txt
+    for s in 0 1 2 3; do
+        grep -q "pipeline stage $s of 4: its schedule keeps $((4 - s)) micro-batch" out.txt || { cat out.txt; fail "stage $s in flight"; }
+    done
+    grep "rank 63:" out.txt | grep -q "saved for backward" || fail "no memory summary of rank 63"
+    # stage 0 sends each micro-batch's activation [s/tp, b, h] in fp32: 4096/4 x 8192 x 4 bytes x 256
+    # micro-batches (+ the broadcast scalars: loss, ...)
+    ppb=$(grep "rank 0:" out.txt | sed -n 's/.*bytes sent per step: pp \([0-9]*\),.*/\1/p')
+    awk -v b="$ppb" 'BEGIN { want = 4096 / 4 * 8192 * 4 * 256; printf "stage 0 pp bytes %s, activations %.0f\n", b, want;
+        exit !(b >= want && b <= want + 64) }' || fail "stage 0 pp bytes"
+    awk '{ exit ($1 > 120 || $3 > 4 * 1048576) }' time.txt || fail "dry run over 120 s or 4 GiB"
+    echo "ok $CASE" ;;
 cp_seq_not_divisible)
     # context parallelism cuts each sequence into 2 x cp chunks: seq 18 does not divide by 4
     expect_usage "$CASE" "seq-length 18 is not divisible by 2 x context-parallel size \\(2 x 2\\)" \

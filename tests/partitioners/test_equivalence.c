@@ -1,7 +1,8 @@
 /* Parallel == serial: a plan's training run reproduces the single-rank run.
  *
- * Run under mpirun: test_equivalence TP SP DISTOPT [ITERS [OVERLAP [TILES [MODEL [CLIP [CP]]]]]]
- * (dp = world / (tp cp); MODEL gpt2, the default, or llama: RMSNorm, RoPE, SwiGLU, 4 heads
+ * Run under mpirun: test_equivalence TP SP DISTOPT [ITERS [OVERLAP [TILES [MODEL [CLIP [CP [PP [VPP [SCHEDULE]]]]]]]]]
+ * (dp = world / (tp cp pp); PP pipeline stages with VPP model chunks each, SCHEDULE auto,
+ * 1f1b, interleaved or gpipe; MODEL gpt2, the default, or llama: RMSNorm, RoPE, SwiGLU, 4 heads
  * in 2 key/value groups, untied output layer, no linear biases).
  * Every rank builds the same logical step graph of a small GPT (dropout on, several
  * micro-batches), runs it serially with the reference executor, then partitions it
@@ -67,14 +68,15 @@ static void fill_inputs(const mg_rank_graph *R, const mg_step *step, mg_storage 
         int32_t *p = mg_storage_data(st, pos);
         for (int t = 0; t < s; t++) p[t] = t;
     }
+    /* (a pipeline stage has the inputs its layers read: tokens first, labels last) */
     mg_tensor *tok = mg_rank_tensor(R, step->tokens), *lab = mg_rank_tensor(R, step->targets);
-    for (int i = 0; i < n_local && tok && lab; i++) {
+    for (int i = 0; i < n_local && (tok || lab); i++) {
         int k = i * dp + dp_rank;
-        int32_t *x = mg_storage_data_mb(st, tok, i), *y = mg_storage_data_mb(st, lab, i);
+        int32_t *x = tok ? mg_storage_data_mb(st, tok, i) : NULL, *y = lab ? mg_storage_data_mb(st, lab, i) : NULL;
         for (int t = 0; t < s; t++)
             for (int j = 0; j < b; j++) {
-                x[t * b + j] = token(it, k, t, j, vocab);
-                y[t * b + j] = token(it, k, t + 1, j, vocab);
+                if (x) x[t * b + j] = token(it, k, t, j, vocab);
+                if (y) y[t * b + j] = token(it, k, t + 1, j, vocab);
             }
     }
 }
@@ -140,7 +142,8 @@ static double matmul_flops(const mg_graph *g) {
 static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const mg_mesh *mesh, int n_local, bool gpt2,
                               const mg_step_config *sc) {
     const mg_graph *P = R->graph;
-    int tp = mesh->size[MG_GROUP_TP], cp = mesh->size[MG_GROUP_CP], n_split = 0, n_params = 0, layers = 0;
+    int tp = mesh->size[MG_GROUP_TP], cp = mesh->size[MG_GROUP_CP], pp = mesh->size[MG_GROUP_PP], n_split = 0,
+        n_params = 0, layers = 0, stage_params = 0;
     /* gradients are summed over dp, or over dp x cp under context parallelism */
     mg_group gg = cp > 1 ? MG_GROUP_DP_CP : MG_GROUP_DP;
     int dp = mesh->size[gg];
@@ -149,8 +152,9 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
         const mg_tensor *s = mg_graph_tensor(S, i);
         if (s->role != MG_ROLE_PARAM) continue;
         const mg_tensor *p = mg_rank_tensor(R, s);
-        CHECK(p != NULL, "rank lacks parameter %s", s->name);
-        if (!p) continue;
+        CHECK(p != NULL || pp > 1, "rank lacks parameter %s", s->name);
+        stage_params += p != NULL;
+        if (!p) continue; /* (another pipeline stage's) */
         /* the shard rule by name is GPT-2's; for LLaMA only the FLOPs and bytes below */
         int64_t want = !gpt2 ? mg_numel(p) : tp_split(s->name) ? mg_numel(s) / tp : mg_numel(s);
         n_split += tp_split(s->name);
@@ -160,10 +164,19 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
               (long long)mg_numel(p), (long long)want, (long long)mg_numel(s), tp);
         local += (double)mg_numel(p) * 4;
     }
-    CHECK(!gpt2 || (layers > 0 && n_split == 1 + 6 * layers), "%d tp-split parameters, want %d", n_split, 1 + 6 * layers);
-    double fs = matmul_flops(S), fp = matmul_flops(P);
-    CHECK(fabs(fp * tp * cp - fs) <= 1e-9 * fs, "matmul FLOPs on this rank %.0f, want serial %.0f / (tp %d x cp %d)",
-          fp, fs, tp, cp);
+    CHECK(!gpt2 || pp > 1 || (layers > 0 && n_split == 1 + 6 * layers), "%d tp-split parameters, want %d", n_split,
+          1 + 6 * layers);
+    double fs = matmul_flops(S), fp = matmul_flops(P), fsum = fp;
+    int all_params = 0;
+    for (int i = 0; i < mg_graph_n_tensors(S); i++) all_params += mg_graph_tensor(S, i)->role == MG_ROLE_PARAM;
+    if (pp > 1) { /* the stages share the model: their FLOPs sum to the serial ones; none holds all layers */
+        MPI_Allreduce(&fp, &fsum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        fsum /= (double)dp * tp * cp; /* every tp rank of every stage, every dp replica */
+        CHECK(stage_params < all_params, "pipeline stage holds all %d parameters", all_params);
+        CHECK(fp < fs / tp, "pipeline stage runs all the matmul FLOPs (%.0f)", fp);
+    }
+    CHECK(fabs(fsum * tp * cp - fs) <= 1e-9 * fs, "matmul FLOPs on %s %.0f, want serial %.0f / (tp %d x cp %d)",
+          pp > 1 ? "the pipeline's stages" : "this rank", fsum, fs, tp, cp);
     double bytes[MG_GROUP_COUNT], want_dp = dp > 1 ? 2.0 * (dp - 1) / dp * local : 0;
     mg_plan_comm_bytes(P, n_local, bytes);
     /* with dp 1 under cp the gradients' all-reduce is over the cp group itself */
@@ -192,7 +205,7 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
 
 int main(int argc, char **argv) {
     int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided); /* (pipeline transfers) */
     int world;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -212,15 +225,22 @@ int main(int argc, char **argv) {
     plan.matmul_tiles = argc > 6 ? atoi(argv[6]) : 1;
     bool llama = argc > 7 && !strcmp(argv[7], "llama");
     plan.matmul_tile_min_flops = 0; /* tile every matmul of this small model */
+    plan.pp = argc > 10 ? atoi(argv[10]) : 1;
+    plan.vpp = argc > 11 ? atoi(argv[11]) : 1;
+    if (argc > 12) {
+        static const char *names[] = {"auto", "1f1b", "interleaved", "gpipe"};
+        for (int k = 0; k < 4; k++)
+            if (!strcmp(argv[12], names[k])) plan.pp_schedule = (mg_pp_schedule_kind)k;
+    }
     mg_error err = {0};
     mg_mesh mesh;
     plan.cp = argc > 9 ? atoi(argv[9]) : 1;
-    if (mg_mesh_init(&mesh, world, rank_, plan.tp, plan.cp, 1, 1, &err)) die("mesh", &err);
+    if (mg_mesh_init(&mesh, world, rank_, plan.tp, plan.cp, 1, plan.pp, &err)) die("mesh", &err);
     int dp = mesh.size[MG_GROUP_DP];
 
     mg_step_config sc = {0};
     sc.model = mg_gpt_defaults();
-    sc.model.num_layers = 2;
+    sc.model.num_layers = plan.pp * plan.vpp > 2 ? plan.pp * plan.vpp : 2;
     sc.model.hidden = 32;
     sc.model.heads = 4;
     sc.model.ffn_hidden = 64;
@@ -236,7 +256,7 @@ int main(int argc, char **argv) {
         sc.model.disable_bias_linear = true;
     }
     sc.micro_batch = 2;
-    sc.n_micro = 2 * dp;
+    sc.n_micro = (plan.pp > 1 ? 2 * plan.pp : 2) * dp; /* a pipeline gets a steady 1F1B phase */
     sc.training = true;
     sc.optim = mg_adamw_defaults();
     sc.optim.lr = (mg_lr_schedule){.lr = 3e-3f, .min_lr = 3e-4f, .decay_steps = 10, .style = MG_LR_COSINE}; /* no warmup: the first step moves the weights */
@@ -252,7 +272,9 @@ int main(int argc, char **argv) {
      * losses or the parameters; the grad norm compared below shows them either way. */
     if (argc > 8) sc.optim.clip_grad = (float)atof(argv[8]);
     mg_plan_model pm = {sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
-                        sc.model.vocab, sc.micro_batch * sc.n_micro, sc.micro_batch, mg_gpt_kv_groups(&sc.model)};
+                        sc.model.vocab, sc.micro_batch * sc.n_micro, sc.micro_batch, mg_gpt_kv_groups(&sc.model),
+                        sc.model.num_layers};
+    if (mg_plan_check(&plan, world, &err)) die("plan", &err);
     if (mg_plan_check_model(&plan, world, &pm, &err)) die("plan", &err);
 
     /* serial reference */
@@ -285,9 +307,17 @@ int main(int argc, char **argv) {
     if (mg_partition(ser.g, &plan, &mesh, &R, &err)) die("partition", &err);
     P = R.graph;
     if (mg_comm_new(&mesh, &comm, &err)) die("comm", &err);
-    mg_engine_options eo = {NULL, 1, true, overlap};
+    mg_engine_options eo = {NULL, 1, true, overlap, plan.pp, mesh.coord[MG_GROUP_PP], plan.vpp, plan.pp_schedule};
     int n_local = sc.n_micro / dp, dp_rank = mesh.coord[MG_GROUP_DP];
     mg_storage_options pso = {.n_micro = n_local, .n_slots = 2};
+    if (plan.pp > 1) { /* the schedule's micro-batches in flight */
+        mg_pp_event *ev = malloc(2 * (size_t)n_local * plan.vpp * sizeof *ev);
+        if (!ev || mg_pp_schedule(plan.pp_schedule, plan.pp, plan.vpp, mesh.coord[MG_GROUP_PP], n_local, ev, &err))
+            die("pipeline schedule", &err);
+        int need = mg_pp_in_flight(ev, 2 * n_local * plan.vpp, plan.vpp);
+        if (need > pso.n_slots) pso.n_slots = need;
+        free(ev);
+    }
     if (mg_memplan_build(P, true, &pp, &err) || mg_storage_new_ex(P, pp, &pso, &ps, &err) ||
         mg_storage_init(ps, 42, &err) || mg_engine_new(P, ps, &eo, &eng, &err))
         die("parallel build", &err);
@@ -315,8 +345,8 @@ int main(int argc, char **argv) {
     double sent[MG_GROUP_COUNT], counted[MG_GROUP_COUNT];
     mg_comm_bytes(comm, sent);
     mg_plan_comm_bytes(P, n_local, counted);
-    for (int g = 0; g < MG_GROUP_WORLD; g++)
-        CHECK(sent[g] == iters * counted[g], "group %s: sent %.0f bytes in %d steps, the graph counts %.0f per step",
+    for (int g = 0; g < MG_GROUP_COUNT; g++)
+        if (g != MG_GROUP_WORLD) CHECK(sent[g] == iters * counted[g], "group %s: sent %.0f bytes in %d steps, the graph counts %.0f per step",
               mg_group_name((mg_group)g), sent[g], iters, counted[g]);
     /* compare weights: each logical parameter's block on this rank */
     double worst_param = 0, worst_elem = 0;
@@ -325,8 +355,8 @@ int main(int argc, char **argv) {
         const mg_tensor *s = mg_graph_tensor(ser.g, i);
         if (s->role != MG_ROLE_PARAM) continue;
         const mg_tensor *t = mg_rank_tensor(&R, s);
-        CHECK(t != NULL && t->role == MG_ROLE_PARAM, "parameter %s is bound on this rank", s->name);
-        if (!t) continue;
+        CHECK(plan.pp > 1 || (t != NULL && t->role == MG_ROLE_PARAM), "parameter %s is bound on this rank", s->name);
+        if (!t) continue; /* (another pipeline stage's) */
         double e = compare_block(t, mg_storage_data(ps, t), s, mg_storage_data(ss, s), &worst_elem);
         n_params++;
         if (e > worst_param) worst_param = e;
@@ -338,9 +368,10 @@ int main(int argc, char **argv) {
     int total_fail;
     MPI_Allreduce(&failures, &total_fail, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank_ == 0)
-        printf("%s plan tp=%d cp=%d dp=%d sp=%d distopt=%d tiles=%d: %d iterations, worst loss relative error %.3g (grad norm %.3g), worst parameter "
+        printf("%s plan tp=%d cp=%d pp=%d vpp=%d (%s) dp=%d sp=%d distopt=%d tiles=%d: %d iterations, worst loss relative error %.3g (grad norm %.3g), worst parameter "
                "error %.3g of tolerance (2-norm, 1e-5 relative); worst element %.3g x (1e-5 relative + 1e-6): %s\n",
-               llama ? "llama" : "gpt2", plan.tp, plan.cp, dp, plan.sequence_parallel, plan.distributed_optimizer,
+               llama ? "llama" : "gpt2", plan.tp, plan.cp, plan.pp, plan.vpp, mg_pp_schedule_name(plan.pp_schedule), dp,
+               plan.sequence_parallel, plan.distributed_optimizer,
                plan.matmul_tiles, iters, red[0], red[3], red[1], red[2], total_fail ? "FAILED" : "ok");
     mg_engine_free(eng);
     mg_storage_free(ps);

@@ -101,8 +101,30 @@ static void rules(void) {
     p.tp = 1;
     expect_rule(&p, 2, NULL, MG_ERR_INVALID, "--sequence-parallel needs");
     p.sequence_parallel = false;
+    p.vpp = 2;
+    expect_rule(&p, 2, NULL, MG_ERR_INVALID, "needs --pipeline-model-parallel-size > 1");
     p.pp = 2;
-    expect_rule(&p, 2, NULL, MG_ERR_UNSUPPORTED, "pipeline parallelism is not supported yet");
+    p.pp_first_layers = 1;
+    expect_rule(&p, 2, NULL, MG_ERR_INVALID, "cannot be combined with virtual pipeline stages");
+    p.pp_first_layers = 0;
+    m.num_layers = 6; /* pp 2 x 2 chunks: 4 ranges */
+    expect_rule(&p, 2, &m, MG_ERR_INVALID, "--num-layers 6 is not divisible by pipeline stages x virtual stages");
+    m.num_layers = 8;
+    m.global_batch = 6; /* 3 micro-batches of 2 */
+    m.micro_batch = 2;
+    expect_rule(&p, 2, &m, MG_ERR_INVALID, "interleaved pipeline schedule needs the micro-batches per data-parallel rank (3");
+    m.global_batch = 8;
+    p.pp_schedule = MG_PP_SCHEDULE_1F1B;
+    expect_rule(&p, 2, NULL, MG_ERR_INVALID, "1F1B pipeline schedule runs one model chunk per stage");
+    p.pp_schedule = MG_PP_SCHEDULE_AUTO;
+    p.vpp = 1;
+    p.pp_last_layers = 7; /* 8 layers: 1 on the first stage, 7 on the last */
+    expect_rule(&p, 2, &m, MG_OK, NULL);
+    p.pp_last_layers = 9;
+    expect_rule(&p, 2, &m, MG_ERR_INVALID, "does not split as 0 on the first pipeline stage, 9 on the last");
+    p.pp_last_layers = 0;
+    p.cp = 2;
+    expect_rule(&p, 4, NULL, MG_ERR_UNSUPPORTED, "pipeline parallelism combined with context parallelism");
     p.pp = 1;
     /* context parallelism: 2·cp chunks per sequence; with SP, tp splits each rank's tokens */
     p.cp = 2;
