@@ -122,13 +122,9 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
             else if (key[0] == 's') p->sequence_parallel = b;
             else p->distributed_optimizer = b;
         } else if (!strcmp(key, "pipeline-schedule")) {
-            static const char *names[] = {"auto", "1f1b", "interleaved", "gpipe"};
-            int k = 0;
-            while (v1 && k < 4 && strcmp(v1, names[k])) k++;
-            if (!v1 || v2 || k == 4)
+            if (!v1 || v2 || mg_pp_schedule_parse(v1, &p->pp_schedule))
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: pipeline-schedule expects auto, 1f1b, interleaved or gpipe",
                                   path, ln);
-            else p->pp_schedule = (mg_pp_schedule_kind)k;
         } else if (!strcmp(key, "matmul-tiles")) {
             if (!v1 || v2 || parse_int(v1, 1, 64, &x))
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: matmul-tiles expects an integer in 1..64", path, ln);
@@ -160,9 +156,19 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
     return rc;
 }
 
+static const char *const schedule_names[] = {"auto", "1f1b", "interleaved", "gpipe"};
+
 const char *mg_pp_schedule_name(mg_pp_schedule_kind k) {
-    static const char *names[] = {"auto", "1f1b", "interleaved", "gpipe"};
-    return k >= 0 && k <= MG_PP_SCHEDULE_GPIPE ? names[k] : "?";
+    return k >= 0 && k <= MG_PP_SCHEDULE_GPIPE ? schedule_names[k] : "?";
+}
+
+int mg_pp_schedule_parse(const char *s, mg_pp_schedule_kind *k) {
+    for (int i = 0; s && i <= MG_PP_SCHEDULE_GPIPE; i++)
+        if (!strcmp(s, schedule_names[i])) {
+            *k = (mg_pp_schedule_kind)i;
+            return MG_OK;
+        }
+    return MG_ERR_INVALID;
 }
 
 void mg_plan_print(const mg_plan *p, FILE *f) {

@@ -264,15 +264,9 @@ static int resolve_plan(run *r, int world, mg_error *err) {
             return mg_error_set(err, MG_ERR_INVALID, "%s must be in 1..--num-layers (got %d)", fl[i], fv[i]);
         *fd[i] = fv[i];
     }
-    if (c->pipeline_schedule) {
-        static const char *names[] = {"auto", "1f1b", "interleaved", "gpipe"};
-        int k = 0;
-        while (k < 4 && strcmp(c->pipeline_schedule, names[k])) k++;
-        if (k == 4)
-            return mg_error_set(err, MG_ERR_INVALID, "--pipeline-schedule %s: expected auto, 1f1b, interleaved or gpipe",
-                                c->pipeline_schedule);
-        p->pp_schedule = (mg_pp_schedule_kind)k;
-    }
+    if (c->pipeline_schedule && mg_pp_schedule_parse(c->pipeline_schedule, &p->pp_schedule))
+        return mg_error_set(err, MG_ERR_INVALID, "--pipeline-schedule %s: expected auto, 1f1b, interleaved or gpipe",
+                            c->pipeline_schedule);
     if (p->pp > 1 && (c->save || c->load))
         return mg_error_set(err, MG_ERR_UNSUPPORTED,
                             "--save / --load with --pipeline-model-parallel-size > 1 are not supported yet (a "

@@ -88,6 +88,8 @@ void mg_plan_defaults(mg_plan *p);
 int mg_plan_read(mg_plan *p, const char *path, mg_error *err);
 void mg_plan_print(const mg_plan *p, FILE *f);
 const char *mg_pp_schedule_name(mg_pp_schedule_kind k);
+/* The kind a name (auto, 1f1b, interleaved, gpipe) stands for; MG_ERR_INVALID for others. */
+int mg_pp_schedule_parse(const char *s, mg_pp_schedule_kind *k);
 
 /* The model-independent rules for `world` ranks: world a multiple of tp*pp*cp, sizes
  * >= 1, sizes this build does not implement (pp, cp, ep > 1) "not supported yet". */

@@ -227,10 +227,9 @@ int main(int argc, char **argv) {
     plan.matmul_tile_min_flops = 0; /* tile every matmul of this small model */
     plan.pp = argc > 10 ? atoi(argv[10]) : 1;
     plan.vpp = argc > 11 ? atoi(argv[11]) : 1;
-    if (argc > 12) {
-        static const char *names[] = {"auto", "1f1b", "interleaved", "gpipe"};
-        for (int k = 0; k < 4; k++)
-            if (!strcmp(argv[12], names[k])) plan.pp_schedule = (mg_pp_schedule_kind)k;
+    if (argc > 12 && mg_pp_schedule_parse(argv[12], &plan.pp_schedule)) {
+        fprintf(stderr, "test_equivalence: unknown pipeline schedule %s\n", argv[12]);
+        MPI_Abort(MPI_COMM_WORLD, 2);
     }
     mg_error err = {0};
     mg_mesh mesh;
