@@ -83,3 +83,13 @@ int mg_pp_in_flight(const mg_pp_event *ev, int n, int V) {
     free(b);
     return most;
 }
+
+int mg_pp_schedule_in_flight(mg_pp_schedule_kind kind, int P, int V, int r, int m, int *in_flight, mg_error *err) {
+    int n = 2 * m * V;
+    mg_pp_event *ev = n > 0 ? malloc((size_t)n * sizeof *ev) : NULL;
+    if (!ev) return mg_error_set(err, MG_ERR_NOMEM, "pipeline schedule: out of memory");
+    int rc = mg_pp_schedule(kind, P, V, r, m, ev, err);
+    if (!rc) *in_flight = mg_pp_in_flight(ev, n, V);
+    free(ev);
+    return rc;
+}

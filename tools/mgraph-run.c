@@ -530,16 +530,10 @@ static void place_workers(const run *r) {
 /* A pipeline stage keeps as many micro-batches' activations as its schedule has in
  * flight (1F1B: P - stage; mg_pp_in_flight, in *need): at least that many slots. */
 static int pipeline_slots(const run *r, int stage, int *slots, int *need_out, mg_error *err) {
-    int m = local_micro(r), V = r->plan.vpp, n = 2 * m * V;
-    mg_pp_event *ev = malloc((size_t)n * sizeof *ev);
-    if (!ev) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
-    int rc = mg_pp_schedule(r->plan.pp_schedule, r->plan.pp, V, stage, m, ev, err);
-    if (!rc) {
-        int need = mg_pp_in_flight(ev, n, V);
-        if (need > *slots) *slots = need;
-        if (need_out) *need_out = need;
-    }
-    free(ev);
+    int need = 0;
+    int rc = mg_pp_schedule_in_flight(r->plan.pp_schedule, r->plan.pp, r->plan.vpp, stage, local_micro(r), &need, err);
+    if (!rc && need > *slots) *slots = need;
+    if (!rc && need_out) *need_out = need;
     return rc;
 }
 

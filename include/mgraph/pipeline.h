@@ -42,6 +42,9 @@ int mg_pp_schedule(mg_pp_schedule_kind kind, int stages, int chunks, int rank, i
 /* The most micro-batches in flight at once in an event order (a micro-batch is in flight
  * from its first forward to its last backward): the activation copies it needs. */
 int mg_pp_in_flight(const mg_pp_event *ev, int n_events, int chunks);
+/* The same for stage `rank`'s order under `kind` (the activation slots its storage needs). */
+int mg_pp_schedule_in_flight(mg_pp_schedule_kind kind, int stages, int chunks, int rank, int n_micro, int *in_flight,
+                             mg_error *err);
 
 #ifdef __cplusplus
 }

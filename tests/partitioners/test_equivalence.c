@@ -310,12 +310,10 @@ int main(int argc, char **argv) {
     int n_local = sc.n_micro / dp, dp_rank = mesh.coord[MG_GROUP_DP];
     mg_storage_options pso = {.n_micro = n_local, .n_slots = 2};
     if (plan.pp > 1) { /* the schedule's micro-batches in flight */
-        mg_pp_event *ev = malloc(2 * (size_t)n_local * plan.vpp * sizeof *ev);
-        if (!ev || mg_pp_schedule(plan.pp_schedule, plan.pp, plan.vpp, mesh.coord[MG_GROUP_PP], n_local, ev, &err))
+        int need = 0;
+        if (mg_pp_schedule_in_flight(plan.pp_schedule, plan.pp, plan.vpp, mesh.coord[MG_GROUP_PP], n_local, &need, &err))
             die("pipeline schedule", &err);
-        int need = mg_pp_in_flight(ev, 2 * n_local * plan.vpp, plan.vpp);
         if (need > pso.n_slots) pso.n_slots = need;
-        free(ev);
     }
     if (mg_memplan_build(P, true, &pp, &err) || mg_storage_new_ex(P, pp, &pso, &ps, &err) ||
         mg_storage_init(ps, 42, &err) || mg_engine_new(P, ps, &eo, &eng, &err))
