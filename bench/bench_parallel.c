@@ -5,9 +5,11 @@
  *
  *   mpirun -np 1 bench_parallel serial      [reps] [steps]   1 rank, 2 workers
  *   mpirun -np 1 bench_parallel serial1     [reps] [steps]   1 rank, 1 worker
- *   mpirun -np 2 bench_parallel dp2|tp2|tp2sp|dp2distopt [reps] [steps]   1 worker per rank
+ *   mpirun -np 2 bench_parallel dp2|tp2|tp2sp|dp2distopt|cp2 [reps] [steps]   1 worker per rank
+ *   (cp2: context parallel 2, meant for long sequences: BENCH_SEQ=1024)
  *
  * BENCH_WORKERS=n overrides the workers per rank (default: 2 for serial, 1 otherwise);
+ * BENCH_SEQ=n the sequence length (default 128), BENCH_MICRO=n the micro-batch (default 4);
  * BENCH_WARMUP=n the warm-up steps (default 2); BENCH_LIST=1 lists every collective node.
  *
  * Model (bench_model): GPT-2 layout, 4 layers, hidden 512, 8 heads, ffn 2048, seq 128,
@@ -110,11 +112,13 @@ typedef struct config {
     const char *name;
     int ranks, tp, workers;
     bool sp, distopt;
+    int cp;
 } config;
 
 static const config CONFIGS[] = {
-    {"serial", 1, 1, 2, false, false}, {"serial1", 1, 1, 1, false, false}, {"dp2", 2, 1, 1, false, false},
-    {"tp2", 2, 2, 1, false, false},    {"tp2sp", 2, 2, 1, true, false},    {"dp2distopt", 2, 1, 1, false, true},
+    {"serial", 1, 1, 2, false, false, 1}, {"serial1", 1, 1, 1, false, false, 1}, {"dp2", 2, 1, 1, false, false, 1},
+    {"tp2", 2, 2, 1, false, false, 1},    {"tp2sp", 2, 2, 1, true, false, 1},    {"dp2distopt", 2, 1, 1, false, true, 1},
+    {"cp2", 2, 1, 1, false, false, 2},
 };
 
 static mg_step_config bench_model(int tp) {
@@ -124,11 +128,14 @@ static mg_step_config bench_model(int tp) {
     sc.model.hidden = 512;
     sc.model.heads = 8;
     sc.model.ffn_hidden = 4 * 512;
-    sc.model.seq_length = 128;
-    sc.model.max_position = 128;
+    /* BENCH_SEQ=n: another sequence length (context parallelism is measured at 1024) */
+    int seq = getenv("BENCH_SEQ") && atoi(getenv("BENCH_SEQ")) > 0 ? atoi(getenv("BENCH_SEQ")) : 128;
+    sc.model.seq_length = seq;
+    sc.model.max_position = seq;
     sc.model.vocab = 256 > 128 * tp ? 256 : 128 * tp;
-    sc.micro_batch = 4;
-    sc.n_micro = 2; /* global batch 8 */
+    /* BENCH_MICRO=n: sequences per micro-batch (default 4) */
+    sc.micro_batch = getenv("BENCH_MICRO") && atoi(getenv("BENCH_MICRO")) > 0 ? atoi(getenv("BENCH_MICRO")) : 4;
+    sc.n_micro = 2; /* global batch 2 micro-batches (8 sequences by default) */
     sc.training = true;
     sc.optim = mg_adamw_defaults();
     sc.optim.lr = (mg_lr_schedule){.lr = 1e-4f, .min_lr = 1e-5f, .warmup_steps = 0, .decay_steps = 1000,
@@ -150,14 +157,21 @@ static int analytic(const config *cf, const mg_step_config *sc, term *t, double 
     /* parameters from first principles: embeddings, per layer 2 LayerNorms (w, b), QKV,
      * projection, fc1, fc2 (weights and biases), final LayerNorm */
     double P = V * h + s * h + L * (4 * h + 3 * h * h + 3 * h + h * h + h + ffn * h + ffn + ffn * h + h) + 2 * h;
-    int dp = cf->ranks / cf->tp;
+    int dp = cf->ranks / (cf->tp * cf->cp);
     double m = sc->n_micro / dp;
     int k = 0;
     if (cf->ranks == 1) {
         *total = 0;
         return 0;
     }
-    if (cf->tp == 1 && !cf->distopt) {
+    if (cf->cp > 1) {
+        /* K/V ring (partitioners/cp.c): per layer and micro-batch C-1 blocks of K and of V
+         * forward, of dK and dV backward, a block being the rank's s/C tokens x b x h */
+        double C = cf->cp;
+        t[k++] = (term){"K/V ring: 4(C-1) blocks of (s/C)*b*h per layer per mb", m * L * 4 * (C - 1) * f * s / C * sc->micro_batch * h};
+        t[k++] = (term){"grad all-reduce over cp 2(n-1)/n*4P", ar * f * P};
+        t[k++] = (term){"loss all-reduce", ar * f};
+    } else if (cf->tp == 1 && !cf->distopt) {
         t[k++] = (term){"grad all-reduce 2(n-1)/n*4P", ar * f * P};
         t[k++] = (term){"loss all-reduce", ar * f};
     } else if (cf->tp == 1) {
@@ -186,7 +200,8 @@ static int analytic(const config *cf, const mg_step_config *sc, term *t, double 
 
 /* ---- the graph's collectives ------------------------------------------------------------------ */
 static bool is_coll(mg_op op) {
-    return op == MG_OP_ALLREDUCE || op == MG_OP_ALLGATHER || op == MG_OP_REDUCE_SCATTER || op == MG_OP_BROADCAST;
+    return op == MG_OP_ALLREDUCE || op == MG_OP_ALLGATHER || op == MG_OP_REDUCE_SCATTER || op == MG_OP_BROADCAST ||
+           op == MG_OP_RING_SHIFT;
 }
 
 static double wire_bytes(const mg_node *nd) {
@@ -196,6 +211,7 @@ static double wire_bytes(const mg_node *nd) {
     case MG_OP_ALLREDUCE: return 2.0 * (n - 1) / n * in;
     case MG_OP_ALLGATHER: return (double)(n - 1) / n * out;
     case MG_OP_REDUCE_SCATTER: return (double)(n - 1) / n * in;
+    case MG_OP_RING_SHIFT: return in;
     default: return (double)(n - 1) / n * in;
     }
 }
@@ -274,6 +290,10 @@ static double replay_collectives(const mg_graph *P, int reps) {
                 MPI_Allgather(x, cin, ty, y, cin, ty, MPI_COMM_WORLD);
             else if (nd->op == MG_OP_REDUCE_SCATTER)
                 MPI_Reduce_scatter_block(x, y, cin / n, ty, MPI_SUM, MPI_COMM_WORLD);
+            else if (nd->op == MG_OP_RING_SHIFT) { /* 2 ranks: the peer both ways */
+                int peer = 1 - rank_;
+                MPI_Sendrecv(x, cin, ty, peer, 0, y, cin, ty, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            }
             else
                 MPI_Bcast(x, cin, ty, nd->attrs.comm.peer, MPI_COMM_WORLD);
         }
@@ -339,9 +359,10 @@ int main(int argc, char **argv) {
     plan.tp = cf->tp;
     plan.sequence_parallel = cf->sp;
     plan.distributed_optimizer = cf->distopt;
+    plan.cp = cf->cp;
     mg_error err = {0};
     mg_mesh mesh;
-    if (mg_mesh_init(&mesh, world_, rank_, plan.tp, 1, 1, 1, &err)) die("mesh", &err);
+    if (mg_mesh_init(&mesh, world_, rank_, plan.tp, plan.cp, 1, 1, &err)) die("mesh", &err);
     mg_plan_model pm = {sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
                         sc.model.vocab, sc.micro_batch * sc.n_micro, sc.micro_batch, mg_gpt_kv_groups(&sc.model), sc.model.num_layers};
     if (mg_plan_check(&plan, world_, &err) || mg_plan_check_model(&plan, world_, &pm, &err)) die("plan", &err);
@@ -383,8 +404,9 @@ int main(int argc, char **argv) {
     double flops = mg_gpt_flops(&sc.model, samples);
     if (!rank_) {
         const mg_gpt_config *c = &sc.model;
-        printf("== %s: %d rank(s) x %d worker(s); tp %d, dp %d, sp %d, distopt %d; load %.2f\n", cf->name, world_,
-               workers, plan.tp, mesh.size[MG_GROUP_DP], plan.sequence_parallel, plan.distributed_optimizer, bench_load1());
+        printf("== %s: %d rank(s) x %d worker(s); tp %d, cp %d, dp %d, sp %d, distopt %d; load %.2f\n", cf->name, world_,
+               workers, plan.tp, plan.cp, mesh.size[MG_GROUP_DP], plan.sequence_parallel, plan.distributed_optimizer,
+               bench_load1());
         printf("  model: %d layers, hidden %d, heads %d, ffn %d, seq %d, vocab %lld, micro-batch %d x %d; %lld params "
                "(mg_gpt_num_params), %.2f GFLOP/step; physical graph %d nodes, %d tensors\n",
                c->num_layers, c->hidden, c->heads, c->ffn_hidden, c->seq_length, (long long)c->vocab, sc.micro_batch,

@@ -120,14 +120,16 @@ mg_tensor *cp_convert_axis(part_ctx *c, mg_tensor *x, mg_sharding from, mg_shard
 typedef struct cp_run { int64_t local0, len, global0; } cp_run;
 
 /* The runs of the local block of dimension d (split over cp, and maybe inside it over
- * tp) of a tensor of logical shape lt placed as pl. At most 2C + 2 runs. */
-static int cp_runs(part_ctx *c, const mg_tensor *lt, const mg_placement *pl, int d, cp_run *runs) {
+ * tp) of a tensor of logical shape lt placed as pl: the block lies in the rank's two
+ * chunks, so there are one or two; -1 past max (a placement this file did not make). */
+static int cp_runs(part_ctx *c, const mg_tensor *lt, const mg_placement *pl, int d, cp_run *runs, int max) {
     int64_t local[MG_MAX_DIMS], off[MG_MAX_DIMS];
     mg_error e = {0};
     if (mg_placement_local(pl, c->mesh, lt->ndim, lt->shape, local, off, &e)) return -1;
     int C = cp_size(c), n = 0;
     int64_t cl = lt->shape[d] / (2 * C), p = off[d], end = off[d] + local[d];
     while (p < end) {
+        if (n == max) return -1;
         int64_t k = p / cl, stop = (k + 1) * cl < end ? (k + 1) * cl : end;
         runs[n++] = (cp_run){p - off[d], stop - p, global_chunk(C, k) * cl + p % cl};
         p = stop;
@@ -151,8 +153,8 @@ static int cp_dropout(part_ctx *c, const mg_node *n) {
     if (want.ax[MG_GROUP_TP].kind == MG_SHARD_PARTIAL) want.ax[MG_GROUP_TP] = part_resolve_target(c, lx, true);
     mg_tensor *x = part_get_pl(c, lx, &want);
     if (!x) return built(c, x);
-    cp_run runs[64];
-    int nr = 2 * cp_size(c) + 2 <= 64 ? cp_runs(c, lx, &want, d, runs) : -1;
+    cp_run runs[4];
+    int nr = cp_runs(c, lx, &want, d, runs, 4);
     if (nr < 1) return part_fail(c, MG_ERR_RUNTIME, "context parallelism: no row runs for '%s'", lx->name);
     /* The kernel draws the mask by the output's identity, or by the input's when the
      * output is whole. One run (the block is contiguous in the sequence: under sequence
@@ -166,7 +168,7 @@ static int cp_dropout(part_ctx *c, const mg_node *n) {
         nd->out[0]->logical.offset[d] = runs[0].global0;
         return 1;
     }
-    mg_tensor *outs[64];
+    mg_tensor *outs[4];
     for (int i = 0; i < nr; i++) {
         mg_tensor *xs = mg_slice(c->P, x, d, runs[i].local0, runs[i].len);
         if (!xs) return built(c, xs);
