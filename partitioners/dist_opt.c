@@ -67,7 +67,10 @@ int dopt_init(part_ctx *c) {
     /* reverse parameter order: the last layers' gradients are final first */
     for (int i = nt - 1; i >= 0; i--) {
         const mg_tensor *p = mg_graph_tensor(c->L, i);
+        /* expert weights under expert parallelism keep the plain data-parallel step over
+         * their own group (edp): ep.c */
         if (!p->requires_grad || !p->grad || !pp_here(c, p->grad)) continue; /* (another stage's) */
+        if (c->mesh->size[MG_GROUP_EP] > 1 && ep_is_expert_param(p)) continue;
         dparam *dp = &d->params[d->n_params];
         dp->p = p;
         dp->n = local_numel(c, p);
@@ -88,6 +91,8 @@ int dopt_init(part_ctx *c) {
         d->buckets[i].padded = (d->buckets[i].numel + c->gdp - 1) / c->gdp * c->gdp;
     return MG_OK;
 }
+
+bool dopt_has_param(const part_ctx *c, int pid) { return c->dopt && pid >= 0 && c->dopt->param_of[pid] >= 0; }
 
 void dopt_free(part_ctx *c) {
     dist_opt *d = c->dopt;

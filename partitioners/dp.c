@@ -53,11 +53,12 @@ int dp_partition_node(part_ctx *c, const mg_node *n) {
 }
 
 int dp_after_node(part_ctx *c, const mg_node *n) {
-    if (c->dp == 1 || c->dopt) return MG_OK;
-    part_enter_step_context(c); /* the reduction runs once per step, after the last micro-batch */
+    if (c->dp == 1) return MG_OK;
     for (int j = 0; j < n->n_out; j++) {
         const mg_tensor *lo = n->out[j];
         if (c->final_grad_of[lo->id] < 0 || !c->st[lo->id].t) continue;
+        if (dopt_has_param(c, c->final_grad_of[lo->id])) continue; /* its bucket is reduce-scattered */
+        part_enter_step_context(c); /* the reduction runs once per step, after the last micro-batch */
         if (!pl_dp_partial(&c->st[lo->id].pl) && !(lo->src && lo->src->mb >= 0)) continue;
         int rc = reduce_share(c, lo);
         if (rc) return rc;

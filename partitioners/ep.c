@@ -31,7 +31,9 @@
  * already (the dispatch brought their tokens); what remains is the sum over the ranks
  * holding the same experts: the expert-data-parallel group edp (dp x cp / ep ranks),
  * not dp (ep_convert). The gradient norm adds the expert blocks' sum of squares over ep
- * (ep_sumsq). Expert tensor parallelism is 1: under tp, every tp rank runs the whole
+ * (ep_sumsq). With the distributed optimizer, only dense parameters go into its buckets
+ * (dist_opt.c); expert weights keep the plain step (edp all-reduce, AdamW on the block,
+ * moments whole on each edp replica). Expert tensor parallelism is 1: under tp, every tp rank runs the whole
  * experts on the same (replicated) tokens.
  */
 #include <stdlib.h>
@@ -65,10 +67,6 @@ int ep_init(part_ctx *c) {
     if (ep <= 1) return MG_OK;
     if (c->mesh->size[MG_GROUP_CP] > 1)
         return part_fail(c, MG_ERR_UNSUPPORTED, "expert parallelism with context parallelism is not supported yet");
-    if (c->dopt)
-        return part_fail(c, MG_ERR_UNSUPPORTED,
-                         "the distributed optimizer with expert parallelism is not supported yet (expert parameters "
-                         "would need their own buckets over the expert-data-parallel group)");
     struct ep_state *s = calloc(1, sizeof *s);
     int nt = mg_graph_n_tensors(c->L);
     if (s) {

@@ -180,6 +180,8 @@ void dopt_free(part_ctx *c);
 /* Returns 1 if the distributed optimizer handled n (gradient bucket, sumsq, adamw). */
 int dopt_partition_node(part_ctx *c, const mg_node *n);
 int dopt_after_node(part_ctx *c, const mg_node *n);
+/* Whether logical parameter pid is in the distributed optimizer's buckets. */
+bool dopt_has_param(const part_ctx *c, int pid);
 
 /* ---- ep.c: expert parallelism ------------------------------------------------------------------ */
 int ep_init(part_ctx *c);   /* after dopt_init; no-op when ep == 1 */

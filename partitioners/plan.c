@@ -232,11 +232,6 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
             return mg_error_set(err, MG_ERR_UNSUPPORTED,
                                 "--expert-model-parallel-size %d with --context-parallel-size %d is not supported yet",
                                 p->ep, p->cp);
-        if (p->distributed_optimizer)
-            return mg_error_set(err, MG_ERR_UNSUPPORTED,
-                                "--use-distributed-optimizer with --expert-model-parallel-size %d is not supported yet "
-                                "(expert parameters would need their own buckets over the expert-data-parallel group)",
-                                p->ep);
     }
     if (p->cp > 1 && p->distributed_optimizer)
         return mg_error_set(err, MG_ERR_UNSUPPORTED,

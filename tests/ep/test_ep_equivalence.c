@@ -1,9 +1,10 @@
 /* Expert parallelism == serial: a MoE model's training run under ep reproduces the
  * single-rank run (the harness of tests/partitioners/test_equivalence.c, for MoE).
  *
- * Run under mpirun: test_ep_equivalence TP EP [ITERS [ACT [CAPACITY]]]
+ * Run under mpirun: test_ep_equivalence TP EP [ITERS [ACT [CAPACITY [DISTOPT [SP]]]]]
  *   dp = world / tp; ACT swiglu (default) or gelu; CAPACITY a capacity factor (default 0:
- *   dropless). A LLaMA-style model (RMSNorm, RoPE) of 2 layers, both MoE with 4 experts,
+ *   dropless); DISTOPT 1: the distributed optimizer (dense parameters); SP 1: sequence
+ *   parallelism. A LLaMA-style model (RMSNorm, RoPE) of 2 layers, both MoE with 4 experts,
  *   top-2, load-balancing and z losses on, dropout on, 2 micro-batches per rank.
  * Every iteration: lm loss, load-balancing loss and gradient norm within 1e-5 relative of
  * the serial run; at the end every parameter block within 1e-5 (2-norm, relative). The
@@ -245,6 +246,9 @@ int main(int argc, char **argv) {
     int iters = argc > 3 ? atoi(argv[3]) : 3;
     const char *act = argc > 4 ? argv[4] : "swiglu";
     double capacity = argc > 5 ? atof(argv[5]) : 0;
+    plan.distributed_optimizer = argc > 6 && atoi(argv[6]);
+    plan.sequence_parallel = argc > 7 && atoi(argv[7]);
+    plan.bucket_numel = 20000; /* several buckets even on a tiny model */
     mg_error err = {0};
     mg_mesh mesh;
     if (mg_mesh_init(&mesh, world, rank_, plan.tp, 1, plan.ep, 1, &err)) die("mesh", &err);
@@ -305,6 +309,11 @@ int main(int argc, char **argv) {
     int64_t ng, ngs, eg = gmm_experts(R.graph, &ng), egs = gmm_experts(ser.g, &ngs);
     CHECK(ng == ngs && eg * ep == egs, "grouped matmuls over %lld experts (%lld of them), serial %lld (%lld)", (long long)eg,
           (long long)ng, (long long)egs, (long long)ngs);
+    int n_rs = 0;
+    for (int i = 0; i < mg_graph_n_nodes(R.graph); i++)
+        n_rs += mg_graph_node(R.graph, i)->op == MG_OP_REDUCE_SCATTER && mg_graph_node(R.graph, i)->attrs.comm.group == MG_GROUP_DP;
+    CHECK((n_rs > 0) == (plan.distributed_optimizer && dp > 1), "%d gradient-bucket reduce-scatters over dp with distopt %d", n_rs,
+          plan.distributed_optimizer);
     mg_tensor *loss = mg_rank_tensor(&R, ser.loss), *gn = mg_rank_tensor(&R, ser.opt.grad_norm),
               *lb = mg_rank_tensor(&R, ser.load_balancing_loss);
     CHECK(loss && gn && lb, "the rank graph binds lm loss, grad norm and load-balancing loss");
@@ -350,10 +359,10 @@ int main(int argc, char **argv) {
     int total_fail;
     MPI_Allreduce(&failures, &total_fail, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank_ == 0)
-        printf("moe %s plan tp=%d ep=%d dp=%d capacity=%g: %d iterations, worst relative error: lm loss %.3g, grad norm %.3g, "
+        printf("moe %s plan tp=%d ep=%d dp=%d capacity=%g distopt=%d sp=%d: %d iterations, worst relative error: lm loss %.3g, grad norm %.3g, "
                "load-balancing loss %.3g; worst parameter error %.3g of tolerance; all-to-all bytes per step (all ranks) "
                "%.0f measured, %.0f balanced-routing estimate: %s\n",
-               act, plan.tp, ep, dp, capacity, iters, red[0], red[1], red[2], red[3], red[4], red[5],
+               act, plan.tp, ep, dp, capacity, plan.distributed_optimizer, plan.sequence_parallel, iters, red[0], red[1], red[2], red[3], red[4], red[5],
                total_fail ? "FAILED" : "ok");
     mg_engine_free(eng);
     mg_storage_free(ps);

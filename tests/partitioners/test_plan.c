@@ -146,9 +146,6 @@ static void rules(void) {
     p.cp = 1;
     p.ep = 2;
     expect_rule(&p, 3, NULL, MG_ERR_INVALID, "--expert-model-parallel-size 2 does not divide the data-parallel");
-    p.distributed_optimizer = true;
-    expect_rule(&p, 2, NULL, MG_ERR_UNSUPPORTED, "--use-distributed-optimizer with --expert-model-parallel-size 2");
-    p.distributed_optimizer = false;
     TK_CHECK(mg_plan_check(&p, 4, NULL) == MG_OK, "ep 2 on 4 ranks is a plan");
 }
 
