@@ -92,8 +92,8 @@ const char *mg_pp_schedule_name(mg_pp_schedule_kind k);
 int mg_pp_schedule_parse(const char *s, mg_pp_schedule_kind *k);
 
 /* The model-independent rules for `world` ranks: world a multiple of tp*pp*cp, sizes
- * >= 1, ep dividing dp x cp, sizes this build does not implement (pp, cp > 1, ep with cp)
- * "not supported yet". */
+ * >= 1, ep dividing dp x cp, combinations this build does not implement (pp with cp or
+ * ep, ep with cp, cp with the distributed optimizer) "not supported yet". */
 int mg_plan_check(const mg_plan *p, int world, mg_error *err);
 
 /* The model facts a plan must divide. */

@@ -162,7 +162,7 @@ static void bytes_mode(int tp, int ep) {
     mg_comm *comm = NULL;
     mg_engine *eng = NULL;
     mg_storage_options so = {.n_micro = 1, .n_slots = 1};
-    mg_engine_options eo = {NULL, 1, true, false};
+    mg_engine_options eo = {.ncpus = 1, .use_priorities = true};
     if (mg_step_build(&sc, &st, &err) || mg_partition(st.g, &plan, &mesh, &R, &err) || mg_comm_new(&mesh, &comm, &err) ||
         mg_memplan_build(R.graph, false, &mp, &err) || mg_storage_new_ex(R.graph, mp, &so, &ps, &err) ||
         mg_storage_init(ps, 42, &err) || mg_engine_new(R.graph, ps, &eo, &eng, &err))
@@ -256,7 +256,7 @@ int main(int argc, char **argv) {
     mg_step_config sc;
     model(&sc, plan.tp, dp, act, capacity, 2);
     mg_plan_model pm = {sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
-                        sc.model.vocab, sc.micro_batch * sc.n_micro, sc.micro_batch, mg_gpt_kv_groups(&sc.model)};
+                        sc.model.vocab, sc.micro_batch * sc.n_micro, sc.micro_batch, mg_gpt_kv_groups(&sc.model), 0};
     if (mg_plan_check_model(&plan, world, &pm, &err)) die("plan", &err);
 
     /* serial reference */
@@ -288,7 +288,7 @@ int main(int argc, char **argv) {
     mg_engine *eng = NULL;
     if (mg_partition(ser.g, &plan, &mesh, &R, &err)) die("partition", &err);
     if (mg_comm_new(&mesh, &comm, &err)) die("comm", &err);
-    mg_engine_options eo = {NULL, 1, true, false};
+    mg_engine_options eo = {.ncpus = 1, .use_priorities = true};
     int n_local = sc.n_micro / dp, dp_rank = mesh.coord[MG_GROUP_DP];
     mg_storage_options pso = {.n_micro = n_local, .n_slots = 2};
     if (mg_memplan_build(R.graph, true, &pp, &err) || mg_storage_new_ex(R.graph, pp, &pso, &ps, &err) ||
