@@ -19,6 +19,7 @@ struct mg_comm {
     MPI_Comm comm[MG_GROUP_COUNT];
     double bytes[MG_GROUP_COUNT];
     double seconds;
+    double group_seconds[MG_GROUP_COUNT]; /* the same, per group (a benchmark's breakdown) */
     /* transfers are counted from the thread that completes them, collectives from
      * the one that runs them: the counters take a lock */
     pthread_mutex_t count_lock;
@@ -148,9 +149,14 @@ void mg_comm_reset_bytes(mg_comm *c) {
     if (!c) return;
     memset(c->bytes, 0, sizeof c->bytes);
     c->seconds = 0;
+    memset(c->group_seconds, 0, sizeof c->group_seconds);
 }
 
 double mg_comm_seconds(const mg_comm *c) { return c ? c->seconds : 0.0; }
+
+double mg_comm_group_seconds(const mg_comm *c, mg_group grp) {
+    return c && grp >= 0 && grp < MG_GROUP_COUNT ? c->group_seconds[grp] : 0.0;
+}
 
 int mg_comm_group_size(const mg_comm *c, mg_group grp) {
     if (!c || grp < 0 || grp >= MG_GROUP_COUNT) return -1;
@@ -184,6 +190,7 @@ void mg_comm_account(mg_comm *c, mg_group grp, mg_op op, mg_dtype dt, int64_t co
     double b = mg_comm_wire_bytes(op, c->mesh.size[grp], (double)count * (double)mg_dtype_size(dt));
     pthread_mutex_lock(&c->count_lock);
     c->seconds += seconds;
+    c->group_seconds[grp] += seconds;
     c->bytes[grp] += b;
     if (grp != MG_GROUP_WORLD) c->bytes[MG_GROUP_WORLD] += b; /* the total */
     pthread_mutex_unlock(&c->count_lock);

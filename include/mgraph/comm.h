@@ -58,6 +58,9 @@ void mg_comm_bytes(const mg_comm *c, double bytes[MG_GROUP_COUNT]);
 void mg_comm_reset_bytes(mg_comm *c);
 /* Seconds spent inside collective calls since the last reset (reset with the bytes). */
 double mg_comm_seconds(const mg_comm *c);
+/* The seconds of the collectives over group grp alone (the groups' seconds sum to
+ * mg_comm_seconds; world-group collectives count under MG_GROUP_WORLD only). */
+double mg_comm_group_seconds(const mg_comm *c, mg_group grp);
 
 /* Builders for collective nodes (partitioners insert them). nranks is the group
  * size; seq the node's place in the rank's communication order. */

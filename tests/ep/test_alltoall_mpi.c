@@ -126,6 +126,14 @@ static void run_case(int El) {
         mg_comm_bytes(comm, got);
         TK_CHECK(got[MG_GROUP_EP] == want && got[MG_GROUP_WORLD] == want, "El %d rank %d: ep bytes %g (total %g), want %g", El,
                  world_rank, got[MG_GROUP_EP], got[MG_GROUP_WORLD], want);
+        /* the time inside them is the ep group's: only ep collectives ran */
+        double ep_s = mg_comm_group_seconds(comm, MG_GROUP_EP), other = 0;
+        for (int grp = 0; grp < MG_GROUP_COUNT; grp++)
+            if (grp != MG_GROUP_EP) other += mg_comm_group_seconds(comm, (mg_group)grp);
+        TK_CHECK(ep_s > 0 && ep_s == mg_comm_seconds(comm) && other == 0,
+                 "El %d rank %d: ep seconds %g, all %g, other groups %g", El, world_rank, ep_s, mg_comm_seconds(comm), other);
+        mg_comm_reset_bytes(comm);
+        TK_CHECK(mg_comm_group_seconds(comm, MG_GROUP_EP) == 0, "reset clears the group seconds");
         printf("rank %d El %d: %lld rows dispatched here, %g bytes sent\n", world_rank, El, (long long)row, want);
     }
     tk_release(&r);
