@@ -364,6 +364,7 @@ static int submit(mg_engine *e, mg_task_arg *a, int mb, mg_error *err) {
             free(t->dyn_modes);
             t->dyn_handles = NULL;
             t->dyn_modes = NULL;
+            t->destroy = 0; /* never submitted: StarPU asserts on destroying a detached, self-destroying task */
             starpu_task_destroy(t);
             return mg_error_set(err, MG_ERR_NOMEM, "out of memory creating a StarPU task");
         }
@@ -372,6 +373,7 @@ static int submit(mg_engine *e, mg_task_arg *a, int mb, mg_error *err) {
     }
     int rc = starpu_task_submit(t);
     if (rc != 0) {
+        t->destroy = 0; /* refused, so ours to free (StarPU asserts otherwise) */
         starpu_task_destroy(t);
         return mg_error_set(err, MG_ERR_RUNTIME, "StarPU refused task %s (node %d): %s", mg_op_name(nd->op), nd->id,
                             rc == -ENODEV ? "no worker can run it" : strerror(-rc));

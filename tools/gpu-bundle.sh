@@ -67,6 +67,8 @@ export OPAL_PREFIX="$b" OMPI_MCA_mca_base_component_path="$b/openmpi/plugins"
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_osc=^ucx,rdma OMPI_MCA_mtl=^ofi,psm,psm2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export STARPU_SILENT=1 STARPU_HOME="${STARPU_HOME:-/tmp/mgraph-starpu-home}"
+# PMIx's own plugins: the machine may have another PMIx's in the path compiled into ours
+export PMIX_MCA_mca_base_component_show_load_errors=0 PMIX_MCA_pcompress_base_silence_warning=1
 ENV
 
 # ---- check it here ------------------------------------------------------------------

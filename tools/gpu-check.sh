@@ -23,7 +23,7 @@
 # then a summary table. One deadline for all of it: MG_CHECK_BUDGET seconds (default
 # 540); each stage's timeout is capped by what is left.
 # Variables: MG_BENCH_ITERS (default 6), MG_BENCH_MBS (micro-batch, default 2),
-# MG_PEAK_TFLOPS (default 989), MG_GPU_OUT (a folder: the logs come back there as
+# MG_PEAK_TFLOPS (default 989), MG_GPU_TORCH=0 (skip the PyTorch reference), MG_GPU_OUT (a folder: the logs come back there as
 # gpu-check-logs.tar.gz, with summary.txt), MG_GPU_WORK (default /tmp/mgraph-gpu-check).
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -168,14 +168,14 @@ row "GPT 1.3B bf16 benchmark" "${bench%% *}" "${bench#* }"
 case "${bench%% *}" in ok | below-target) ;; *) fails=$((fails + 1)) ;; esac
 
 echo "== 4. reference: PyTorch on the same GPU (same model, bf16 autocast) =="
-if [ "$(left)" -gt 90 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+if [ "${MG_GPU_TORCH:-1}" != 0 ] && [ "$(left)" -gt 90 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
     timeout "$(cap 120)" python3 "$repo/bench/gpu_torch_reference.py" --micro-batch "$mbs" >torch.log 2>&1
     cat torch.log
     ref=$(grep -o 'ms/step, [0-9.]* TFLOP/s' torch.log | head -1)
     gemm=$(grep -o 'GEMM 8192^3: [0-9.]* TFLOP/s' torch.log | head -1)
     row "PyTorch reference (same GPU)" "info" "${ref:-failed (torch.log)}; ${gemm:-no GEMM figure}"
 else
-    row "PyTorch reference (same GPU)" "skipped" "no torch with CUDA, or under 90 s left"
+    row "PyTorch reference (same GPU)" "skipped" "MG_GPU_TORCH=0, no torch with CUDA, or under 90 s left"
 fi
 
 echo "== 5. per-op profile: 2 iterations, one kernel at a time, StarPU's calibrated models =="

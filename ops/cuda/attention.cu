@@ -69,7 +69,7 @@ static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg
     c->drop = info->training && at->dropout_p > 0.0f;
     c->keep_scale = 1.0f / (1.0f - at->dropout_p);
     c->key = mg_philox_mix_key(info->seed, at->rng_key);
-    c->stream = mg_rng_dropout_stream(info->iteration, n->mb);
+    c->stream = mg_rng_dropout_stream(info->iteration, info->mb_global);
 }
 
 __device__ inline int n_visible(const attn_ctx &c, int i) {

@@ -1,4 +1,4 @@
-/* Optimizer-step ops (ops/optimizer.c): lr_schedule and clip_coef are scalars
+/* Optimizer-step ops (ops/optimizer.c): gradient accumulation, lr_schedule and clip_coef are scalars
  * computed by one thread; AdamW is elementwise, in place, fp32 master weights.
  * AdamW's multiply-adds are written with explicit rounding (__fmul_rn/__fadd_rn) so
  * nvcc does not contract them into FMAs: the update then rounds like the CPU's. */
@@ -6,6 +6,26 @@
 
 #include "mgraph/train.h"
 #include "ops/cuda/cuda_common.h"
+
+/* accumulate (ops/optimizer.c): the step's first micro-batch instance copies the
+ * gradient into the accumulator, the others add it, in micro-batch order like the CPU. */
+__global__ void k_accumulate(const float *prev, const float *__restrict__ x, float *acc, int64_t n) {
+    MG_GRID_STRIDE(i, n) acc[i] = __fadd_rn(prev[i], x[i]);
+}
+
+extern "C" int mg_cuda_accumulate(const mg_kernel_args *a, mg_error *err) {
+    int64_t n = mg_numel(a->node->in[0]);
+    if (n == 0) return MG_OK;
+    if (a->info->mb_local <= 0) {
+        if (a->out[0] == a->in[1]) return MG_OK;
+        return mg_cuda_check(cudaMemcpyAsync(a->out[0], a->in[1], (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                             mg_cuda_stream()),
+                             "accumulate", err);
+    }
+    k_accumulate<<<mg_cuda_blocks(n, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, mg_cuda_stream()>>>(
+        (const float *)a->in[0], (const float *)a->in[1], (float *)a->out[0], n);
+    return mg_cuda_check_launch("accumulate", err);
+}
 
 __global__ void k_set1(float *out, float v) { out[0] = v; }
 

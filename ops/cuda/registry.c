@@ -1,6 +1,9 @@
 /* The CUDA kernel of each op kind: ops/registry.c copies these into the op table's
  * cuda slots, so each op is still defined once (its mg_op_def) and the CUDA backend
- * only adds kernels. Ops missing here (send, recv, alltoall) run on CPU workers only. tests/cuda/CMakeLists.txt lists the same ops (cuda.registry). */
+ * only adds kernels. Ops missing here
+ * (send, recv, all-to-all, the context-parallel merge and ring shift, MoE routing and
+ * grouped GEMMs) run on CPU workers only. tests/cuda/CMakeLists.txt lists the same
+ * ops (cuda.registry). */
 #include "ops/cuda/cuda_common.h"
 
 #define K(name) int mg_cuda_##name(const mg_kernel_args *a, mg_error *err);
@@ -41,6 +44,8 @@ K(sumsq)
 K(clip_coef)
 K(lr_schedule)
 K(adamw)
+K(accumulate)
+K(recompute_gate)
 K(zeros)
 K(reshape)
 K(transpose)
@@ -92,6 +97,8 @@ const mg_kernel_fn mg_cuda_kernels[MG_OP_COUNT] = {
     [MG_OP_CLIP_COEF] = mg_cuda_clip_coef,
     [MG_OP_LR_SCHEDULE] = mg_cuda_lr_schedule,
     [MG_OP_ADAMW] = mg_cuda_adamw,
+    [MG_OP_ACCUMULATE] = mg_cuda_accumulate,
+    [MG_OP_RECOMPUTE_GATE] = mg_cuda_recompute_gate,
     [MG_OP_ZEROS] = mg_cuda_zeros,
     [MG_OP_RESHAPE] = mg_cuda_reshape,
     [MG_OP_TRANSPOSE] = mg_cuda_transpose,

@@ -1,6 +1,6 @@
 /* Data movement ops (ops/shape.c): reshape (a copy unless in place), transpose (a
  * gather kernel), split / concat / slice / pad as pitched 2-D copies (one per part),
- * zeros as a memset. All dtypes: only element sizes matter. */
+ * zeros as a memset, recompute_gate as a copy. All dtypes: only element sizes matter. */
 #include <string.h>
 
 #include "ops/cuda/cuda_common.h"
@@ -18,6 +18,14 @@ extern "C" int mg_cuda_reshape(const mg_kernel_args *a, mg_error *err) {
     if (!b || a->out[0] == a->in[0]) return MG_OK;
     return mg_cuda_check(cudaMemcpyAsync(a->out[0], a->in[0], b, cudaMemcpyDeviceToDevice, mg_cuda_stream()), "reshape",
                          err);
+}
+
+/* recompute_gate: a copy of its first input; the other inputs only order it (ops/recompute_gate.c) */
+extern "C" int mg_cuda_recompute_gate(const mg_kernel_args *a, mg_error *err) {
+    size_t b = bytes_of(a->node->in[0]);
+    if (!b || a->out[0] == a->in[0]) return MG_OK;
+    return mg_cuda_check(cudaMemcpyAsync(a->out[0], a->in[0], b, cudaMemcpyDeviceToDevice, mg_cuda_stream()),
+                         "recompute_gate", err);
 }
 
 /* rows x width bytes, each from src (pitch sp) to dst (pitch dp) */

@@ -36,6 +36,7 @@ typedef struct cuda_case {
     mg_tensor *(*build)(mg_graph *g);
     int32_t ids_hi; /* i32 leaves are uniform in [0, ids_hi) */
     bool optimizer; /* append the AdamW step */
+    int mb_local;   /* the micro-batch instance the kernels see (accumulate: 0 copies, > 0 adds) */
 } cuda_case;
 
 /* ---- graphs ------------------------------------------------------------------------ */
@@ -220,22 +221,37 @@ static mg_tensor *g_collective(mg_graph *g) {
     return NULL;
 }
 
+/* a step's gradient accumulation into a persistent buffer, and a recompute gate (a copy
+ * that waits for its other inputs); forward only */
+static mg_tensor *g_step(mg_graph *g) {
+    mg_tensor *x = PARAM(g, "x", 5, 7), *y = PARAM(g, "y", 3, 4);
+    mg_tensor *acc = mg_state(g, "acc", MG_F32, 2, D(5, 7), (mg_init){MG_INIT_ZEROS, 0});
+    if (!x || !y || !acc) return NULL;
+    mg_node *n = mg_node_new(g, MG_OP_ACCUMULATE, NULL, 2, (mg_tensor *[]){acc, x}, "acc.out");
+    if (!n) return NULL;
+    n->out[0]->updates = acc;
+    (void)mg_node_new(g, MG_OP_RECOMPUTE_GATE, NULL, 2, (mg_tensor *[]){y, n->out[0]}, "gate");
+    return NULL;
+}
+
 static const cuda_case g_cases[] = {
-    {"matmul", g_matmul, 0, false},
-    {"elementwise", g_elementwise, 0, false},
-    {"activation", g_activation, 0, false},
-    {"norm", g_norm, 0, false},
-    {"softmax", g_softmax, 0, false},
-    {"cross_entropy", g_xent, 50, false},
-    {"xent_vp", g_xent_vp, 50, false},
-    {"embedding", g_embedding, 50, false},
-    {"dropout", g_dropout, 0, false},
-    {"rope", g_rope, 100, false},
-    {"attention", g_attention, 0, false},
-    {"reduce", g_reduce, 0, false},
-    {"shape", g_shape, 0, false},
-    {"optimizer", g_optimizer, 0, true},
-    {"collective", g_collective, 0, false},
+    {"matmul", g_matmul, 0, false, 0},
+    {"elementwise", g_elementwise, 0, false, 0},
+    {"activation", g_activation, 0, false, 0},
+    {"norm", g_norm, 0, false, 0},
+    {"softmax", g_softmax, 0, false, 0},
+    {"cross_entropy", g_xent, 50, false, 0},
+    {"xent_vp", g_xent_vp, 50, false, 0},
+    {"embedding", g_embedding, 50, false, 0},
+    {"dropout", g_dropout, 0, false, 0},
+    {"rope", g_rope, 100, false, 0},
+    {"attention", g_attention, 0, false, 0},
+    {"reduce", g_reduce, 0, false, 0},
+    {"shape", g_shape, 0, false, 0},
+    {"optimizer", g_optimizer, 0, true, 0},
+    {"collective", g_collective, 0, false, 0},
+    {"step (first micro-batch)", g_step, 0, false, 0},
+    {"step (later micro-batch)", g_step, 0, false, 1},
 };
 enum { N_CASES = sizeof g_cases / sizeof g_cases[0] };
 
@@ -378,6 +394,7 @@ static int walk_case(const cuda_case *c, mg_op only, mg_cuda_gemm prec) {
         return 0;
     }
     r.info.iteration = 3;
+    r.info.mb_local = c->mb_local;
     fill_leaves(&r, c);
     mg_node **ord;
     int n;
