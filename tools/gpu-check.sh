@@ -23,7 +23,7 @@
 # then a summary table. One deadline for all of it: MG_CHECK_BUDGET seconds (default
 # 540); each stage's timeout is capped by what is left.
 # Variables: MG_BENCH_ITERS (default 6), MG_BENCH_MBS (micro-batch, default 2),
-# MG_PEAK_TFLOPS (default 989), MG_GPU_TORCH=0 (skip the PyTorch reference), MG_GPU_OUT (a folder: the logs come back there as
+# MG_PEAK_TFLOPS (default 989), MG_GPU_TORCH=0 (skip the PyTorch reference), MG_GPU_PROFILE=0 (skip the profile), MG_GPU_OUT (a folder: the logs come back there as
 # gpu-check-logs.tar.gz, with summary.txt), MG_GPU_WORK (default /tmp/mgraph-gpu-check).
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -140,7 +140,7 @@ row "GPU vs CPU training (10 it, fp32)" "${eq%% *}" "${eq#* }"
 echo "== 3. benchmark: GPT ~1.3B, bf16 GEMMs, one GPU =="
 iters="${MG_BENCH_ITERS:-6}" mbs="${MG_BENCH_MBS:-2}"
 big=(--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048
-    --micro-batch-size "$mbs" --global-batch-size "$mbs" --lr 1e-4 --log-interval 1 --eval-interval 0
+    --micro-batch-size "$mbs" --global-batch-size "$mbs" --lr 1e-4 --log-interval 1 --log-throughput --eval-iters 0 --eval-interval 0
     --text-file "$corpus" --tokenizer-type GPT2BPETokenizer --vocab-file "$repo/tests/data/gpt2/vocab.json"
     --merge-file "$repo/tests/data/gpt2/merges.txt")
 # The CUDA worker keeps up to 4 kernels queued on its stream (StarPU's default is 2).
@@ -179,13 +179,13 @@ else
 fi
 
 echo "== 5. per-op profile: 2 iterations, one kernel at a time, StarPU's calibrated models =="
-if [ "$(left)" -gt 100 ]; then
+if [ "${MG_GPU_PROFILE:-1}" != 0 ] && [ "$(left)" -gt 100 ]; then
     cp -r "$STARPU_HOME" profile-home 2>/dev/null # the bus is measured already
     STARPU_NCPU=0 STARPU_NCUDA=1 STARPU_CUDA_PIPELINE=0 STARPU_CALIBRATE=1 MG_CUDA_GEMM=bf16 \
         STARPU_HOME="$work/logs/profile-home" timeout "$(cap 150)" mgraph-run "${big[@]}" --train-iters 2 >profile.log 2>&1
     row "per-op profile" "info" "rc $?: models in logs/profile-home (StarPU's sampling/codelets)"
 else
-    row "per-op profile" "skipped" "under 100 s left"
+    row "per-op profile" "skipped" "MG_GPU_PROFILE=0 or under 100 s left"
 fi
 
 {
