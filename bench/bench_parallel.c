@@ -305,28 +305,6 @@ static double replay_collectives(const mg_graph *P, int reps) {
     return bench_median(best, reps);
 }
 
-/* ---- inputs ------------------------------------------------------------------------------------- */
-static void fill_inputs(const mg_rank_graph *R, const mg_step *step, mg_storage *st, const mg_step_config *sc, int dp,
-                        int dp_rank) {
-    int s = sc->model.seq_length, b = sc->micro_batch;
-    mg_tensor *pos = mg_rank_tensor(R, step->positions);
-    if (pos) {
-        int32_t *p = mg_storage_data(st, pos);
-        for (int t = 0; t < s; t++) p[t] = t;
-    }
-    uint64_t x = 88172645463325252ull;
-    mg_tensor *tok = mg_rank_tensor(R, step->tokens), *lab = mg_rank_tensor(R, step->targets);
-    /* global micro-batch k runs on data-parallel rank k % dp as its instance k / dp */
-    for (int k = 0; k < sc->n_micro; k++)
-        for (int i = 0; i < s * b; i++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* same stream on every rank */
-            if (tok && lab && k % dp == dp_rank) {
-                ((int32_t *)mg_storage_data_mb(st, tok, k / dp))[i] = (int32_t)(x & 255);
-                ((int32_t *)mg_storage_data_mb(st, lab, k / dp))[i] = (int32_t)((x >> 8) & 255);
-            }
-        }
-}
-
 int main(int argc, char **argv) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
@@ -390,7 +368,7 @@ int main(int argc, char **argv) {
     if (mg_memplan_build(G, true, &mp, &err) || mg_storage_new_ex(G, mp, &so, &sto, &err) ||
         mg_storage_init(sto, 1234, &err) || mg_engine_new(G, sto, &eo, &eng, &err))
         die("engine", &err);
-    fill_inputs(&R, &st, sto, &sc, dp, dp_rank);
+    bench_fill_inputs(&R, &st, sto, &sc, dp, dp_rank);
     mg_tensor *loss = mg_rank_tensor(&R, st.loss);
 
     double gb[MG_GROUP_COUNT];

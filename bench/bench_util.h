@@ -6,6 +6,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "mgraph/model.h"
+#include "mgraph/plan.h"
+#include "mgraph/engine.h"
+
 static inline double bench_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -33,6 +37,29 @@ static inline double bench_load1(void) {
         fclose(f);
     }
     return l;
+}
+
+/* A step's inputs: positions 0..s-1 and byte tokens/labels from one xorshift stream, the
+ * same on every rank and configuration. Global micro-batch k runs on data-parallel rank
+ * k % dp as its instance k / dp. */
+static inline void bench_fill_inputs(const mg_rank_graph *R, const mg_step *step, mg_storage *st,
+                                     const mg_step_config *sc, int dp, int dp_rank) {
+    int s = sc->model.seq_length, b = sc->micro_batch;
+    mg_tensor *pos = mg_rank_tensor(R, step->positions);
+    if (pos) {
+        int32_t *p = mg_storage_data(st, pos);
+        for (int t = 0; t < s; t++) p[t] = t;
+    }
+    uint64_t x = 88172645463325252ull;
+    mg_tensor *tok = mg_rank_tensor(R, step->tokens), *lab = mg_rank_tensor(R, step->targets);
+    for (int k = 0; k < sc->n_micro; k++)
+        for (int i = 0; i < s * b; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            if (tok && lab && k % dp == dp_rank) {
+                ((int32_t *)mg_storage_data_mb(st, tok, k / dp))[i] = (int32_t)(x & 255);
+                ((int32_t *)mg_storage_data_mb(st, lab, k / dp))[i] = (int32_t)((x >> 8) & 255);
+            }
+        }
 }
 
 #endif

@@ -57,9 +57,9 @@ extern "C" int mg_cuda_dropout(const mg_kernel_args *a, mg_error *err) {
         m.off[d] = lt->logical.offset[d];
     }
     uint64_t key = mg_philox_mix_key(a->info->seed, n->attrs.dropout.rng_key);
+    uint64_t stream = mg_rng_dropout_stream(a->info->iteration, a->info->mb_global); /* as ops/dropout.c */
     k_dropout<<<mg_cuda_blocks(ne, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, mg_cuda_stream()>>>(
-        (const float *)a->in[0], (float *)a->out[0], ne, m, key, mg_rng_dropout_stream(a->info->iteration, a->info->mb_global), p,
-        1.0f / (1.0f - p));
+        (const float *)a->in[0], (float *)a->out[0], ne, m, key, stream, p, 1.0f / (1.0f - p));
     return mg_cuda_check_launch("dropout", err);
 }
 

@@ -1,5 +1,6 @@
-/* Optimizer-step ops (ops/optimizer.c): gradient accumulation, lr_schedule and clip_coef are scalars
- * computed by one thread; AdamW is elementwise, in place, fp32 master weights.
+/* Optimizer-step ops (ops/optimizer.c): gradient accumulation is elementwise;
+ * lr_schedule and clip_coef are scalars computed by one thread; AdamW is elementwise,
+ * in place, fp32 master weights.
  * AdamW's multiply-adds are written with explicit rounding (__fmul_rn/__fadd_rn) so
  * nvcc does not contract them into FMAs: the update then rounds like the CPU's. */
 #include <math.h>
