@@ -172,6 +172,7 @@ void mg_engine_free(mg_engine *e) {
     mg_p2p_stop(e);
     free(e->chunk);
     free(e->backward);
+    free(e->pp_events);
     if (e->comm_token) starpu_data_unregister(e->comm_token);
     free(e->comm_token_buf);
     free_args(e);
@@ -215,7 +216,7 @@ int mg_engine_new(mg_graph *g, mg_storage *s, const mg_engine_options *opt, mg_e
     e->order = malloc(((size_t)n + 1) * sizeof *e->order);
     e->handles = calloc((size_t)e->n_handles + 1, sizeof *e->handles);
     e->args = calloc((size_t)n + 1, sizeof *e->args);
-    int *prio = calloc((size_t)n + 1, sizeof *prio);
+    int *prio = calloc(2 * ((size_t)n + 1), sizeof *prio), *level = prio + n + 1;
     if (!e->order || !e->handles || !e->args || !prio) {
         free(prio);
         mg_engine_free(e);
@@ -257,14 +258,16 @@ int mg_engine_new(mg_graph *g, mg_storage *s, const mg_engine_options *opt, mg_e
             return rc;
         }
     }
-    if (opt->use_priorities)
-        rc = mg_starpu_map_priorities(e->order, n, starpu_sched_get_min_priority(), starpu_sched_get_max_priority(),
-                                      prio, err);
+    e->prio_min = starpu_sched_get_min_priority();
+    e->prio_max = starpu_sched_get_max_priority();
+    if (opt->use_priorities) rc = mg_starpu_map_priorities(e->order, n, e->prio_min, e->prio_max, prio, err);
+    if (opt->use_priorities && !rc) rc = mg_starpu_map_priorities(e->order, n, 0, MG_PP_PRIO_LEVELS - 1, level, err);
     int max_buf = 1;
     for (int k = 0; k < n && !rc; k++) {
         rc = build_arg(e, &e->args[k], e->order[k], err);
         bool comm = mg_op_def_get(e->order[k]->op)->flags & MG_OPF_COMM;
-        e->args[k].priority = comm && opt->use_priorities ? starpu_sched_get_max_priority() : prio[k];
+        e->args[k].priority = comm && opt->use_priorities ? e->prio_max : prio[k];
+        e->args[k].level = level[k];
         if (e->args[k].nbuf > max_buf) max_buf = e->args[k].nbuf;
     }
     free(prio);
@@ -322,8 +325,9 @@ static int setup_pipeline(mg_engine *e, const mg_engine_options *opt, mg_error *
     return p2p ? mg_p2p_start(e, err) : MG_OK;
 }
 
-/* Submits node a as micro-batch instance mb (-1: the once-per-step part). */
-static int submit(mg_engine *e, mg_task_arg *a, int mb, mg_error *err) {
+/* Submits node a as micro-batch instance mb (-1: the once-per-step part) at StarPU
+ * priority prio. */
+static int submit(mg_engine *e, mg_task_arg *a, int mb, int prio, mg_error *err) {
     const mg_node *nd = a->node;
     mg_task_inst *ti = malloc(sizeof *ti + (size_t)(nd->n_in + nd->n_out) * sizeof(void *));
     if (!ti) return mg_error_set(err, MG_ERR_NOMEM, "out of memory creating a StarPU task");
@@ -351,7 +355,7 @@ static int submit(mg_engine *e, mg_task_arg *a, int mb, mg_error *err) {
     t->cl_arg = ti;
     t->cl_arg_free = 1; /* StarPU frees the instance when the task ends */
     t->nbuffers = a->nbuf;
-    t->priority = a->priority;
+    t->priority = prio;
     if (a->nbuf <= STARPU_NMAXBUFS) {
         memcpy(t->handles, e->scratch, (size_t)a->nbuf * sizeof *e->scratch);
         memcpy(t->modes, a->modes, (size_t)a->nbuf * sizeof *a->modes);
@@ -390,30 +394,40 @@ static int submit(mg_engine *e, mg_task_arg *a, int mb, mg_error *err) {
  * order, which keeps the groups' orders consistent (deadlock freedom). */
 /* A pipeline stage's step: the schedule's events in order, each the nodes of its
  * (chunk, half) for its micro-batch instance in topological order; the last event
- * (the first chunk's last backward) interleaved with the once-per-step part. */
+ * (the first chunk's last backward) interleaved with the once-per-step part. Compute
+ * tasks are prioritised by event, earlier first (mg_starpu_event_priority says why). */
 static int submit_pipeline_step(mg_engine *e, mg_error *err) {
-    int n_micro = mg_exec_n_micro(&e->info), n_ev = 2 * n_micro * e->pp_chunks, rc;
-    mg_pp_event *ev = malloc((size_t)n_ev * sizeof *ev);
-    if (!ev) return mg_error_set(err, MG_ERR_NOMEM, "out of memory scheduling the step");
-    rc = mg_pp_schedule((mg_pp_schedule_kind)e->pp_kind, e->pp_stages, e->pp_chunks, e->pp_rank, n_micro, ev, err);
-    int need = rc ? 0 : mg_pp_in_flight(ev, n_ev, e->pp_chunks);
-    if (!rc && need > mg_storage_n_slots(e->s) && mg_storage_n_slots(e->s) < n_micro)
-        rc = mg_error_set(err, MG_ERR_INVALID,
-                          "the %s schedule keeps %d micro-batches in flight on pipeline stage %d; the storage has %d "
-                          "activation slots (raise microbatch-slots)",
-                          mg_pp_schedule_name((mg_pp_schedule_kind)e->pp_kind), need, e->pp_rank,
-                          mg_storage_n_slots(e->s));
-    for (int i = 0; i < n_ev - 1 && !rc; i++)
-        for (int k = 0; k < e->n_nodes && !rc; k++)
-            if (e->order[k]->mb >= 0 && e->chunk[k] == ev[i].chunk && e->backward[k] == ev[i].backward)
-                rc = submit(e, &e->args[k], ev[i].mb, err);
-    const mg_pp_event *last = &ev[n_ev - 1];
-    for (int k = 0; k < e->n_nodes && !rc; k++) {
-        if (e->order[k]->mb < 0) rc = submit(e, &e->args[k], -1, err);
-        else if (e->chunk[k] == last->chunk && e->backward[k] == last->backward)
-            rc = submit(e, &e->args[k], last->mb, err);
+    int n_micro = mg_exec_n_micro(&e->info), n_ev = 2 * n_micro * e->pp_chunks, rc = MG_OK;
+    if (e->pp_events_micro != n_micro) { /* the schedule depends only on the micro-batch count */
+        free(e->pp_events);
+        e->pp_events_micro = 0;
+        if (!(e->pp_events = malloc((size_t)n_ev * sizeof *e->pp_events)))
+            return mg_error_set(err, MG_ERR_NOMEM, "out of memory scheduling the step");
+        rc = mg_pp_schedule((mg_pp_schedule_kind)e->pp_kind, e->pp_stages, e->pp_chunks, e->pp_rank, n_micro,
+                            e->pp_events, err);
+        if (rc) return rc;
+        e->pp_events_micro = n_micro;
     }
-    free(ev);
+    const mg_pp_event *ev = e->pp_events;
+    int need = mg_pp_in_flight(ev, n_ev, e->pp_chunks);
+    if (need > mg_storage_n_slots(e->s) && mg_storage_n_slots(e->s) < n_micro)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "the %s schedule keeps %d micro-batches in flight on pipeline stage %d; the storage has %d "
+                            "activation slots (raise microbatch-slots)",
+                            mg_pp_schedule_name((mg_pp_schedule_kind)e->pp_kind), need, e->pp_rank,
+                            mg_storage_n_slots(e->s));
+    for (int i = 0; i < n_ev && !rc; i++) {
+        bool last = i == n_ev - 1;
+        for (int k = 0; k < e->n_nodes && !rc; k++) {
+            mg_task_arg *a = &e->args[k];
+            bool in_event = e->order[k]->mb >= 0 && e->chunk[k] == ev[i].chunk && e->backward[k] == ev[i].backward;
+            if (!in_event && !(last && e->order[k]->mb < 0)) continue;
+            int prio = a->priority; /* transfers and collectives keep the top priority */
+            if (e->use_priorities && !(mg_op_def_get(e->order[k]->op)->flags & MG_OPF_COMM))
+                prio = mg_starpu_event_priority(e->prio_min, e->prio_max, n_ev, i, a->level);
+            rc = submit(e, a, in_event ? ev[i].mb : -1, prio, err);
+        }
+    }
     return rc;
 }
 
@@ -422,9 +436,9 @@ static int submit_step(mg_engine *e, mg_error *err) {
     int n_micro = mg_exec_n_micro(&e->info), rc = MG_OK;
     for (int mb = 0; mb < n_micro - 1 && !rc; mb++)
         for (int k = 0; k < e->n_nodes && !rc; k++)
-            if (e->order[k]->mb >= 0) rc = submit(e, &e->args[k], mb, err);
+            if (e->order[k]->mb >= 0) rc = submit(e, &e->args[k], mb, e->args[k].priority, err);
     for (int k = 0; k < e->n_nodes && !rc; k++)
-        rc = submit(e, &e->args[k], e->order[k]->mb >= 0 ? n_micro - 1 : -1, err);
+        rc = submit(e, &e->args[k], e->order[k]->mb >= 0 ? n_micro - 1 : -1, e->args[k].priority, err);
     return rc;
 }
 
@@ -482,8 +496,12 @@ int mg_engine_set_trace(mg_engine *e, mg_trace *t, mg_error *err) {
     }
     if (t && !rc)
         rc = mg_trace_set_lane(t, nw, e->comm_thread ? "communication (thread)" : "communication (on workers)", err);
+    /* Pipeline transfers are in flight together (several micro-batches, both
+     * directions), so they get a lane of their own where events may overlap. */
+    if (t && !rc && e->p2p) rc = mg_trace_set_lane(t, nw + 1, "transfers (in flight, overlapping)", err);
     if (rc) return rc;
     e->trace = t;
     e->trace_comm_lane = nw;
+    e->trace_p2p_lane = nw + 1;
     return MG_OK;
 }

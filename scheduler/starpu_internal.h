@@ -7,6 +7,7 @@
 #include <starpu.h>
 
 #include "mgraph/engine.h"
+#include "mgraph/pipeline.h"
 #include "ops/op.h"
 
 /* Per node, built once in mg_engine_new: the node (kernel, shapes), the engine (stats,
@@ -20,6 +21,7 @@ typedef struct mg_task_arg {
     int *bufs;                              /* [nbuf]: plan buffer; -1 for the comm token */
     enum starpu_data_access_mode *modes;    /* [nbuf] */
     int priority;                           /* StarPU priority, from mg_graph_priorities */
+    int level;                              /* pipeline stages: the same as a rank in [0, MG_PP_PRIO_LEVELS) */
 } mg_task_arg;
 
 /* Per submitted task (its cl_arg, freed by StarPU when the task ends): which node, the
@@ -59,6 +61,11 @@ struct mg_engine {
     int pp_kind;                            /* mg_pp_schedule_kind */
     int *chunk;
     bool *backward;
+    /* The schedule's events for the last step's micro-batch count (rebuilt only when it
+     * changes) and the StarPU priority range the events are spread over. */
+    mg_pp_event *pp_events;
+    int pp_events_micro;
+    int prio_min, prio_max;
     mg_exec_info info;                      /* the running step's info (per task: mg_task_inst) */
     bool use_priorities;
     /* first kernel error wins; `failed` lets later tasks skip their kernels */
@@ -73,6 +80,7 @@ struct mg_engine {
      * collectives (on a worker or on the communication thread alike) */
     mg_trace *trace;
     int trace_comm_lane;
+    int trace_p2p_lane;                     /* pipeline send/recv, from posting to completion */
 };
 
 /* ---- starpu_runtime.c: one StarPU per process, shared by engines ------------ */
@@ -93,6 +101,11 @@ struct starpu_codelet *mg_starpu_codelet(mg_op op);
 /* ---- starpu_priority.c -------------------------------------------------------- */
 /* Maps the nodes' critical-path priorities (doubles) onto StarPU's integer range. */
 int mg_starpu_map_priorities(mg_node *const *order, int n, int min_prio, int max_prio, int *out, mg_error *err);
+/* A pipeline stage's task priority: the schedule's earlier events first, and within an
+ * event the critical path (level in [0, MG_PP_PRIO_LEVELS)); in [min_prio, max_prio - 1],
+ * max_prio being the transfers' and collectives'. */
+#define MG_PP_PRIO_LEVELS 16
+int mg_starpu_event_priority(int min_prio, int max_prio, int n_events, int event, int level);
 
 /* ---- starpu_comm_thread.c ------------------------------------------------------- */
 int mg_comm_thread_start(mg_engine *e, mg_error *err);

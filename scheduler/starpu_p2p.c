@@ -80,7 +80,7 @@ static void *loop(void *arg) {
                 continue;
             }
             if (rc) mg_engine_record_error(e, j->node, rc, &err);
-            if (e->trace) mg_trace_task(e->trace, e->trace_comm_lane, j->node, j->mb, j->t0, now_s());
+            if (e->trace) mg_trace_task(e->trace, e->trace_p2p_lane, j->node, j->mb, j->t0, now_s());
             atomic_fetch_add_explicit(&e->tasks, 1, memory_order_relaxed);
             starpu_task_end_dep_release(j->task);
             live[i] = live[--n_live];

@@ -40,3 +40,24 @@ int mg_starpu_map_priorities(mg_node *const *order, int n, int min_prio, int max
     free(r);
     return MG_OK;
 }
+
+/* Why events first: a stage's events are submitted in the schedule's order, but a worker
+ * runs whatever is ready, and by critical path alone the early layers of micro-batch
+ * i+1 outrank the late layers of micro-batch i (they have more left below them). Stage
+ * 0 then advanced all its warm-up micro-batches layer by layer together, each
+ * activation was complete (and sent) only when all were, and the stages took turns
+ * instead of overlapping. Ordering by event makes a stage finish what the schedule says
+ * comes first, while any ready task still runs when the first is waiting on a transfer.
+ *
+ * Each event gets an equal share of [min, max - 1]; the level spreads the event's tasks
+ * inside its share. When the range is narrower than the events (policies with a few
+ * levels), later events share priorities, earliest-first still holding between shares. */
+int mg_starpu_event_priority(int min_prio, int max_prio, int n_events, int event, int level) {
+    long long span = (long long)max_prio - min_prio; /* max_prio itself is the transfers' */
+    if (span <= 0 || n_events <= 0) return min_prio;
+    if (level < 0) level = 0;
+    if (level >= MG_PP_PRIO_LEVELS) level = MG_PP_PRIO_LEVELS - 1;
+    double share = (double)span / n_events, pos = (n_events - 1 - event) + (double)level / MG_PP_PRIO_LEVELS;
+    long long p = min_prio + (long long)(pos * share);
+    return (int)(p > (long long)max_prio - 1 ? (long long)max_prio - 1 : p);
+}

@@ -172,7 +172,9 @@ static json_t *task_event(const mg_trace *t, const trace_event *e) {
     json_t *args = json_pack("{s:i, s:s, s:I, s:i}", "node", n->id, "out", n->n_out ? n->out[0]->name : "", "iteration",
                              (json_int_t)(e->iteration + 1), "mb", e->mb);
     if (args && comm) {
-        double payload = n->n_in ? (double)mg_numel(n->in[0]) * (double)mg_dtype_size(n->in[0]->dtype) : 0;
+        /* a recv has no input: its payload is what it receives */
+        const mg_tensor *pt = n->n_in ? n->in[0] : n->n_out ? n->out[0] : NULL;
+        double payload = pt ? (double)mg_numel(pt) * (double)mg_dtype_size(pt->dtype) : 0;
         json_object_set_new(args, "group", json_string(mg_group_name(n->attrs.comm.group)));
         json_object_set_new(args, "ranks", json_integer(n->attrs.comm.nranks));
         json_object_set_new(args, "payload_bytes", json_integer((json_int_t)payload));

@@ -13,6 +13,7 @@
 #include "mgraph/model.h"
 #include "mgraph/train.h"
 #include "ops/op.h" /* the op table: find an op without a CPU kernel */
+#include "scheduler/starpu_internal.h" /* mg_starpu_event_priority */
 #include "testkit.h"
 
 /* A small training step: 2 residual MLP blocks (linear, bias, gelu, layernorm,
@@ -441,6 +442,29 @@ static void test_collectives(void) {
     mg_graph_free(g);
 }
 
+/* Pipeline stages' priorities: every task of an earlier event outranks every task of a
+ * later one, the level orders an event's tasks, the top (transfers') stays free; with
+ * a range narrower than the events, earlier never ranks below later. */
+static void test_event_priority(void) {
+    static const int range[][2] = {{-5, 5}, {0, 10}, {INT32_MIN, INT32_MAX}, {-100000, 100000}};
+    for (int r = 0; r < 4; r++) {
+        int lo = range[r][0], hi = range[r][1], n_ev = 32;
+        bool wide = (long long)hi - lo >= (long long)n_ev * MG_PP_PRIO_LEVELS;
+        int prev_lowest = 0;
+        for (int i = 0; i < n_ev; i++) {
+            int top = mg_starpu_event_priority(lo, hi, n_ev, i, MG_PP_PRIO_LEVELS - 1);
+            int low = mg_starpu_event_priority(lo, hi, n_ev, i, 0);
+            TK_CHECK(low >= lo && top < hi && low <= top, "range [%d, %d] event %d: [%d, %d]", lo, hi, i, low, top);
+            if (wide) TK_CHECK(low < top, "range [%d, %d] event %d: levels collapse", lo, hi, i);
+            if (i > 0)
+                TK_CHECK(wide ? top < prev_lowest : top <= prev_lowest,
+                         "range [%d, %d]: event %d (top %d) not below event %d (lowest %d)", lo, hi, i, top, i - 1,
+                         prev_lowest);
+            prev_lowest = low;
+        }
+    }
+}
+
 /* Within a group, the graph's order must follow seq: here the TP collective with
  * seq 1 is an input of the one with seq 0. */
 static void test_comm_order(void) {
@@ -578,6 +602,7 @@ int main(int argc, char **argv) {
         {"two_engines", test_two_engines},       {"unsupported", test_unsupported},
         {"collectives", test_collectives},       {"comm_order", test_comm_order},
         {"kernel_error", test_kernel_error},     {"gpt2", test_gpt2},
+        {"event_priority", test_event_priority},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
 }

@@ -9,6 +9,10 @@
  *   test_trace check FILE TASKS COLLECTIVES   validates an mgraph-run trace (trace.sh):
  *       TASKS task events (2 iterations' worth), COLLECTIVES: 1 if collectives with
  *       bytes must be there, on the communication lane.
+ *   test_trace pp_first FILE   the trace of a first pipeline stage with one worker
+ *       (pipeline_order.sh): in every iteration, micro-batch i's activation is sent
+ *       before any forward task of micro-batch i+1 starts, i.e. the stage finishes the
+ *       forward its schedule puts first instead of advancing micro-batches together.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -28,6 +32,8 @@ typedef struct ev {
     int tid, node, mb;
     long long iteration;
     double ts, dur;
+    char cat;  /* f(orward), b(ackward), o(ptimizer), c(ollective) */
+    bool send; /* a pipeline send */
 } ev;
 
 static int cmp_lane_ts(const void *a, const void *b) {
@@ -54,7 +60,7 @@ static ev *load_trace(const char *path, int64_t *n_out, int *n_collectives, int 
     ev *out = calloc(n + 1, sizeof *out);
     char *lane_name[300] = {0};
     int64_t k = 0;
-    int comm_lane = -1, iter_lane = -1, pid = -1;
+    int comm_lane = -1, iter_lane = -1, p2p_lane = -1, pid = -1;
     bool process_named = false;
     *n_collectives = *n_iterations = 0;
     for (size_t i = 0; i < n; i++) { /* metadata first: lanes' names */
@@ -72,6 +78,7 @@ static ev *load_trace(const char *path, int64_t *n_out, int *n_collectives, int 
             lane_name[tid] = strdup(an);
             if (!strncmp(an, "communication", 13)) comm_lane = tid;
             if (!strcmp(an, "iterations")) iter_lane = tid;
+            if (!strncmp(an, "transfers", 9)) p2p_lane = tid;
         }
     }
     TK_CHECK(process_named, "%s: no process_name \"rank N\"", path);
@@ -101,16 +108,20 @@ static ev *load_trace(const char *path, int64_t *n_out, int *n_collectives, int 
         ev x = {tid, (int)json_integer_value(json_object_get(args, "node")),
                 (int)json_integer_value(json_object_get(args, "mb")),
                 (long long)json_integer_value(json_object_get(args, "iteration")), json_number_value(ts),
-                json_number_value(dur)};
+                json_number_value(dur), cat[0], !strncmp(nm, "send", 4)};
         TK_CHECK(json_is_integer(json_object_get(args, "node")) && json_is_integer(json_object_get(args, "mb")) &&
                      x.iteration >= 1,
                  "%s: task %s lacks node/mb/iteration", path, nm);
         if (!strcmp(cat, "collective")) {
             ++*n_collectives;
             json_int_t bytes = json_integer_value(json_object_get(args, "bytes"));
+            json_int_t payload = json_integer_value(json_object_get(args, "payload_bytes"));
             int ranks = (int)json_integer_value(json_object_get(args, "ranks"));
-            TK_CHECK(tid == comm_lane, "%s: collective %s off the communication lane", path, nm);
-            TK_CHECK(json_is_string(json_object_get(args, "group")) && (ranks <= 1 || bytes > 0),
+            bool p2p = !strncmp(nm, "send", 4) || !strncmp(nm, "recv", 4);
+            TK_CHECK(tid == (p2p ? p2p_lane : comm_lane), "%s: %s off the %s lane", path, nm,
+                     p2p ? "transfers" : "communication");
+            /* a recv sends nothing: its payload is what it receives */
+            TK_CHECK(json_is_string(json_object_get(args, "group")) && (ranks <= 1 || (p2p ? payload : bytes) > 0),
                      "%s: collective %s without group or bytes", path, nm);
         } else {
             TK_CHECK(tid != comm_lane, "%s: compute task %s on the communication lane", path, nm);
@@ -119,10 +130,11 @@ static ev *load_trace(const char *path, int64_t *n_out, int *n_collectives, int 
         }
         out[k++] = x;
     }
-    /* a lane is one thread: its tasks never overlap (0.01 us: the clock's print precision) */
+    /* a lane is one thread: its tasks never overlap (0.01 us: the clock's print
+     * precision); transfers are in flight together by design */
     qsort(out, (size_t)k, sizeof *out, cmp_lane_ts);
     for (int64_t i = 1; i < k; i++)
-        if (out[i].tid == out[i - 1].tid)
+        if (out[i].tid == out[i - 1].tid && out[i].tid != p2p_lane)
             TK_CHECK(out[i - 1].ts + out[i - 1].dur <= out[i].ts + 0.01,
                      "%s: tasks overlap on lane %d (node %d ends at %.3f, node %d starts at %.3f)", path, out[i].tid,
                      out[i - 1].node, out[i - 1].ts + out[i - 1].dur, out[i].node, out[i].ts);
@@ -236,7 +248,38 @@ static void test_write_errors(void) {
     mg_trace_free(t);
 }
 
+/* See pp_first above. With one worker this is exact, not a timing bound: the first
+ * chunk's forward of micro-batch i never waits on a transfer on the first stage, so
+ * under event priorities a ready task of it (or its send) always outranks micro-batch
+ * i+1's. With model chunks, micro-batch i's first send is its first chunk's. */
+static void check_pp_first(const char *path) {
+    int64_t n = 0;
+    int n_coll = 0, n_it = 0, checked = 0;
+    ev *e = load_trace(path, &n, &n_coll, &n_it);
+    if (!e) return;
+    for (int64_t s = 0; s < n; s++) {
+        bool first = e[s].send;
+        for (int64_t o = 0; o < n && first; o++) /* the first send of its micro-batch */
+            first = !(e[o].send && e[o].iteration == e[s].iteration && e[o].mb == e[s].mb && e[o].ts < e[s].ts);
+        if (!first) continue;
+        for (int64_t k = 0; k < n; k++) {
+            if (e[k].iteration != e[s].iteration || e[k].mb != e[s].mb + 1 || e[k].cat != 'f') continue;
+            TK_CHECK(e[k].ts >= e[s].ts, "%s: iteration %lld: node %d of micro-batch %d starts %.1f us before "
+                     "micro-batch %d's activation is sent", path, e[k].iteration, e[k].node, e[k].mb,
+                     e[s].ts - e[k].ts, e[s].mb);
+            checked++;
+        }
+    }
+    TK_CHECK(checked > 0, "%s: no pipeline send followed by another micro-batch's forward", path);
+    printf("%s: %d forward tasks start after the previous micro-batch's first send\n", path, checked);
+    free(e);
+}
+
 int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "pp_first")) {
+        check_pp_first(argv[2]);
+        return tk_failures ? 1 : 0;
+    }
     if (argc == 5 && !strcmp(argv[1], "check")) {
         int64_t n = 0, want = atoll(argv[3]);
         int n_coll = 0, n_it = 0;
