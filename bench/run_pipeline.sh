@@ -48,13 +48,15 @@ summ() { # FILES... -> "ms idle0 idle1"
        END { for (s = 0; s < 2; s++) { delete v; for (i = 1; i <= c[s]; i++) v[i] = id[s, i]; idle[s] = med(v, c[s]) }
              printf "%s %s %s\n", med(ms, k), idle[0], idle[1] }' "$@"
 }
-printf "| m | serial 1x2 ms | pp2 1F1B ms | tokens/s vs serial | idle stage 0 / 1 | (P-1)/m | pp2 interleaved ms | tokens/s vs serial | idle stage 0 / 1 | (P-1)/(Vm) |\n|---|---|---|---|---|---|---|---|---|---|\n"
+# The bubble is (P-1)/m of the ideal time (Narayanan et al.); as a fraction of the step, the
+# idle it alone gives is (P-1)/(m+P-1), and (P-1)/(Vm+P-1) interleaved: what "idle" compares to.
+printf "| m | serial 1x2 ms | pp2 1F1B ms | tokens/s vs serial | idle stage 0 / 1 | bubble (P-1)/m, as idle | pp2 interleaved ms | tokens/s vs serial | idle stage 0 / 1 | bubble (P-1)/(Vm), as idle |\n|---|---|---|---|---|---|---|---|---|---|\n"
 for m in 2 4 8; do
   read -r s _ _ <<< "$(summ "$LOG"/serial.m$m.r*)"
   read -r a a0 a1 <<< "$(summ "$LOG"/1f1b.m$m.r*)"
   read -r b b0 b1 <<< "$(summ "$LOG"/interleaved.m$m.r*)"
   awk -v m=$m -v s="$s" -v a="$a" -v a0="$a0" -v a1="$a1" -v b="$b" -v b0="$b0" -v b1="$b1" 'BEGIN {
-    printf "| %d | %.1f | %.1f | %.2fx | %.2f / %.2f | %.2f | %.1f | %.2fx | %.2f / %.2f | %.2f |\n",
-      m, s, a, s / a, a0, a1, 1 / m, b, s / b, b0, b1, 1 / (2 * m) }'
+    printf "| %d | %.1f | %.1f | %.2fx | %.2f / %.2f | %.2f, %.2f | %.1f | %.2fx | %.2f / %.2f | %.2f, %.2f |\n",
+      m, s, a, s / a, a0, a1, 1 / m, 1 / (m + 1), b, s / b, b0, b1, 1 / (2 * m), 1 / (2 * m + 1) }'
 done
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
