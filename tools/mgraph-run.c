@@ -267,10 +267,6 @@ static int resolve_plan(run *r, int world, mg_error *err) {
     if (c->pipeline_schedule && mg_pp_schedule_parse(c->pipeline_schedule, &p->pp_schedule))
         return mg_error_set(err, MG_ERR_INVALID, "--pipeline-schedule %s: expected auto, 1f1b, interleaved or gpipe",
                             c->pipeline_schedule);
-    if (p->pp > 1 && (c->save || c->load))
-        return mg_error_set(err, MG_ERR_UNSUPPORTED,
-                            "--save / --load with --pipeline-model-parallel-size > 1 are not supported yet (a "
-                            "checkpoint is written by the ranks of the first stage)");
     return mg_plan_check(p, world, err);
 }
 

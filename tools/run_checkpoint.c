@@ -38,14 +38,19 @@ static mg_tensor *moment_param(const mg_graph *g, const char *name) {
 /* Describes state tensor t of this rank's graph as a piece. *owner says whether this
  * rank is the one that writes it (each logical element is saved by one rank only:
  * data-parallel rank 0, tensor-parallel rank 0 for what tp replicates; every dp rank
- * for its distributed-optimizer segments). */
+ * for its distributed-optimizer segments; every pipeline stage for its own layers, the
+ * stages' shared state being left to the first that holds it, see drop_lower_stages). */
 static int piece_of(const mg_graph *g, const mg_mesh *mesh, mg_tensor *t, mg_storage *st, mg_ckpt_piece *p,
                     bool *owner, mg_error *err) {
     memset(p, 0, sizeof *p);
     p->name = t->name;
     p->dtype = t->dtype;
     p->data = mg_storage_data(st, t);
-    *owner = mg_placement_owner(&t->place, mesh);
+    /* A stage's state is not replicated over pp but placed: each stage holds its own
+     * layers whole (pp FULL), so every stage's ranks own theirs. */
+    mg_mesh staged = *mesh;
+    staged.coord[MG_GROUP_PP] = 0;
+    *owner = mg_placement_owner(&t->place, &staged);
     if (t->place.ax[MG_GROUP_DP].kind == MG_SHARD_SPLIT) {
         /* a distributed-optimizer moment: a flat segment of its parameter's tp block */
         mg_tensor *par = moment_param(g, t->name);
@@ -95,6 +100,62 @@ static int collect(const mg_graph *g, const mg_mesh *mesh, mg_storage *st, bool 
     *out = v;
     *n = k;
     return MG_OK;
+}
+
+/* State several pipeline stages hold (the tied word embedding and its moments, on the
+ * first and the last stage) is written by the lowest of them. A rank learns what the
+ * lower stages of its pp group write by gathering their piece names; the stages' graphs
+ * know which tensors they share only through the partitioner, and checkpoints are
+ * rare enough that a gather of names costs nothing that matters. */
+static int drop_lower_stages(const mg_mesh *mesh, mg_ckpt_piece *v, int *n, mg_error *err) {
+    if (mesh->size[MG_GROUP_PP] <= 1) return MG_OK;
+    size_t len = 1;
+    for (int i = 0; i < *n; i++) len += strlen(v[i].name) + 1;
+    char *mine = malloc(len + 1);
+    if (!mine) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    size_t k = 0;
+    mine[k++] = '\n'; /* every name is found as "\nNAME\n" */
+    for (int i = 0; i < *n; i++) k += (size_t)sprintf(mine + k, "%s\n", v[i].name);
+    MPI_Comm pp;
+    int P = mesh->size[MG_GROUP_PP], me = mesh->coord[MG_GROUP_PP], mylen = (int)k;
+    if (P > 64) { /* (the partitioner's limit too: every rank returns here alike) */
+        free(mine);
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "checkpoint: more than 64 pipeline stages");
+    }
+    if (MPI_Comm_split(MPI_COMM_WORLD, mg_mesh_peer(mesh, MG_GROUP_PP, 0), me, &pp) != MPI_SUCCESS) {
+        free(mine);
+        return mg_error_set(err, MG_ERR_RUNTIME, "checkpoint: could not form the pipeline group");
+    }
+    /* lengths are tiny next to the state itself: a failed allocation ends the process's
+     * usefulness anyway, so the gathers below always take place (no rank left waiting) */
+    int lens[64], offs[64];
+    MPI_Allgather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, pp);
+    long long total = 0;
+    for (int s = 0; s < P; s++) {
+        offs[s] = (int)total;
+        total += lens[s];
+    }
+    char *all = malloc((size_t)total + 1);
+    int rc = all && total < INT32_MAX ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "checkpoint: %lld bytes of names", total);
+    if (rc) { /* still take part, into a buffer the size of this rank's own list */
+        for (int s = 0; s < P; s++) lens[s] = offs[s] = 0;
+        lens[me] = mylen;
+    }
+    MPI_Allgatherv(mine, mylen, MPI_CHAR, rc ? mine : all, lens, offs, MPI_CHAR, pp);
+    if (!rc) {
+        all[offs[me]] = '\0'; /* the lower stages' names only; each list starts with its own newline */
+        int kept = 0;
+        for (int i = 0; i < *n; i++) {
+            char key[600];
+            snprintf(key, sizeof key, "\n%s\n", v[i].name);
+            if (!strstr(all, key)) v[kept++] = v[i];
+        }
+        *n = kept;
+    }
+    MPI_Comm_free(&pp);
+    free(all);
+    free(mine);
+    return rc;
 }
 
 /* ---- run metadata ------------------------------------------------------------------------ */
@@ -150,6 +211,7 @@ static char *meta_text(const mg_run_config *c, const mg_step_config *sc, const m
         (double)o->weight_decay, "clip_grad", (double)o->clip_grad,
         "dropout", "hidden", (double)sc->model.hidden_dropout, "attention", (double)sc->model.attention_dropout);
     if (m) json_object_set_new(m, "optimizer_state", json_true());
+    if (m) json_object_set_new(json_object_get(m, "plan"), "pipeline_model_parallel_size", json_integer(plan->pp));
     char *text = m ? json_dumps(m, JSON_COMPACT) : NULL;
     json_decref(m);
     return text;
@@ -172,6 +234,9 @@ int mg_run_save(const mg_run_config *cfg, const mg_step_config *sc, const mg_pla
     mg_ckpt_piece *pieces = NULL;
     int n = 0;
     if (!rc) rc = collect(g, mesh, st, true, true, &pieces, &n, err);
+    /* (every rank of a pipeline group gathers, whether or not its collect failed) */
+    int drc = mesh->size[MG_GROUP_PP] > 1 ? drop_lower_stages(mesh, pieces, &n, err) : MG_OK;
+    if (!rc) rc = drc;
     if (!rc) rc = mg_ckpt_write_rank(cfg->save, s->iteration, mesh->rank, pieces, n, err);
     free(pieces);
     rc = agree(mpi_world, rc, err);

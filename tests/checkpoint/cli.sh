@@ -8,6 +8,11 @@
 #   plan      the same under tp=2 (2 ranks): save, resume, bitwise equal
 #   reshard   save under tp=2 x dp=2 with the distributed optimizer (4 ranks), load under
 #             1 rank and under tp=2: the next iterations match within 1e-5
+#   pp        save under pp=2 x dp=2 with the distributed optimizer and tied embeddings
+#             (4 ranks: each stage writes its own layers, the word embedding shared by the
+#             first and last stage once), load under 1 rank and under pp=2 interleaved:
+#             the next iterations match within 1e-5; a single-rank checkpoint loads under
+#             pp=2 x dp=2; pp=2 resumes its own checkpoint bitwise
 #   flags     --finetune, --no-load-optim, --no-load-rng, --save-retain, --skip-train
 #   bad       model-flag mismatch, corrupt and truncated checkpoints: exit 2 with a message
 #   convert   mgraph-convert (5th argument) without transformers: --to-hf then --from-hf gives
@@ -104,6 +109,35 @@ reshard)
     mpirun -np 4 "$RUN" "${ARGS[@]}" "${P[@]}" --train-iters 6 --load ck1 --metrics-file four.jsonl > four.txt 2>&1 ||
         { cat four.txt; fail "load under tp2 x dp2"; }
     close_to full.jsonl four.jsonl 3
+    ;;
+pp)
+    PP=(--num-layers 4 --pipeline-model-parallel-size 2)
+    P=("${PP[@]}" --use-distributed-optimizer)
+    mpirun -np 4 "$RUN" "${ARGS[@]}" "${P[@]}" --train-iters 6 --save ck --save-interval 3 \
+        --metrics-file full.jsonl > full.txt 2>&1 || { cat full.txt; fail "pp2 x dp2 run"; }
+    [ "$(ls ck/iter_0000003/*.safetensors | wc -l)" -eq 4 ] || fail "want one file per rank"
+    # the tied word embedding (and its moments) once, from the first stage (ranks 0, 1)
+    for r in 2 3; do
+        head -c 65536 ck/iter_0000003/rank_0000$r.safetensors | grep -aq '"wte\.weight' &&
+            fail "the last stage (rank $r) wrote the word embedding the first stage writes"
+    done
+    head -c 65536 ck/iter_0000003/rank_00002.safetensors | grep -aq '"h\.3\.' || fail "the last stage lacks layer 3"
+    "$RUN" "${ARGS[@]}" --num-layers 4 --train-iters 6 --load ck/iter_0000003 --metrics-file one.jsonl \
+        > one.txt 2>&1 || { cat one.txt; fail "load under 1 rank"; }
+    close_to full.jsonl one.jsonl 3
+    mpirun -np 2 "$RUN" "${ARGS[@]}" "${PP[@]}" --num-virtual-stages-per-pipeline-rank 2 --train-iters 6 \
+        --load ck/iter_0000003 --metrics-file vpp.jsonl > vpp.txt 2>&1 || { cat vpp.txt; fail "load under pp=2 x 2 chunks"; }
+    close_to full.jsonl vpp.jsonl 3
+    "$RUN" "${ARGS[@]}" --num-layers 4 --train-iters 3 --save ck1 > s1.txt 2>&1 || { cat s1.txt; fail "single-rank save"; }
+    mpirun -np 4 "$RUN" "${ARGS[@]}" "${P[@]}" --train-iters 6 --load ck1 --metrics-file four.jsonl > four.txt 2>&1 ||
+        { cat four.txt; fail "load under pp2 x dp2"; }
+    close_to full.jsonl four.jsonl 3
+    # pp=2 resumes from its own checkpoint bitwise
+    mpirun -np 2 "$RUN" "${ARGS[@]}" "${PP[@]}" --train-iters 6 --save ck2 --save-interval 3 --metrics-file p2.jsonl \
+        > p2.txt 2>&1 || { cat p2.txt; fail "pp2 run"; }
+    mpirun -np 2 "$RUN" "${ARGS[@]}" "${PP[@]}" --train-iters 6 --load ck2/iter_0000003 --metrics-file p2r.jsonl \
+        > p2r.txt 2>&1 || { cat p2r.txt; fail "pp2 resume"; }
+    same_bits p2.jsonl p2r.jsonl 3
     ;;
 reshard_llama)
     # a LLaMA-family GPT (RMSNorm, RoPE, SwiGLU, grouped-query attention, untied output, no
