@@ -65,6 +65,43 @@ static void users_free(users *u) {
     free(u->node);
 }
 
+/* Collectives of a group must be issued in seq order, the same on every rank of the
+ * group (the engine chains them in the graph's order): each waits in the order for
+ * its group's previous one. The ranks of a group may hold different graphs (pipeline
+ * stages), where by data alone one rank could order two collectives one way and
+ * another rank the other way, and hang. Where the data already orders them by seq the
+ * order is the same as without these edges: a node is never taken earlier than it
+ * would be, and taking it no later changes nothing before it. Transfers are matched
+ * by tag and not chained. next[i]: node i's group successor, or -1. */
+typedef struct { int64_t seq; int group, id; } comm_key;
+
+static int cmp_comm_key(const void *a, const void *b) {
+    const comm_key *x = a, *y = b;
+    if (x->group != y->group) return x->group - y->group;
+    if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+    return x->id - y->id;
+}
+
+static int comm_chain(const mg_graph *g, int *next, int *pending) {
+    comm_key *k = malloc(((size_t)g->n_nodes + 1) * sizeof *k);
+    if (!k) return MG_ERR_NOMEM;
+    int m = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const mg_node *nd = g->nodes[i];
+        next[i] = -1;
+        if ((mg_op_def_get(nd->op)->flags & (MG_OPF_COMM | MG_OPF_P2P)) == MG_OPF_COMM)
+            k[m++] = (comm_key){nd->attrs.comm.seq, (int)nd->attrs.comm.group, i};
+    }
+    qsort(k, (size_t)m, sizeof *k, cmp_comm_key);
+    for (int i = 1; i < m; i++)
+        if (k[i].group == k[i - 1].group) {
+            next[k[i - 1].id] = k[i].id;
+            pending[k[i].id]++;
+        }
+    free(k);
+    return MG_OK;
+}
+
 int mg_graph_topo(mg_graph *g, mg_node ***order, int *n, mg_error *err) {
     if (g->order_valid) {
         *order = g->order;
@@ -74,9 +111,10 @@ int mg_graph_topo(mg_graph *g, mg_node ***order, int *n, mg_error *err) {
     int rc = MG_OK;
     users u = {0};
     int *pending = calloc((size_t)g->n_nodes + 1, sizeof *pending);
+    int *next_comm = malloc(((size_t)g->n_nodes + 1) * sizeof *next_comm);
     heap h = {malloc(((size_t)g->n_nodes + 1) * sizeof(int)), 0};
     mg_node **ord = malloc(((size_t)g->n_nodes + 1) * sizeof *ord);
-    if (!pending || !h.a || !ord || build_users(g, &u)) {
+    if (!pending || !next_comm || !h.a || !ord || build_users(g, &u) || comm_chain(g, next_comm, pending)) {
         rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory ordering the graph");
         goto out;
     }
@@ -116,10 +154,15 @@ int mg_graph_topo(mg_graph *g, mg_node ***order, int *n, mg_error *err) {
             int w = writer[nd->in[j]->id];
             if (w >= 0 && w != nd->id && --pending[w] == 0) heap_push(&h, w);
         }
+        int c = next_comm[nd->id];
+        if (c >= 0 && --pending[c] == 0) heap_push(&h, c);
     }
     free(writer);
     if (k != g->n_nodes) {
-        rc = mg_error_set(err, MG_ERR_INVALID, "graph has a cycle (%d of %d nodes orderable)", k, g->n_nodes);
+        rc = mg_error_set(err, MG_ERR_INVALID,
+                          "graph has a cycle (%d of %d nodes orderable), or a group's collectives are numbered (seq) "
+                          "against their data dependencies",
+                          k, g->n_nodes);
         goto out;
     }
     free(g->order);
@@ -131,6 +174,7 @@ int mg_graph_topo(mg_graph *g, mg_node ***order, int *n, mg_error *err) {
 out:
     users_free(&u);
     free(pending);
+    free(next_comm);
     free(h.a);
     free(ord);
     return rc;

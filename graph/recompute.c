@@ -98,7 +98,9 @@ static mg_node *gate(mg_graph *g, const rewrite *r, mg_tensor *x, const char *na
     return gn;
 }
 
-static int segment(mg_graph *g, const mg_recompute_options *o, int a, int b, int *n_cloned, mg_error *err) {
+/* Segment [a, b) of the block of layers ending at `end` (the later layers whose
+ * backward the gates wait for are those of the same block). */
+static int segment(mg_graph *g, const mg_recompute_options *o, int a, int b, int end, int *n_cloned, mg_error *err) {
     rewrite r = {.g = g};
     mg_node **ord;
     int n;
@@ -194,7 +196,7 @@ static int segment(mg_graph *g, const mg_recompute_options *o, int a, int b, int
         }
         for (int k = 0; k < n; k++) {
             mg_node *nd = r.ord[k];
-            later[nd->id] = nd->phase == MG_PHASE_BACKWARD && nd->mb >= 0 && in_layers(nd->scope, o, b, o->n_layers);
+            later[nd->id] = nd->phase == MG_PHASE_BACKWARD && nd->mb >= 0 && in_layers(nd->scope, o, b, end);
         }
         char *used = calloc((size_t)r.n_t + 1, 1);
         if (!used) {
@@ -298,35 +300,41 @@ static int segment(mg_graph *g, const mg_recompute_options *o, int a, int b, int
     return rc;
 }
 
-/* The rewrite changes when the backward's results become ready, and with them the
- * topological order of the collectives that reduce them (data parallelism). Each
- * group's collectives get their seq numbers again, the same set of values in the new
- * order: every rank of a group runs the same rewrite on a graph of the same shape
- * (data-parallel ranks are symmetric; recompute refuses collectives inside layers),
- * so the ranks still agree on each group's order. */
-static int renumber_collectives(mg_graph *g, mg_error *err) {
-    mg_node **ord;
-    int n, rc = mg_graph_topo(g, &ord, &n, err);
-    if (rc) return rc;
-    int64_t *seq = malloc(((size_t)n + 1) * sizeof *seq);
-    if (!seq) return mg_error_set(err, MG_ERR_NOMEM, "recompute: out of memory");
-    for (int grp = 0; grp < MG_GROUP_COUNT; grp++) {
-        int m = 0;
-        for (int k = 0; k < n; k++)
-            if ((mg_op_def_get(ord[k]->op)->flags & MG_OPF_COMM) && (int)ord[k]->attrs.comm.group == grp)
-                seq[m++] = ord[k]->attrs.comm.seq;
-        for (int i = 1; i < m; i++) /* insertion sort: a few hundred collectives */
-            for (int j = i; j > 0 && seq[j - 1] > seq[j]; j--) {
-                int64_t t = seq[j];
-                seq[j] = seq[j - 1];
-                seq[j - 1] = t;
-            }
-        m = 0;
-        for (int k = 0; k < n; k++)
-            if ((mg_op_def_get(ord[k]->op)->flags & MG_OPF_COMM) && (int)ord[k]->attrs.comm.group == grp)
-                ord[k]->attrs.comm.seq = seq[m++];
+/* Layer i of scope `scope` (layer_scope's "%d"), or -1. */
+static int layer_of(const char *scope, const char *fmt) {
+    const char *d = scope ? strstr(fmt, "%d") : NULL;
+    if (!d || strncmp(scope, fmt, (size_t)(d - fmt))) return -1;
+    const char *p = scope + (d - fmt), *rest = d + 2;
+    if (*p < '0' || *p > '9') return -1;
+    char *q;
+    long i = strtol(p, &q, 10);
+    size_t nr = strlen(rest);
+    if (strncmp(q, rest, nr) || (q[nr] != '\0' && q[nr] != '.') || i > 1 << 30) return -1;
+    return (int)i;
+}
+
+/* The rewrite, as Megatron's transformer block does it, counts in blocks: a pipeline
+ * rank recomputes within each of its model chunks, uniform segments and block's first
+ * N layers counting from the chunk's first layer. A graph holds one run of consecutive
+ * layers per chunk (all the model's layers when not pipelined): runs[k] = [lo, hi). */
+static int layer_runs(mg_graph *g, const mg_recompute_options *o, int (*runs)[2], int *n_runs, mg_error *err) {
+    int *stage = malloc(((size_t)o->n_layers + 1) * sizeof *stage);
+    if (!stage) return mg_error_set(err, MG_ERR_NOMEM, "recompute: out of memory");
+    for (int i = 0; i < o->n_layers; i++) stage[i] = -1;
+    for (int k = 0; k < g->n_nodes; k++) {
+        int i = layer_of(g->nodes[k]->scope, o->layer_scope);
+        if (i >= 0 && i < o->n_layers) stage[i] = g->nodes[k]->stage;
     }
-    free(seq);
+    *n_runs = 0;
+    for (int i = 0; i < o->n_layers; i++) {
+        if (stage[i] < 0) continue;
+        if (*n_runs && runs[*n_runs - 1][1] == i && stage[i - 1] == stage[i]) runs[*n_runs - 1][1] = i + 1;
+        else {
+            runs[*n_runs][0] = i;
+            runs[(*n_runs)++][1] = i + 1;
+        }
+    }
+    free(stage);
     return MG_OK;
 }
 
@@ -340,19 +348,25 @@ int mg_graph_recompute(mg_graph *g, const mg_recompute_options *o, int *n_cloned
     if (o->method == MG_RECOMPUTE_BLOCK && o->num_layers > o->n_layers)
         return mg_error_set(err, MG_ERR_INVALID, "--recompute-method block: --recompute-num-layers %d exceeds the %d layers",
                             o->num_layers, o->n_layers);
-    int rc = MG_OK;
+    int (*runs)[2] = malloc(((size_t)o->n_layers + 1) * sizeof *runs), n_runs = 0;
+    if (!runs) return mg_error_set(err, MG_ERR_NOMEM, "recompute: out of memory");
+    int rc = layer_runs(g, o, runs, &n_runs, err);
     /* the last segment first: its clones' ids then come before the earlier segments',
      * so a topological order that breaks ties by id recomputes in backward order */
-    if (o->method == MG_RECOMPUTE_UNIFORM) {
-        int n_seg = (o->n_layers + o->num_layers - 1) / o->num_layers;
-        for (int s = n_seg - 1; s >= 0 && !rc; s--) {
-            int a = s * o->num_layers, b = a + o->num_layers < o->n_layers ? a + o->num_layers : o->n_layers;
-            rc = segment(g, o, a, b, &total, err);
+    for (int r = n_runs - 1; r >= 0 && !rc; r--) {
+        int lo = runs[r][0], hi = runs[r][1], n = hi - lo, N = o->num_layers;
+        if (o->method == MG_RECOMPUTE_UNIFORM) {
+            for (int s = (n + N - 1) / N - 1; s >= 0 && !rc; s--) {
+                int a = lo + s * N, b = a + N < hi ? a + N : hi;
+                rc = segment(g, o, a, b, hi, &total, err);
+            }
+        } else {
+            for (int l = (N < n ? N : n) - 1; l >= 0 && !rc; l--) rc = segment(g, o, lo + l, lo + l + 1, hi, &total, err);
         }
-    } else {
-        for (int l = o->num_layers - 1; l >= 0 && !rc; l--) rc = segment(g, o, l, l + 1, &total, err);
     }
-    if (!rc && total) rc = renumber_collectives(g, err);
+    free(runs);
+    /* (the collectives keep their seq numbers: the graph's order follows them whatever
+     * the rewrite did to when their inputs become ready, see mg_graph_topo) */
     if (n_cloned) *n_cloned = total;
     if (!rc) rc = mg_graph_validate(g, err);
     return rc;

@@ -902,16 +902,13 @@ static void describe(const run *r, const mg_graph *g, const mg_mesh *m, int rank
 
 /* --recompute-*: Megatron's checks, then the rewrite of the graph this rank runs
  * (after partitioning: recompute is local to a rank, as in Megatron). */
-static int recompute_options(const mg_run_config *c, int layers, int r_pp, mg_recompute_options *o, mg_error *err) {
+static int recompute_options(const mg_run_config *c, int layers, mg_recompute_options *o, mg_error *err) {
     memset(o, 0, sizeof *o);
     const char *gran = c->recompute_granularity, *method = c->recompute_method;
     if (!gran) return MG_OK;
     o->granularity = strcmp(gran, "full") ? MG_RECOMPUTE_SELECTIVE : MG_RECOMPUTE_FULL;
     o->n_layers = layers;
     if (o->granularity != MG_RECOMPUTE_FULL) return MG_OK;
-    if (r_pp > 1)
-        return mg_error_set(err, MG_ERR_UNSUPPORTED,
-                            "--recompute-granularity full with --pipeline-model-parallel-size > 1 is not supported yet");
     if (!method)
         return mg_error_set(err, MG_ERR_INVALID, "--recompute-granularity full needs --recompute-method uniform or block");
     if (!mg_run_config_given(c, "--recompute-num-layers"))
@@ -926,7 +923,7 @@ static int recompute_options(const mg_run_config *c, int layers, int r_pp, mg_re
 
 static int apply_recompute(run *r, mg_graph *g, int rank, mg_error *err) {
     mg_recompute_options o;
-    int rc = recompute_options(&r->cfg, r->train.model.cfg.num_layers, r->plan.pp, &o, err);
+    int rc = recompute_options(&r->cfg, r->train.model.cfg.num_layers, &o, err);
     if (rc || o.granularity != MG_RECOMPUTE_FULL) return rc;
     o.layer_scope = mg_gpt_is_gpt2(&r->train.model.cfg) ? "h.%d" : "model.layers.%d";
     int cloned = 0;
@@ -1040,7 +1037,7 @@ int main(int argc, char **argv) {
     if (!rc) rc = check_dump_dot(&r, world, &err);
     if (!rc) {
         mg_recompute_options ro;
-        rc = recompute_options(&r.cfg, r.cfg.num_layers, 1, &ro, &err); /* (the plan: checked after partitioning) */
+        rc = recompute_options(&r.cfg, r.cfg.num_layers, &ro, &err); /* (the plan: checked after partitioning) */
     }
     if (!rc)
         rc = mg_run_trace_check(r.cfg.trace_file, r.cfg.trace_iterations, r.cfg.train_iters, world,

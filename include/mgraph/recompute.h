@@ -23,6 +23,8 @@ typedef enum mg_recompute_granularity {
 } mg_recompute_granularity;
 
 typedef enum mg_recompute_method {
+    /* Both count within each run of consecutive layers the graph holds: all the model's
+     * layers, or on a pipeline rank each model chunk's (Megatron's per-block counts). */
     MG_RECOMPUTE_UNIFORM = 0, /* every layer, in segments of num_layers layers */
     MG_RECOMPUTE_BLOCK,       /* the first num_layers layers, one segment each; the rest keep theirs */
 } mg_recompute_method;

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # --recompute-granularity through mgraph-run: full recompute (uniform and block) gives
 # the run without it bit for bit (every lm loss in the metrics file, dropout on), one
-# rank and data parallel 2 under mpirun, with far less saved for backward; selective
-# changes nothing; tensor parallelism and bad flag combinations exit 2 with a message.
+# rank, data parallel 2 and pipeline parallel 2 (1F1B and interleaved, where the counts
+# are per model chunk as in Megatron) under mpirun, with far less saved for backward;
+# selective changes nothing; tensor parallelism and bad flag combinations exit 2 with a
+# message.
 #   cli.sh MPIEXEC MGRAPH_RUN TEXT_FILE WORK_DIR
 set -u
 MPIEXEC=$1 RUN=$2 TEXT=$3 WORK=$4
@@ -39,6 +41,24 @@ run dp $MPI -np 2 "$RUN" "${SMALL[@]}"
 run dp_rc $MPI -np 2 "$RUN" "${SMALL[@]}" --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
 diff <(losses dp.jsonl) <(losses dp_rc.jsonl) > /dev/null || { paste <(losses dp.jsonl) <(losses dp_rc.jsonl); fail "dp2: losses differ"; }
 echo "ok: dp 2"
+
+# pipeline parallel 2 (4 layers): the serial run's losses bit for bit. The counts are per
+# model chunk: block 1 on 2 stages recomputes layers 0 and 2, uniform 2 one segment each.
+L4=(--num-layers 4)
+run base4 "$RUN" "${SMALL[@]}" "${L4[@]}"
+run pp $MPI -np 2 "$RUN" "${SMALL[@]}" "${L4[@]}" --pipeline-model-parallel-size 2
+run pp_block $MPI -np 2 "$RUN" "${SMALL[@]}" "${L4[@]}" --pipeline-model-parallel-size 2 \
+    --recompute-granularity full --recompute-method block --recompute-num-layers 1
+run pp_uniform $MPI -np 2 "$RUN" "${SMALL[@]}" "${L4[@]}" --pipeline-model-parallel-size 2 \
+    --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
+run pp_vpp $MPI -np 2 "$RUN" "${SMALL[@]}" "${L4[@]}" --pipeline-model-parallel-size 2 \
+    --num-virtual-stages-per-pipeline-rank 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+for v in pp_block pp_uniform pp_vpp; do
+    diff <(losses base4.jsonl) <(losses $v.jsonl) > /dev/null || { paste <(losses base4.jsonl) <(losses $v.jsonl); fail "$v: losses differ"; }
+    awk -v a="$(saved $v.txt)" -v b="$(saved pp.txt)" 'BEGIN { exit !(a < b) }' ||
+        fail "$v saves $(saved $v.txt) MiB for backward on stage 0, not less than $(saved pp.txt)"
+    echo "ok: $v: same losses as 1 rank, stage 0 saves $(saved $v.txt) MiB for backward (without: $(saved pp.txt) MiB)"
+done
 
 bad() { # REGEX CMD...: exit 2 with REGEX on stderr
     local re=$1; shift
