@@ -72,7 +72,8 @@ static void users_free(users *u) {
  * another rank the other way, and hang. Where the data already orders them by seq the
  * order is the same as without these edges: a node is never taken earlier than it
  * would be, and taking it no later changes nothing before it. Transfers are matched
- * by tag and not chained. next[i]: node i's group successor, or -1. */
+ * by tag and not chained. next[i]: node i's group successor, or -1. (The engine
+ * requires distinct seqs in a group, mg_engine_new.) */
 typedef struct { int64_t seq; int group, id; } comm_key;
 
 static int cmp_comm_key(const void *a, const void *b) {
@@ -93,11 +94,16 @@ static int comm_chain(const mg_graph *g, int *next, int *pending) {
             k[m++] = (comm_key){nd->attrs.comm.seq, (int)nd->attrs.comm.group, i};
     }
     qsort(k, (size_t)m, sizeof *k, cmp_comm_key);
-    for (int i = 1; i < m; i++)
-        if (k[i].group == k[i - 1].group) {
-            next[k[i - 1].id] = k[i].id;
-            pending[k[i].id]++;
+    for (int i = 0, j; i < m; i = j) {
+        /* a group's run [i, j); seqs order it only when they are distinct (a graph built
+         * by hand may give a backward collective its forward's seq: no order is meant) */
+        bool distinct = true;
+        for (j = i + 1; j < m && k[j].group == k[i].group; j++) distinct &= k[j].seq != k[j - 1].seq;
+        for (int x = i + 1; x < j && distinct; x++) {
+            next[k[x - 1].id] = k[x].id;
+            pending[k[x].id]++;
         }
+    }
     free(k);
     return MG_OK;
 }

@@ -442,6 +442,27 @@ static void test_collectives(void) {
     mg_graph_free(g);
 }
 
+/* The graph's order issues a group's collectives by seq even where the data leaves
+ * them free: two independent all-reduces created seq 1 first (the lower id, which the
+ * order would otherwise take first), seq 0 second. Pipeline stages hold different
+ * graphs, so only seq can make them agree. */
+static void test_comm_chain(void) {
+    mg_graph *g = mg_graph_new();
+    int64_t sh[1] = {16};
+    mg_tensor *a = mg_allreduce(g, mg_input(g, "a", MG_F32, 1, sh), MG_GROUP_PP, 2, MG_REDUCE_SUM, 1);
+    mg_tensor *b = mg_allreduce(g, mg_input(g, "b", MG_F32, 1, sh), MG_GROUP_PP, 2, MG_REDUCE_SUM, 0);
+    mg_node **ord;
+    int n, ia = -1, ib = -1;
+    mg_error err = {0};
+    TK_CHECK(a && b && mg_graph_topo(g, &ord, &n, &err) == MG_OK, "topo: %s", err.msg);
+    for (int k = 0; k < n && !err.code; k++) {
+        if (ord[k] == a->src) ia = k;
+        if (ord[k] == b->src) ib = k;
+    }
+    TK_CHECK(ia >= 0 && ib >= 0 && ib < ia, "seq 0 at %d, seq 1 at %d: want seq 0 first", ib, ia);
+    mg_graph_free(g);
+}
+
 /* Pipeline stages' priorities: every task of an earlier event outranks every task of a
  * later one, the level orders an event's tasks, the top (transfers') stays free; with
  * a range narrower than the events, earlier never ranks below later. */
@@ -602,7 +623,7 @@ int main(int argc, char **argv) {
         {"two_engines", test_two_engines},       {"unsupported", test_unsupported},
         {"collectives", test_collectives},       {"comm_order", test_comm_order},
         {"kernel_error", test_kernel_error},     {"gpt2", test_gpt2},
-        {"event_priority", test_event_priority},
+        {"event_priority", test_event_priority}, {"comm_chain", test_comm_chain},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
 }
