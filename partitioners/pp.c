@@ -216,11 +216,16 @@ static int reduce_stages(part_ctx *c, const mg_tensor *lt) {
 
 /* ---- transfers --------------------------------------------------------------------------- */
 /* The placement a tensor crosses stages in: what a layer boundary has anyway (the
- * sequence split over tp under sequence parallelism, else whole), so neither side
- * converts in the common case, and the receiver knows it without asking. */
+ * sequence split over cp in its zigzag blocks under context parallelism, each block
+ * split over tp under sequence parallelism, else whole), so neither side converts in
+ * the common case, and the receiver knows it without asking. The next stage then
+ * computes on its rank's tokens, as the first did. */
 static mg_placement transfer_placement(const part_ctx *c, const mg_tensor *lt) {
     mg_placement pl = mg_placement_full();
-    if (c->tp > 1 && c->plan->sequence_parallel && lt->ndim >= 2 && lt->shape[0] % c->tp == 0)
+    int C = c->mesh->size[MG_GROUP_CP];
+    bool cp = C > 1 && lt->ndim >= 2 && lt->shape[0] % (2 * C) == 0;
+    if (cp) pl.ax[MG_GROUP_CP] = mg_place_split(MG_GROUP_CP, 0);
+    if (c->tp > 1 && c->plan->sequence_parallel && lt->ndim >= 2 && lt->shape[0] % ((cp ? C : 1) * c->tp) == 0)
         pl.ax[MG_GROUP_TP] = mg_place_split(MG_GROUP_TP, 0);
     return pl;
 }

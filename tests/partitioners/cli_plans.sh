@@ -116,6 +116,31 @@ dry_run_70b_pipeline)
         exit !(b >= want && b <= want + 64) }' || fail "stage 0 pp bytes"
     awk '{ exit ($1 > 120 || $3 > 4 * 1048576) }' time.txt || fail "dry run over 120 s or 4 GiB"
     echo "ok $CASE" ;;
+dry_run_405b_pp_cp)
+    # the seed's 405B layout (LLaMA-3-405B's shape): tp 8 + sp, pp 8, cp 2 on 128 ranks, micro-batch 1,
+    # global batch 2048; 126 layers as 15 on the first and last stage and 16 on the six between
+    DATA=$(dirname "$TEXT")
+    /usr/bin/time -f "%e s %M KiB" -o time.txt timeout 300 "$RUN" --dry-run --world-size 128 \
+        --tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 --context-parallel-size 2 --sequence-parallel \
+        --num-layers 126 --decoder-first-pipeline-num-layers 15 --decoder-last-pipeline-num-layers 15 \
+        --hidden-size 16384 --num-attention-heads 128 --group-query-attention --num-query-groups 8 \
+        --ffn-hidden-size 53248 --seq-length 8192 --max-position-embeddings 8192 --micro-batch-size 1 \
+        --global-batch-size 2048 --normalization RMSNorm --position-embedding-type rope --swiglu \
+        --untie-embeddings-and-output-weights --disable-bias-linear --tokenizer-type SentencePieceTokenizer \
+        --tokenizer-model "$DATA/mistral/tokenizer.model" --text-file "$TEXT" > out.txt 2>err.txt ||
+        { cat err.txt; fail "dry run"; }
+    cat time.txt
+    for s in 0 1 2 3 4 5 6 7; do
+        grep -q "pipeline stage $s of 8: its schedule keeps $((8 - s)) micro-batch" out.txt || { cat out.txt; fail "stage $s in flight"; }
+    done
+    grep "rank 127:" out.txt | grep -q "saved for backward" || fail "no memory summary of rank 127"
+    # stage 0 sends each micro-batch's activation in its cp x tp block [s/(cp tp), b, h], fp32:
+    # 8192/16 x 16384 x 4 bytes x 2048 micro-batches (+ scalars)
+    ppb=$(grep "rank 0:" out.txt | sed -n 's/.*bytes sent per step: pp \([0-9]*\),.*/\1/p')
+    awk -v b="$ppb" 'BEGIN { want = 8192 / 16 * 16384 * 4 * 2048; printf "stage 0 pp bytes %s, activations %.0f\n", b, want;
+        exit !(b >= want && b <= want + 64) }' || fail "stage 0 pp bytes"
+    awk '{ exit ($1 > 120 || $3 > 4 * 1048576) }' time.txt || fail "dry run over 120 s or 4 GiB"
+    echo "ok $CASE" ;;
 cp_seq_not_divisible)
     # context parallelism cuts each sequence into 2 x cp chunks: seq 18 does not divide by 4
     expect_usage "$CASE" "seq-length 18 is not divisible by 2 x context-parallel size \\(2 x 2\\)" \
@@ -123,6 +148,17 @@ cp_seq_not_divisible)
 cp_world_not_multiple)
     expect_usage "$CASE" "world size 3 is not a multiple of .*--context-parallel-size 2" \
         $MPI -np 3 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --context-parallel-size 2 --metrics-file metrics.jsonl ;;
+pp_cp_train_matches_serial)
+    # LLaMA, pipeline 2 x context parallel 2 (4 ranks, 4 layers), dropout on, vs the serial run
+    needs_text
+    timeout 120 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --num-layers 4 --train-iters 5 --metrics-file serial.jsonl \
+        > serial.txt 2>&1 || { cat serial.txt; fail "serial run"; }
+    timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --num-layers 4 --train-iters 5 --context-parallel-size 2 \
+        --pipeline-model-parallel-size 2 --metrics-file parallel.jsonl > parallel.txt 2>&1 ||
+        { cat parallel.txt; fail "parallel run"; }
+    grep -q "cp 2" parallel.txt && grep -q "pp 2" parallel.txt || { cat parallel.txt; fail "plan not applied"; }
+    same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
+    echo "ok $CASE" ;;
 cp_train_matches_serial)
     # LLaMA, context parallel 2 x data parallel 2 (4 ranks), dropout on, vs the serial run
     needs_text

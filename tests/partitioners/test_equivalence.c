@@ -171,7 +171,8 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
     for (int i = 0; i < mg_graph_n_tensors(S); i++) all_params += mg_graph_tensor(S, i)->role == MG_ROLE_PARAM;
     if (pp > 1) { /* the stages share the model: their FLOPs sum to the serial ones; none holds all layers */
         MPI_Allreduce(&fp, &fsum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-        fsum /= (double)dp * tp * cp; /* every tp rank of every stage, every dp replica */
+        /* every tp and cp rank of every stage, every dp replica (dp counts cp under cp) */
+        fsum /= (double)mesh->size[MG_GROUP_DP] * tp * cp;
         CHECK(stage_params < all_params, "pipeline stage holds all %d parameters", all_params);
         CHECK(fp < fs / tp, "pipeline stage runs all the matmul FLOPs (%.0f)", fp);
     }
@@ -186,12 +187,12 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
                    * a block is the rank's s/C tokens x micro-batch x its key/value heads x head dim, fp32 */
         const mg_gpt_config *m = &sc->model;
         double block = (double)m->seq_length / cp * sc->micro_batch * mg_gpt_kv_groups(m) / tp * (m->hidden / m->heads) * 4;
-        ring = 4.0 * (cp - 1) * block * m->num_layers * n_local;
+        ring = 4.0 * (cp - 1) * block * (m->num_layers / pp) * n_local; /* this stage's layers */
         double ring_only = bytes[MG_GROUP_CP] - (gb == MG_GROUP_CP ? want_dp : 0);
         CHECK(ring_only >= ring && ring_only <= ring + 64,
               "cp bytes per step %.0f, want the K/V ring's %.0f (4 x (cp-1) x %.0f-byte blocks x %d layers x %d "
               "micro-batches)%s (+ scalars)",
-              bytes[MG_GROUP_CP], ring + (gb == MG_GROUP_CP ? want_dp : 0), block, m->num_layers, n_local,
+              bytes[MG_GROUP_CP], ring + (gb == MG_GROUP_CP ? want_dp : 0), block, m->num_layers / pp, n_local,
               gb == MG_GROUP_CP ? " + the gradients' all-reduce" : "");
     }
     CHECK(bytes[gb] - (gb == MG_GROUP_CP ? ring : 0) >= want_dp && bytes[gb] - (gb == MG_GROUP_CP ? ring : 0) <= want_dp + 64,

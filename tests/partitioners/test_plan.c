@@ -123,8 +123,9 @@ static void rules(void) {
     p.pp_last_layers = 9;
     expect_rule(&p, 2, &m, MG_ERR_INVALID, "does not split as 0 on the first pipeline stage, 9 on the last");
     p.pp_last_layers = 0;
-    p.cp = 2;
-    expect_rule(&p, 4, NULL, MG_ERR_UNSUPPORTED, "pipeline parallelism combined with context parallelism");
+    p.cp = 2; /* pipeline x context parallelism: world a multiple of pp x cp */
+    expect_rule(&p, 4, &m, MG_OK, NULL);
+    expect_rule(&p, 6, NULL, MG_ERR_INVALID, "--context-parallel-size 2");
     p.pp = 1;
     /* context parallelism: 2·cp chunks per sequence; with SP, tp splits each rank's tokens */
     p.cp = 2;
