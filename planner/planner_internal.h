@@ -24,6 +24,10 @@ double mg_planner_attention_scores(const mg_node *n);
 typedef struct mg_planner_walk_t {
     double mb_compute_s[2], mb_flops[2];
     double mb_comm_s[2][MG_GROUP_COUNT], mb_bytes[MG_GROUP_COUNT];
+    /* of mb_comm_s[.][MG_GROUP_PP] and mb_bytes[MG_GROUP_PP]: the stage-boundary sends,
+     * one per model chunk and direction (mg_planner_finish scales them when the query's
+     * virtual stages differ from the walked graph's) */
+    double mb_p2p_s[2], mb_p2p_bytes;
     double step_compute_s, step_flops;
     double step_comm_s[MG_GROUP_COUNT], step_bytes[MG_GROUP_COUNT];
     double step_opt_comm_s[MG_GROUP_COUNT]; /* of step_comm_s: in the optimizer (parameter all-gather) */

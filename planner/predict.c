@@ -169,6 +169,10 @@ int mg_planner_walk(const mg_cluster *c, const mg_plan_query *q, const mg_plan *
             if (per_mb) {
                 w->mb_comm_s[fwd ? 0 : 1][grp] += t;
                 w->mb_bytes[grp] += wire;
+                if (n->op == MG_OP_SEND && grp == MG_GROUP_PP) {
+                    w->mb_p2p_s[fwd ? 0 : 1] += t;
+                    w->mb_p2p_bytes += wire;
+                }
                 if (fwd && layer >= 0) w->layer_fwd_s[layer] += t;
             } else {
                 w->step_comm_s[grp] += t;
@@ -300,6 +304,9 @@ int mg_planner_prepare(const mg_cluster *c, const mg_plan_query *q, mg_planner_b
     mg_plan plan = *p;
     plan.matmul_tiles = 1; /* one kernel per matmul, as a GPU runs it */
     int world = q->world, pp = p->pp, v = q->virtual_stages;
+    /* the query's virtual stages are the plan's model chunks: the graphs walked hold
+     * v chunks per stage, with a stage-boundary transfer each way per chunk */
+    plan.vpp = v;
     /* The partitioner's own rules first; a pipeline it cannot build yet is estimated
      * from a stage graph (header), anything else it refuses is refused here. */
     mg_error perr = {0};
@@ -308,6 +315,7 @@ int mg_planner_prepare(const mg_cluster *c, const mg_plan_query *q, mg_planner_b
     if (rc == MG_ERR_UNSUPPORTED && pp > 1) {
         mg_plan stage = plan;
         stage.pp = 1;
+        stage.vpp = 1;
         mg_error serr = {0};
         if (world % pp == 0 && !mg_plan_check(&stage, world / pp, &serr)) {
             estimate_pp = true;
@@ -327,8 +335,16 @@ int mg_planner_prepare(const mg_cluster *c, const mg_plan_query *q, mg_planner_b
         return mg_error_set(err, MG_ERR_INVALID,
                             "interleaved schedule: %d micro-batches per pipeline must be a multiple of the pipeline size %d",
                             M, pp);
-    mg_plan_model pm = {q->model.hidden, q->model.heads, q->model.ffn_hidden, q->model.seq_length, q->model.vocab,
-                        q->global_batch, q->micro_batch, mg_gpt_kv_groups(&q->model)};
+    mg_plan_model pm = {.hidden = q->model.hidden,
+                        .heads = q->model.heads,
+                        .ffn_hidden = q->model.ffn_hidden,
+                        .seq_length = q->model.seq_length,
+                        .vocab = q->model.vocab,
+                        .global_batch = q->global_batch,
+                        .micro_batch = q->micro_batch,
+                        .query_groups = mg_gpt_kv_groups(&q->model),
+                        /* the stage graph of an estimated pipeline has pp 1: nothing to check */
+                        .num_layers = q->model.num_layers};
     rc = mg_plan_check_model(&plan, stage_world, &pm, err);
     if (rc) return rc;
     int L = q->model.num_layers;

@@ -41,6 +41,15 @@ int mg_planner_finish(const mg_cluster *c, const mg_plan_query *q, const mg_plan
         bwd += w->mb_comm_s[1][g];
     }
     bwd += dp_in_mb; /* a reduction inside the micro-batch loop waits like any collective */
+    /* Each model chunk sends its output forward and its input's gradient back, so the
+     * stage-boundary transfers grow with the chunks per stage while the compute per
+     * stage does not. The search walks one graph (v = 1) for every v; a prediction
+     * walks the graph of its own v, and then the scale is 1. */
+    int walked_v = built->vpp > 1 ? built->vpp : 1;
+    double chunk_scale = (double)v / walked_v - 1;
+    double p2p_extra[2] = {chunk_scale * w->mb_p2p_s[0], chunk_scale * w->mb_p2p_s[1]};
+    fwd += p2p_extra[0];
+    bwd += p2p_extra[1];
 
     /* full recompute: the recomputed layers' forward (collectives included) again in the backward */
     double rec = 0, rec_flops = 0;
@@ -114,6 +123,10 @@ int mg_planner_finish(const mg_cluster *c, const mg_plan_query *q, const mg_plan
         gc->inter_node = w->group_inter[g];
         gc->bytes = w->mb_bytes[g] * M + w->step_bytes[g];
         gc->time_s = (w->mb_comm_s[0][g] + w->mb_comm_s[1][g]) * M + w->step_comm_s[g];
+        if (g == MG_GROUP_PP) {
+            gc->bytes += chunk_scale * w->mb_p2p_bytes * M;
+            gc->time_s += (p2p_extra[0] + p2p_extra[1]) * M;
+        }
         if (g == MG_GROUP_DP || g == MG_GROUP_DP_CP) gc->exposed_s = (w->mb_comm_s[0][g] + w->mb_comm_s[1][g]) * M;
         else gc->exposed_s = gc->time_s;
     }
