@@ -1,22 +1,34 @@
 #!/usr/bin/env python3
 """The planner against this machine (a benchmark: prints a table, asserts nothing).
 
-  python3 planner/calibrate.py BUILD_DIR OUT_DIR [ITERATIONS]
+  python3 planner/calibrate.py BUILD_DIR OUT_DIR [--iters N] [--repeats R] [--cluster FILE] [--plans LIST]
 
 1. mpirun -np 2 mgraph-calibrate > OUT_DIR/cpu.cluster (sgemm, memory, mgraph's GELU
-   kernel, StarPU's cost per node, MPI all-reduce: 2 ranks at once, one per core).
-2. Runs mgraph-run's plans (1 rank, dp=2, tp=2; one StarPU worker per rank, as the
-   cluster file describes a rank) and mgraph-plan's prediction of each from the file.
+   kernel, StarPU's cost per node, MPI all-reduce: 2 ranks at once, one per core);
+   --cluster FILE skips this and predicts from FILE (planner/clusters/cpu-2core.cluster).
+2. Runs mgraph-run's plans (1 rank, dp=2, tp=2, pp=2 by default; one StarPU worker per
+   rank, as the cluster file describes a rank) R times each and mgraph-plan's
+   prediction of each from the file; the table shows medians over the repeats.
 
 The machine is shared with other jobs, so step times are measured as CPU time per
 iteration and rank (what a dedicated core takes, as mgraph-calibrate measures): the
 CPU time of a run of N iterations minus that of a run of 2, divided by (N - 2) and the
-ranks. The wall-clock median of the log's iterations is shown beside it, with the load.
+ranks. The wall-clock median of the log's iterations is shown beside it, with the load
+average before and after the plan's runs.
 """
-import json, os, resource, statistics, subprocess, sys
+import argparse, json, os, resource, statistics, subprocess, sys
 
-build, out = sys.argv[1], sys.argv[2]
-iters = int(sys.argv[3]) if len(sys.argv) > 3 else 12
+ap = argparse.ArgumentParser(description="mgraph-plan's predictions against mgraph-run on this machine")
+ap.add_argument("build")
+ap.add_argument("out")
+ap.add_argument("--iters", type=int, default=12, help="iterations of the long run (the short run has 2)")
+ap.add_argument("--repeats", type=int, default=3, help="runs of each length per plan (medians)")
+ap.add_argument("--cluster", help="predict from this cluster file instead of measuring one")
+ap.add_argument("--plans", default="1rank,dp2,tp2,pp2", help="comma list of 1rank, dp2, tp2, pp2")
+a = ap.parse_args()
+build, out, iters = a.build, a.out, a.iters
+if iters < 3 or a.repeats < 1:
+    sys.exit("calibrate.py: --iters must be >= 3 and --repeats >= 1")
 B = os.path.join(build, "bin")
 src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.makedirs(out, exist_ok=True)
@@ -25,10 +37,11 @@ env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 text = os.path.join(src, "tests", "data", "tinyshakespeare.txt")
 model = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "128",
          "--micro-batch-size", "4", "--global-batch-size", "8"]
-cluster = os.path.join(out, "cpu.cluster")
-with open(cluster, "w") as f:
-    subprocess.run(["mpirun", "-np", "2", os.path.join(B, "mgraph-calibrate"), "--name", "cpu-2core", "--cpu-time"], stdout=f,
-                   stdin=subprocess.DEVNULL, env=env, check=True)
+cluster = a.cluster or os.path.join(out, "cpu.cluster")
+if not a.cluster:
+    with open(cluster, "w") as f:
+        subprocess.run(["mpirun", "-np", "2", os.path.join(B, "mgraph-calibrate"), "--name", "cpu-2core", "--cpu-time"],
+                       stdout=f, stdin=subprocess.DEVNULL, env=env, check=True)
 
 
 def run(np, flags, n):
@@ -45,23 +58,33 @@ def run(np, flags, n):
     return (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), p.stdout
 
 
-plans = [("1 rank", 1, []), ("dp=2", 2, []), ("tp=2", 2, ["--tensor-model-parallel-size", "2"])]
-if len(sys.argv) > 4:
-    plans.append(("pp=2", 2, ["--pipeline-model-parallel-size", "2"]))
-print("| plan | ranks | measured CPU s per iteration and rank | predicted step (s) | error | wall median (s) | load |")
+known = {"1rank": ("1 rank", 1, []), "dp2": ("dp=2", 2, []), "tp2": ("tp=2", 2, ["--tensor-model-parallel-size", "2"]),
+         "pp2": ("pp=2", 2, ["--pipeline-model-parallel-size", "2"])}
+plans = []
+for k in a.plans.split(","):
+    if k not in known:
+        sys.exit("calibrate.py: unknown plan %s (%s)" % (k, ", ".join(known)))
+    plans.append(known[k])
+print("| plan | ranks | measured CPU s per iteration and rank (median of %d) | predicted step (s) | error | "
+      "wall median (s) | load |" % a.repeats)
 print("|---|---|---|---|---|---|---|")
 for name, np, flags in plans:
-    c_long, log = run(np, flags, iters)
-    c_short, _ = run(np, flags, 2)
-    cpu = (c_long - c_short) / (iters - 2) / np
-    walls = [float(l.split("elapsed time per iteration (ms):")[1].split("|")[0]) / 1e3
-             for l in log.splitlines() if "elapsed time per iteration" in l][2:]
+    load0 = os.getloadavg()[0]
+    cpus, walls = [], []
+    for _ in range(a.repeats):
+        c_long, log = run(np, flags, iters)
+        c_short, _ = run(np, flags, 2)
+        cpus.append((c_long - c_short) / (iters - 2) / np)
+        walls += [float(l.split("elapsed time per iteration (ms):")[1].split("|")[0]) / 1e3
+                  for l in log.splitlines() if "elapsed time per iteration" in l][2:]
+    cpu = statistics.median(cpus)
     p = subprocess.run([os.path.join(B, "mgraph-plan"), "--cluster", cluster, "--json", "--world-size", str(np),
                         "--text-file", text] + model + flags, capture_output=True, text=True, env=env)
     if p.returncode:
         sys.exit("mgraph-plan failed: %s" % p.stderr)
     pred = json.loads(p.stdout)["step_time_s"]
-    print("| %s | %d | %.3f | %.3f | %+.0f%% | %.3f | %.1f |" % (name, np, cpu, pred, 100 * (pred - cpu) / cpu,
-                                                                 statistics.median(walls), os.getloadavg()[0]))
+    print("| %s | %d | %.3f (%s) | %.3f | %+.0f%% | %.3f | %.1f-%.1f |" %
+          (name, np, cpu, " ".join("%.3f" % c for c in cpus), pred, 100 * (pred - cpu) / cpu, statistics.median(walls),
+           load0, os.getloadavg()[0]), flush=True)
 print("\ncluster file %s:\n" % cluster)
 print(open(cluster).read())

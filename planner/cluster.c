@@ -36,6 +36,7 @@ static const ckey keys[] = {
     {"memory-efficiency", C(memory_efficiency), 1e-3, 1, true, false},
     {"kernel-overhead-us", C(kernel_overhead_us), 0, 1e6, true, false},
     {"reserved-gib", C(reserved_gib), 0, 1e6, false, false},
+    {"pipeline-serial", C(pipeline_serial), 0, 1, false, true},
 };
 #undef C
 #define N_KEYS (sizeof keys / sizeof *keys)

@@ -43,6 +43,9 @@ typedef struct mg_planner_walk_t {
     double other_saved;        /* saved bytes outside the layers (embedding, head, loss) */
     double param_elems, grad_elems, opt_elems;
     int nodes;
+    /* set by mg_planner_prepare: the sum over the pipeline's stages of a micro-batch's
+     * time over the slowest stage's (pp when the stages are equal; 1 without pp) */
+    double stage_sum_ratio;
 } mg_planner_walk_t;
 
 int mg_planner_walk(const mg_cluster *c, const mg_plan_query *q, const mg_plan *plan, int dp, const mg_graph *g,

@@ -356,7 +356,7 @@ int mg_planner_prepare(const mg_cluster *c, const mg_plan_query *q, mg_planner_b
     out->pp_estimated = estimate_pp;
     out->dp = dp;
     out->n_micro = M;
-    double worst_mb = -1;
+    double worst_mb = -1, mb_of[3] = {0, 0, 0};
     mg_planner_walk_t W = {0};
     mg_step st = {0};
     rc = build_step(q, stage_layers, &st, err);
@@ -379,6 +379,7 @@ int mg_planner_prepare(const mg_cluster *c, const mg_plan_query *q, mg_planner_b
         }
         double mb = w.mb_compute_s[0] + w.mb_compute_s[1];
         for (int g = 0; g < MG_GROUP_COUNT; g++) mb += w.mb_comm_s[0][g] + w.mb_comm_s[1][g];
+        mb_of[k] = mb;
         if (mb > worst_mb) {
             worst_mb = mb;
             mg_planner_walk_free(&W);
@@ -388,6 +389,10 @@ int mg_planner_prepare(const mg_cluster *c, const mg_plan_query *q, mg_planner_b
         }
     }
     mg_step_release(&st);
+    /* the stages between the first and the last hold the same layers' worth as the second */
+    double sum = mb_of[0];
+    if (pp > 1) sum = estimate_pp ? pp * mb_of[0] : mb_of[0] + (pp > 2 ? (pp - 2) * mb_of[1] : 0) + mb_of[2];
+    W.stage_sum_ratio = worst_mb > 0 ? sum / worst_mb : 1;
     b->walk = W;
     b->built = plan;
     b->pp_estimated = estimate_pp;

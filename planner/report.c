@@ -27,8 +27,12 @@ void mg_prediction_print(const mg_cluster *c, const mg_plan_query *q, const mg_p
     fprintf(f, "  step time            %.4f s\n", p->step_time_s);
     fprintf(f, "  model TFLOP/s/GPU    %.4g  (MFU %.1f%% of %g TFLOP/s; %.3g model FLOPs per step)\n", p->tflops_per_gpu,
             100 * p->mfu, c->peak_tflops[q->precision], p->model_flops);
-    fprintf(f, "  pipeline bubble      %.2f%%  ((pp-1)/(v*M) = %d/(%d*%d))\n", 100 * p->bubble_fraction, q->plan.pp - 1,
-            q->virtual_stages, p->n_micro);
+    if (c->pipeline_serial && q->plan.pp > 1)
+        fprintf(f, "  pipeline bubble      %.2f%%  (the stages take turns: each idles while the others work)\n",
+                100 * p->bubble_fraction);
+    else
+        fprintf(f, "  pipeline bubble      %.2f%%  ((pp-1)/(v*M) = %d/(%d*%d))\n", 100 * p->bubble_fraction,
+                q->plan.pp - 1, q->virtual_stages, p->n_micro);
     fprintf(f, "  per micro-batch      forward %.3f ms, backward %.3f ms, recompute %.3f ms, stage transfers %.3f ms\n",
             1e3 * p->fwd_s, 1e3 * p->bwd_s, 1e3 * p->recompute_s, 1e3 * p->p2p_s);
     fprintf(f, "  step parts           pipeline %.4f s, optimizer %.4f s, exposed data-parallel comm %.4f s\n",

@@ -97,6 +97,14 @@ int mg_planner_finish(const mg_cluster *c, const mg_plan_query *q, const mg_plan
     out->p2p_s = p2p;
     out->bubble_fraction = pp > 1 ? (double)(pp - 1) / ((double)v * M) : 0;
     out->pipeline_s = (M + (pp > 1 ? (double)(pp - 1) / v : 0)) * t_mb;
+    if (pp > 1 && c->pipeline_serial) {
+        /* stages that take turns: every micro-batch passes through all of them one after
+         * the other, and a stage idles while the others work */
+        double ratio = w->stage_sum_ratio > 1 ? w->stage_sum_ratio : 1;
+        out->pipeline_s = M * t_mb * ratio;
+        out->bubble_fraction = 1 - 1 / ratio;
+        note(out, "the cluster's pipeline stages take turns (pipeline-serial 1): M x the sum of the stages");
+    }
 
     /* once per step: the data-parallel gradient reduction can hide behind the last
      * micro-batch's backward (--overlap-grad-reduce); the distributed optimizer's

@@ -32,6 +32,7 @@ int mg_plan_search(const mg_cluster *c, const mg_plan_query *base, const mg_sear
             if (opt->fixed_pp && pp != base->plan.pp) continue;
             if (L % pp || world % (tp * pp)) continue;
             for (int cp = 1; tp * pp * cp <= world; cp *= 2) {
+                if (opt->fixed_cp && cp != base->plan.cp) continue;
                 if (world % (tp * pp * cp) || (cp > 1 && base->model.seq_length % (2 * cp))) continue;
                 int dp = world / (tp * pp * cp);
                 for (int ep = 1; ep <= dp * cp; ep *= 2) {

@@ -39,7 +39,7 @@ static void usage(FILE *f) {
             "  --top N                             plans --search prints (default 10)\n"
             "  --search-max-micro-batch N          largest micro-batch --search tries (default 8)\n"
             "  --search-keep FLAGS                 with --search, keep these of the query: comma list of tp,pp,mbs,\n"
-            "                                      recompute,vp\n"
+            "                                      recompute,vp,cp\n"
             "  --vocab-size N                      vocabulary before padding (default: the tokenizer's)\n"
             "  --attention-backend S               unfused|local: cost attention as Megatron's unfused kernels (s x s\n"
             "                                      scores in memory); fused|flash|auto (default): mgraph's fused kernel\n"
@@ -49,7 +49,8 @@ static void usage(FILE *f) {
             "Cluster file keys (one 'key value' per line, '#' comments): name, precision (bf16|fp32), gpus-per-node,\n"
             "max-nodes, peak-tflops-fp32, peak-tflops-bf16, vector-tflops, hbm-gib, hbm-gbps, intra-gbps,\n"
             "intra-latency-us, inter-gbps, inter-latency-us, gemm-efficiency, gemm-half-gflops, memory-efficiency,\n"
-            "kernel-overhead-us, reserved-gib (a matrix op of F FLOPs runs at peak x gemm-efficiency x F/(F + half)).\n\n"
+            "kernel-overhead-us, reserved-gib, pipeline-serial (0|1: 1 when the pipeline's stages take turns instead of\n"
+            "working at once) (a matrix op of F FLOPs runs at peak x gemm-efficiency x F/(F + half)).\n\n"
             "The model and plan flags are mgraph-run's (mgraph-run --help).\n"
             "Exit status: 0 success, 2 bad usage or input, 1 failure while running.\n",
             mg_cluster_preset_names());
@@ -202,8 +203,9 @@ static int search_keep(const char *s, mg_search_options *o, mg_error *err) {
         else if (!strcmp(t, "mbs")) o->fixed_mbs = true;
         else if (!strcmp(t, "recompute")) o->fixed_recompute = true;
         else if (!strcmp(t, "vp")) o->fixed_vp = true;
+        else if (!strcmp(t, "cp")) o->fixed_cp = true;
         else
-            return mg_error_set(err, MG_ERR_INVALID, "--search-keep: unknown '%s' (tp, pp, mbs, recompute, vp)", t);
+            return mg_error_set(err, MG_ERR_INVALID, "--search-keep: unknown '%s' (tp, pp, mbs, recompute, vp, cp)", t);
     }
     return MG_OK;
 }

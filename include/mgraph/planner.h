@@ -57,6 +57,11 @@ typedef struct mg_cluster {
     double memory_efficiency;    /* fraction of hbm_gbps memory-bound kernels reach */
     double kernel_overhead_us;   /* per node (launch or task submission) */
     double reserved_gib;         /* memory the runtime takes besides the model (context, buffers) */
+    /* 1: the pipeline's stages take turns instead of working at once (what mgraph's
+     * pp = 2 does on the 2-core CPU machine: README, "Pipeline parallelism"); a step's
+     * pipeline part is then M x the sum of the stages' micro-batch times. 0: the
+     * schedule's (M + (pp-1)/v) x the slowest stage's. */
+    int pipeline_serial;
     mg_precision precision;      /* default precision of plans on this cluster */
 } mg_cluster;
 
@@ -139,7 +144,7 @@ double mg_plan_model_flops(const mg_plan_query *q);
 typedef struct mg_search_options {
     int world;
     int max_micro_batch;         /* micro-batch sizes 1, 2, 4, ... up to this */
-    bool fixed_tp, fixed_pp, fixed_mbs, fixed_recompute, fixed_vp; /* keep the query's value */
+    bool fixed_tp, fixed_pp, fixed_mbs, fixed_recompute, fixed_vp, fixed_cp; /* keep the query's value */
     int top;                     /* how many to keep */
 } mg_search_options;
 

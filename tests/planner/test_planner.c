@@ -218,6 +218,42 @@ static int test_korthikanti(void) {
     return tk_failures ? 1 : 0;
 }
 
+/* A cluster whose pipeline stages take turns (pipeline-serial 1: mgraph's pp = 2 on the
+ * 2-core machine): the step's pipeline part is M x the sum of the stages, so pp = 2 on
+ * two ranks costs what one rank's whole model costs plus the stage transfers (the
+ * stages split the same layers), where the overlapping schedule's (M + 1) x the
+ * slowest stage is well under it. */
+static int test_pipeline_serial(void) {
+    mg_cluster c;
+    mg_error err = {0};
+    char path[4096];
+    snprintf(path, sizeof path, "%s/serial.cluster", g_dir);
+    write_file(path, "name serial\nprecision fp32\ngpus-per-node 2\npeak-tflops-fp32 0.1\npeak-tflops-bf16 0.1\n"
+                     "vector-tflops 0.0025\nhbm-gib 10\nhbm-gbps 12\nintra-gbps 2.7\nintra-latency-us 3\n"
+                     "inter-gbps 2.7\ninter-latency-us 3\ngemm-efficiency 1\ngemm-half-gflops 0.005\n"
+                     "memory-efficiency 1\nkernel-overhead-us 4\npipeline-serial 1\n");
+    TK_CHECK(mg_cluster_load(path, &c, &err) == MG_OK && c.pipeline_serial == 1, "%s", err.msg);
+    /* a small vocabulary: stages of equal cost, as in the calibration model */
+    mg_plan_query one = gpt(4, 256, 4, 128, 256, 1, 1, 1, 4, 8), two = gpt(4, 256, 4, 128, 256, 1, 2, 2, 4, 8);
+    one.precision = two.precision = MG_PREC_FP32;
+    mg_prediction p1, p2, p2o;
+    TK_CHECK(mg_plan_predict(&c, &one, &p1, &err) == MG_OK, "%s", err.msg);
+    TK_CHECK(mg_plan_predict(&c, &two, &p2, &err) == MG_OK, "%s", err.msg);
+    c.pipeline_serial = 0;
+    TK_CHECK(mg_plan_predict(&c, &two, &p2o, &err) == MG_OK, "%s", err.msg);
+    double transfers = p2.group[MG_GROUP_PP].time_s;
+    printf("1 rank pipeline %.4f s; pp 2 stages taking turns %.4f s (transfers %.4f s, bubble %.1f%%); overlapping "
+           "%.4f s (bubble %.1f%%)\n",
+           p1.pipeline_s, p2.pipeline_s, transfers, 100 * p2.bubble_fraction, p2o.pipeline_s, 100 * p2o.bubble_fraction);
+    TK_CHECK(fabs((p2.pipeline_s - transfers) / p1.pipeline_s - 1) < 0.05, "serial pp 2 %.4f s - transfers %.4f s vs one rank %.4f s",
+             p2.pipeline_s, transfers, p1.pipeline_s);
+    TK_CHECK(p2.bubble_fraction > 0.4 && p2.bubble_fraction < 0.6, "serial bubble %.3f (each stage idles about half)",
+             p2.bubble_fraction);
+    TK_CHECK(fabs(p2o.bubble_fraction - 0.5) < 1e-12 && p2o.pipeline_s < 0.85 * p2.pipeline_s,
+             "overlapping: bubble (pp-1)/M = %.3f, pipeline %.4f s", p2o.bubble_fraction, p2o.pipeline_s);
+    return tk_failures ? 1 : 0;
+}
+
 /* ---- Narayanan et al. 2021 (SC21) Table 1 ------------------------------------------------------ */
 typedef struct row {
     double params_b;
@@ -283,35 +319,89 @@ static int test_table1(void) {
     return tk_failures ? 1 : 0;
 }
 
-/* --search over every tp, pp (virtual stages), micro-batch for the largest rows (GPT
- * 310B, 530B, 1T; recompute kept full as published): the published plan, with its best
- * micro-batch and interleaving, within 5% of the best plan found. (The 145.6B row's
- * published tp 8 x pp 8 is 7.8% behind tp 4 x pp 16 here, and smaller rows further:
- * README, "mgraph-plan", says why.) */
+/* --search over every tp <= 8, pp (with virtual stages) and micro-batch 1-8 for every
+ * row (recompute kept full, attention unfused, no cp: as published). Rows 1.7B, 76.1B,
+ * 310.1B, 529.6B and 1T: the published plan is within 5% of the best. The others: the
+ * best is the plan listed, more than 5% ahead, with less tensor parallelism (and more
+ * pipeline stages): per GPU the tp all-reduces of every layer's activations, the
+ * replicated layer norms and dropouts, the smaller GEMMs and a data-parallel
+ * reduction through one NIC per GPU cost more than the bubble and stage transfers pp
+ * adds at these batch sizes (README, "--search on Table 1", has the numbers per row).
+ * Those rows' tp grows with the model for weak scaling; the paper did not tune them. */
+typedef struct search_expect {
+    int best_tp, best_pp; /* 0: the published plan is within 5% of the best */
+    double max_gap;       /* the published plan's gap behind the best, at most */
+} search_expect;
+static const search_expect table1_search[] = {
+    {0, 0, 0.05},  /* 1.7B */
+    {1, 1, 0.10},  /* 3.6B: tp 1 (x dp 64) */
+    {1, 2, 0.19},  /* 7.5B: tp 1 x pp 2 */
+    {1, 8, 0.30},  /* 18.4B: tp 1 x pp 8 */
+    {2, 8, 0.25},  /* 39.1B: tp 2 x pp 8 */
+    {0, 0, 0.05},  /* 76.1B */
+    {4, 16, 0.12}, /* 145.6B: tp 4 x pp 16 */
+    {0, 0, 0.05},  /* 310.1B */
+    {0, 0, 0.05},  /* 529.6B */
+    {0, 0, 0.05},  /* 1008.0B */
+};
+
+static void describe(char *buf, size_t n, const mg_search_result *r) {
+    snprintf(buf, n, "tp %d pp %d v %d mbs %d", r->q.plan.tp, r->q.plan.pp, r->q.virtual_stages, r->q.micro_batch);
+}
+
 static int test_search_published(void) {
     mg_cluster c;
     mg_cluster_preset("dgx-a100-80gb", &c, NULL);
-    printf("| params (B) | best plan found | step (s) | published plan | rank among candidates | step (s) | gap |\n|---|---|---|---|---|---|---|\n");
-    for (size_t i = 7; i < sizeof table1 / sizeof *table1; i++) {
+    printf("| params (B) | best plan found | step (s) | published plan | rank among candidates | step (s) | gap |\n"
+           "|---|---|---|---|---|---|---|\n");
+    size_t from = getenv("MG_TEST_ROW") ? (size_t)atoi(getenv("MG_TEST_ROW")) : 0;
+    for (size_t i = from; i < sizeof table1 / sizeof *table1; i++) {
         const row *r = &table1[i];
+        const search_expect *x = &table1_search[i];
         mg_plan_query q = table1_query(r);
-        enum { TOP = 400 };
+        enum { TOP = 2000 };
         mg_search_result *res = calloc(TOP, sizeof *res);
-        mg_search_options so = {.world = r->gpus, .max_micro_batch = 8, .fixed_recompute = true, .top = TOP};
+        /* context parallelism came after the paper (and its plans are estimated with pp) */
+        mg_search_options so = {
+            .world = r->gpus, .max_micro_batch = 8, .fixed_recompute = true, .fixed_cp = true, .top = TOP};
         int n, tried, dropped, refused;
         mg_error err = {0};
-        TK_CHECK(mg_plan_search(&c, &q, &so, res, &n, &tried, &dropped, &refused, &err) == MG_OK, "%s", err.msg);
+        TK_CHECK(res && mg_plan_search(&c, &q, &so, res, &n, &tried, &dropped, &refused, &err) == MG_OK, "%s", err.msg);
         int pub = -1;
         for (int k = 0; k < n && pub < 0; k++)
-            if (res[k].q.plan.tp == r->tp && res[k].q.plan.pp == r->pp) pub = k;
+            if (res[k].q.plan.tp == r->tp && res[k].q.plan.pp == r->pp && res[k].q.plan.cp == 1) pub = k;
         TK_CHECK(n > 0 && pub >= 0, "row %.1fB: published plan not among %d plans", r->params_b, n);
         if (n > 0 && pub >= 0) {
             double gap = res[pub].p.step_time_s / res[0].p.step_time_s - 1;
-            printf("| %.1f | tp %d pp %d v %d mbs %d | %.2f | tp %d pp %d v %d mbs %d | %d of %d | %.2f | %+.1f%% |\n",
-                   r->params_b, res[0].q.plan.tp, res[0].q.plan.pp, res[0].q.virtual_stages, res[0].q.micro_batch,
-                   res[0].p.step_time_s, r->tp, r->pp, res[pub].q.virtual_stages, res[pub].q.micro_batch, pub + 1, tried,
-                   res[pub].p.step_time_s, 100 * gap);
-            TK_CHECK(gap <= 0.05, "row %.1fB: published plan %.1f%% behind the best", r->params_b, 100 * gap);
+            char best[64], mine[64];
+            describe(best, sizeof best, &res[0]);
+            describe(mine, sizeof mine, &res[pub]);
+            printf("| %.1f | %s | %.2f | %s | %d of %d | %.2f | %+.1f%% |\n", r->params_b, best, res[0].p.step_time_s, mine,
+                   pub + 1, tried, res[pub].p.step_time_s, 100 * gap);
+            if (getenv("MG_TEST_VERBOSE"))
+                for (int k = 0; k < n && k < 8; k++) {
+                    const mg_prediction *p = &res[k].p;
+                    describe(best, sizeof best, &res[k]);
+                    printf("   %s: step %.2f fwd %.3f bwd %.3f rec %.3f M %d bubble %.3f dp %.2f opt %.2f tp %.2f pp %.2f mem %.1f\n",
+                           best, p->step_time_s, p->fwd_s, p->bwd_s, p->recompute_s, p->n_micro, p->bubble_fraction,
+                           p->dp_exposed_s, p->optimizer_s, p->group[MG_GROUP_TP].time_s, p->group[MG_GROUP_PP].time_s,
+                           p->mem_total / 1073741824.0);
+                }
+            /* the search costs v > 1 from the walk of the v = 1 graph, its stage transfers
+             * scaled by v: the graph with the plan's own v chunks per stage must agree */
+            if (res[pub].q.virtual_stages > 1) {
+                mg_prediction own;
+                TK_CHECK(mg_plan_predict(&c, &res[pub].q, &own, &err) == MG_OK, "%s", err.msg);
+                TK_CHECK(fabs(own.step_time_s / res[pub].p.step_time_s - 1) < 0.01,
+                         "row %.1fB: %s predicted %.3f s from its own graph, %.3f s in the search", r->params_b, mine,
+                         own.step_time_s, res[pub].p.step_time_s);
+            }
+            TK_CHECK(gap <= x->max_gap, "row %.1fB: published plan %.1f%% behind the best (expected at most %.0f%%)",
+                     r->params_b, 100 * gap, 100 * x->max_gap);
+            if (x->best_tp)
+                TK_CHECK(gap > 0.05 && res[0].q.plan.tp == x->best_tp && res[0].q.plan.pp == x->best_pp,
+                         "row %.1fB: best plan tp %d pp %d %.1f%% ahead, expected tp %d pp %d more than 5%% ahead",
+                         r->params_b, res[0].q.plan.tp, res[0].q.plan.pp, 100 * gap, x->best_tp, x->best_pp);
             /* ranked: step times never decrease; every plan fits and covers the GPUs */
             for (int k = 0; k < n; k++) {
                 TK_CHECK(k == 0 || res[k].p.step_time_s >= res[k - 1].p.step_time_s, "order at %d", k);
@@ -339,6 +429,7 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "memory_per_param")) return test_memory_per_param();
     if (!strcmp(c, "korthikanti")) return test_korthikanti();
     if (!strcmp(c, "table1")) return test_table1();
+    if (!strcmp(c, "pipeline_serial")) return test_pipeline_serial();
     if (!strcmp(c, "search_published")) return test_search_published();
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
