@@ -28,6 +28,7 @@ typedef struct mg_planner_walk_t {
      * one per model chunk and direction (mg_planner_finish scales them when the query's
      * virtual stages differ from the walked graph's) */
     double mb_p2p_s[2], mb_p2p_bytes;
+    int mb_p2p_n[2];
     double step_compute_s, step_flops;
     double step_comm_s[MG_GROUP_COUNT], step_bytes[MG_GROUP_COUNT];
     double step_opt_comm_s[MG_GROUP_COUNT]; /* of step_comm_s: in the optimizer (parameter all-gather) */

@@ -169,11 +169,15 @@ int mg_planner_walk(const mg_cluster *c, const mg_plan_query *q, const mg_plan *
             if (per_mb) {
                 w->mb_comm_s[fwd ? 0 : 1][grp] += t;
                 w->mb_bytes[grp] += wire;
-                if (n->op == MG_OP_SEND && grp == MG_GROUP_PP) {
+                bool p2p = n->op == MG_OP_SEND && grp == MG_GROUP_PP;
+                if (p2p) {
                     w->mb_p2p_s[fwd ? 0 : 1] += t;
+                    w->mb_p2p_n[fwd ? 0 : 1]++;
                     w->mb_p2p_bytes += wire;
                 }
-                if (fwd && layer >= 0) w->layer_fwd_s[layer] += t;
+                /* a layer's forward as recompute reruns it: its tp/cp/ep collectives, not the
+                 * stage-boundary send of its output (the recompute does not send again) */
+                if (fwd && layer >= 0 && !p2p) w->layer_fwd_s[layer] += t;
             } else {
                 w->step_comm_s[grp] += t;
                 w->step_bytes[grp] += wire;

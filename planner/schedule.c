@@ -41,13 +41,23 @@ int mg_planner_finish(const mg_cluster *c, const mg_plan_query *q, const mg_plan
         bwd += w->mb_comm_s[1][g];
     }
     bwd += dp_in_mb; /* a reduction inside the micro-batch loop waits like any collective */
-    /* Each model chunk sends its output forward and its input's gradient back, so the
-     * stage-boundary transfers grow with the chunks per stage while the compute per
-     * stage does not. The search walks one graph (v = 1) for every v; a prediction
-     * walks the graph of its own v, and then the scale is 1. */
+    /* Each model chunk sends its output forward and its input's gradient back: with v
+     * chunks a stage sends v times each way per micro-batch (the first stage v - 1
+     * gradients back, the last stage v - 1 outputs forward), while its compute stays
+     * that of L/pp layers. The search walks one graph (v = 1) for every v and adds the
+     * sends the other chunks make at the walked sends' mean; a prediction walks the
+     * graph of its own v, and this adds nothing. */
     int walked_v = built->vpp > 1 ? built->vpp : 1;
-    double chunk_scale = (double)v / walked_v - 1;
-    double p2p_extra[2] = {chunk_scale * w->mb_p2p_s[0], chunk_scale * w->mb_p2p_s[1]};
+    double p2p_extra[2] = {0, 0}, p2p_extra_bytes = 0;
+    int n_sends = w->mb_p2p_n[0] + w->mb_p2p_n[1];
+    if (walked_v != v && pp > 1 && n_sends > 0) {
+        double mean = (w->mb_p2p_s[0] + w->mb_p2p_s[1]) / n_sends, mean_bytes = w->mb_p2p_bytes / n_sends;
+        for (int k = 0; k < 2; k++) {
+            double each = w->mb_p2p_n[k] ? w->mb_p2p_s[k] / w->mb_p2p_n[k] : mean;
+            p2p_extra[k] = (v - walked_v) * each;
+            p2p_extra_bytes += (v - walked_v) * mean_bytes;
+        }
+    }
     fwd += p2p_extra[0];
     bwd += p2p_extra[1];
 
@@ -132,7 +142,7 @@ int mg_planner_finish(const mg_cluster *c, const mg_plan_query *q, const mg_plan
         gc->bytes = w->mb_bytes[g] * M + w->step_bytes[g];
         gc->time_s = (w->mb_comm_s[0][g] + w->mb_comm_s[1][g]) * M + w->step_comm_s[g];
         if (g == MG_GROUP_PP) {
-            gc->bytes += chunk_scale * w->mb_p2p_bytes * M;
+            gc->bytes += p2p_extra_bytes * M;
             gc->time_s += (p2p_extra[0] + p2p_extra[1]) * M;
         }
         if (g == MG_GROUP_DP || g == MG_GROUP_DP_CP) gc->exposed_s = (w->mb_comm_s[0][g] + w->mb_comm_s[1][g]) * M;
