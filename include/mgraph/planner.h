@@ -12,12 +12,13 @@
  * persistent tensors by role, activations saved for the backward.
  *
  * Pipeline, context and expert parallelism come from the partitioner: a plan the
- * partitioner builds is predicted from its per-rank graphs. Until the partitioner
- * builds pipeline plans, pp > 1 is estimated (mg_prediction.pp_estimated): each stage
- * is the graph of a model with L/pp layers (embedding and output layer included, so the
+ * partitioner builds is predicted from its per-rank graphs (pipeline plans: the first,
+ * second and last stage's, with the plan's virtual stages). A pipeline the partitioner
+ * refuses (pp with cp or ep) is estimated (mg_prediction.pp_estimated): each stage is
+ * the graph of a model with L/pp layers (embedding and output layer included, so the
  * slowest stage is bounded from above) on world/pp ranks, with the schedule's bubble
  * and the stage-boundary transfers added analytically. Context and expert parallel
- * plans the partitioner cannot build are refused with the reason.
+ * plans the partitioner cannot build otherwise are refused with the reason.
  */
 #ifndef MGRAPH_PLANNER_H
 #define MGRAPH_PLANNER_H
