@@ -59,7 +59,7 @@ typedef struct mg_cluster {
     double kernel_overhead_us;   /* per node (launch or task submission) */
     double reserved_gib;         /* memory the runtime takes besides the model (context, buffers) */
     /* 1: the pipeline's stages take turns instead of working at once (what mgraph's
-     * pp = 2 does on the 2-core CPU machine: README, "Pipeline parallelism"); a step's
+     * pp = 2 did on the 2-core CPU machine before its event priorities); a step's
      * pipeline part is then M x the sum of the stages' micro-batch times. 0: the
      * schedule's (M + (pp-1)/v) x the slowest stage's. */
     int pipeline_serial;

@@ -219,7 +219,7 @@ static int test_korthikanti(void) {
 }
 
 /* A cluster whose pipeline stages take turns (pipeline-serial 1: mgraph's pp = 2 on the
- * 2-core machine): the step's pipeline part is M x the sum of the stages, so pp = 2 on
+ * 2-core machine before the scheduler's event priorities): the step's pipeline part is M x the sum of the stages, so pp = 2 on
  * two ranks costs what one rank's whole model costs plus the stage transfers (the
  * stages split the same layers), where the overlapping schedule's (M + 1) x the
  * slowest stage is well under it. */
