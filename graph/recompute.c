@@ -26,16 +26,23 @@
 #include "graph/graph_internal.h"
 #include "ops/op.h"
 
-/* Is scope inside one of layers [a, b)? ("h.3" or "h.3.attn" for layer 3.) */
+/* Layer i of scope `scope` (layer_scope's "%d": "h.3" or "h.3.attn" for layer 3), or -1. */
+static int layer_of(const char *scope, const char *fmt) {
+    const char *d = scope ? strstr(fmt, "%d") : NULL;
+    if (!d || strncmp(scope, fmt, (size_t)(d - fmt))) return -1;
+    const char *p = scope + (d - fmt), *rest = d + 2;
+    if (*p < '0' || *p > '9') return -1;
+    char *q;
+    long i = strtol(p, &q, 10);
+    size_t nr = strlen(rest);
+    if (strncmp(q, rest, nr) || (q[nr] != '\0' && q[nr] != '.') || i > 1 << 30) return -1;
+    return (int)i;
+}
+
+/* Is scope inside one of layers [a, b)? */
 static bool in_layers(const char *scope, const mg_recompute_options *o, int a, int b) {
-    if (!scope) return false;
-    for (int i = a; i < b; i++) {
-        char pre[128];
-        int n = snprintf(pre, sizeof pre, o->layer_scope, i);
-        if (n > 0 && (size_t)n < sizeof pre && !strncmp(scope, pre, (size_t)n) && (scope[n] == '\0' || scope[n] == '.'))
-            return true;
-    }
-    return false;
+    int i = layer_of(scope, o->layer_scope);
+    return i >= a && i < b;
 }
 
 typedef struct rewrite {
@@ -298,19 +305,6 @@ static int segment(mg_graph *g, const mg_recompute_options *o, int a, int b, int
     *n_cloned += count;
     rw_free(&r);
     return rc;
-}
-
-/* Layer i of scope `scope` (layer_scope's "%d"), or -1. */
-static int layer_of(const char *scope, const char *fmt) {
-    const char *d = scope ? strstr(fmt, "%d") : NULL;
-    if (!d || strncmp(scope, fmt, (size_t)(d - fmt))) return -1;
-    const char *p = scope + (d - fmt), *rest = d + 2;
-    if (*p < '0' || *p > '9') return -1;
-    char *q;
-    long i = strtol(p, &q, 10);
-    size_t nr = strlen(rest);
-    if (strncmp(q, rest, nr) || (q[nr] != '\0' && q[nr] != '.') || i > 1 << 30) return -1;
-    return (int)i;
 }
 
 /* The rewrite, as Megatron's transformer block does it, counts in blocks: a pipeline

@@ -407,9 +407,10 @@ static int submit_pipeline_step(mg_engine *e, mg_error *err) {
                             e->pp_events, err);
         if (rc) return rc;
         e->pp_events_micro = n_micro;
+        e->pp_in_flight = mg_pp_in_flight(e->pp_events, n_ev, e->pp_chunks);
     }
     const mg_pp_event *ev = e->pp_events;
-    int need = mg_pp_in_flight(ev, n_ev, e->pp_chunks);
+    int need = e->pp_in_flight;
     if (need > mg_storage_n_slots(e->s) && mg_storage_n_slots(e->s) < n_micro)
         return mg_error_set(err, MG_ERR_INVALID,
                             "the %s schedule keeps %d micro-batches in flight on pipeline stage %d; the storage has %d "

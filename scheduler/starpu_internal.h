@@ -21,7 +21,7 @@ typedef struct mg_task_arg {
     int *bufs;                              /* [nbuf]: plan buffer; -1 for the comm token */
     enum starpu_data_access_mode *modes;    /* [nbuf] */
     int priority;                           /* StarPU priority, from mg_graph_priorities */
-    int level;                              /* pipeline stages: the same as a rank in [0, MG_PP_PRIO_LEVELS) */
+    int level;                              /* the critical path's rank in [0, MG_PP_PRIO_LEVELS): orders a pipeline event's tasks */
 } mg_task_arg;
 
 /* Per submitted task (its cl_arg, freed by StarPU when the task ends): which node, the
@@ -61,10 +61,11 @@ struct mg_engine {
     int pp_kind;                            /* mg_pp_schedule_kind */
     int *chunk;
     bool *backward;
-    /* The schedule's events for the last step's micro-batch count (rebuilt only when it
-     * changes) and the StarPU priority range the events are spread over. */
+    /* The schedule's events for the last step's micro-batch count and the micro-batches
+     * they keep in flight (rebuilt only when the count changes), and the StarPU priority
+     * range the events are spread over. */
     mg_pp_event *pp_events;
-    int pp_events_micro;
+    int pp_events_micro, pp_in_flight;
     int prio_min, prio_max;
     mg_exec_info info;                      /* the running step's info (per task: mg_task_inst) */
     bool use_priorities;

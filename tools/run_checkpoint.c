@@ -108,26 +108,22 @@ static int collect(const mg_graph *g, const mg_mesh *mesh, mg_storage *st, bool 
  * know which tensors they share only through the partitioner, and checkpoints are
  * rare enough that a gather of names costs nothing that matters. */
 static int drop_lower_stages(const mg_mesh *mesh, mg_ckpt_piece *v, int *n, mg_error *err) {
-    if (mesh->size[MG_GROUP_PP] <= 1) return MG_OK;
+    int P = mesh->size[MG_GROUP_PP], me = mesh->coord[MG_GROUP_PP];
+    if (P <= 1) return MG_OK;
+    if (P > 64) /* (the partitioner's limit too: every rank returns here alike) */
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "checkpoint: more than 64 pipeline stages");
     size_t len = 1;
     for (int i = 0; i < *n; i++) len += strlen(v[i].name) + 1;
     char *mine = malloc(len + 1);
-    if (!mine) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
-    size_t k = 0;
-    mine[k++] = '\n'; /* every name is found as "\nNAME\n" */
-    for (int i = 0; i < *n; i++) k += (size_t)sprintf(mine + k, "%s\n", v[i].name);
+    int mylen = 0;
+    if (mine) {
+        mine[mylen++] = '\n'; /* every name is found as "\nNAME\n" */
+        for (int i = 0; i < *n; i++) mylen += sprintf(mine + mylen, "%s\n", v[i].name);
+    }
+    /* Every rank of the group takes part in every collective below, whatever its own
+     * allocations did, and all learn together whether the gather can go ahead. */
     MPI_Comm pp;
-    int P = mesh->size[MG_GROUP_PP], me = mesh->coord[MG_GROUP_PP], mylen = (int)k;
-    if (P > 64) { /* (the partitioner's limit too: every rank returns here alike) */
-        free(mine);
-        return mg_error_set(err, MG_ERR_UNSUPPORTED, "checkpoint: more than 64 pipeline stages");
-    }
-    if (MPI_Comm_split(MPI_COMM_WORLD, mg_mesh_peer(mesh, MG_GROUP_PP, 0), me, &pp) != MPI_SUCCESS) {
-        free(mine);
-        return mg_error_set(err, MG_ERR_RUNTIME, "checkpoint: could not form the pipeline group");
-    }
-    /* lengths are tiny next to the state itself: a failed allocation ends the process's
-     * usefulness anyway, so the gathers below always take place (no rank left waiting) */
+    MPI_Comm_split(MPI_COMM_WORLD, mg_mesh_peer(mesh, MG_GROUP_PP, 0), me, &pp);
     int lens[64], offs[64];
     MPI_Allgather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, pp);
     long long total = 0;
@@ -135,14 +131,12 @@ static int drop_lower_stages(const mg_mesh *mesh, mg_ckpt_piece *v, int *n, mg_e
         offs[s] = (int)total;
         total += lens[s];
     }
-    char *all = malloc((size_t)total + 1);
-    int rc = all && total < INT32_MAX ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "checkpoint: %lld bytes of names", total);
-    if (rc) { /* still take part, into a buffer the size of this rank's own list */
-        for (int s = 0; s < P; s++) lens[s] = offs[s] = 0;
-        lens[me] = mylen;
-    }
-    MPI_Allgatherv(mine, mylen, MPI_CHAR, rc ? mine : all, lens, offs, MPI_CHAR, pp);
-    if (!rc) {
+    char *all = mine && total < INT32_MAX ? malloc((size_t)total + 1) : NULL;
+    int ok = all != NULL;
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, pp);
+    int rc = ok ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "checkpoint: out of memory gathering %lld bytes of names", total);
+    if (ok) {
+        MPI_Allgatherv(mine, mylen, MPI_CHAR, all, lens, offs, MPI_CHAR, pp);
         all[offs[me]] = '\0'; /* the lower stages' names only; each list starts with its own newline */
         int kept = 0;
         for (int i = 0; i < *n; i++) {

@@ -37,6 +37,26 @@ losses() { grep -o '"lm_loss": [^,]*' "$1" | awk '{print $2}'; }
 # grad_norms FILE: the grad_norm column (before clipping)
 grad_norms() { grep -o '"grad_norm": [^,]*' "$1" | awk '{print $2}'; }
 
+# pipeline_dry_run P WORLD WANT_PP_BYTES FLAGS...: mgraph-run --dry-run --world-size WORLD FLAGS
+# within 120 s and 4 GiB; 1F1B keeps P - stage micro-batches in flight on every stage; the
+# last rank prints its memory; stage 0 sends WANT_PP_BYTES per step (+ the broadcast scalars)
+pipeline_dry_run() {
+    local P=$1 world=$2 want=$3; shift 3
+    /usr/bin/time -f "%e s %M KiB" -o time.txt timeout 300 "$RUN" --dry-run --world-size "$world" "$@" \
+        --text-file "$TEXT" > out.txt 2>err.txt || { cat err.txt; fail "dry run"; }
+    cat time.txt
+    for s in $(seq 0 $((P - 1))); do
+        grep -q "pipeline stage $s of $P: its schedule keeps $((P - s)) micro-batch" out.txt ||
+            { cat out.txt; fail "stage $s in flight"; }
+    done
+    grep "rank $((world - 1)):" out.txt | grep -q "saved for backward" || fail "no memory summary of rank $((world - 1))"
+    local ppb
+    ppb=$(grep "rank 0:" out.txt | sed -n 's/.*bytes sent per step: pp \([0-9]*\),.*/\1/p')
+    awk -v b="$ppb" -v want="$want" 'BEGIN { printf "stage 0 pp bytes %s, activations %.0f\n", b, want;
+        exit !(b >= want && b <= want + 64) }' || fail "stage 0 pp bytes"
+    awk '{ exit ($1 > 120 || $3 > 4 * 1048576) }' time.txt || fail "dry run over 120 s or 4 GiB"
+}
+
 # same_column NAME A-VALUES B-VALUES TOL: every iteration within relative TOL
 same_column() {
     paste <(echo "$2") <(echo "$3") | awk -v tol="$4" -v name="$1" '
@@ -96,50 +116,28 @@ pp_interleaved_tp2_matches_serial)
     same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
     echo "ok $CASE" ;;
 dry_run_70b_pipeline)
-    # the seed's 70B recipe: tp 4 + sp, pp 4, 64 ranks, global batch 1024; per-stage memory and
-    # bytes; 1F1B keeps P - stage micro-batches in flight (stage 0: P = 4)
+    # the seed's 70B recipe: tp 4 + sp, pp 4, 64 ranks, global batch 1024; stage 0 sends each
+    # micro-batch's activation [s/tp, b, h] in fp32: 4096/4 x 8192 x 4 bytes x 256 micro-batches
     DATA=$(dirname "$TEXT")
-    /usr/bin/time -f "%e s %M KiB" -o time.txt timeout 300 "$RUN" --dry-run --world-size 64 --tensor-model-parallel-size 4 \
+    pipeline_dry_run 4 64 $((4096 / 4 * 8192 * 4 * 256)) --tensor-model-parallel-size 4 \
         --pipeline-model-parallel-size 4 --sequence-parallel --num-layers 80 --hidden-size 8192 --num-attention-heads 64 \
         --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 1024 \
-        --vocab-file "$DATA/gpt2/vocab.json" --merge-file "$DATA/gpt2/merges.txt" --text-file "$TEXT" > out.txt 2>err.txt ||
-        { cat err.txt; fail "dry run"; }
-    cat time.txt
-    for s in 0 1 2 3; do
-        grep -q "pipeline stage $s of 4: its schedule keeps $((4 - s)) micro-batch" out.txt || { cat out.txt; fail "stage $s in flight"; }
-    done
-    grep "rank 63:" out.txt | grep -q "saved for backward" || fail "no memory summary of rank 63"
-    # stage 0 sends each micro-batch's activation [s/tp, b, h] in fp32: 4096/4 x 8192 x 4 bytes x 256
-    # micro-batches (+ the broadcast scalars: loss, ...)
-    ppb=$(grep "rank 0:" out.txt | sed -n 's/.*bytes sent per step: pp \([0-9]*\),.*/\1/p')
-    awk -v b="$ppb" 'BEGIN { want = 4096 / 4 * 8192 * 4 * 256; printf "stage 0 pp bytes %s, activations %.0f\n", b, want;
-        exit !(b >= want && b <= want + 64) }' || fail "stage 0 pp bytes"
-    awk '{ exit ($1 > 120 || $3 > 4 * 1048576) }' time.txt || fail "dry run over 120 s or 4 GiB"
+        --vocab-file "$DATA/gpt2/vocab.json" --merge-file "$DATA/gpt2/merges.txt"
     echo "ok $CASE" ;;
 dry_run_405b_pp_cp)
     # the seed's 405B layout (LLaMA-3-405B's shape): tp 8 + sp, pp 8, cp 2 on 128 ranks, micro-batch 1,
-    # global batch 2048; 126 layers as 15 on the first and last stage and 16 on the six between
+    # global batch 2048; 126 layers as 15 on the first and last stage and 16 on the six between.
+    # Stage 0 sends each micro-batch's activation in its cp x tp block [s/(cp tp), b, h], fp32:
+    # 8192/16 x 16384 x 4 bytes x 2048 micro-batches
     DATA=$(dirname "$TEXT")
-    /usr/bin/time -f "%e s %M KiB" -o time.txt timeout 300 "$RUN" --dry-run --world-size 128 \
+    pipeline_dry_run 8 128 $((8192 / 16 * 16384 * 4 * 2048)) \
         --tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 --context-parallel-size 2 --sequence-parallel \
         --num-layers 126 --decoder-first-pipeline-num-layers 15 --decoder-last-pipeline-num-layers 15 \
         --hidden-size 16384 --num-attention-heads 128 --group-query-attention --num-query-groups 8 \
         --ffn-hidden-size 53248 --seq-length 8192 --max-position-embeddings 8192 --micro-batch-size 1 \
         --global-batch-size 2048 --normalization RMSNorm --position-embedding-type rope --swiglu \
         --untie-embeddings-and-output-weights --disable-bias-linear --tokenizer-type SentencePieceTokenizer \
-        --tokenizer-model "$DATA/mistral/tokenizer.model" --text-file "$TEXT" > out.txt 2>err.txt ||
-        { cat err.txt; fail "dry run"; }
-    cat time.txt
-    for s in 0 1 2 3 4 5 6 7; do
-        grep -q "pipeline stage $s of 8: its schedule keeps $((8 - s)) micro-batch" out.txt || { cat out.txt; fail "stage $s in flight"; }
-    done
-    grep "rank 127:" out.txt | grep -q "saved for backward" || fail "no memory summary of rank 127"
-    # stage 0 sends each micro-batch's activation in its cp x tp block [s/(cp tp), b, h], fp32:
-    # 8192/16 x 16384 x 4 bytes x 2048 micro-batches (+ scalars)
-    ppb=$(grep "rank 0:" out.txt | sed -n 's/.*bytes sent per step: pp \([0-9]*\),.*/\1/p')
-    awk -v b="$ppb" 'BEGIN { want = 8192 / 16 * 16384 * 4 * 2048; printf "stage 0 pp bytes %s, activations %.0f\n", b, want;
-        exit !(b >= want && b <= want + 64) }' || fail "stage 0 pp bytes"
-    awk '{ exit ($1 > 120 || $3 > 4 * 1048576) }' time.txt || fail "dry run over 120 s or 4 GiB"
+        --tokenizer-model "$DATA/mistral/tokenizer.model"
     echo "ok $CASE" ;;
 cp_seq_not_divisible)
     # context parallelism cuts each sequence into 2 x cp chunks: seq 18 does not divide by 4
