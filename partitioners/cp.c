@@ -519,13 +519,14 @@ mg_tensor *cp_get(part_ctx *c, const mg_tensor *lt, mg_sharding tp_want, int i) 
 }
 
 int cp_after_node(part_ctx *c, const mg_node *n) {
-    /* with dp > 1, dp.c reduces over dp x cp (the distributed optimizer is refused
-     * with cp by the plan check) */
+    /* with dp > 1, dp.c reduces over dp x cp; the distributed optimizer reduce-scatters
+     * its buckets over dp x cp (dist_opt.c), whatever dp is */
     if (cp_size(c) == 1 || c->dp > 1) return MG_OK;
     for (int j = 0; j < n->n_out; j++) {
         const mg_tensor *lo = n->out[j];
         pt *p = &c->st[lo->id];
         if (c->final_grad_of[lo->id] < 0 || !p->t || p->pl.ax[MG_GROUP_CP].kind != MG_SHARD_PARTIAL) continue;
+        if (dopt_has_param(c, c->final_grad_of[lo->id])) continue;
         part_enter_step_context(c); /* reduced once per step, as soon as it is final */
         mg_placement want = p->pl;
         want.ax[MG_GROUP_CP] = mg_place_full(MG_GROUP_CP);

@@ -210,10 +210,12 @@ static int dopt_sumsq(part_ctx *c, const mg_node *n) {
     if (!out) {
         return part_graph_error(c);
     }
-    /* a share of the sum over dp, and over tp where tp splits parameters */
+    /* a share of the sum over dp (x cp: the ranges are cut over both), and over tp
+     * where tp splits parameters */
     mg_placement os = mg_placement_full();
     if (c->tp > 1) os.ax[MG_GROUP_TP] = sh_partial();
     os.ax[MG_GROUP_DP] = mg_place_partial(MG_GROUP_DP);
+    if (c->grad_group == MG_GROUP_DP_CP) os.ax[MG_GROUP_CP] = mg_place_partial(MG_GROUP_CP);
     part_set_identity(c, out, n->out[0], &os);
     c->st[n->out[0]->id] = (pt){out, os};
     return 1;
@@ -275,10 +277,13 @@ static mg_tensor *moment_segment(part_ctx *c, const mg_tensor *lm, mg_sharding t
     t->logical.ndim = 1;
     t->logical.shape[0] = mg_numel(lm);
     t->logical.offset[0] = flat_off;
-    /* a dp-split (flat) block of the moment of the parameter's tp block */
+    /* a dp-split (flat) block of the moment of the parameter's tp block; split over
+     * dp x cp under context parallelism (cp innermost, as the dp_cp group numbers its
+     * ranks), so every rank of the group owns, and a checkpoint writes, its own range */
     t->place = mg_placement_full();
     t->place.ax[MG_GROUP_TP] = tp_state;
     t->place.ax[MG_GROUP_DP] = mg_place_split(MG_GROUP_DP, 0);
+    if (c->grad_group == MG_GROUP_DP_CP) t->place.ax[MG_GROUP_CP] = mg_place_split(MG_GROUP_CP, 0);
     return t;
 }
 

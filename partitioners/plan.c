@@ -230,11 +230,6 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
                                 "--expert-model-parallel-size %d with --context-parallel-size %d is not supported yet",
                                 p->ep, p->cp);
     }
-    if (p->cp > 1 && p->distributed_optimizer)
-        return mg_error_set(err, MG_ERR_UNSUPPORTED,
-                            "--use-distributed-optimizer with --context-parallel-size %d: not supported yet (use the "
-                            "plain optimizer; gradients are still reduced over dp x cp)",
-                            p->cp);
     if (p->sequence_parallel && p->tp == 1)
         return mg_error_set(err, MG_ERR_INVALID, "--sequence-parallel needs --tensor-model-parallel-size > 1");
     if (p->bucket_numel < 1) return mg_error_set(err, MG_ERR_INVALID, "bucket size must be >= 1");

@@ -888,6 +888,9 @@ static void describe(const run *r, const mg_graph *g, const mg_mesh *m, int rank
     if (r->plan.ep > 1) /* the all-to-all moves what the routing sends: estimated for a balanced routing */
         snprintf(ep, sizeof ep, ", ep %.0f (all-to-all, balanced routing), edp %.0f", bytes[MG_GROUP_EP],
                  bytes[MG_GROUP_EDP]);
+    if (r->plan.cp > 1) /* the K/V ring (and, at dp 1, the gradients' all-reduce) over cp; the gradients over dp x cp */
+        snprintf(ep + strlen(ep), sizeof ep - strlen(ep), ", cp %.0f, dp_cp %.0f", bytes[MG_GROUP_CP],
+                 bytes[MG_GROUP_DP_CP]);
     if (r->plan.pp > 1) { /* a stage keeps its schedule's micro-batches in flight */
         int slots = r->plan.microbatch_slots, need = -1, st = m->coord[MG_GROUP_PP];
         if (pipeline_slots(r, st, &slots, &need, &e)) slots = -1;

@@ -13,6 +13,8 @@
 #             first and last stage once), load under 1 rank and under pp=2 interleaved:
 #             the next iterations match within 1e-5; a single-rank checkpoint loads under
 #             pp=2 x dp=2; pp=2 resumes its own checkpoint bitwise
+#   cp        save under cp=2 x dp=2 with the distributed optimizer (4 ranks: optimizer
+#             state cut over dp x cp), load under 1 rank within 1e-5, resume bitwise
 #   flags     --finetune, --no-load-optim, --no-load-rng, --save-retain, --skip-train
 #   bad       model-flag mismatch, corrupt and truncated checkpoints: exit 2 with a message
 #   convert   mgraph-convert (5th argument) without transformers: --to-hf then --from-hf gives
@@ -138,6 +140,20 @@ pp)
     mpirun -np 2 "$RUN" "${ARGS[@]}" "${PP[@]}" --train-iters 6 --load ck2/iter_0000003 --metrics-file p2r.jsonl \
         > p2r.txt 2>&1 || { cat p2r.txt; fail "pp2 resume"; }
     same_bits p2.jsonl p2r.jsonl 3
+    ;;
+cp)
+    # context parallel 2 x data parallel 2 with the distributed optimizer: the optimizer
+    # state is cut over dp x cp, so every rank writes its own range of each bucket
+    P=(--context-parallel-size 2 --use-distributed-optimizer)
+    mpirun -np 4 "$RUN" "${ARGS[@]}" "${P[@]}" --train-iters 6 --save ck --save-interval 3 \
+        --metrics-file full.jsonl > full.txt 2>&1 || { cat full.txt; fail "cp2 x dp2 run"; }
+    grep -q "cp 2" full.txt || { cat full.txt; fail "plan not applied"; }
+    "$RUN" "${ARGS[@]}" --train-iters 6 --load ck/iter_0000003 --metrics-file one.jsonl > one.txt 2>&1 ||
+        { cat one.txt; fail "load under 1 rank"; }
+    close_to full.jsonl one.jsonl 3
+    mpirun -np 4 "$RUN" "${ARGS[@]}" "${P[@]}" --train-iters 6 --load ck/iter_0000003 --metrics-file r.jsonl \
+        > r.txt 2>&1 || { cat r.txt; fail "cp2 x dp2 resume"; }
+    same_bits full.jsonl r.jsonl 3
     ;;
 reshard_llama)
     # a LLaMA-family GPT (RMSNorm, RoPE, SwiGLU, grouped-query attention, untied output, no

@@ -166,6 +166,11 @@ cp_train_matches_serial)
         --metrics-file parallel.jsonl > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
     grep -q "cp 2" parallel.txt || { cat parallel.txt; fail "plan not applied"; }
     same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
+    # and with the distributed optimizer (its state cut over dp x cp)
+    timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --train-iters 5 --context-parallel-size 2 \
+        --use-distributed-optimizer --metrics-file dopt.jsonl > dopt.txt 2>&1 || { cat dopt.txt; fail "distopt run"; }
+    grep -q "distributed optimizer" dopt.txt || { cat dopt.txt; fail "distributed optimizer not applied"; }
+    same_losses dopt.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ with the distributed optimizer"
     echo "ok $CASE" ;;
 sp_without_tp)
     # Megatron's validate_args: at tp 1 sequence parallelism is disabled with a warning

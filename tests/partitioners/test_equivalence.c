@@ -140,7 +140,7 @@ static double matmul_flops(const mg_graph *g) {
 }
 
 static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const mg_mesh *mesh, int n_local, bool gpt2,
-                              const mg_step_config *sc) {
+                              const mg_step_config *sc, bool distopt) {
     const mg_graph *P = R->graph;
     int tp = mesh->size[MG_GROUP_TP], cp = mesh->size[MG_GROUP_CP], pp = mesh->size[MG_GROUP_PP], n_split = 0,
         n_params = 0, layers = 0, stage_params = 0;
@@ -180,8 +180,9 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
           pp > 1 ? "the pipeline's stages" : "this rank", fsum, fs, tp, cp);
     double bytes[MG_GROUP_COUNT], want_dp = dp > 1 ? 2.0 * (dp - 1) / dp * local : 0;
     mg_plan_comm_bytes(P, n_local, bytes);
-    /* with dp 1 under cp the gradients' all-reduce is over the cp group itself */
-    mg_group gb = cp > 1 && mesh->size[MG_GROUP_DP] == 1 ? MG_GROUP_CP : gg;
+    /* with dp 1 under cp the gradients' all-reduce is over the cp group itself; the
+     * distributed optimizer's reduce-scatter and all-gather are over dp x cp always */
+    mg_group gb = cp > 1 && mesh->size[MG_GROUP_DP] == 1 && !distopt ? MG_GROUP_CP : gg;
     double ring = 0;
     if (cp > 1) { /* the K/V ring: per layer and micro-batch, C-1 blocks of K and of V forward, of dK and dV back;
                    * a block is the rank's s/C tokens x micro-batch x its key/value heads x head dim, fp32 */
@@ -321,7 +322,7 @@ int main(int argc, char **argv) {
         die("parallel build", &err);
     mg_tensor *loss = mg_rank_tensor(&R, ser.loss), *gn = mg_rank_tensor(&R, ser.opt.grad_norm);
     CHECK(loss != NULL && gn != NULL, "physical graph has lm_loss and %s", ser.opt.grad_norm->name);
-    check_partitioned(ser.g, &R, &mesh, n_local, !llama, &sc);
+    check_partitioned(ser.g, &R, &mesh, n_local, !llama, &sc, plan.distributed_optimizer);
     mg_comm_reset_bytes(comm);
     double worst_loss = 0, worst_gn = 0;
     for (int it = 0; it < iters && loss; it++) {

@@ -140,7 +140,7 @@ static void rules(void) {
     m.seq_length = 32;
     expect_rule(&p, 8, &m, MG_OK, NULL);
     p.distributed_optimizer = true;
-    expect_rule(&p, 8, &m, MG_ERR_UNSUPPORTED, "--use-distributed-optimizer with --context-parallel-size 2");
+    expect_rule(&p, 8, &m, MG_OK, NULL); /* sharded over dp x cp (dist_opt.c) */
     p.distributed_optimizer = false;
     p.tp = 1;
     p.sequence_parallel = false;
