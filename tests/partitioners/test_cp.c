@@ -5,6 +5,13 @@
  *                    (reverse shift) run through autodiff: d/dx of sum(w · shift(x)) is the w of the
  *                    member the block went to; bytes counted = the graph's count; a shift by the
  *                    group size copies.
+ *   test_cp overlap  (one process) the ring leaves room for overlap: in every rank's graph of a
+ *                    LLaMA step under cp 2 and cp 4 (with tp 2 + SP too), each forward K/V shift
+ *                    has an attention block that neither feeds it nor reads it (the block the
+ *                    rank already holds, computed while the next block is in flight), and each
+ *                    backward dK/dV shift an attention_bwd block likewise. That is what lets the
+ *                    engine run the shift on its communication thread (or a GPU's NCCL stream)
+ *                    while the worker computes; with collectives on the worker, nothing can.
  */
 #include <math.h>
 #include <mpi.h>
@@ -14,6 +21,7 @@
 #include <unistd.h>
 
 #include "mgraph/comm.h"
+#include "mgraph/model.h"
 #include "mgraph/plan.h"
 #include "testkit.h"
 
@@ -95,6 +103,122 @@ static void ring(void) {
     if (world_size == 4) ring_mesh(2, 2);
 }
 
+/* Marks in seen[] every node reachable from node s along data edges, forwards
+ * (consumers) or backwards (producers). cons[i] lists node i's consumers. */
+static void reach(const mg_graph *g, int s, int **cons, const int *n_cons, bool fwd, bool *seen, int *stack) {
+    int top = 0;
+    stack[top++] = s;
+    while (top) {
+        const mg_node *n = mg_graph_node(g, stack[--top]);
+        if (fwd) {
+            for (int k = 0; k < n_cons[n->id]; k++)
+                if (!seen[cons[n->id][k]]) seen[cons[n->id][k]] = true, stack[top++] = cons[n->id][k];
+        } else {
+            for (int i = 0; i < n->n_in; i++) {
+                const mg_node *src = n->in[i]->src;
+                if (src && !seen[src->id]) seen[src->id] = true, stack[top++] = src->id;
+            }
+        }
+    }
+}
+
+/* Checks one rank's graph; returns the number of shifts checked. */
+static int overlap_rank(const mg_graph *g, int tp, int cp, int rank) {
+    int nn = mg_graph_n_nodes(g), checked = 0;
+    int **cons = calloc((size_t)nn, sizeof *cons), *n_cons = calloc((size_t)nn, sizeof *n_cons),
+        *stack = malloc((size_t)nn * sizeof *stack);
+    bool *down = malloc((size_t)nn), *up = malloc((size_t)nn);
+    for (int i = 0; i < nn; i++) {
+        const mg_node *n = mg_graph_node(g, i);
+        for (int j = 0; j < n->n_in; j++)
+            if (n->in[j]->src) {
+                int p = n->in[j]->src->id;
+                int *grown = realloc(cons[p], (size_t)(n_cons[p] + 1) * sizeof *grown);
+                if (!grown) abort(); /* (a test) */
+                cons[p] = grown;
+                cons[p][n_cons[p]++] = i;
+            }
+    }
+    for (int i = 0; i < nn; i++) {
+        const mg_node *s = mg_graph_node(g, i);
+        if (s->op != MG_OP_RING_SHIFT) continue;
+        bool fwd = s->attrs.comm.peer > 0;
+        mg_op partner = fwd ? MG_OP_ATTENTION : MG_OP_ATTENTION_BWD;
+        memset(down, 0, (size_t)nn);
+        memset(up, 0, (size_t)nn);
+        reach(g, i, cons, n_cons, true, down, stack);
+        reach(g, i, cons, n_cons, false, up, stack);
+        int free_blocks = 0, blocks = 0;
+        for (int j = 0; j < nn; j++) {
+            const mg_node *a = mg_graph_node(g, j);
+            if (a->op != partner || strcmp(a->scope, s->scope)) continue; /* the same layer's blocks */
+            blocks++;
+            free_blocks += !down[j] && !up[j];
+        }
+        /* some blocks run while it is in flight, the others need what it brings */
+        TK_CHECK(blocks > 0 && free_blocks > 0 && free_blocks < blocks,
+                 "tp %d cp %d rank %d: %s shift '%s' (%s): %d of its layer's %d %s blocks can run while it is in flight",
+                 tp, cp, rank, fwd ? "forward K/V" : "backward dK/dV", s->out[0]->name, s->scope, free_blocks, blocks,
+                 mg_op_name(partner));
+        checked++;
+    }
+    for (int i = 0; i < nn; i++) free(cons[i]);
+    free(cons), free(n_cons), free(stack), free(down), free(up);
+    return checked;
+}
+
+static void overlap(void) {
+    mg_step_config sc = {0};
+    sc.model = mg_gpt_defaults();
+    sc.model.num_layers = 2;
+    sc.model.hidden = 32;
+    sc.model.heads = 4;
+    sc.model.ffn_hidden = 64;
+    sc.model.seq_length = 16;
+    sc.model.max_position = 16;
+    sc.model.vocab = 256;
+    sc.model.norm = MG_NORM_RMSNORM;
+    sc.model.pos_emb = MG_POS_ROPE;
+    sc.model.swiglu = true;
+    sc.model.query_groups = 2;
+    sc.model.untie_embeddings = true;
+    sc.model.disable_bias_linear = true;
+    sc.micro_batch = 2;
+    sc.n_micro = 1;
+    sc.training = true;
+    sc.optim = mg_adamw_defaults();
+    sc.optim.lr = (mg_lr_schedule){.lr = 1e-3f, .decay_steps = 10, .style = MG_LR_COSINE};
+    mg_step st;
+    mg_error err = {0};
+    if (mg_step_build(&sc, &st, &err)) {
+        TK_CHECK(0, "step: %s", err.msg);
+        return;
+    }
+    int cases[][2] = {{1, 2}, {1, 4}, {2, 2}}; /* tp, cp */
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        int tp = cases[k][0], cp = cases[k][1];
+        for (int r = 0; r < tp * cp; r++) {
+            mg_plan plan;
+            mg_plan_defaults(&plan);
+            plan.tp = tp;
+            plan.cp = cp;
+            plan.sequence_parallel = tp > 1;
+            mg_mesh mesh;
+            mg_rank_graph R;
+            if (mg_mesh_init(&mesh, tp * cp, r, tp, cp, 1, 1, &err) || mg_partition(st.g, &plan, &mesh, &R, &err)) {
+                TK_CHECK(0, "tp %d cp %d rank %d: %s", tp, cp, r, err.msg);
+                continue;
+            }
+            int n = overlap_rank(R.graph, tp, cp, r);
+            /* K and V forward, dK and dV backward: C-1 shifts each per layer */
+            TK_CHECK(n == 4 * (cp - 1) * sc.model.num_layers, "tp %d cp %d rank %d: %d shifts, want %d", tp, cp, r, n,
+                     4 * (cp - 1) * sc.model.num_layers);
+            mg_rank_graph_release(&R);
+        }
+    }
+    mg_step_release(&st);
+}
+
 int main(int argc, char **argv) {
     signal(SIGALRM, watchdog);
     alarm(120);
@@ -104,8 +228,9 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     const char *what = argc > 1 ? argv[1] : "ring";
     if (!strcmp(what, "ring")) ring();
+    else if (!strcmp(what, "overlap")) overlap();
     else {
-        if (world_rank == 0) fprintf(stderr, "unknown test '%s' (ring)\n", what);
+        if (world_rank == 0) fprintf(stderr, "unknown test '%s' (ring, overlap)\n", what);
         tk_failures++;
     }
     int total = 0;
