@@ -159,6 +159,8 @@ static const flag flags[] = {
     {"--tensor-model-parallel-size", F_INT, O(tensor_model_parallel_size), USE, NULL, "tp"},
     {"--pipeline-model-parallel-size", F_INT, O(pipeline_model_parallel_size), USE, NULL, "pp"},
     {"--context-parallel-size", F_INT, O(context_parallel_size), USE, NULL, "cp"},
+    {"--cp-comm-type", F_STR, NOFF, NOOP, "p2p",
+     "context parallelism passes K/V around a ring (Megatron's p2p); a2a, allgather and a2a+p2p are not built"},
     {"--expert-model-parallel-size", F_INT, O(expert_model_parallel_size), USE, NULL, "ep: experts split over ep ranks of dp"},
     {"--expert-tensor-parallel-size", F_INT, O(expert_tensor_parallel_size), USE, NULL,
      "1 only: each tensor-parallel rank runs whole experts (Megatron defaults it to tp)"},

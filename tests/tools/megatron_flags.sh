@@ -69,13 +69,15 @@ all_bad_flags_one_run)
 accepted_without_effect)
     "$RUN" --text-file text.txt "${TINY[@]}" --use-mcore-models --transformer-impl transformer_engine \
         --attention-backend auto --distributed-backend nccl --no-masked-softmax-fusion --num-workers 2 \
-        --dataloader-type cyclic --dry-run > out.txt 2> err.txt || { cat err.txt; fail "no-op flags refused"; }
-    [ "$(grep -c 'warning: .* has no effect: ' err.txt)" -eq 7 ] || { cat err.txt; fail "want 7 warnings"; }
+        --dataloader-type cyclic --cp-comm-type p2p --dry-run > out.txt 2> err.txt || { cat err.txt; fail "no-op flags refused"; }
+    [ "$(grep -c 'warning: .* has no effect: ' err.txt)" -eq 8 ] || { cat err.txt; fail "want 8 warnings"; }
     grep -q error err.txt && fail "an error for an accepted flag"
     # a no-op flag still gets its value checked
     "$RUN" --text-file text.txt "${TINY[@]}" --transformer-impl te --dry-run > out.txt 2> err.txt
     [ $? -eq 2 ] && grep -q -- "--transformer-impl must be one of local|transformer_engine" err.txt || fail "bad choice accepted"
-    echo "ok: 7 flags accepted with a warning" ;;
+    "$RUN" --text-file text.txt "${TINY[@]}" --cp-comm-type a2a --dry-run > out.txt 2> err.txt
+    [ $? -eq 2 ] && grep -qF -- "--cp-comm-type must be one of p2p (got 'a2a')" err.txt || { cat err.txt; fail "cp-comm-type a2a accepted"; }
+    echo "ok: 8 flags accepted with a warning" ;;
 refused_by_name)
     "$RUN" --text-file text.txt "${TINY[@]}" --bf16 --step-batch-size-schedule "0:16 1000:32" \
         --position-embedding-type yarn --dry-run > out.txt 2> err.txt
