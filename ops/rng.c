@@ -4,6 +4,9 @@
 
 #include <math.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u
@@ -54,16 +57,152 @@ float mg_rng_uniform(uint64_t seed, uint64_t key, uint64_t stream, uint64_t inde
     return (float)(r[index & 3] >> 8) * (1.0f / 16777216.0f);
 }
 
-void mg_rng_uniform_block(uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n, float *out) {
+/* Uniforms of VL consecutive counters at once: Philox4x32-10 on vectors (GCC vector
+ * extensions; 32-bit words in 64-bit lanes, so the 32x32->64 products are lane-wise
+ * multiplies), lowered per target below. Integer arithmetic throughout, and the
+ * conversion r >> 8 to float is exact: the values are the scalar path's, bit for bit,
+ * whatever the vector width. out[4 j + lane] = uniform of counter ctr + j, lane. */
+#define VL 8
+typedef uint64_t vu64 __attribute__((vector_size(VL * sizeof(uint64_t))));
+static inline __attribute__((always_inline)) void uniform_vec(uint64_t key, uint64_t stream, uint64_t ctr,
+                                                              float *restrict out) {
+    const vu64 lo32 = (vu64){0} + 0xffffffffu;
+    vu64 idx = (vu64){0, 1, 2, 3, 4, 5, 6, 7} + ctr;
+    vu64 c0 = idx & lo32, c1 = idx >> 32, c2 = (vu64){0} + (stream & 0xffffffffu), c3 = (vu64){0} + (stream >> 32);
+    uint64_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    for (int r = 0; r < 10; r++) {
+        vu64 p0 = c0 * PHILOX_M0, p1 = c2 * PHILOX_M1;
+        vu64 n0 = (p1 >> 32) ^ c1 ^ k0, n2 = (p0 >> 32) ^ c3 ^ k1;
+        c1 = p1 & lo32;
+        c3 = p0 & lo32;
+        c0 = n0;
+        c2 = n2;
+        k0 = (k0 + PHILOX_W0) & 0xffffffffu;
+        k1 = (k1 + PHILOX_W1) & 0xffffffffu;
+    }
+    for (int j = 0; j < VL; j++) { /* interleave the four words of each counter */
+        out[4 * j + 0] = (float)(uint32_t)(c0[j] >> 8) * (1.0f / 16777216.0f);
+        out[4 * j + 1] = (float)(uint32_t)(c1[j] >> 8) * (1.0f / 16777216.0f);
+        out[4 * j + 2] = (float)(uint32_t)(c2[j] >> 8) * (1.0f / 16777216.0f);
+        out[4 * j + 3] = (float)(uint32_t)(c3[j] >> 8) * (1.0f / 16777216.0f);
+    }
+}
+
+typedef void (*uniform_fn)(uint64_t, uint64_t, uint64_t, float *);
+/* Each function below fills UL values: VL counters twice over. */
+#define UL (8 * VL)
+static void uniform_generic(uint64_t k, uint64_t s, uint64_t c, float *o) {
+    uniform_vec(k, s, c, o);
+    uniform_vec(k, s, c + VL, o + 4 * VL);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+/* The same with intrinsics: GCC lowers the 64-bit lane products above to vpmullq (three
+ * uops each); the words are 32-bit, so vpmuludq's 32x32->64 product is the one needed. */
+/* 8 words (< 2^32) of each of the four lanes to floats, interleaved: out[4 j + l] = c[l][j] */
+__attribute__((target("avx512f,avx512vl"))) static inline void store_words(const __m512i c[4], float *out) {
+    const __m256 scale = _mm256_set1_ps(1.0f / 16777216.0f);
+    __m256 w[4];
+    for (int l = 0; l < 4; l++) /* to 32 bits, >> 8, exact to float */
+        w[l] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(_mm512_cvtepi64_epi32(c[l]), 8)), scale);
+    /* a 4 x 8 transpose */
+    __m256 a = _mm256_unpacklo_ps(w[0], w[1]), b = _mm256_unpackhi_ps(w[0], w[1]);
+    __m256 cc = _mm256_unpacklo_ps(w[2], w[3]), d = _mm256_unpackhi_ps(w[2], w[3]);
+    __m256 r0 = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(a), _mm256_castps_pd(cc))); /* j 0, 4 */
+    __m256 r1 = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(a), _mm256_castps_pd(cc))); /* j 1, 5 */
+    __m256 r2 = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(b), _mm256_castps_pd(d)));  /* j 2, 6 */
+    __m256 r3 = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(b), _mm256_castps_pd(d)));  /* j 3, 7 */
+    _mm256_storeu_ps(out + 0, _mm256_permute2f128_ps(r0, r1, 0x20));
+    _mm256_storeu_ps(out + 8, _mm256_permute2f128_ps(r2, r3, 0x20));
+    _mm256_storeu_ps(out + 16, _mm256_permute2f128_ps(r0, r1, 0x31));
+    _mm256_storeu_ps(out + 24, _mm256_permute2f128_ps(r2, r3, 0x31));
+}
+
+/* Two vectors of 8 counters each, interleaved so that one's multiplies run while the
+ * other's wait (the rounds are a dependency chain). */
+__attribute__((target("avx512f,avx512vl"))) static void uniform_avx512(uint64_t key, uint64_t stream, uint64_t ctr,
+                                                                      float *out) {
+    const __m512i lo32 = _mm512_set1_epi64(0xffffffff), m0 = _mm512_set1_epi64(PHILOX_M0),
+                  m1 = _mm512_set1_epi64(PHILOX_M1);
+    __m512i idx = _mm512_add_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi64((long long)ctr));
+    __m512i idy = _mm512_add_epi64(idx, _mm512_set1_epi64(8));
+    __m512i a[4] = {_mm512_and_si512(idx, lo32), _mm512_srli_epi64(idx, 32),
+                    _mm512_set1_epi64((long long)(stream & 0xffffffffu)), _mm512_set1_epi64((long long)(stream >> 32))};
+    __m512i b[4] = {_mm512_and_si512(idy, lo32), _mm512_srli_epi64(idy, 32), a[2], a[3]};
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    for (int r = 0; r < 10; r++) {
+        __m512i K0 = _mm512_set1_epi64(k0), K1 = _mm512_set1_epi64(k1);
+        __m512i pa0 = _mm512_mul_epu32(a[0], m0), pa1 = _mm512_mul_epu32(a[2], m1);
+        __m512i pb0 = _mm512_mul_epu32(b[0], m0), pb1 = _mm512_mul_epu32(b[2], m1);
+        a[0] = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(pa1, 32), a[1]), K0);
+        a[2] = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(pa0, 32), a[3]), K1);
+        a[1] = _mm512_and_si512(pa1, lo32);
+        a[3] = _mm512_and_si512(pa0, lo32);
+        b[0] = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(pb1, 32), b[1]), K0);
+        b[2] = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(pb0, 32), b[3]), K1);
+        b[1] = _mm512_and_si512(pb1, lo32);
+        b[3] = _mm512_and_si512(pb0, lo32);
+        k0 += PHILOX_W0;
+        k1 += PHILOX_W1;
+    }
+    store_words(a, out);
+    store_words(b, out + 32);
+}
+__attribute__((target("avx2"))) static void uniform_avx2(uint64_t k, uint64_t s, uint64_t c, float *o) {
+    uniform_vec(k, s, c, o);
+    uniform_vec(k, s, c + VL, o + 4 * VL);
+}
+#endif
+
+static uniform_fn pick_uniform(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return uniform_avx512;
+    if (__builtin_cpu_supports("avx2")) return uniform_avx2;
+#endif
+    return uniform_generic;
+}
+
+static void uniform_block(uniform_fn vec, uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n,
+                          float *out) {
     uint64_t k = mix_key(seed, key);
     uint32_t r[4];
     int64_t i = 0;
+    /* the scalar path up to a counter boundary, UL values at a time, the rest scalar */
+    while (i < n && ((first + (uint64_t)i) & 3)) {
+        uint64_t idx = first + (uint64_t)i;
+        mg_philox4x32(k, stream, idx >> 2, r);
+        for (unsigned lane = (unsigned)(idx & 3); lane < 4 && i < n; lane++, i++)
+            out[i] = (float)(r[lane] >> 8) * (1.0f / 16777216.0f);
+    }
+    for (; n - i >= UL; i += UL) vec(k, stream, (first + (uint64_t)i) >> 2, out + i);
     while (i < n) {
         uint64_t idx = first + (uint64_t)i;
         mg_philox4x32(k, stream, idx >> 2, r);
         for (unsigned lane = (unsigned)(idx & 3); lane < 4 && i < n; lane++, i++)
             out[i] = (float)(r[lane] >> 8) * (1.0f / 16777216.0f);
     }
+}
+
+void mg_rng_uniform_block(uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n, float *out) {
+    static uniform_fn picked; /* every thread picks the same function */
+    uniform_fn vec = __atomic_load_n(&picked, __ATOMIC_RELAXED);
+    if (!vec) __atomic_store_n(&picked, vec = pick_uniform(), __ATOMIC_RELAXED);
+    uniform_block(vec, seed, key, stream, first, n, out);
+}
+
+bool mg_rng_uniform_block_isa(int isa, uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n,
+                              float *out) {
+    uniform_fn vec = uniform_generic;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (isa == 1 && __builtin_cpu_supports("avx2")) vec = uniform_avx2;
+    else if (isa == 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) vec = uniform_avx512;
+    else if (isa != 0) return false;
+#else
+    if (isa != 0) return false;
+#endif
+    uniform_block(vec, seed, key, stream, first, n, out);
+    return true;
 }
 
 float mg_rng_normal(uint64_t seed, uint64_t key, uint64_t stream, uint64_t index) {

@@ -13,6 +13,7 @@
 #define MG_OPS_RNG_INIT_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "mgraph/graph.h"
@@ -28,6 +29,12 @@ uint64_t mg_rng_key(uint64_t seed, uint64_t key);
  * elements took the scalar path (rounding in doubt). */
 int64_t mg_rng_normal_fill(uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n, float std,
                            float *dst);
+
+/* mg_rng_uniform_block through one instruction set's path (0 generic vectors, 1 AVX2,
+ * 2 AVX-512 intrinsics), for the test that each draws the scalar values; false where
+ * the CPU lacks it. */
+bool mg_rng_uniform_block_isa(int isa, uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n,
+                              float *out);
 
 /* The fast path's double Box-Muller values before rounding (for the accuracy test). */
 void mg_rng_normal_approx(uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n, double *out);

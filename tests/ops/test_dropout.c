@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "mgraph/rng.h"
+#include "ops/rng_init.h"
 #include "testkit.h"
 
 /* Builds y = dropout(x [4, 6, 50], p) and runs it (iteration it) as global
@@ -191,6 +192,33 @@ static mg_tensor *gb_dropout(mg_graph *g, mg_tensor *const *l, void *c) {
     return mg_dropout(g, l[0], 0.4f);
 }
 
+/* The block generator (vectorised over counters) draws exactly mg_rng_uniform's values:
+ * runs starting at every lane, crossing the 32-bit counter word, of every length
+ * around the vector block (32 values). */
+static void fwd_uniform_block(void) {
+    const uint64_t firsts[] = {0, 1, 2, 3, 5, 30, 1000003, (1ull << 34) - 7, (1ull << 34) + 2, ~0ull - 300};
+    const int64_t lens[] = {0, 1, 3, 4, 31, 32, 33, 64, 65, 257};
+    float out[300];
+    int bad = 0, paths = 0;
+    for (int isa = -1; isa <= 2; isa++) /* the dispatched path, then generic, AVX2, AVX-512 */
+    for (size_t a = 0; a < sizeof firsts / sizeof *firsts; a++)
+        for (size_t b = 0; b < sizeof lens / sizeof *lens; b++) {
+            uint64_t f = firsts[a];
+            int64_t n = lens[b];
+            if (isa < 0) mg_rng_uniform_block(42, 0x1234abcdu, mg_rng_dropout_stream(7, 3), f, n, out);
+            else if (!mg_rng_uniform_block_isa(isa, 42, 0x1234abcdu, mg_rng_dropout_stream(7, 3), f, n, out)) continue;
+            paths += a == 0 && b == 0;
+            for (int64_t i = 0; i < n; i++) {
+                float want = mg_rng_uniform(42, 0x1234abcdu, mg_rng_dropout_stream(7, 3), f + (uint64_t)i);
+                if (memcmp(&want, &out[i], sizeof want) && bad++ < 5)
+                    TK_CHECK(0, "first %llu, n %lld: value %lld is %.9g, want %.9g", (unsigned long long)f,
+                             (long long)n, (long long)i, (double)out[i], (double)want);
+            }
+        }
+    TK_CHECK(bad == 0, "%d values differ from mg_rng_uniform", bad);
+    printf("uniform_block: %d paths checked (dispatched + the ones this CPU has)\n", paths);
+}
+
 static void grad_dropout(void) {
     tk_leaf x[] = {{"x", MG_F32, 3, {2, 3, 8}, true, -1, 1}};
     int mb = -1;
@@ -223,6 +251,7 @@ int main(int argc, char **argv) {
     static const tk_case cases[] = {
         {"forward.dropout", fwd_dropout},
         {"forward.dropout_slice", fwd_slice},
+        {"forward.uniform_block", fwd_uniform_block},
         {"forward.dropout_keep_fraction", fwd_keep_fraction},
         {"forward.errors_dropout", fwd_errors},
         {"grad.dropout", grad_dropout},
