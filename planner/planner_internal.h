@@ -44,9 +44,12 @@ typedef struct mg_planner_walk_t {
     double other_saved;        /* saved bytes outside the layers (embedding, head, loss) */
     double param_elems, grad_elems, opt_elems;
     int nodes;
-    /* set by mg_planner_prepare: the sum over the pipeline's stages of a micro-batch's
-     * time over the slowest stage's (pp when the stages are equal; 1 without pp) */
-    double stage_sum_ratio;
+    /* set by mg_planner_prepare, for the pipeline's representative stages [0] first,
+     * [1] a middle one, [2] last (a stage not walked has count 0): how many of the pp
+     * stages each stands for, its micro-batch time (compute + collectives, forward and
+     * backward, as walked) and its layers' forward time (what full recompute reruns) */
+    int stage_count[3];
+    double stage_mb_s[3], stage_layer_fwd_s[3];
 } mg_planner_walk_t;
 
 int mg_planner_walk(const mg_cluster *c, const mg_plan_query *q, const mg_plan *plan, int dp, const mg_graph *g,

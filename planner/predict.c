@@ -360,7 +360,7 @@ int mg_planner_prepare(const mg_cluster *c, const mg_plan_query *q, mg_planner_b
     out->pp_estimated = estimate_pp;
     out->dp = dp;
     out->n_micro = M;
-    double worst_mb = -1, mb_of[3] = {0, 0, 0};
+    double worst_mb = -1, mb_of[3] = {0, 0, 0}, layer_fwd_of[3] = {0, 0, 0};
     mg_planner_walk_t W = {0};
     mg_step st = {0};
     rc = build_step(q, stage_layers, &st, err);
@@ -384,6 +384,8 @@ int mg_planner_prepare(const mg_cluster *c, const mg_plan_query *q, mg_planner_b
         double mb = w.mb_compute_s[0] + w.mb_compute_s[1];
         for (int g = 0; g < MG_GROUP_COUNT; g++) mb += w.mb_comm_s[0][g] + w.mb_comm_s[1][g];
         mb_of[k] = mb;
+        for (int l = 0; l < L; l++)
+            if (w.layer_present[l]) layer_fwd_of[k] += w.layer_fwd_s[l];
         if (mb > worst_mb) {
             worst_mb = mb;
             mg_planner_walk_free(&W);
@@ -393,10 +395,16 @@ int mg_planner_prepare(const mg_cluster *c, const mg_plan_query *q, mg_planner_b
         }
     }
     mg_step_release(&st);
-    /* the stages between the first and the last hold the same layers' worth as the second */
-    double sum = mb_of[0];
-    if (pp > 1) sum = estimate_pp ? pp * mb_of[0] : mb_of[0] + (pp > 2 ? (pp - 2) * mb_of[1] : 0) + mb_of[2];
-    W.stage_sum_ratio = worst_mb > 0 ? sum / worst_mb : 1;
+    /* the stages between the first and the last hold the same layers' worth as the
+     * second; an estimated pipeline's pp stages are all the one stage graph */
+    int count[3] = {1, 0, 0};
+    if (pp > 1 && estimate_pp) count[0] = pp;
+    else if (pp > 1) count[1] = pp - 2, count[2] = 1;
+    for (int k = 0; k < 3; k++) {
+        W.stage_count[k] = stages[k] >= 0 ? count[k] : 0;
+        W.stage_mb_s[k] = mb_of[k];
+        W.stage_layer_fwd_s[k] = layer_fwd_of[k];
+    }
     b->walk = W;
     b->built = plan;
     b->pp_estimated = estimate_pp;

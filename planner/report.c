@@ -31,8 +31,9 @@ void mg_prediction_print(const mg_cluster *c, const mg_plan_query *q, const mg_p
         fprintf(f, "  pipeline bubble      %.2f%%  (the stages take turns: each idles while the others work)\n",
                 100 * p->bubble_fraction);
     else
-        fprintf(f, "  pipeline bubble      %.2f%%  ((pp-1)/(v*M) = %d/(%d*%d))\n", 100 * p->bubble_fraction,
-                q->plan.pp - 1, q->virtual_stages, p->n_micro);
+        fprintf(f, "  pipeline bubble      %.2f%%  (fill and drain over M = %d micro-batches of the slowest stage; "
+                   "(pp-1)/(v*M) = %d/(%d*%d) when the stages are equal)\n",
+                100 * p->bubble_fraction, p->n_micro, q->plan.pp - 1, q->virtual_stages, p->n_micro);
     fprintf(f, "  per micro-batch      forward %.3f ms, backward %.3f ms, recompute %.3f ms, stage transfers %.3f ms\n",
             1e3 * p->fwd_s, 1e3 * p->bwd_s, 1e3 * p->recompute_s, 1e3 * p->p2p_s);
     fprintf(f, "  step parts           pipeline %.4f s, optimizer %.4f s, exposed data-parallel comm %.4f s\n",

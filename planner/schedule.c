@@ -105,14 +105,49 @@ int mg_planner_finish(const mg_cluster *c, const mg_plan_query *q, const mg_plan
     out->bwd_s = bwd;
     out->recompute_s = rec;
     out->p2p_s = p2p;
-    out->bubble_fraction = pp > 1 ? (double)(pp - 1) / ((double)v * M) : 0;
-    out->pipeline_s = (M + (pp > 1 ? (double)(pp - 1) / v : 0)) * t_mb;
+
+    /* The pipeline. Stage i spends t_i = f_i + b_i on a micro-batch (forward, backward
+     * with its recompute, the stage's collectives and transfers). With 1F1B the slowest
+     * stage k sets the pace once the pipeline is full, and the rest is filling and
+     * draining it: micro-batch 0 has to go forward through the stages before k, and
+     * the last one's gradient back through them, so when k is the last stage (the
+     * output layer and loss live there)
+     *     T = sum_{i<k} f_i + M t_k + sum_{i<k} b_i = M t_k + sum_{i != k} t_i;
+     * with equal stages (t_i = t) this is Megatron's (M + pp - 1) t. Interleaving
+     * splits every stage into v chunks of t_i / v and the fill and drain pass chunks,
+     * not whole stages (Narayanan et al. 2021, sec. 2.2.2: bubble (pp - 1)/v of t):
+     *     T = M max_i t_i + (sum_i t_i - max_i t_i) / v.
+     * Exact for equal stages and for the last stage slowest; when another stage is
+     * slowest, the stages after it answer its first micro-batch later than its own
+     * pace, and this is the estimate that charges the fill/drain at each stage's own
+     * pace (where (M + (pp-1)/v) x the slowest charged all of it at the slowest's).
+     * Per stage: the walked micro-batch time plus what this query adds on top of the
+     * walk (recompute, scaled by the stage's share of layer forward time; the extra
+     * chunks' sends and estimated transfers, the same on every stage). */
+    double stage_t[3] = {0, 0, 0}, sum_t = 0, max_t = 0;
+    double extra = p2p + p2p_extra[0] + p2p_extra[1];
+    double w_layer_fwd = 0;
+    for (int l = 0; l < w->n_layers; l++)
+        if (w->layer_present[l]) w_layer_fwd += w->layer_fwd_s[l];
+    for (int k = 0; k < 3; k++) {
+        if (!w->stage_count[k]) continue;
+        double r = w_layer_fwd > 0 ? rec * w->stage_layer_fwd_s[k] / w_layer_fwd : rec;
+        stage_t[k] = w->stage_mb_s[k] + extra + r;
+        sum_t += w->stage_count[k] * stage_t[k];
+        if (stage_t[k] > max_t) max_t = stage_t[k];
+    }
+    if (max_t <= 0) sum_t = max_t = t_mb; /* a walk without stage times (nothing runs) */
+    out->bubble_fraction = 0;
+    out->pipeline_s = M * t_mb;
+    if (pp > 1) {
+        out->pipeline_s = M * max_t + (sum_t - max_t) / v;
+        out->bubble_fraction = (sum_t - max_t) / (v * M * max_t);
+    }
     if (pp > 1 && c->pipeline_serial) {
         /* stages that take turns: every micro-batch passes through all of them one after
          * the other, and a stage idles while the others work */
-        double ratio = w->stage_sum_ratio > 1 ? w->stage_sum_ratio : 1;
-        out->pipeline_s = M * t_mb * ratio;
-        out->bubble_fraction = 1 - 1 / ratio;
+        out->pipeline_s = M * sum_t;
+        out->bubble_fraction = 1 - max_t / sum_t;
         note(out, "the cluster's pipeline stages take turns (pipeline-serial 1): M x the sum of the stages");
     }
 

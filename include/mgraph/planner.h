@@ -61,7 +61,7 @@ typedef struct mg_cluster {
     /* 1: the pipeline's stages take turns instead of working at once (what mgraph's
      * pp = 2 did on the 2-core CPU machine before its event priorities); a step's
      * pipeline part is then M x the sum of the stages' micro-batch times. 0: the
-     * schedule's (M + (pp-1)/v) x the slowest stage's. */
+     * schedule's M x the slowest stage + the others' fill and drain / v. */
     int pipeline_serial;
     mg_precision precision;      /* default precision of plans on this cluster */
 } mg_cluster;
@@ -111,13 +111,13 @@ typedef struct mg_prediction {
     double hw_flops_per_gpu;     /* per step, what the slowest rank's graph executes (recompute included) */
     double tflops_per_gpu;       /* model FLOP/s per GPU, 1e12 */
     double mfu;                  /* tflops_per_gpu / peak */
-    double bubble_fraction;      /* (pp - 1) / (v M) */
+    double bubble_fraction;      /* fill and drain over M x the slowest stage: (pp - 1) / (v M) for equal stages */
     int n_micro;                 /* micro-batches per pipeline per step, M */
     int dp;
     /* time per micro-batch on the slowest stage, and the step's parts */
     double fwd_s, bwd_s, recompute_s;     /* per micro-batch, compute + exposed tp/cp/ep comm */
     double p2p_s;                         /* per micro-batch, stage-boundary transfers */
-    double pipeline_s;                    /* (M + (pp-1)/v) x per micro-batch */
+    double pipeline_s;                    /* M x the slowest stage + (the other stages) / v per micro-batch */
     double optimizer_s;                   /* once-per-step compute (grad norm, AdamW) */
     double dp_exposed_s;                  /* gradient reduction / parameter gather not overlapped */
     /* memory per GPU, bytes */

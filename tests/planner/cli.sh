@@ -63,7 +63,8 @@ assert j["plan"]["tp"] == 2 and j["plan"]["dp"] == 2 and j["communication"]["tp"
 assert j["communication"]["dp"]["bytes"] > 0 and j["communication"]["tp"]["bytes"] > 0
 PY
 
-# pipeline: the bubble is (pp-1)/(v M) whether the partitioner builds pp or it is estimated
+# pipeline: the bubble is at most (pp-1)/(v M) (equal stages' figure; the first stage holds
+# the embedding, the last the output layer) whether the partitioner builds pp or it is estimated
 "$PLAN" --cluster dgx-a100-80gb --json "${M[@]}" --world-size 4 --pipeline-model-parallel-size 2 \
     --num-layers-per-virtual-pipeline-stage 1 >"$W/pp.json" 2>"$W/err" || no "pp --json: $(cat "$W/err")"
 python3 - "$W/pp.json" <<'PY' || fail=1
@@ -71,7 +72,7 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 M = 16 // (2 * 2)
 assert j["plan"]["virtual_stages"] == 2 and j["micro_batches_per_pipeline"] == M
-assert abs(j["bubble_fraction"] - 1 / (2 * M)) < 1e-12, j["bubble_fraction"]
+assert 0.5 / (2 * M) < j["bubble_fraction"] <= 1 / (2 * M) + 1e-12, j["bubble_fraction"]
 assert j["communication"]["pp"]["bytes"] > 0
 PY
 

@@ -249,8 +249,78 @@ static int test_pipeline_serial(void) {
              p2.pipeline_s, transfers, p1.pipeline_s);
     TK_CHECK(p2.bubble_fraction > 0.4 && p2.bubble_fraction < 0.6, "serial bubble %.3f (each stage idles about half)",
              p2.bubble_fraction);
-    TK_CHECK(fabs(p2o.bubble_fraction - 0.5) < 1e-12 && p2o.pipeline_s < 0.85 * p2.pipeline_s,
-             "overlapping: bubble (pp-1)/M = %.3f, pipeline %.4f s", p2o.bubble_fraction, p2o.pipeline_s);
+    /* the overlapping schedule's bubble is (pp-1)/M = 0.5 for equal stages; these are
+     * not quite (the embedding on the first, the output layer and loss on the last),
+     * and the fill/drain runs at each stage's own pace, under the slowest's */
+    TK_CHECK(p2o.bubble_fraction > 0.4 && p2o.bubble_fraction <= 0.5 + 1e-12 && p2o.pipeline_s < 0.85 * p2.pipeline_s,
+             "overlapping: bubble %.3f (at most (pp-1)/M = 0.5), pipeline %.4f s", p2o.bubble_fraction, p2o.pipeline_s);
+    return tk_failures ? 1 : 0;
+}
+
+/* The pipeline with unequal stages, by hand (planner/schedule.c): pp 4, M 8, the last
+ * stage slowest (1.5 s per micro-batch: f 0.5, b 1.0), the other three 1 s (f 1/3,
+ * b 2/3). With 1F1B micro-batch 0 goes forward through stages 0-2 (3 x 1/3 s), the
+ * last stage then runs its 8 micro-batches back to back (8 x 1.5 s) and the last
+ * gradient goes back through stages 2-0 (3 x 2/3 s): 1 + 12 + 2 = 15 s, where
+ * (M + pp - 1) x the slowest says 16.5 s. Interleaved (v 2): the fill and drain pass
+ * half-stages, 12 + 3/2 = 13.5 s. Equal stages give Megatron's (M + pp - 1) t. */
+static double pipeline_by_hand(const mg_cluster *c, const double stage[3], int v, double layer_fwd, double *bubble) {
+    mg_plan_query q = gpt(4, 256, 4, 128, 256, 1, 4, 4, 1, 8);
+    q.virtual_stages = v;
+    if (layer_fwd > 0) {
+        q.recompute = MG_RECOMPUTE_FULL;
+        q.recompute_method = MG_RECOMPUTE_UNIFORM;
+        q.recompute_num_layers = 1;
+    }
+    mg_plan built = q.plan;
+    built.vpp = v;
+    /* the walk of the slowest (last) stage: one layer, layer 3 */
+    double fwd[4] = {0, 0, 0, layer_fwd}, saved[4] = {0}, scores[4] = {0};
+    unsigned char present[4] = {0, 0, 0, 1};
+    mg_planner_walk_t w;
+    memset(&w, 0, sizeof w);
+    w.mb_compute_s[0] = stage[2] / 3;
+    w.mb_compute_s[1] = 2 * stage[2] / 3;
+    w.n_layers = 4;
+    w.layer_fwd_s = fwd;
+    w.layer_saved = saved;
+    w.layer_present = present;
+    w.layer_scores_saved = scores;
+    int count[3] = {1, 2, 1};
+    for (int k = 0; k < 3; k++) {
+        w.stage_count[k] = count[k];
+        w.stage_mb_s[k] = stage[k];
+        w.stage_layer_fwd_s[k] = layer_fwd;
+    }
+    mg_prediction out;
+    memset(&out, 0, sizeof out);
+    out.n_micro = 8;
+    out.dp = 1;
+    mg_error err = {0};
+    TK_CHECK(mg_planner_finish(c, &q, &built, false, 1, &w, &out, &err) == MG_OK, "%s", err.msg);
+    *bubble = out.bubble_fraction;
+    return out.pipeline_s;
+}
+
+static int test_pipeline_unequal(void) {
+    mg_cluster c;
+    mg_cluster_preset("dgx-a100-80gb", &c, NULL);
+    double b;
+    const double unequal[3] = {1, 1, 1.5}, equal[3] = {1.5, 1.5, 1.5};
+    double t = pipeline_by_hand(&c, unequal, 1, 0, &b);
+    TK_CHECK(fabs(t - 15.0) < 1e-9 && fabs(b - 3.0 / 12) < 1e-12, "1F1B, last stage slowest: %.4f s (want 15), bubble %.4f", t, b);
+    t = pipeline_by_hand(&c, unequal, 2, 0, &b);
+    TK_CHECK(fabs(t - 13.5) < 1e-9 && fabs(b - 1.5 / 12) < 1e-12, "interleaved v 2: %.4f s (want 13.5), bubble %.4f", t, b);
+    t = pipeline_by_hand(&c, equal, 1, 0, &b);
+    TK_CHECK(fabs(t - (8 + 4 - 1) * 1.5) < 1e-9 && fabs(b - 3.0 / 8) < 1e-12, "equal stages: %.4f s, (M+pp-1) t = 16.5", t);
+    t = pipeline_by_hand(&c, equal, 2, 0, &b);
+    TK_CHECK(fabs(t - (8 + 3.0 / 2) * 1.5) < 1e-9 && fabs(b - 3.0 / 16) < 1e-12, "equal, v 2: %.4f s, (M+(pp-1)/v) t", t);
+    /* full recompute reruns each stage's layer forward (0.25 s, one layer on every stage):
+     * stages 1.25, 1.25, 1.25, 1.75 s: 8 x 1.75 + 3 x 1.25 = 17.75 s */
+    t = pipeline_by_hand(&c, unequal, 1, 0.25, &b);
+    TK_CHECK(fabs(t - 17.75) < 1e-9, "with full recompute: %.4f s (want 17.75)", t);
+    printf("pp 4, M 8, stages 1, 1, 1, 1.5 s: 1F1B %.2f s (hand: 15), interleaved v 2 13.5 s; equal 1.5 s stages 16.5 s\n",
+           pipeline_by_hand(&c, unequal, 1, 0, &b));
     return tk_failures ? 1 : 0;
 }
 
@@ -312,8 +382,11 @@ static int test_table1(void) {
         TK_CHECK(fabs(e) <= 0.10, "row %.1fB: predicted %.1f TFLOP/s vs published %.0f (%+.1f%%, tolerance 10%%)",
                  r->params_b, tf, r->published, 100 * e);
         TK_CHECK(best.p.fits && best.p.mem_total <= 80 * 1073741824.0, "row %.1fB: does not fit", r->params_b);
-        TK_CHECK(fabs(best.p.bubble_fraction - (r->pp - 1.0) / (best.q.virtual_stages * best.p.n_micro)) < 1e-12,
-                 "bubble (pp-1)/(vM)");
+        /* the stages differ by the embedding and the output layer: the bubble is at most
+         * (pp-1)/(vM), the equal stages' figure, and close to it (dozens of layers a stage) */
+        double equal = (r->pp - 1.0) / (best.q.virtual_stages * best.p.n_micro);
+        TK_CHECK(best.p.bubble_fraction <= equal + 1e-12 && best.p.bubble_fraction >= 0.9 * equal,
+                 "row %.1fB: bubble %.4f, (pp-1)/(vM) %.4f", r->params_b, best.p.bubble_fraction, equal);
     }
     printf("worst error %+.1f%%\n", 100 * worst);
     return tk_failures ? 1 : 0;
@@ -335,11 +408,11 @@ typedef struct search_expect {
 static const search_expect table1_search[] = {
     {0, 0, 0.05},  /* 1.7B */
     {1, 1, 0.10},  /* 3.6B: tp 1 (x dp 64), 7.3% ahead */
-    {1, 2, 0.18},  /* 7.5B: tp 1 x pp 2, 14.9% */
-    {1, 8, 0.28},  /* 18.4B: tp 1 x pp 8, 24.9% */
-    {2, 8, 0.23},  /* 39.1B: tp 2 x pp 8, 20.0% */
+    {1, 2, 0.18},  /* 7.5B: tp 1 x pp 2, 15.0% */
+    {1, 8, 0.28},  /* 18.4B: tp 1 x pp 8, 25.2% */
+    {2, 8, 0.23},  /* 39.1B: tp 2 x pp 8, 20.2% */
     {0, 0, 0.05},  /* 76.1B */
-    {4, 16, 0.10}, /* 145.6B: tp 4 x pp 16, 7.0% */
+    {4, 16, 0.10}, /* 145.6B: tp 4 x pp 16, 7.1% */
     {0, 0, 0.05},  /* 310.1B */
     {0, 0, 0.05},  /* 529.6B */
     {0, 0, 0.05},  /* 1008.0B */
@@ -429,6 +502,7 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "korthikanti")) return test_korthikanti();
     if (!strcmp(c, "table1")) return test_table1();
     if (!strcmp(c, "pipeline_serial")) return test_pipeline_serial();
+    if (!strcmp(c, "pipeline_unequal")) return test_pipeline_unequal();
     /* the rows in two tests, each under its own timeout (a sanitizer build walks slowly) */
     if (!strcmp(c, "search_published_small")) return test_search_published(0, 6);
     if (!strcmp(c, "search_published_large")) return test_search_published(6, 10);
