@@ -117,14 +117,15 @@ static int layer_of(const char *scope) {
 
 /* Payload bytes of a collective in the run's precision: activations (and their
  * gradients) are 16-bit in mixed precision, the gradient reduction is fp32 (Megatron
- * accumulates and reduces main_grad in fp32), the parameter all-gather 16-bit. */
-static double comm_payload(const mg_node *n, mg_precision prec) {
+ * accumulates and reduces main_grad in fp32; 16-bit with grads_16bit, --fp16 without
+ * --accumulate-allreduce-grads-in-fp32), the parameter all-gather 16-bit. */
+static double comm_payload(const mg_node *n, const mg_plan_query *q) {
     const mg_tensor *t = n->n_in > 0 ? n->in[0] : n->out[0];
     double b = (double)mg_numel(t) * (double)mg_dtype_size(t->dtype);
-    if (prec != MG_PREC_BF16 || t->dtype != MG_F32) return b;
+    if (q->precision != MG_PREC_BF16 || t->dtype != MG_F32) return b;
     mg_group g = n->attrs.comm.group;
     bool dp = g == MG_GROUP_DP || g == MG_GROUP_DP_CP;
-    if (dp && n->op != MG_OP_ALLGATHER) return b;
+    if (dp && n->op != MG_OP_ALLGATHER) return q->grads_16bit ? b * 0.5 : b;
     if (dp && n->phase != MG_PHASE_OPTIMIZER) return b;
     return b * 0.5;
 }
@@ -163,7 +164,7 @@ int mg_planner_walk(const mg_cluster *c, const mg_plan_query *q, const mg_plan *
             if (links[grp].gbps == 0) mg_planner_link(c, group_stride(plan, dp, grp), nr > 1 ? nr : 2, &links[grp]);
             w->group_ranks[grp] = nr;
             w->group_inter[grp] = links[grp].inter;
-            double payload = comm_payload(n, prec);
+            double payload = comm_payload(n, q);
             double t = mg_planner_collective_s(n->op, nr, payload, &links[grp]);
             double wire = mg_comm_wire_bytes(n->op, nr, payload);
             if (per_mb) {

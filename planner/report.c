@@ -61,6 +61,8 @@ void *mg_prediction_json(const mg_cluster *c, const mg_plan_query *q, const mg_p
                              q->global_batch, "recompute", recompute_name(q), "sequence_parallel",
                              q->plan.sequence_parallel, "distributed_optimizer", q->plan.distributed_optimizer,
                              "precision", mg_precision_name(q->precision));
+    if (q->precision == MG_PREC_BF16)
+        json_object_set_new(plan, "gradient_reduce_bits", json_integer(q->grads_16bit ? 16 : 32));
     json_object_set_new(o, "plan", plan);
     json_object_set_new(o, "cluster", json_string(c->name));
     json_object_set_new(o, "step_time_s", json_real(p->step_time_s));

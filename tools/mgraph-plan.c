@@ -19,7 +19,7 @@
 
 typedef struct plan_flags {
     const char *cluster;
-    bool json, search, help, precision_given, attention_unfused;
+    bool json, search, help, precision_given, attention_unfused, fp16, grads_fp32;
     mg_precision precision;
     int top, max_micro_batch;
     int64_t vocab_size;          /* 0: from the tokenizer */
@@ -43,7 +43,9 @@ static void usage(FILE *f) {
             "  --vocab-size N                      vocabulary before padding (default: the tokenizer's)\n"
             "  --attention-backend S               unfused|local: cost attention as Megatron's unfused kernels (s x s\n"
             "                                      scores in memory); fused|flash|auto (default): mgraph's fused kernel\n"
-            "  --bf16 | --fp16 | --fp32            precision (default: the cluster's; bf16 = Megatron's mixed precision)\n"
+            "  --bf16 | --fp16 | --fp32            precision (default: the cluster's; bf16 = Megatron's mixed precision;\n"
+            "                                      --fp16 as Megatron's: gradients reduced in 16 bits unless\n"
+            "                                      --accumulate-allreduce-grads-in-fp32)\n"
             "  --num-layers-per-virtual-pipeline-stage N | --num-virtual-stages-per-pipeline-rank N\n"
             "                                      interleaved pipeline schedule\n\n"
             "Cluster file keys (one 'key value' per line, '#' comments): name, precision (bf16|fp32), gpus-per-node,\n"
@@ -92,6 +94,9 @@ static void take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *
         } else if (!strcmp(a, "--bf16") || !strcmp(a, "--fp16")) {
             pf->precision = MG_PREC_BF16;
             pf->precision_given = true;
+            pf->fp16 = !strcmp(a, "--fp16");
+        } else if (!strcmp(a, "--accumulate-allreduce-grads-in-fp32")) {
+            pf->grads_fp32 = true;
         } else if (!strcmp(a, "--fp32")) {
             pf->precision = MG_PREC_FP32;
             pf->precision_given = true;
@@ -309,6 +314,7 @@ int main(int argc, char **argv) {
         q.virtual_stages = per_rank / pf.layers_per_virtual_stage;
     }
     q.overlap_grad_reduce = cfg.overlap_grad_reduce;
+    q.grads_16bit = pf.fp16 && !pf.grads_fp32;
     q.attention_unfused = pf.attention_unfused;
     q.precision = pf.precision_given ? pf.precision : cl.precision;
     if (cl.max_nodes > 0 && (int64_t)q.world > (int64_t)cl.max_nodes * cl.gpus_per_node) {

@@ -89,6 +89,11 @@ typedef struct mg_plan_query {
     mg_recompute_method recompute_method;
     int recompute_num_layers;
     bool overlap_grad_reduce;    /* data-parallel reduction overlaps the last micro-batch's backward */
+    /* Megatron's --fp16 without --accumulate-allreduce-grads-in-fp32 (the 2021 papers'
+     * runs): gradients accumulate and the data-parallel reduction runs in the 16-bit
+     * type, half the bytes of bf16's fp32 main gradients (Megatron forces fp32 for
+     * bf16). Memory is unchanged: the fp16 optimizer copies them into fp32 for its step. */
+    bool grads_16bit;
     mg_precision precision;
     /* Cost attention as Megatron's unfused path (--attention-backend unfused, the 2021
      * papers' kernels): scores and probabilities of s x s per head written to memory,

@@ -76,6 +76,23 @@ assert 0.5 / (2 * M) < j["bubble_fraction"] <= 1 / (2 * M) + 1e-12, j["bubble_fr
 assert j["communication"]["pp"]["bytes"] > 0
 PY
 
+# Megatron's --fp16 reduces the gradients in 16 bits (bf16 in fp32 main gradients) unless
+# --accumulate-allreduce-grads-in-fp32: half the data-parallel bytes, the same memory
+n=0
+for pr in "--bf16" "--fp16" "--fp16 --accumulate-allreduce-grads-in-fp32"; do
+    n=$((n + 1))
+    "$PLAN" --cluster dgx-a100-80gb --json "${M[@]}" --world-size 4 $pr >"$W/prec$n.json" 2>"$W/err" ||
+        no "$pr: $(cat "$W/err")"
+done
+python3 - "$W/prec1.json" "$W/prec2.json" "$W/prec3.json" <<'PY' || fail=1
+import json, sys
+bf, fp, fp32 = (json.load(open(f)) for f in sys.argv[1:4])
+assert (bf["plan"]["gradient_reduce_bits"], fp["plan"]["gradient_reduce_bits"], fp32["plan"]["gradient_reduce_bits"]) == (32, 16, 32)
+d = lambda j: j["communication"]["dp"]["bytes"]
+assert abs(d(fp) / d(bf) - 0.5) < 1e-9 and d(fp32) == d(bf), (d(bf), d(fp), d(fp32))
+assert fp["memory_per_gpu_gib"] == bf["memory_per_gpu_gib"]
+PY
+
 # the text report names every part the issue asks for
 "$PLAN" --cluster h200 "${M[@]}" --world-size 2 >"$W/text" 2>"$W/err" || no "text: $(cat "$W/err")"
 for w in "step time" "TFLOP/s/GPU" "MFU" "pipeline bubble" "memory per GPU" "weights" "gradients" "optimizer" \
