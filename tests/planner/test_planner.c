@@ -325,36 +325,59 @@ static int test_pipeline_unequal(void) {
 }
 
 /* ---- Narayanan et al. 2021 (SC21) Table 1 ------------------------------------------------------ */
+/* The rows, with what the paper's own scripts ran them with (Megatron-LM,
+ * examples/academic_paper_scripts/sc21/run_table_1.sh and CONFIG.sh, commit 6985e58 named
+ * in its README): the micro-batch size, the interleaving depth (from
+ * --num-layers-per-virtual-pipeline-stage) and the data-parallel implementation: "torch"
+ * (PyTorch DDP, whose gradient all-reduce overlaps the last micro-batch's backward) for
+ * the rows up to 18.4B, "local" (reduced after the backward) from 39.1B on. */
 typedef struct row {
     double params_b;
     int heads, hidden, layers, tp, pp, gpus, batch;
     double published; /* achieved TFLOP/s per GPU */
+    int mbs, v;
+    bool torch_ddp;
 } row;
 static const row table1[] = {
-    {1.7, 24, 2304, 24, 1, 1, 32, 512, 137},       {3.6, 32, 3072, 30, 2, 1, 64, 512, 138},
-    {7.5, 32, 4096, 36, 4, 1, 128, 512, 142},      {18.4, 48, 6144, 40, 8, 1, 256, 1024, 135},
-    {39.1, 64, 8192, 48, 8, 2, 512, 1536, 138},    {76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140},
-    {145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148}, {310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155},
-    {529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163}, {1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163},
+    {1.7, 24, 2304, 24, 1, 1, 32, 512, 137, 16, 1, true},
+    {3.6, 32, 3072, 30, 2, 1, 64, 512, 138, 16, 1, true},
+    {7.5, 32, 4096, 36, 4, 1, 128, 512, 142, 16, 1, true},
+    {18.4, 48, 6144, 40, 8, 1, 256, 1024, 135, 8, 1, true},
+    {39.1, 64, 8192, 48, 8, 2, 512, 1536, 138, 4, 1, false},
+    {76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140, 2, 3, false},    /* 5 layers per virtual stage */
+    {145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148, 2, 2, false},   /* 5 */
+    {310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155, 1, 2, false}, /* 3 */
+    {529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163, 1, 3, false}, /* 1 */
+    {1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163, 1, 1, false},
 };
 
-/* The paper's setting: sequence 2048, GPT-2's vocabulary (51,200 padded at tp 8), mixed
- * precision, full recompute, Megatron's unfused attention of 2021; the micro-batch
- * size and interleaving depth are not in the table: the planner picks its best. */
-static mg_plan_query table1_query(const row *r) {
-    mg_plan_query q = gpt(r->layers, r->hidden, r->heads, 2048, 50257, r->tp, r->pp, r->gpus, 1, r->batch);
+/* The paper's setting (its scripts): sequence 2048, GPT-2's vocabulary (51,200 padded at
+ * tp 8), --fp16 without --accumulate-allreduce-grads-in-fp32 (16-bit gradients in the
+ * data-parallel reduction), full recompute (--activations-checkpoint-method uniform),
+ * Megatron's unfused attention of 2021. */
+static mg_plan_query paper_query(int layers, int hidden, int heads, int tp, int pp, int gpus, int mbs, int batch) {
+    mg_plan_query q = gpt(layers, hidden, heads, 2048, 50257, tp, pp, gpus, mbs, batch);
     q.recompute = MG_RECOMPUTE_FULL;
     q.recompute_method = MG_RECOMPUTE_UNIFORM;
     q.recompute_num_layers = 1;
     q.attention_unfused = true;
+    q.grads_16bit = true;
+    return q;
+}
+
+static mg_plan_query table1_query(const row *r) {
+    mg_plan_query q = paper_query(r->layers, r->hidden, r->heads, r->tp, r->pp, r->gpus, r->mbs, r->batch);
+    q.virtual_stages = r->v;
+    q.overlap_grad_reduce = r->torch_ddp;
     return q;
 }
 
 /* The paper's FLOPs per iteration with recompute: 96 B s l h^2 (1 + s/6h + V/16lh), V 51,200. */
-static double paper_flops(const row *r) {
-    double B = r->batch, s = 2048, l = r->layers, h = r->hidden, V = 51200;
+static double flops_2021(double B, double l, double h) {
+    double s = 2048, V = 51200;
     return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
 }
+static double paper_flops(const row *r) { return flops_2021(r->batch, r->layers, r->hidden); }
 
 static int test_table1(void) {
     mg_cluster c;
@@ -365,57 +388,53 @@ static int test_table1(void) {
     for (size_t i = 0; i < sizeof table1 / sizeof *table1; i++) {
         const row *r = &table1[i];
         mg_plan_query q = table1_query(r);
-        mg_search_options so = {.world = r->gpus, .max_micro_batch = 8, .fixed_tp = true, .fixed_pp = true,
-                                .fixed_recompute = true, .fixed_cp = true, .top = 1};
-        mg_search_result best;
-        int n, tried, dropped, refused;
+        mg_prediction p;
         mg_error err = {0};
-        TK_CHECK(mg_plan_search(&c, &q, &so, &best, &n, &tried, &dropped, &refused, &err) == MG_OK, "%s", err.msg);
-        TK_CHECK(n == 1, "row %.1fB: no plan fits (%d tried, %d out of memory, %d refused)", r->params_b, tried, dropped,
-                 refused);
-        if (n != 1) continue;
-        double tf = paper_flops(r) / (best.p.step_time_s * r->gpus) / 1e12, e = (tf - r->published) / r->published;
+        TK_CHECK(mg_plan_predict(&c, &q, &p, &err) == MG_OK, "row %.1fB: %s", r->params_b, err.msg);
+        double tf = paper_flops(r) / (p.step_time_s * r->gpus) / 1e12, e = (tf - r->published) / r->published;
         if (fabs(e) > fabs(worst)) worst = e;
         printf("| %.1f | %d | %d | %d | %d | %d | %d | %.2f | %.1f | %.0f | %+.1f%% | %.1f |\n", r->params_b, r->tp, r->pp,
-               r->gpus, r->batch, best.q.micro_batch, best.q.virtual_stages, best.p.step_time_s, tf, r->published,
-               100 * e, best.p.mem_total / 1073741824.0);
+               r->gpus, r->batch, r->mbs, r->v, p.step_time_s, tf, r->published, 100 * e, p.mem_total / 1073741824.0);
         TK_CHECK(fabs(e) <= 0.10, "row %.1fB: predicted %.1f TFLOP/s vs published %.0f (%+.1f%%, tolerance 10%%)",
                  r->params_b, tf, r->published, 100 * e);
-        TK_CHECK(best.p.fits && best.p.mem_total <= 80 * 1073741824.0, "row %.1fB: does not fit", r->params_b);
+        TK_CHECK(p.fits && p.mem_total <= 80 * 1073741824.0, "row %.1fB: does not fit (%.1f GiB)", r->params_b,
+                 p.mem_total / 1073741824.0);
         /* the stages differ by the embedding and the output layer: the bubble is at most
          * (pp-1)/(vM), the equal stages' figure, and close to it (dozens of layers a stage) */
-        double equal = (r->pp - 1.0) / (best.q.virtual_stages * best.p.n_micro);
-        TK_CHECK(best.p.bubble_fraction <= equal + 1e-12 && best.p.bubble_fraction >= 0.9 * equal,
-                 "row %.1fB: bubble %.4f, (pp-1)/(vM) %.4f", r->params_b, best.p.bubble_fraction, equal);
+        double equal = (r->pp - 1.0) / (r->v * p.n_micro);
+        TK_CHECK(p.bubble_fraction <= equal + 1e-12 && p.bubble_fraction >= 0.9 * equal,
+                 "row %.1fB: bubble %.4f, (pp-1)/(vM) %.4f", r->params_b, p.bubble_fraction, equal);
     }
     printf("worst error %+.1f%%\n", 100 * worst);
     return tk_failures ? 1 : 0;
 }
 
-/* --search over every tp <= 8, pp (with virtual stages) and micro-batch 1-8 for every
- * row (recompute kept full, attention unfused, no cp: as published). Rows 1.7B, 76.1B,
- * 310.1B, 529.6B and 1T: the published plan is within 5% of the best. The others: the
- * best is the plan listed, more than 5% ahead, with less tensor parallelism (and more
- * pipeline stages): per GPU the tp all-reduces of every layer's activations, the
- * replicated layer norms and dropouts, the smaller GEMMs and a data-parallel
- * reduction through one NIC per GPU cost more than the bubble and stage transfers pp
- * adds at these batch sizes (README, "--search on Table 1", has the numbers per row).
- * Those rows' tp grows with the model for weak scaling; the paper did not tune them. */
+/* --search over every tp <= 8, pp (with virtual stages) and micro-batch 1-16 for every
+ * row (recompute kept full, attention unfused, no cp, the scripts' fp16 gradients and
+ * DDP: as published). Rows 1.7B, 76.1B, 310.1B, 529.6B and 1T: the published plan is
+ * within 5% of the best. The others: the best plan found has less tensor parallelism
+ * (and more pipeline stages), more than 5% ahead: per GPU the tp all-reduces of every
+ * layer's activations, the replicated layer norms and dropouts, the smaller GEMMs and
+ * a data-parallel reduction through one NIC per GPU cost more than the bubble and
+ * stage transfers pp adds at these batch sizes (README, "--search on Table 1"). The
+ * paper's own side-by-side runs (figures 12-15, planner.figure*) are reproduced by the
+ * same model, so this is its claim, not a known bias; those rows' tp grows with the
+ * model for weak scaling, and the paper did not compare plans at them. */
 typedef struct search_expect {
-    int best_tp, best_pp; /* 0: the published plan is within 5% of the best */
-    double max_gap;       /* the published plan's gap behind the best, at most */
+    bool less_tp;   /* the best plan has less tp than published, more than 5% ahead */
+    double max_gap; /* the published plan's gap behind the best, at most */
 } search_expect;
 static const search_expect table1_search[] = {
-    {0, 0, 0.05},  /* 1.7B */
-    {1, 1, 0.10},  /* 3.6B: tp 1 (x dp 64), 7.3% ahead */
-    {1, 2, 0.18},  /* 7.5B: tp 1 x pp 2, 15.0% */
-    {1, 8, 0.28},  /* 18.4B: tp 1 x pp 8, 25.2% */
-    {2, 8, 0.23},  /* 39.1B: tp 2 x pp 8, 20.2% */
-    {0, 0, 0.05},  /* 76.1B */
-    {4, 16, 0.10}, /* 145.6B: tp 4 x pp 16, 7.1% */
-    {0, 0, 0.05},  /* 310.1B */
-    {0, 0, 0.05},  /* 529.6B */
-    {0, 0, 0.05},  /* 1008.0B */
+    {false, 0.05}, /* 1.7B */
+    {true, 0.10},  /* 3.6B: tp 1 (x dp 64), 6.5% ahead */
+    {true, 0.15},  /* 7.5B: tp 1 x pp 2, 11.6% */
+    {true, 0.25},  /* 18.4B: tp 2 x pp 4 (tp 1 x pp 8 0.2% behind it), 19.6% */
+    {true, 0.22},  /* 39.1B: tp 2 x pp 8, 17.8% */
+    {false, 0.05}, /* 76.1B */
+    {true, 0.10},  /* 145.6B: tp 4 x pp 16, 6.3% */
+    {false, 0.05}, /* 310.1B */
+    {false, 0.05}, /* 529.6B */
+    {false, 0.05}, /* 1008.0B */
 };
 
 static void describe(char *buf, size_t n, const mg_search_result *r) {
@@ -425,8 +444,8 @@ static void describe(char *buf, size_t n, const mg_search_result *r) {
 static int test_search_published(size_t from, size_t to) {
     mg_cluster c;
     mg_cluster_preset("dgx-a100-80gb", &c, NULL);
-    printf("| params (B) | best plan found | step (s) | published plan | rank among candidates | step (s) | gap |\n"
-           "|---|---|---|---|---|---|---|\n");
+    printf("| params (B) | best plan found | step (s) | published tp, pp at its best | rank among candidates | step (s) | "
+           "gap | as run (scripts' mbs, v) | gap |\n|---|---|---|---|---|---|---|---|---|\n");
     for (size_t i = from; i < to && i < sizeof table1 / sizeof *table1; i++) {
         const row *r = &table1[i];
         const search_expect *x = &table1_search[i];
@@ -435,21 +454,31 @@ static int test_search_published(size_t from, size_t to) {
         mg_search_result *res = calloc(TOP, sizeof *res);
         /* context parallelism came after the paper (and its plans are estimated with pp) */
         mg_search_options so = {
-            .world = r->gpus, .max_micro_batch = 8, .fixed_recompute = true, .fixed_cp = true, .top = TOP};
+            .world = r->gpus, .max_micro_batch = 16, .fixed_recompute = true, .fixed_cp = true, .top = TOP};
         int n, tried, dropped, refused;
         mg_error err = {0};
         TK_CHECK(res && mg_plan_search(&c, &q, &so, res, &n, &tried, &dropped, &refused, &err) == MG_OK, "%s", err.msg);
-        int pub = -1;
+        int pub = -1, run = -1;
         for (int k = 0; k < n && pub < 0; k++)
             if (res[k].q.plan.tp == r->tp && res[k].q.plan.pp == r->pp && res[k].q.plan.cp == 1) pub = k;
+        for (int k = 0; k < n && run < 0; k++)
+            if (res[k].q.plan.tp == r->tp && res[k].q.plan.pp == r->pp && res[k].q.plan.cp == 1 &&
+                res[k].q.micro_batch == r->mbs && res[k].q.virtual_stages == r->v)
+                run = k;
+        TK_CHECK(run >= 0, "row %.1fB: the plan as run (mbs %d, v %d) not among %d plans", r->params_b, r->mbs, r->v, n);
         TK_CHECK(n > 0 && pub >= 0, "row %.1fB: published plan not among %d plans", r->params_b, n);
         if (n > 0 && pub >= 0) {
             double gap = res[pub].p.step_time_s / res[0].p.step_time_s - 1;
             char best[64], mine[64];
             describe(best, sizeof best, &res[0]);
             describe(mine, sizeof mine, &res[pub]);
-            printf("| %.1f | %s | %.2f | %s | %d of %d | %.2f | %+.1f%% |\n", r->params_b, best, res[0].p.step_time_s, mine,
+            printf("| %.1f | %s | %.2f | %s | %d of %d | %.2f | %+.1f%% |", r->params_b, best, res[0].p.step_time_s, mine,
                    pub + 1, tried, res[pub].p.step_time_s, 100 * gap);
+            if (run >= 0)
+                printf(" %.2f s, rank %d | %+.1f%% |\n", res[run].p.step_time_s, run + 1,
+                       100 * (res[run].p.step_time_s / res[0].p.step_time_s - 1));
+            else
+                printf(" - | - |\n");
             if (getenv("MG_TEST_VERBOSE"))
                 for (int k = 0; k < n && k < 8; k++) {
                     const mg_prediction *p = &res[k].p;
@@ -470,10 +499,10 @@ static int test_search_published(size_t from, size_t to) {
             }
             TK_CHECK(gap <= x->max_gap, "row %.1fB: published plan %.1f%% behind the best (expected at most %.0f%%)",
                      r->params_b, 100 * gap, 100 * x->max_gap);
-            if (x->best_tp)
-                TK_CHECK(gap > 0.05 && res[0].q.plan.tp == x->best_tp && res[0].q.plan.pp == x->best_pp,
-                         "row %.1fB: best plan tp %d pp %d %.1f%% ahead, expected tp %d pp %d more than 5%% ahead",
-                         r->params_b, res[0].q.plan.tp, res[0].q.plan.pp, 100 * gap, x->best_tp, x->best_pp);
+            if (x->less_tp)
+                TK_CHECK(gap > 0.05 && res[0].q.plan.tp < r->tp,
+                         "row %.1fB: best plan tp %d pp %d %.1f%% ahead, expected less tp than %d, more than 5%% ahead",
+                         r->params_b, res[0].q.plan.tp, res[0].q.plan.pp, 100 * gap, r->tp);
             /* ranked: step times never decrease; every plan fits and covers the GPUs */
             for (int k = 0; k < n; k++) {
                 TK_CHECK(k == 0 || res[k].p.step_time_s >= res[k - 1].p.step_time_s, "order at %d", k);
@@ -482,6 +511,133 @@ static int test_search_published(size_t from, size_t to) {
             }
         }
         free(res);
+    }
+    return tk_failures ? 1 : 0;
+}
+
+/* ---- Narayanan et al. 2021, figures 12-15: plans compared on the same GPUs ------------------- */
+/* The paper ran these plans side by side (sec. 5.3.2 and 5.4), with the settings of its
+ * scripts (Megatron-LM examples/academic_paper_scripts/sc21/run_figure_1{2,3,4,5}.sh:
+ * micro-batch 1, sequence 2048, --fp16, full recompute, local DDP, no interleaving but
+ * figure 12's). The text states the orderings: figure 13 "peak performance when the
+ * tensor-parallel size is equal to the number of GPUs in a single node (8)"; figure 14
+ * "for each batch size, the throughput decreases as the pipeline-parallel size
+ * increases"; figure 15: tp's all-reduces per micro-batch and smaller GEMMs make more
+ * tp slower; figure 12: interleaving is faster and "this gap closes as the batch size
+ * increases". The paper prints no numbers for them: the `read` values are approximate
+ * readings of the plotted points by a third party (a machine reading of the figures,
+ * a few TFLOP/s either way), so the tests hold the orderings exactly and the ratios
+ * and levels loosely. TFLOP/s with the paper's formula (recompute included). */
+static double figure_point(const mg_cluster *c, int layers, int hidden, int heads, int tp, int pp, int gpus, int batch,
+                           int v, double *bubble) {
+    mg_plan_query q = paper_query(layers, hidden, heads, tp, pp, gpus, 1, batch);
+    q.virtual_stages = v;
+    mg_prediction p;
+    mg_error err = {0};
+    TK_CHECK(mg_plan_predict(c, &q, &p, &err) == MG_OK, "tp %d pp %d batch %d: %s", tp, pp, batch, err.msg);
+    TK_CHECK(p.fits, "tp %d pp %d batch %d does not fit (%.1f GiB)", tp, pp, batch, p.mem_total / 1073741824.0);
+    if (bubble) *bubble = p.bubble_fraction;
+    return flops_2021(batch, layers, hidden) / (p.step_time_s * gpus) / 1e12;
+}
+
+static void print_point(const char *fig, int batch, const char *plan, double got, double read) {
+    if (read > 0)
+        printf("| %s | %d | %s | %.1f | ~%.0f | %+.0f%% |\n", fig, batch, plan, got, read, 100 * (got / read - 1));
+    else
+        printf("| %s | %d | %s | %.1f | | |\n", fig, batch, plan, got);
+}
+
+/* Figure 12: GPT-3 175B (96 layers, h 12288, 96 heads) on 96 GPUs, tp 8 pp 12, batch
+ * 12-60, 1F1B vs interleaved with 2 layers per virtual stage (v 4). */
+static int test_figure12(void) {
+    mg_cluster c;
+    mg_cluster_preset("dgx-a100-80gb", &c, NULL);
+    const int batch[5] = {12, 24, 36, 48, 60};
+    const double read_plain[5] = {82, 109, 122, 130, 135}, read_inter[5] = {119, 134, 141, 143, 146};
+    double prev_gain = 1e9, prev_plain = 0, prev_inter = 0;
+    for (int i = 0; i < 5; i++) {
+        double plain = figure_point(&c, 96, 12288, 96, 8, 12, 96, batch[i], 1, NULL);
+        double inter = figure_point(&c, 96, 12288, 96, 8, 12, 96, batch[i], 4, NULL);
+        print_point("12", batch[i], "tp 8 pp 12, 1F1B", plain, read_plain[i]);
+        print_point("12", batch[i], "tp 8 pp 12, interleaved (v 4)", inter, read_inter[i]);
+        double gain = inter / plain - 1, read_gain = read_inter[i] / read_plain[i] - 1;
+        TK_CHECK(gain > 0 && gain < prev_gain, "batch %d: interleaving gains %.1f%% (previous batch %.1f%%)", batch[i],
+                 100 * gain, 100 * prev_gain);
+        TK_CHECK(fabs(gain - read_gain) <= 0.06, "batch %d: interleaving gains %.1f%%, the figure ~%.0f%%", batch[i],
+                 100 * gain, 100 * read_gain);
+        TK_CHECK(plain > prev_plain && inter > prev_inter, "batch %d: throughput grows with the batch", batch[i]);
+        TK_CHECK(fabs(plain / read_plain[i] - 1) <= 0.10 && fabs(inter / read_inter[i] - 1) <= 0.10,
+                 "batch %d: %.1f / %.1f TFLOP/s vs ~%.0f / ~%.0f read off the figure", batch[i], plain, inter,
+                 read_plain[i], read_inter[i]);
+        prev_gain = gain, prev_plain = plain, prev_inter = inter;
+    }
+    return tk_failures ? 1 : 0;
+}
+
+/* Figure 13: 162.2B (32 layers, h 20480, 128 heads) on 64 GPUs, (pp, tp) from (2, 32) to
+ * (32, 2), batch 32 and 128. */
+static int test_figure13(void) {
+    mg_cluster c;
+    mg_cluster_preset("dgx-a100-80gb", &c, NULL);
+    const int batch[2] = {32, 128};
+    const double read88[2] = {142, 165}; /* (8, 8), the peak of each curve */
+    double tf[2][5];
+    for (int b = 0; b < 2; b++) {
+        int best = 0;
+        for (int k = 0; k < 5; k++) {
+            int pp = 2 << k, tp = 64 / pp;
+            char plan[64];
+            snprintf(plan, sizeof plan, "pp %d, tp %d", pp, tp);
+            tf[b][k] = figure_point(&c, 32, 20480, 128, tp, pp, 64, batch[b], 1, NULL);
+            print_point("13", batch[b], plan, tf[b][k], k == 2 ? read88[b] : 0);
+            if (tf[b][k] > tf[b][best]) best = k;
+            if (b) TK_CHECK(tf[1][k] > tf[0][k], "pp %d tp %d: batch 128 slower than 32", pp, tp);
+        }
+        /* (8, 8) the peak: at batch 32 strictly; at batch 128 the model has (16, 4) level
+         * with it (within 2%: a tie, README) */
+        TK_CHECK(b == 0 ? best == 2 : tf[b][2] >= 0.98 * tf[b][best], "batch %d: (8, 8) %.1f, best (%d, %d) %.1f",
+                 batch[b], tf[b][2], 2 << best, 64 / (2 << best), tf[b][best]);
+        /* tp across nodes ((2, 32), (4, 16)) and a 32-stage pipeline fall below */
+        TK_CHECK(tf[b][0] < 0.9 * tf[b][2] && tf[b][1] < 0.95 * tf[b][2] && tf[b][4] < 0.95 * tf[b][2],
+                 "batch %d: the extremes not below (8, 8)", batch[b]);
+        TK_CHECK(fabs(tf[b][2] / read88[b] - 1) <= 0.10, "batch %d: (8, 8) %.1f vs ~%.0f", batch[b], tf[b][2], read88[b]);
+    }
+    return tk_failures ? 1 : 0;
+}
+
+/* Figures 14 and 15: 5.9B (32 layers, h 3840, 32 heads) on 64 GPUs, micro-batch 1,
+ * batch 32, 128, 512: (pp, dp) with tp 1, and (tp, dp) with pp 1, 2 to 32. */
+static int test_figure_5p9b(bool tensor) {
+    mg_cluster c;
+    mg_cluster_preset("dgx-a100-80gb", &c, NULL);
+    const int batch[3] = {32, 128, 512};
+    /* read off the figures at the first and the last plan (0: no reading) */
+    const double read14[3][2] = {{62, 42}, {0, 0}, {148, 90}};
+    const double read15[3][2] = {{58, 23.5}, {103, 23.5}, {128, 23.5}};
+    const char *fig = tensor ? "15" : "14";
+    double tf[3][5];
+    for (int b = 0; b < 3; b++) {
+        const double *read = tensor ? read15[b] : read14[b];
+        for (int k = 0; k < 5; k++) {
+            int n = 2 << k;
+            char plan[64];
+            snprintf(plan, sizeof plan, tensor ? "tp %d, dp %d" : "pp %d, dp %d", n, 64 / n);
+            tf[b][k] = figure_point(&c, 32, 3840, 32, tensor ? n : 1, tensor ? 1 : n, 64, batch[b], 1, NULL);
+            print_point(fig, batch[b], plan, tf[b][k], k == 0 ? read[0] : k == 4 ? read[1] : 0);
+            TK_CHECK(k == 0 || tf[b][k] < tf[b][k - 1], "figure %s batch %d: %s not slower than the plan before it",
+                     fig, batch[b], plan);
+            /* a larger batch is never slower (at tp 32 the three nearly meet: 1%) */
+            if (b) TK_CHECK(tf[b][k] >= 0.99 * tf[b - 1][k], "figure %s %s: batch %d slower than %d", fig, plan,
+                            batch[b], batch[b - 1]);
+        }
+        /* the fall from the first plan to the last, against the figure's: not for figure 15
+         * at batch 32 and 128, where the model is 21-50% above the figure at tp 2 x dp 32
+         * (a per-step cost of 0.3-0.5 s it does not have; README, "figures 12-15") */
+        if (read[0] > 0 && (!tensor || batch[b] == 512)) {
+            double drop = tf[b][4] / tf[b][0], read_drop = read[1] / read[0];
+            TK_CHECK(fabs(drop / read_drop - 1) <= 0.25, "figure %s batch %d: last / first plan %.2f, the figure ~%.2f",
+                     fig, batch[b], drop, read_drop);
+        }
     }
     return tk_failures ? 1 : 0;
 }
@@ -503,6 +659,10 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "table1")) return test_table1();
     if (!strcmp(c, "pipeline_serial")) return test_pipeline_serial();
     if (!strcmp(c, "pipeline_unequal")) return test_pipeline_unequal();
+    if (!strcmp(c, "figure12")) return test_figure12();
+    if (!strcmp(c, "figure13")) return test_figure13();
+    if (!strcmp(c, "figure14")) return test_figure_5p9b(false);
+    if (!strcmp(c, "figure15")) return test_figure_5p9b(true);
     /* the rows in two tests, each under its own timeout (a sanitizer build walks slowly) */
     if (!strcmp(c, "search_published_small")) return test_search_published(0, 6);
     if (!strcmp(c, "search_published_large")) return test_search_published(6, 10);
