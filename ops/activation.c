@@ -6,6 +6,7 @@
 #include "ops/fastmath.h"
 #include "ops/shard.h"
 #include "ops/op.h"
+#include "ops/simd.h"
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_C 0.044715f
@@ -73,7 +74,7 @@ static int infer_swiglu_bwd(const mg_node *n, mg_tensor_desc *out, mg_error *err
 }
 
 /* ---- kernels ---------------------------------------------------------------------- */
-static int gelu_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int gelu_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const float *x = a->in[0];
     float *y = a->out[0];
@@ -82,7 +83,7 @@ static int gelu_cpu(const mg_kernel_args *a, mg_error *err) {
     return MG_OK;
 }
 
-static int gelu_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int gelu_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const float *dy = a->in[0], *x = a->in[1];
     float *dx = a->out[0];
@@ -91,7 +92,7 @@ static int gelu_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     return MG_OK;
 }
 
-static int silu_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int silu_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const float *x = a->in[0];
     float *y = a->out[0];
@@ -100,7 +101,7 @@ static int silu_cpu(const mg_kernel_args *a, mg_error *err) {
     return MG_OK;
 }
 
-static int silu_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int silu_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const float *dy = a->in[0], *x = a->in[1];
     float *dx = a->out[0];
@@ -112,7 +113,7 @@ static int silu_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     return MG_OK;
 }
 
-static int swiglu_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int swiglu_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const mg_tensor *xt = a->node->in[0];
     const float *x = a->in[0];
@@ -126,7 +127,7 @@ static int swiglu_cpu(const mg_kernel_args *a, mg_error *err) {
     return MG_OK;
 }
 
-static int swiglu_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int swiglu_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const mg_tensor *xt = a->node->in[1];
     const float *dy = a->in[0], *x = a->in[1];

@@ -10,6 +10,7 @@
 #include "mgraph/rng.h"
 #include "ops/op.h"
 #include "ops/shard.h"
+#include "ops/simd.h"
 
 static int infer_dropout(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     float p = n->attrs.dropout.p;
@@ -19,7 +20,7 @@ static int infer_dropout(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     return 1;
 }
 
-static int dropout_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int dropout_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const mg_node *n = a->node;
     const mg_tensor *yt = n->out[0];

@@ -5,6 +5,7 @@
 
 #include "ops/broadcast.h"
 #include "ops/shard.h"
+#include "ops/simd.h"
 
 /* ---- broadcasting helpers ----------------------------------------------------- */
 bool mg_bcast_shape(int na, const int64_t *sa, int nb, const int64_t *sb, int *nout, int64_t *sout) {
@@ -95,7 +96,7 @@ static void cost_binary(const mg_node *n, double *flops, double *bytes) {
 }
 
 #define BINARY_KERNEL(fname, EXPR)                                                                      \
-    static int fname(const mg_kernel_args *a, mg_error *err) {                                          \
+    MG_SIMD static int fname(const mg_kernel_args *a, mg_error *err) {                                  \
         (void)err;                                                                                      \
         const mg_node *n = a->node;                                                                     \
         const float *x = a->in[0], *y = a->in[1];                                                       \
@@ -197,7 +198,7 @@ static int infer_same(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     return 1;
 }
 
-static int scale_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int scale_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const float *x = a->in[0];
     float *y = a->out[0], s = a->node->attrs.scale.value;
@@ -229,7 +230,7 @@ static int infer_bias(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     return 1;
 }
 
-static int bias_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int bias_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const float *x = a->in[0], *b = a->in[1];
     float *y = a->out[0];

@@ -18,6 +18,7 @@
 
 #include "ops/op.h"
 #include "ops/shard.h"
+#include "ops/simd.h"
 
 /* Shape of the per-row statistics: x without its last dimension. */
 static void stat_desc(const mg_tensor *x, mg_tensor_desc *d) {
@@ -72,7 +73,7 @@ static int infer_layernorm(const mg_node *n, mg_tensor_desc *out, mg_error *err)
     return 3;
 }
 
-static int layernorm_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int layernorm_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const mg_node *n = a->node;
     const mg_tensor *xt = n->in[0];
@@ -115,7 +116,7 @@ static int infer_layernorm_bwd(const mg_node *n, mg_tensor_desc *out, mg_error *
     return 3;
 }
 
-static int layernorm_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int layernorm_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     const mg_tensor *xt = n->in[1];
     const float *dy = a->in[0], *x = a->in[1], *w = a->in[2], *mean = a->in[3], *rstd = a->in[4];
@@ -225,7 +226,7 @@ static int infer_rmsnorm(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     return 2;
 }
 
-static int rmsnorm_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int rmsnorm_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const mg_node *n = a->node;
     const mg_tensor *xt = n->in[0];
@@ -257,7 +258,7 @@ static int infer_rmsnorm_bwd(const mg_node *n, mg_tensor_desc *out, mg_error *er
     return 2;
 }
 
-static int rmsnorm_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int rmsnorm_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     const mg_tensor *xt = n->in[1];
     const float *dy = a->in[0], *x = a->in[1], *w = a->in[2], *rstd = a->in[3];

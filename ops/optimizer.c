@@ -7,6 +7,7 @@
 #include "mgraph/train.h"
 #include "ops/op.h"
 #include "ops/shard.h"
+#include "ops/simd.h"
 
 static void scalar_desc(mg_tensor_desc *d) {
     d->dtype = MG_F32;
@@ -26,7 +27,7 @@ static int infer_accumulate(const mg_node *n, mg_tensor_desc *out, mg_error *err
     return 1;
 }
 
-static int accumulate_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int accumulate_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const float *x = a->in[1];
     float *acc = a->out[0]; /* the accumulator's own buffer (the output updates in[0]) */
@@ -108,7 +109,7 @@ static int infer_adamw(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     return 3;
 }
 
-static int adamw_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int adamw_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const mg_attr_adamw *c = &a->node->attrs.adamw;
     const float *p = a->in[0], *g = a->in[1], *m = a->in[2], *v = a->in[3];
