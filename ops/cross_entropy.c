@@ -12,10 +12,39 @@
  * Only output 0 is differentiable: a gradient flowing into lse is refused.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "ops/fastmath.h"
 #include "ops/op.h"
 #include "ops/shard.h"
+#include "ops/simd.h"
+
+/* The row loops below run over the vocabulary (50K logits per token for GPT-2) and
+ * are written so that they vectorise (MG_SIMD clones): the maximum through the floats'
+ * order-preserving integer keys (an integer max reduction vectorises, a float one does
+ * not without -ffast-math; a NaN logit's key is above every finite key, so the maximum
+ * and the loss become NaN, as they did), the exponentials through mg_expf into a
+ * scratch row, and their sum in eight interleaved double partial sums combined in a
+ * fixed order: the same order on every machine and in every clone. */
+static inline float row_max(const float *x, int64_t V) {
+    int32_t k = mg_fkey(x[0]);
+    for (int64_t j = 1; j < V; j++) {
+        int32_t kj = mg_fkey(x[j]);
+        k = kj > k ? kj : k;
+    }
+    return mg_funkey(k);
+}
+
+static inline double row_sumexp(const float *x, int64_t V, float m, float *restrict e) {
+    for (int64_t j = 0; j < V; j++) e[j] = mg_expf(x[j] - m);
+    double acc[8] = {0}, tail = 0;
+    int64_t j = 0;
+    for (; j + 8 <= V; j += 8)
+        for (int l = 0; l < 8; l++) acc[l] += (double)e[j + l];
+    for (; j < V; j++) tail += (double)e[j];
+    return (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) + tail;
+}
 
 static int check_logits_targets(const mg_node *n, const mg_tensor *x, const mg_tensor *t, mg_error *err) {
     if (x->dtype != MG_F32) return mg_shape_error(err, n, "logits must be f32");
@@ -53,7 +82,7 @@ static int bad_target(mg_error *err, const mg_node *n, int64_t tok, int32_t tgt,
                         mg_op_name(n->op), (int)tgt, (long long)tok, (long long)V, (int)n->attrs.xent.ignore_index);
 }
 
-static int xent_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int xent_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     const mg_tensor *lt = n->in[0];
     int64_t V = lt->shape[lt->ndim - 1], T = mg_numel(lt) / V;
@@ -61,21 +90,24 @@ static int xent_cpu(const mg_kernel_args *a, mg_error *err) {
     const float *x = a->in[0];
     const int32_t *tg = a->in[1];
     float *loss = a->out[0], *lse = a->out[1];
+    float *e = malloc((size_t)V * sizeof *e);
+    if (!e) return mg_error_set(err, MG_ERR_NOMEM, "cross_entropy: out of memory");
     double total = 0;
     int64_t count = 0;
     for (int64_t t = 0; t < T; t++) {
         const float *xr = x + t * V;
-        float m = xr[0];
-        for (int64_t j = 1; j < V; j++) m = xr[j] > m ? xr[j] : m;
-        double s = 0;
-        for (int64_t j = 0; j < V; j++) s += expf(xr[j] - m);
-        double l = (double)m + log(s);
+        float m = row_max(xr, V);
+        double l = (double)m + log(row_sumexp(xr, V, m, e));
         lse[t] = (float)l;
         if (tg[t] == ign) continue;
-        if (tg[t] < 0 || tg[t] >= V) return bad_target(err, n, t, tg[t], V);
+        if (tg[t] < 0 || tg[t] >= V) {
+            free(e);
+            return bad_target(err, n, t, tg[t], V);
+        }
         total += l - (double)xr[tg[t]];
         count++;
     }
+    free(e);
     loss[0] = count ? (float)(total / (double)count) : 0.0f;
     return MG_OK;
 }
@@ -84,7 +116,7 @@ static int xent_cpu(const mg_kernel_args *a, mg_error *err) {
  * the logits are not vocab-parallel). */
 static int64_t vocab_total(const mg_tensor *logits) { return logits->logical.shape[logits->logical.ndim - 1]; }
 
-static int xent_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int xent_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     const mg_tensor *lt = n->in[1];
     int64_t V = lt->shape[lt->ndim - 1], T = mg_numel(lt) / V, Vt = vocab_total(lt);
@@ -108,7 +140,10 @@ static int xent_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
             continue;
         }
         float l = lse[t];
-        for (int64_t j = 0; j < V; j++) dr[j] = expf(xr[j] - l) * s;
+        for (int64_t j = 0; j < V; j++) {
+            float d = xr[j] - l; /* (below -87, where mg_expf clamps, the softmax is 0 in float) */
+            dr[j] = d < -87.0f ? 0.0f : mg_expf(d) * s;
+        }
         int64_t col = (int64_t)tg[t] - off; /* the one-hot lands on this block only if it owns the target */
         if (col >= 0 && col < V) dr[col] -= s;
     }
@@ -132,18 +167,13 @@ static int infer_vp_max(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     return 1;
 }
 
-static int vp_max_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int vp_max_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const mg_tensor *lt = a->node->in[0];
     int64_t V = lt->shape[lt->ndim - 1], T = mg_numel(lt) / V;
     const float *x = a->in[0];
     float *m = a->out[0];
-    for (int64_t t = 0; t < T; t++) {
-        const float *xr = x + t * V;
-        float v = xr[0];
-        for (int64_t j = 1; j < V; j++) v = xr[j] > v ? xr[j] : v;
-        m[t] = v;
-    }
+    for (int64_t t = 0; t < T; t++) m[t] = row_max(x + t * V, V);
     return MG_OK;
 }
 
@@ -159,22 +189,23 @@ static int infer_vp_parts(const mg_node *n, mg_tensor_desc *out, mg_error *err) 
     return 1;
 }
 
-static int vp_parts_cpu(const mg_kernel_args *a, mg_error *err) {
-    (void)err;
+MG_SIMD static int vp_parts_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     const mg_tensor *lt = n->in[0];
     int64_t V = lt->shape[lt->ndim - 1], T = mg_numel(lt) / V, off = n->attrs.xent.vocab_offset;
     const float *x = a->in[0], *m = a->in[2];
     const int32_t *tg = a->in[1];
     float *st = a->out[0];
+    float *e = malloc((size_t)V * sizeof *e);
+    if (!e) return mg_error_set(err, MG_ERR_NOMEM, "xent_vp_parts: out of memory");
     for (int64_t t = 0; t < T; t++) {
         const float *xr = x + t * V;
-        double s = 0;
-        for (int64_t j = 0; j < V; j++) s += expf(xr[j] - m[t]);
+        double s = row_sumexp(xr, V, m[t], e);
         int64_t col = (int64_t)tg[t] - off;
         st[2 * t] = (float)s;
         st[2 * t + 1] = (col >= 0 && col < V) ? xr[col] : 0.0f;
     }
+    free(e);
     return MG_OK;
 }
 
