@@ -15,35 +15,12 @@ STEPS=${3:-5}
 REPS=${4:-1}
 CONFIGS=${CONFIGS:-serial dp2 tp2 tp2sp dp2distopt}
 
-# Open MPI as root, more ranks than cores; StarPU quiet and unbound (RESULTS-parallel.md).
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1
-export STARPU_HOME=${STARPU_HOME:-$(mktemp -d /tmp/bench-parallel-starpu.XXXXXX)}
-LOG=${LOG:-$(mktemp /tmp/bench-parallel-log.XXXXXX)}
-echo "log: $LOG; $(nproc) cores; load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+. "$(dirname "$0")/lib.sh"
+bench_env parallel
+# shellcheck disable=SC2086
+bench_rounds "$BIN" "$ROUNDS" "$REPS" "$STEPS" $CONFIGS
 
-for r in $(seq 1 "$ROUNDS"); do
-  for c in $CONFIGS; do
-    case $c in serial|serial1) np=1 ;; *) np=2 ;; esac
-    echo "round $r: $c (np $np)" >&2
-    mpirun -np $np --oversubscribe --bind-to none "$BIN" "$c" "$REPS" "$STEPS" >>"$LOG" 2>&1 ||
-      echo "bench_parallel $c failed (see $LOG)" >&2
-  done
-done
-
-awk -v order="$CONFIGS" '
-function med(key,   n, i, j, t, a) {
-  n = cnt[key]; if (!n) return "nan";
-  for (i = 1; i <= n; i++) a[i] = val[key, i];
-  for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
-  return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}
-/^REP / {
-  delete kv
-  for (i = 2; i <= NF; i++) { split($i, p, "="); kv[p[1]] = p[2] }
-  c = kv["config"]; shape[c] = kv["ranks"] "x" kv["workers"]; nrep[c]++
-  for (k in kv) if (k != "config") { key = c SUBSEP k; cnt[key]++; val[key, cnt[key]] = kv[k] }
-}
+awk -v order="$CONFIGS" "$BENCH_AWK_MEDIANS"'
 END {
   n = split(order, cf, " ")
   base = med("serial" SUBSEP "step_s")

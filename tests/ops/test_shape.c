@@ -169,7 +169,7 @@ static void check_concat(int k, int n, const int64_t (*shapes)[MG_MAX_DIMS], int
     mg_graph *g = mg_graph_new();
     mg_tensor *xs[8];
     for (int i = 0; i < k; i++) {
-        char nm[8];
+        char nm[16];
         snprintf(nm, sizeof nm, "x%d", i);
         xs[i] = in_f32(g, nm, n, shapes[i]);
     }
