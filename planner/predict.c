@@ -284,9 +284,14 @@ static int check_query(const mg_plan_query *q, mg_error *err) {
     if (q->virtual_stages < 1) return mg_error_set(err, MG_ERR_INVALID, "virtual stages must be >= 1");
     if (p->pp < 1 || p->tp < 1 || p->cp < 1 || p->ep < 1)
         return mg_error_set(err, MG_ERR_INVALID, "parallel sizes must be >= 1");
-    if (q->model.num_layers % p->pp)
+    bool uneven = p->pp_first_layers || p->pp_last_layers;
+    /* an uneven split (first / last stage's layers) is checked by the partitioner's rules */
+    if (!uneven && q->model.num_layers % p->pp)
         return mg_error_set(err, MG_ERR_INVALID, "--num-layers %d is not divisible by --pipeline-model-parallel-size %d",
                             q->model.num_layers, p->pp);
+    if (uneven && q->virtual_stages > 1)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--decoder-first/last-pipeline-num-layers cannot be combined with virtual pipeline stages");
     if (q->virtual_stages > 1) {
         if (p->pp < 2)
             return mg_error_set(err, MG_ERR_INVALID, "an interleaved schedule (virtual stages %d) needs pipeline parallelism",
@@ -321,6 +326,7 @@ int mg_planner_prepare(const mg_cluster *c, const mg_plan_query *q, mg_planner_b
         mg_plan stage = plan;
         stage.pp = 1;
         stage.vpp = 1;
+        stage.pp_first_layers = stage.pp_last_layers = 0;
         mg_error serr = {0};
         if (world % pp == 0 && !mg_plan_check(&stage, world / pp, &serr)) {
             estimate_pp = true;
@@ -329,6 +335,10 @@ int mg_planner_prepare(const mg_cluster *c, const mg_plan_query *q, mg_planner_b
         }
     }
     if (rc) return mg_error_set(err, rc, "the partitioner cannot build this plan: %s", perr.msg);
+    if (estimate_pp && (p->pp_first_layers || p->pp_last_layers))
+        return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                            "an uneven pipeline (--decoder-first/last-pipeline-num-layers) needs stage graphs the "
+                            "partitioner builds, and it does not build pp with cp or ep yet: %s", perr.msg);
     int stage_world = estimate_pp ? world / pp : world;
     int dp = world / (p->tp * p->pp * p->cp);
     if ((int64_t)q->global_batch % ((int64_t)q->micro_batch * dp))

@@ -61,6 +61,8 @@ void *mg_prediction_json(const mg_cluster *c, const mg_plan_query *q, const mg_p
                              q->global_batch, "recompute", recompute_name(q), "sequence_parallel",
                              q->plan.sequence_parallel, "distributed_optimizer", q->plan.distributed_optimizer,
                              "precision", mg_precision_name(q->precision));
+    if (q->plan.pp_first_layers) json_object_set_new(plan, "decoder_first_pipeline_num_layers", json_integer(q->plan.pp_first_layers));
+    if (q->plan.pp_last_layers) json_object_set_new(plan, "decoder_last_pipeline_num_layers", json_integer(q->plan.pp_last_layers));
     if (q->precision == MG_PREC_BF16)
         json_object_set_new(plan, "gradient_reduce_bits", json_integer(q->grads_16bit ? 16 : 32));
     json_object_set_new(o, "plan", plan);

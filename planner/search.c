@@ -24,13 +24,17 @@ int mg_plan_search(const mg_cluster *c, const mg_plan_query *base, const mg_sear
     if (world < 1) return mg_error_set(err, MG_ERR_INVALID, "--search needs --world-size >= 1");
     int max_mbs = opt->max_micro_batch > 0 ? opt->max_micro_batch : 8;
     bool moe = base->model.moe.num_experts > 0;
+    /* an uneven pipeline (first / last stage's layers) is kept at the query's pp; other
+     * pipeline sizes split the layers equally */
+    bool uneven = base->plan.pp_first_layers || base->plan.pp_last_layers;
     for (int tp = 1; tp <= world; tp *= 2) {
         if (opt->fixed_tp && tp != base->plan.tp) continue;
         if (!opt->fixed_tp && tp > c->gpus_per_node) break; /* Megatron keeps tp inside a node */
         if (world % tp || base->model.heads % tp) continue;
         for (int pp = 1; pp <= L && tp * pp <= world; pp++) {
             if (opt->fixed_pp && pp != base->plan.pp) continue;
-            if (L % pp || world % (tp * pp)) continue;
+            bool split = uneven && pp == base->plan.pp;
+            if ((!split && L % pp) || world % (tp * pp)) continue;
             for (int cp = 1; tp * pp * cp <= world; cp *= 2) {
                 if (opt->fixed_cp && cp != base->plan.cp) continue;
                 if (world % (tp * pp * cp) || (cp > 1 && base->model.seq_length % (2 * cp))) continue;
@@ -56,6 +60,7 @@ int mg_plan_search(const mg_cluster *c, const mg_plan_query *base, const mg_sear
                         q.plan.pp = pp;
                         q.plan.cp = cp;
                         q.plan.ep = ep;
+                        if (!split) q.plan.pp_first_layers = q.plan.pp_last_layers = 0;
                         q.plan.sequence_parallel = base->plan.sequence_parallel && tp > 1;
                         q.micro_batch = mbs;
                         q.virtual_stages = 1;
@@ -72,6 +77,7 @@ int mg_plan_search(const mg_cluster *c, const mg_plan_query *base, const mg_sear
                         int M = pr.n_micro;
                         for (int v = 1; v <= L / pp && v <= 8; v++) {
                             if (opt->fixed_vp && v != base->virtual_stages) continue;
+                            if (split && v > 1) continue;
                             if (v > 1 && (pp < 2 || (L / pp) % v || (M % pp && M % pp < pp))) continue;
                             for (int r = 0; r < 2; r++) {
                                 mg_plan_query qr = q;

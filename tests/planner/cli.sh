@@ -38,6 +38,13 @@ expect 2 "--search-keep: unknown" --cluster h200 "${M[@]}" --search --search-kee
 expect 2 "--attention-backend must be" --cluster h200 "${M[@]}" --attention-backend magic
 expect 2 "needs a value" --cluster
 expect 2 "not divisible by --pipeline-model-parallel-size 3" --cluster h200 "${M[@]}" --pipeline-model-parallel-size 3 --world-size 3
+# Megatron's uneven pipeline: the first / last stage's layers (4 layers: 1, 2, 1), and a split that does not add up
+"$PLAN" --cluster h200 --json "${M[@]}" --pipeline-model-parallel-size 3 --world-size 3 \
+    --decoder-first-pipeline-num-layers 1 --decoder-last-pipeline-num-layers 1 >"$W/uneven.json" 2>"$W/err" ||
+    no "uneven pipeline: $(cat "$W/err")"
+grep -q '"decoder_first_pipeline_num_layers": 1' "$W/uneven.json" || no "uneven pipeline: JSON lacks the split"
+expect 2 "does not split as 3 on the first pipeline stage" --cluster h200 "${M[@]}" --pipeline-model-parallel-size 3 \
+    --world-size 3 --decoder-first-pipeline-num-layers 3
 
 # the repository's cluster file of this machine (planner/clusters) stays readable
 "$PLAN" --cluster "$(dirname "$0")/../../planner/clusters/cpu-2core.cluster" "${M[@]}" >"$W/cpu" 2>"$W/err" ||
