@@ -1,5 +1,6 @@
 /* Philox4x32-10 and the draws built on it. */
 #include "mgraph/rng.h"
+#include "ops/philox_vec.h"
 #include "ops/rng_init.h"
 
 #include <math.h>
@@ -8,25 +9,20 @@
 #include <immintrin.h>
 #endif
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
 void mg_philox4x32(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]) {
     uint32_t c0 = (uint32_t)ctr_lo, c1 = (uint32_t)(ctr_lo >> 32);
     uint32_t c2 = (uint32_t)ctr_hi, c3 = (uint32_t)(ctr_hi >> 32);
     uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
     for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)PHILOX_M0 * c0, p1 = (uint64_t)PHILOX_M1 * c2;
+        uint64_t p0 = (uint64_t)MG_PHILOX_M0 * c0, p1 = (uint64_t)MG_PHILOX_M1 * c2;
         uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
         uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
         c0 = hi1 ^ c1 ^ k0;
         c1 = lo1;
         c2 = hi0 ^ c3 ^ k1;
         c3 = lo0;
-        k0 += PHILOX_W0;
-        k1 += PHILOX_W1;
+        k0 += MG_PHILOX_W0;
+        k1 += MG_PHILOX_W1;
     }
     out[0] = c0;
     out[1] = c1;
@@ -57,29 +53,15 @@ float mg_rng_uniform(uint64_t seed, uint64_t key, uint64_t stream, uint64_t inde
     return (float)(r[index & 3] >> 8) * (1.0f / 16777216.0f);
 }
 
-/* Uniforms of VL consecutive counters at once: Philox4x32-10 on vectors (GCC vector
- * extensions; 32-bit words in 64-bit lanes, so the 32x32->64 products are lane-wise
- * multiplies), lowered per target below. Integer arithmetic throughout, and the
- * conversion r >> 8 to float is exact: the values are the scalar path's, bit for bit,
- * whatever the vector width. out[4 j + lane] = uniform of counter ctr + j, lane. */
-#define VL 8
-typedef uint64_t vu64 __attribute__((vector_size(VL * sizeof(uint64_t))));
+/* Uniforms of VL consecutive counters at once (ops/philox_vec.h), lowered per target
+ * below; the conversion r >> 8 to float is exact, so the values are the scalar path's,
+ * bit for bit, whatever the vector width. out[4 j + lane] = uniform of counter ctr + j, lane. */
+#define VL MG_PHILOX_VL
 static inline __attribute__((always_inline)) void uniform_vec(uint64_t key, uint64_t stream, uint64_t ctr,
                                                               float *restrict out) {
-    const vu64 lo32 = (vu64){0} + 0xffffffffu;
-    vu64 idx = (vu64){0, 1, 2, 3, 4, 5, 6, 7} + ctr;
-    vu64 c0 = idx & lo32, c1 = idx >> 32, c2 = (vu64){0} + (stream & 0xffffffffu), c3 = (vu64){0} + (stream >> 32);
-    uint64_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-    for (int r = 0; r < 10; r++) {
-        vu64 p0 = c0 * PHILOX_M0, p1 = c2 * PHILOX_M1;
-        vu64 n0 = (p1 >> 32) ^ c1 ^ k0, n2 = (p0 >> 32) ^ c3 ^ k1;
-        c1 = p1 & lo32;
-        c3 = p0 & lo32;
-        c0 = n0;
-        c2 = n2;
-        k0 = (k0 + PHILOX_W0) & 0xffffffffu;
-        k1 = (k1 + PHILOX_W1) & 0xffffffffu;
-    }
+    mg_vu64 c[4];
+    mg_philox_vec(key, stream, ctr, c);
+    mg_vu64 c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
     for (int j = 0; j < VL; j++) { /* interleave the four words of each counter */
         out[4 * j + 0] = (float)(uint32_t)(c0[j] >> 8) * (1.0f / 16777216.0f);
         out[4 * j + 1] = (float)(uint32_t)(c1[j] >> 8) * (1.0f / 16777216.0f);
@@ -121,8 +103,8 @@ __attribute__((target("avx512f,avx512vl"))) static inline void store_words(const
  * other's wait (the rounds are a dependency chain). */
 __attribute__((target("avx512f,avx512vl"))) static void uniform_avx512(uint64_t key, uint64_t stream, uint64_t ctr,
                                                                       float *out) {
-    const __m512i lo32 = _mm512_set1_epi64(0xffffffff), m0 = _mm512_set1_epi64(PHILOX_M0),
-                  m1 = _mm512_set1_epi64(PHILOX_M1);
+    const __m512i lo32 = _mm512_set1_epi64(0xffffffff), m0 = _mm512_set1_epi64(MG_PHILOX_M0),
+                  m1 = _mm512_set1_epi64(MG_PHILOX_M1);
     __m512i idx = _mm512_add_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi64((long long)ctr));
     __m512i idy = _mm512_add_epi64(idx, _mm512_set1_epi64(8));
     __m512i a[4] = {_mm512_and_si512(idx, lo32), _mm512_srli_epi64(idx, 32),
@@ -141,8 +123,8 @@ __attribute__((target("avx512f,avx512vl"))) static void uniform_avx512(uint64_t 
         b[2] = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(pb0, 32), b[3]), K1);
         b[1] = _mm512_and_si512(pb1, lo32);
         b[3] = _mm512_and_si512(pb0, lo32);
-        k0 += PHILOX_W0;
-        k1 += PHILOX_W1;
+        k0 += MG_PHILOX_W0;
+        k1 += MG_PHILOX_W1;
     }
     store_words(a, out);
     store_words(b, out + 32);

@@ -15,11 +15,8 @@
 #include <string.h>
 
 #include "mgraph/rng.h"
+#include "ops/philox_vec.h"
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
 
 /* Lanes per block: two vectors of 8 doubles (GCC vector extensions, lowered to what
  * each target function below allows: AVX-512, AVX2 or SSE2). */
@@ -40,21 +37,9 @@ typedef int64_t vi __attribute__((vector_size(VL * sizeof(int64_t))));
  * u1, u2 and the argument 2 pi u2 formed exactly as mg_rng_normal forms them. */
 static inline __attribute__((always_inline)) void normal_vec(uint64_t key, uint64_t stream, uint64_t first,
                                                              double *restrict v) {
-    /* Philox4x32-10, 32-bit words held in 64-bit lanes */
-    const vu lo32 = (vu){0} + 0xffffffffu;
-    vu idx = (vu){0, 1, 2, 3, 4, 5, 6, 7} + first;
-    vu c0 = idx & lo32, c1 = idx >> 32, c2 = (vu){0} + (stream & 0xffffffffu), c3 = (vu){0} + (stream >> 32);
-    uint64_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-    for (int r = 0; r < 10; r++) {
-        vu p0 = c0 * PHILOX_M0, p1 = c2 * PHILOX_M1;
-        vu n0 = (p1 >> 32) ^ c1 ^ k0, n2 = (p0 >> 32) ^ c3 ^ k1;
-        c1 = p1 & lo32;
-        c3 = p0 & lo32;
-        c0 = n0;
-        c2 = n2;
-        k0 = (k0 + PHILOX_W0) & 0xffffffffu;
-        k1 = (k1 + PHILOX_W1) & 0xffffffffu;
-    }
+    mg_vu64 w[4];
+    mg_philox_vec(key, stream, first, w);
+    vu c0 = w[0], c1 = w[1];
     vd u1 = (__builtin_convertvector(c0, vd) + 1.0) / 4294967296.0; /* in (0, 1]: exact, as mg_rng_normal */
     vd x = 6.283185307179586 * (__builtin_convertvector(c1, vd) / 4294967296.0);
 
