@@ -17,46 +17,8 @@ import statistics
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-
-class Block(nn.Module):
-    def __init__(self, h, heads):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(h), nn.LayerNorm(h)
-        self.qkv, self.proj = nn.Linear(h, 3 * h), nn.Linear(h, h)
-        self.fc1, self.fc2 = nn.Linear(h, 4 * h), nn.Linear(4 * h, h)
-        self.heads = heads
-
-    def forward(self, x):
-        b, s, h = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(h, dim=2)
-        q, k, v = (t.view(b, s, self.heads, h // self.heads).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(b, s, h))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self, layers, h, heads, seq, vocab):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(vocab, h), nn.Embedding(seq, h)
-        self.blocks = nn.ModuleList(Block(h, heads) for _ in range(layers))
-        self.lnf = nn.LayerNorm(h)
-
-    def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
-        for b in self.blocks:
-            x = b(x)
-        logits = self.lnf(x) @ self.wte.weight.t()
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
-
-
-def model_flops(layers, h, seq, vocab, samples):
-    # mg_gpt_flops: per token L(4h^2 + 4h*kv + 4h*ffn + 2sh) + 2hV (kv = h, ffn = 4h), x3, x tokens
-    per_token = layers * (4 * h * h + 4 * h * h + 4 * h * 4 * h + 2 * seq * h) + 2 * h * vocab
-    return 3.0 * per_token * seq * samples
+from torch_gpt import GPT, model_flops
 
 
 def timed(fn, warm, reps):
