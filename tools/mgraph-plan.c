@@ -159,15 +159,8 @@ static int resolve_plan(const mg_run_config *c, mg_plan *p, mg_error *err) {
         *dst[i] = given[i];
     }
     /* Megatron's uneven pipeline: layers on the first / last stage, an equal share between */
-    const char *fl[] = {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"};
-    int fv[] = {c->decoder_first_pipeline_num_layers, c->decoder_last_pipeline_num_layers};
-    int *fd[] = {&p->pp_first_layers, &p->pp_last_layers};
-    for (int i = 0; i < 2; i++) {
-        if (!mg_run_config_given(c, fl[i])) continue;
-        if (fv[i] < 1 || fv[i] > c->num_layers)
-            return mg_error_set(err, MG_ERR_INVALID, "%s must be in 1..--num-layers (got %d)", fl[i], fv[i]);
-        *fd[i] = fv[i];
-    }
+    int urc = mg_run_config_uneven_pipeline(c, p, err);
+    if (urc) return urc;
     if (c->sequence_parallel) p->sequence_parallel = true;
     if (p->tp == 1) p->sequence_parallel = false; /* Megatron disables it with a warning */
     if (c->use_distributed_optimizer) p->distributed_optimizer = true;

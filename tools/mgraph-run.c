@@ -255,15 +255,8 @@ static int resolve_plan(run *r, int world, mg_error *err) {
                                 c->num_virtual_stages_per_pipeline_rank);
         p->vpp = c->num_virtual_stages_per_pipeline_rank;
     }
-    const char *fl[] = {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"};
-    int fv[] = {c->decoder_first_pipeline_num_layers, c->decoder_last_pipeline_num_layers};
-    int *fd[] = {&p->pp_first_layers, &p->pp_last_layers};
-    for (int i = 0; i < 2; i++) {
-        if (!mg_run_config_given(c, fl[i])) continue;
-        if (fv[i] < 1 || fv[i] > c->num_layers)
-            return mg_error_set(err, MG_ERR_INVALID, "%s must be in 1..--num-layers (got %d)", fl[i], fv[i]);
-        *fd[i] = fv[i];
-    }
+    int urc = mg_run_config_uneven_pipeline(c, p, err);
+    if (urc) return urc;
     if (c->pipeline_schedule && mg_pp_schedule_parse(c->pipeline_schedule, &p->pp_schedule))
         return mg_error_set(err, MG_ERR_INVALID, "--pipeline-schedule %s: expected auto, 1f1b, interleaved or gpipe",
                             c->pipeline_schedule);

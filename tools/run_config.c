@@ -621,3 +621,16 @@ void mg_run_config_usage(FILE *out) {
     }
     fprintf(out, "\nExit status: 0 success, 2 bad usage or input, 1 failure while running.\n");
 }
+
+int mg_run_config_uneven_pipeline(const mg_run_config *c, mg_plan *p, mg_error *err) {
+    const char *fl[] = {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"};
+    int fv[] = {c->decoder_first_pipeline_num_layers, c->decoder_last_pipeline_num_layers};
+    int *fd[] = {&p->pp_first_layers, &p->pp_last_layers};
+    for (int i = 0; i < 2; i++) {
+        if (!mg_run_config_given(c, fl[i])) continue;
+        if (fv[i] < 1 || fv[i] > c->num_layers)
+            return mg_error_set(err, MG_ERR_INVALID, "%s must be in 1..--num-layers (got %d)", fl[i], fv[i]);
+        *fd[i] = fv[i];
+    }
+    return MG_OK;
+}

@@ -8,6 +8,7 @@
 
 #include "mgraph/error.h"
 #include "mgraph/model.h"
+#include "mgraph/plan.h"
 
 typedef struct mg_run_config {
     /* model */
@@ -113,5 +114,10 @@ bool mg_run_config_given(const mg_run_config *c, const char *flag);
 /* The model's configuration from the model flags (mgraph-run, mgraph-plan): sizes, the
  * LLaMA options, MoE; the vocabulary is left for the caller (it comes from the tokenizer). */
 int mg_run_config_model(const mg_run_config *c, mg_gpt_config *m, mg_error *err);
+
+/* Megatron's uneven pipeline (mgraph-run, mgraph-plan): the given
+ * --decoder-first/last-pipeline-num-layers, each checked in 1..--num-layers, into
+ * p->pp_first_layers / pp_last_layers. */
+int mg_run_config_uneven_pipeline(const mg_run_config *c, mg_plan *p, mg_error *err);
 
 #endif
