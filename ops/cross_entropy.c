@@ -12,7 +12,6 @@
  * Only output 0 is differentiable: a gradient flowing into lse is refused.
  */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "ops/fastmath.h"
@@ -25,7 +24,7 @@
  * order-preserving integer keys (an integer max reduction vectorises, a float one does
  * not without -ffast-math; a NaN logit's key is above every finite key, so the maximum
  * and the loss become NaN, as they did), the exponentials through mg_expf into a
- * scratch row, and their sum in eight interleaved double partial sums combined in a
+ * scratch chunk, and their sum in eight interleaved double partial sums combined in a
  * fixed order: the same order on every machine and in every clone. */
 static inline float row_max(const float *x, int64_t V) {
     int32_t k = mg_fkey(x[0]);
@@ -36,13 +35,19 @@ static inline float row_max(const float *x, int64_t V) {
     return mg_funkey(k);
 }
 
-static inline double row_sumexp(const float *x, int64_t V, float m, float *restrict e) {
-    for (int64_t j = 0; j < V; j++) e[j] = mg_expf(x[j] - m);
+/* (chunks of the row on the stack: a multiple of 8, so each value meets the same
+ * partial sum as in one pass over the row) */
+#define XENT_CHUNK 1024
+static inline double row_sumexp(const float *x, int64_t V, float m) {
+    float e[XENT_CHUNK];
     double acc[8] = {0}, tail = 0;
-    int64_t j = 0;
-    for (; j + 8 <= V; j += 8)
-        for (int l = 0; l < 8; l++) acc[l] += (double)e[j + l];
-    for (; j < V; j++) tail += (double)e[j];
+    for (int64_t j0 = 0; j0 < V; j0 += XENT_CHUNK) {
+        int64_t n = V - j0 < XENT_CHUNK ? V - j0 : XENT_CHUNK, j = 0;
+        for (int64_t i = 0; i < n; i++) e[i] = mg_expf(x[j0 + i] - m);
+        for (; j + 8 <= n; j += 8)
+            for (int l = 0; l < 8; l++) acc[l] += (double)e[j + l];
+        for (; j < n; j++) tail += (double)e[j]; /* (the row's last V % 8) */
+    }
     return (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) + tail;
 }
 
@@ -90,24 +95,18 @@ MG_SIMD static int xent_cpu(const mg_kernel_args *a, mg_error *err) {
     const float *x = a->in[0];
     const int32_t *tg = a->in[1];
     float *loss = a->out[0], *lse = a->out[1];
-    float *e = malloc((size_t)V * sizeof *e);
-    if (!e) return mg_error_set(err, MG_ERR_NOMEM, "cross_entropy: out of memory");
     double total = 0;
     int64_t count = 0;
     for (int64_t t = 0; t < T; t++) {
         const float *xr = x + t * V;
         float m = row_max(xr, V);
-        double l = (double)m + log(row_sumexp(xr, V, m, e));
+        double l = (double)m + log(row_sumexp(xr, V, m));
         lse[t] = (float)l;
         if (tg[t] == ign) continue;
-        if (tg[t] < 0 || tg[t] >= V) {
-            free(e);
-            return bad_target(err, n, t, tg[t], V);
-        }
+        if (tg[t] < 0 || tg[t] >= V) return bad_target(err, n, t, tg[t], V);
         total += l - (double)xr[tg[t]];
         count++;
     }
-    free(e);
     loss[0] = count ? (float)(total / (double)count) : 0.0f;
     return MG_OK;
 }
@@ -190,22 +189,20 @@ static int infer_vp_parts(const mg_node *n, mg_tensor_desc *out, mg_error *err) 
 }
 
 MG_SIMD static int vp_parts_cpu(const mg_kernel_args *a, mg_error *err) {
+    (void)err;
     const mg_node *n = a->node;
     const mg_tensor *lt = n->in[0];
     int64_t V = lt->shape[lt->ndim - 1], T = mg_numel(lt) / V, off = n->attrs.xent.vocab_offset;
     const float *x = a->in[0], *m = a->in[2];
     const int32_t *tg = a->in[1];
     float *st = a->out[0];
-    float *e = malloc((size_t)V * sizeof *e);
-    if (!e) return mg_error_set(err, MG_ERR_NOMEM, "xent_vp_parts: out of memory");
     for (int64_t t = 0; t < T; t++) {
         const float *xr = x + t * V;
-        double s = row_sumexp(xr, V, m[t], e);
+        double s = row_sumexp(xr, V, m[t]);
         int64_t col = (int64_t)tg[t] - off;
         st[2 * t] = (float)s;
         st[2 * t + 1] = (col >= 0 && col < V) ? xr[col] : 0.0f;
     }
-    free(e);
     return MG_OK;
 }
 

@@ -135,56 +135,55 @@ __attribute__((target("avx2"))) static void uniform_avx2(uint64_t k, uint64_t s,
 }
 #endif
 
-static uniform_fn pick_uniform(void) {
+/* The path for one instruction set (0 generic vectors, 1 AVX2, 2 AVX-512 intrinsics),
+ * or NULL where the CPU lacks it. */
+static uniform_fn uniform_for(int isa) {
+    if (isa == 0) return uniform_generic;
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return uniform_avx512;
-    if (__builtin_cpu_supports("avx2")) return uniform_avx2;
+    if (isa == 1 && __builtin_cpu_supports("avx2")) return uniform_avx2;
+    if (isa == 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return uniform_avx512;
 #endif
-    return uniform_generic;
+    return NULL;
+}
+
+/* out[i] for i in [i, end), the scalar way (at most one Philox call per four values). */
+static void uniform_scalar(uint64_t k, uint64_t stream, uint64_t first, int64_t i, int64_t end, float *out) {
+    uint32_t r[4];
+    while (i < end) {
+        uint64_t idx = first + (uint64_t)i;
+        mg_philox4x32(k, stream, idx >> 2, r);
+        for (unsigned lane = (unsigned)(idx & 3); lane < 4 && i < end; lane++, i++)
+            out[i] = (float)(r[lane] >> 8) * (1.0f / 16777216.0f);
+    }
 }
 
 static void uniform_block(uniform_fn vec, uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n,
                           float *out) {
     uint64_t k = mix_key(seed, key);
-    uint32_t r[4];
-    int64_t i = 0;
-    /* the scalar path up to a counter boundary, UL values at a time, the rest scalar */
-    while (i < n && ((first + (uint64_t)i) & 3)) {
-        uint64_t idx = first + (uint64_t)i;
-        mg_philox4x32(k, stream, idx >> 2, r);
-        for (unsigned lane = (unsigned)(idx & 3); lane < 4 && i < n; lane++, i++)
-            out[i] = (float)(r[lane] >> 8) * (1.0f / 16777216.0f);
-    }
+    /* scalar up to a counter boundary, UL values at a time, the rest scalar */
+    int64_t i = (int64_t)((4 - (first & 3)) & 3);
+    if (i > n) i = n;
+    uniform_scalar(k, stream, first, 0, i, out);
     for (; n - i >= UL; i += UL) vec(k, stream, (first + (uint64_t)i) >> 2, out + i);
-    while (i < n) {
-        uint64_t idx = first + (uint64_t)i;
-        mg_philox4x32(k, stream, idx >> 2, r);
-        for (unsigned lane = (unsigned)(idx & 3); lane < 4 && i < n; lane++, i++)
-            out[i] = (float)(r[lane] >> 8) * (1.0f / 16777216.0f);
-    }
+    uniform_scalar(k, stream, first, i, n, out);
 }
 
 void mg_rng_uniform_block(uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n, float *out) {
-    static uniform_fn picked; /* every thread picks the same function */
+    static uniform_fn picked; /* every thread picks the same function: the widest the CPU has */
     uniform_fn vec = __atomic_load_n(&picked, __ATOMIC_RELAXED);
-    if (!vec) __atomic_store_n(&picked, vec = pick_uniform(), __ATOMIC_RELAXED);
+    if (!vec) {
+        for (int isa = 2; !vec; isa--) vec = uniform_for(isa);
+        __atomic_store_n(&picked, vec, __ATOMIC_RELAXED);
+    }
     uniform_block(vec, seed, key, stream, first, n, out);
 }
 
 bool mg_rng_uniform_block_isa(int isa, uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n,
                               float *out) {
-    uniform_fn vec = uniform_generic;
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (isa == 1 && __builtin_cpu_supports("avx2")) vec = uniform_avx2;
-    else if (isa == 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) vec = uniform_avx512;
-    else if (isa != 0) return false;
-#else
-    if (isa != 0) return false;
-#endif
-    uniform_block(vec, seed, key, stream, first, n, out);
-    return true;
+    uniform_fn vec = uniform_for(isa);
+    if (vec) uniform_block(vec, seed, key, stream, first, n, out);
+    return vec != NULL;
 }
 
 float mg_rng_normal(uint64_t seed, uint64_t key, uint64_t stream, uint64_t index) {

@@ -877,12 +877,12 @@ static void describe(const run *r, const mg_graph *g, const mg_mesh *m, int rank
     char line[512] = "?", stage[160] = "";
     if (!mg_memplan_build((mg_graph *)g, true, &p, &e)) mg_memplan_summary(p, line, sizeof line);
     mg_memplan_free(p);
-    char ep[160] = "";
+    char groups[192] = ""; /* the other groups this plan uses */
     if (r->plan.ep > 1) /* the all-to-all moves what the routing sends: estimated for a balanced routing */
-        snprintf(ep, sizeof ep, ", ep %.0f (all-to-all, balanced routing), edp %.0f", bytes[MG_GROUP_EP],
+        snprintf(groups, sizeof groups, ", ep %.0f (all-to-all, balanced routing), edp %.0f", bytes[MG_GROUP_EP],
                  bytes[MG_GROUP_EDP]);
     if (r->plan.cp > 1) /* the K/V ring (and, at dp 1, the gradients' all-reduce) over cp; the gradients over dp x cp */
-        snprintf(ep + strlen(ep), sizeof ep - strlen(ep), ", cp %.0f, dp_cp %.0f", bytes[MG_GROUP_CP],
+        snprintf(groups + strlen(groups), sizeof groups - strlen(groups), ", cp %.0f, dp_cp %.0f", bytes[MG_GROUP_CP],
                  bytes[MG_GROUP_DP_CP]);
     if (r->plan.pp > 1) { /* a stage keeps its schedule's micro-batches in flight */
         int slots = r->plan.microbatch_slots, need = -1, st = m->coord[MG_GROUP_PP];
@@ -893,7 +893,7 @@ static void describe(const run *r, const mg_graph *g, const mg_mesh *m, int rank
                  st, r->plan.pp, need, need == 1 ? "" : "es", slots, n_p2p, bytes[MG_GROUP_PP], bytes[MG_GROUP_EMB]);
     }
     printf("mgraph-run: rank %d: %d nodes, %d collectives, bytes sent per step: tp %.0f, dp %.0f%s; memory: %s%s\n",
-           rank, mg_graph_n_nodes(g), n_comm, bytes[MG_GROUP_TP], bytes[MG_GROUP_DP], ep, line, stage);
+           rank, mg_graph_n_nodes(g), n_comm, bytes[MG_GROUP_TP], bytes[MG_GROUP_DP], groups, line, stage);
 }
 
 /* --recompute-*: Megatron's checks, then the rewrite of the graph this rank runs

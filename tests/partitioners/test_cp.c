@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #include "mgraph/comm.h"
-#include "mgraph/model.h"
 #include "mgraph/plan.h"
 #include "testkit.h"
 
@@ -168,26 +167,8 @@ static int overlap_rank(const mg_graph *g, int tp, int cp, int rank) {
 }
 
 static void overlap(void) {
-    mg_step_config sc = {0};
-    sc.model = mg_gpt_defaults();
-    sc.model.num_layers = 2;
-    sc.model.hidden = 32;
-    sc.model.heads = 4;
-    sc.model.ffn_hidden = 64;
-    sc.model.seq_length = 16;
-    sc.model.max_position = 16;
-    sc.model.vocab = 256;
-    sc.model.norm = MG_NORM_RMSNORM;
-    sc.model.pos_emb = MG_POS_ROPE;
-    sc.model.swiglu = true;
-    sc.model.query_groups = 2;
-    sc.model.untie_embeddings = true;
-    sc.model.disable_bias_linear = true;
-    sc.micro_batch = 2;
-    sc.n_micro = 1;
-    sc.training = true;
-    sc.optim = mg_adamw_defaults();
-    sc.optim.lr = (mg_lr_schedule){.lr = 1e-3f, .decay_steps = 10, .style = MG_LR_COSINE};
+    mg_step_config sc = tk_small_gpt(2, 32, 4, 16, 256, 2, 1);
+    tk_llama(&sc.model, 2);
     mg_step st;
     mg_error err = {0};
     if (mg_step_build(&sc, &st, &err)) {

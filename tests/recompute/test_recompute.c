@@ -129,13 +129,8 @@ static void test_bitwise(void) {
     mg_step_config c = tk_small_gpt(4, 32, 4, 16, 64, 2, 2); /* dropout 0.1 in attention and hidden */
     compare_variants("gpt2", &c);
     mg_step_config l = c; /* Mistral-like: RMSNorm, RoPE, SwiGLU, GQA, untied, no biases */
-    l.model.norm = MG_NORM_RMSNORM;
-    l.model.pos_emb = MG_POS_ROPE;
-    l.model.swiglu = true;
+    tk_llama(&l.model, 2);
     l.model.ffn_hidden = 64;
-    l.model.query_groups = 2;
-    l.model.untie_embeddings = true;
-    l.model.disable_bias_linear = true;
     compare_variants("llama", &l);
     mg_step_config m = l; /* Mixtral-like: 4 experts, top-2, aux and z losses */
     m.model.moe.num_experts = 4;

@@ -204,6 +204,15 @@ mg_step_config tk_small_gpt(int layers, int hidden, int heads, int seq, int64_t 
     return c;
 }
 
+void tk_llama(mg_gpt_config *m, int query_groups) {
+    m->norm = MG_NORM_RMSNORM;
+    m->pos_emb = MG_POS_ROPE;
+    m->swiglu = true;
+    m->query_groups = query_groups;
+    m->untie_embeddings = true;
+    m->disable_bias_linear = true;
+}
+
 int tk_main(int argc, char **argv, const tk_case *cases, int n_cases) {
     int ran = 0;
     for (int i = 0; i < n_cases; i++) {

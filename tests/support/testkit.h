@@ -79,6 +79,10 @@ bool tk_gradcheck(const char *label, int n_leaves, const tk_leaf *leaves, tk_bui
  * dropout 0.1, Megatron's AdamW defaults, training on. */
 mg_step_config tk_small_gpt(int layers, int hidden, int heads, int seq, int64_t vocab, int micro_batch, int n_micro);
 
+/* Makes m a LLaMA-family GPT (Mistral-like): RMSNorm, RoPE, SwiGLU, grouped-query
+ * attention with query_groups key/value groups, untied output layer, no biases. */
+void tk_llama(mg_gpt_config *m, int query_groups);
+
 /* Runs the sub-test named argv[1] from a table, or all of them. */
 typedef struct tk_case { const char *name; void (*fn)(void); } tk_case;
 int tk_main(int argc, char **argv, const tk_case *cases, int n_cases);
