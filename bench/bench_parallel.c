@@ -404,7 +404,7 @@ int main(int argc, char **argv) {
     int64_t it = 0;
     int warmup = getenv("BENCH_WARMUP") ? atoi(getenv("BENCH_WARMUP")) : 2;
     for (int w = 0; w < warmup; w++, it++) {
-        mg_exec_info info = {1234, it, true, comm, sc.n_micro / dp, dp_rank, dp, 0, 0};
+        mg_exec_info info = {.seed = 1234, .iteration = it, .training = true, .comm = comm, .n_micro = sc.n_micro / dp, .mb_offset = dp_rank, .mb_stride = dp};
         if (mg_engine_run(eng, &info, &err)) die("warm-up step", &err);
     }
     double xfer = P ? replay_collectives(P, 5) : 0;
@@ -418,7 +418,7 @@ int main(int argc, char **argv) {
         double t0 = MPI_Wtime();
         for (int k = 0; k < steps; k++, it++) {
             double c0 = mg_comm_seconds(comm);
-            mg_exec_info info = {1234, it, true, comm, sc.n_micro / dp, dp_rank, dp, 0, 0};
+            mg_exec_info info = {.seed = 1234, .iteration = it, .training = true, .comm = comm, .n_micro = sc.n_micro / dp, .mb_offset = dp_rank, .mb_stride = dp};
             if (mg_engine_run(eng, &info, &err)) die("step", &err);
             mg_engine_stats es;
             mg_engine_get_stats(eng, &es);

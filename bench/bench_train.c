@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -196,13 +197,29 @@ static int profile_step(bench_model *bm, mg_error *err) {
 typedef struct step_result {
     double step_s, min_s, tokens_per_s, gflops, idle;
     double ref_s;            /* reference executor (one thread, OpenBLAS single-threaded), same steps */
-    int workers;
+    int workers, split;      /* split: sub-batches per micro-batch */
     int64_t tasks;
     size_t persistent_bytes, activation_bytes;
 } step_result;
 
+/* Sub-batches per micro-batch, as mgraph-run picks them (mg_plan_micro_batch_split) for
+ * the engine's workers; BENCH_SPLIT=N forces N (1: whole micro-batches). */
+static int bench_split(const mg_step_config *c) {
+    mg_plan p;
+    mg_plan_defaults(&p);
+    if (getenv("BENCH_SPLIT")) p.micro_batch_split = atoi(getenv("BENCH_SPLIT"));
+    if (p.micro_batch_split < 0 || (p.micro_batch_split > 0 && c->micro_batch % p.micro_batch_split)) return 1;
+    int workers = getenv("STARPU_NCPU") ? atoi(getenv("STARPU_NCPU")) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return mg_plan_micro_batch_split(&p, c->micro_batch, c->n_micro, workers, false);
+}
+
 static int time_step(bench_model *bm, int reps, int slots, step_result *res, mg_error *err) {
     mg_step_config c = bm->cfg;
+    int split = bench_split(&c);
+    c.micro_batch /= split;
+    c.n_micro *= split;
+    slots *= split;
+    res->split = split;
     c.training = true;
     c.optim = mg_adamw_defaults();
     c.optim.lr = (mg_lr_schedule){.lr = 1e-4f, .min_lr = 1e-5f, .warmup_steps = 0, .decay_steps = 1000,
@@ -226,14 +243,16 @@ static int time_step(bench_model *bm, int reps, int slots, step_result *res, mg_
     int64_t it = 0;
     mg_engine_stats es = {0};
     for (int w = 0; w < 2 && !rc; w++, it++) {
-        mg_exec_info info = {.seed = 1234, .iteration = it, .training = true, .n_micro = c.n_micro};
+        mg_exec_info info = {.seed = 1234, .iteration = it, .training = true, .n_micro = c.n_micro,
+                             .mb_split = split};
         rc = mg_engine_run(eng, &info, err);
     }
     int n_idle = 0;
     for (int r = 0; r < reps && !rc; r++) {
         double t0 = bench_now_s();
         for (int k = 0; k < bm->steps_per_rep && !rc; k++, it++) {
-            mg_exec_info info = {.seed = 1234, .iteration = it, .training = true, .n_micro = c.n_micro};
+            mg_exec_info info = {.seed = 1234, .iteration = it, .training = true, .n_micro = c.n_micro,
+                             .mb_split = split};
             rc = mg_engine_run(eng, &info, err);
             mg_engine_get_stats(eng, &es);
             idle[n_idle++] = es.idle_fraction;
@@ -244,7 +263,7 @@ static int time_step(bench_model *bm, int reps, int slots, step_result *res, mg_
         t0 = bench_now_s();
         for (int k = 0; k < bm->steps_per_rep && !rc; k++) {
             mg_exec_info info = {.seed = 1234, .iteration = it - bm->steps_per_rep + k, .training = true,
-                                 .n_micro = c.n_micro};
+                                 .n_micro = c.n_micro, .mb_split = split};
             rc = mg_exec_reference(st.g, sto, &info, err);
         }
         tr[r] = (bench_now_s() - t0) / bm->steps_per_rep;
@@ -430,6 +449,9 @@ int main(int argc, char **argv) {
         }
         printf("  reference executor (1 thread) %.1f ms/step: engine speedup %.2fx\n", res[i].ref_s * 1e3,
                res[i].ref_s / res[i].step_s);
+        if (res[i].split > 1)
+            printf("  each micro-batch runs as %d sub-batches of %d (mg_plan_micro_batch_split; BENCH_SPLIT=1: whole)\n",
+                   res[i].split, bm->cfg.micro_batch / res[i].split);
         printf("  step %.1f ms (median of %d x %d steps; fastest %.1f ms), %d workers, %lld tasks, params+state %.0f MiB, activations "
                "%.0f MiB\n",
                res[i].step_s * 1e3, reps, bm->steps_per_rep, res[i].min_s * 1e3, res[i].workers, (long long)res[i].tasks,

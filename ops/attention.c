@@ -103,10 +103,11 @@ typedef struct {
     int block;                       /* query rows per block (causal: skip invisible keys) */
     int64_t q_off_s, q_off_b, q_off_h, k_off_s;
     uint64_t NH_g, Sq_g, Sk_g;       /* logical sizes for mask indices */
+    int64_t iteration, sample0;      /* mask streams: global sample of local batch row 0 */
     float scale;
     bool causal, drop;
     float p, keep_scale;
-    uint64_t seed, key, stream;
+    uint64_t seed, key;
 } attn_ctx;
 
 static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg_tensor *k, const mg_exec_info *info) {
@@ -143,7 +144,10 @@ static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg
     c->keep_scale = 1.0f / (1.0f - at->dropout_p);
     c->seed = info->seed;
     c->key = at->rng_key;
-    c->stream = mg_rng_dropout_stream(info->iteration, info->mb_global);
+    /* masks per sample (mg_rng_dropout_site): q's logical batch is its dim 1 */
+    int64_t B_g = q->logical.ndim == 4 ? q->logical.shape[1] : c->B;
+    c->iteration = info->iteration;
+    c->sample0 = (int64_t)(info->mb_global > 0 ? info->mb_global : 0) * B_g + c->q_off_b;
 }
 
 /* Number of keys query row i sees (a prefix of the local keys). */
@@ -154,10 +158,11 @@ static inline int n_visible(const attn_ctx *c, int i) {
     return last + 1 < c->Sk ? (int)(last + 1) : c->Sk;
 }
 
-/* Logical index of mask element (b, h, i, 0). */
-static inline uint64_t mask_base(const attn_ctx *c, int b, int h, int i) {
-    uint64_t bg = (uint64_t)(b + c->q_off_b), hg = (uint64_t)(h + c->q_off_h), ig = (uint64_t)(i + c->q_off_s);
-    return ((bg * c->NH_g + hg) * c->Sq_g + ig) * c->Sk_g + (uint64_t)c->k_off_s;
+/* Mask element (b, h, i, 0): the stream of sample b and the index of (h, i, 0) in it. */
+static inline uint64_t mask_stream(const attn_ctx *c, int b) { return mg_rng_dropout_stream(c->iteration, c->sample0 + b); }
+static inline uint64_t mask_base(const attn_ctx *c, int h, int i) {
+    uint64_t hg = (uint64_t)(h + c->q_off_h), ig = (uint64_t)(i + c->q_off_s);
+    return (hg * c->Sq_g + ig) * c->Sk_g + (uint64_t)c->k_off_s;
 }
 
 /* ---- forward --------------------------------------------------------------------------- */
@@ -207,12 +212,12 @@ static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
                     L[i0 + i] = m + (float)log(sum);
                     float inv = (float)(1.0 / sum);
                     if (c.drop) {
-                        uint64_t base = mask_base(&c, b, h, i0 + i);
+                        uint64_t base = mask_base(&c, h, i0 + i);
                         float sc = inv * c.keep_scale;
                         float u[MG_RNG_CHUNK];
                         for (int j0 = 0; j0 < nv; j0 += MG_RNG_CHUNK) {
                             int m = nv - j0 < MG_RNG_CHUNK ? nv - j0 : MG_RNG_CHUNK;
-                            mg_rng_uniform_block(c.seed, c.key, c.stream, base + (uint64_t)j0, m, u);
+                            mg_rng_uniform_block(c.seed, c.key, mask_stream(&c, b), base + (uint64_t)j0, m, u);
                             for (int j = 0; j < m; j++) row[j0 + j] = u[j] >= c.p ? row[j0 + j] * sc : 0.0f;
                         }
                     } else {
@@ -281,11 +286,11 @@ static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
                     for (int d = 0; d < c.hd; d++) dd += (double)dyi[d] * yi[d];
                     float D = (float)dd;
                     if (c.drop) {
-                        uint64_t base = mask_base(&c, b, h, i0 + i);
+                        uint64_t base = mask_base(&c, h, i0 + i);
                         float u[MG_RNG_CHUNK];
                         for (int j = 0; j < nv; j++) {
                             if (j % MG_RNG_CHUNK == 0)
-                                mg_rng_uniform_block(c.seed, c.key, c.stream, base + (uint64_t)j,
+                                mg_rng_uniform_block(c.seed, c.key, mask_stream(&c, b), base + (uint64_t)j,
                                                      nv - j < MG_RNG_CHUNK ? nv - j : MG_RNG_CHUNK, u);
                             float p = expf(ar[j] - l);
                             float m = u[j % MG_RNG_CHUNK] >= c.p ? c.keep_scale : 0.0f;

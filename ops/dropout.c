@@ -1,8 +1,8 @@
 /* Inverted dropout: y = x * keep / (1 - p), keep = U >= p with
- *   U = mg_rng_uniform(seed, rng_key, mg_rng_dropout_stream(iteration, mb), logical index)
- * where the logical index is that of the output element in its logical tensor (or
- * of the input element, when only the input is marked as a block), so
- * any block of the tensor (tensor- or sequence-parallel) draws the serial mask.
+ *   U = mg_rng_uniform(seed, rng_key, stream, index), (stream, index) = mg_rng_dropout_site
+ * of the output element's logical index (or the input's, when only the input is marked
+ * as a block): a stream per sample, so any block of the tensor (tensor- or
+ * sequence-parallel) and any cut of the batch into micro-batches draws the serial mask.
  * No mask is stored: the gradient is a dropout node on dy with the same key and p
  * (same mask), in the same micro-batch. Identity when not training or p == 0. */
 #include <string.h>
@@ -36,21 +36,31 @@ MG_SIMD static int dropout_cpu(const mg_kernel_args *a, mg_error *err) {
         if (y != x) memcpy(y, x, (size_t)ne * sizeof *y);
         return MG_OK;
     }
-    uint64_t seed = a->info->seed, key = n->attrs.dropout.rng_key;
-    uint64_t stream = mg_rng_dropout_stream(a->info->iteration, a->info->mb_global);
+    uint64_t seed = a->info->seed, key = n->attrs.dropout.rng_key, B, R;
+    mg_rng_batch_dims(lt, &B, &R);
+    int64_t it = a->info->iteration, sample0 = (int64_t)(a->info->mb_global > 0 ? a->info->mb_global : 0) * (int64_t)B;
     float scale = 1.0f / (1.0f - p);
     /* The last dimension is contiguous in the logical tensor too: one logical index
-     * per row, then consecutive. */
+     * per row, then consecutive; a row lies in one sample unless the batch is the last
+     * dimension ([s, b]: one draw per element). */
     int64_t inner = yt->shape[yt->ndim - 1], rows = ne / inner;
-    bool whole = mg_is_whole(lt);
+    bool whole = mg_is_whole(lt), row_in_sample = (whole ? lt->ndim : lt->logical.ndim) != 2;
     for (int64_t r = 0; r < rows; r++) {
-        uint64_t base = whole ? (uint64_t)(r * inner) : mg_logical_index(lt, r * inner);
+        uint64_t base = whole ? (uint64_t)(r * inner) : mg_logical_index(lt, r * inner), stream, idx;
         const float *xr = x + r * inner;
         float *yr = y + r * inner;
+        if (!row_in_sample) {
+            for (int64_t j = 0; j < inner; j++) {
+                mg_rng_dropout_site(base + (uint64_t)j, B, R, it, sample0, &stream, &idx);
+                yr[j] = mg_rng_uniform(seed, key, stream, idx) >= p ? xr[j] * scale : 0.0f;
+            }
+            continue;
+        }
+        mg_rng_dropout_site(base, B, R, it, sample0, &stream, &idx);
         float u[MG_RNG_CHUNK];
         for (int64_t j0 = 0; j0 < inner; j0 += MG_RNG_CHUNK) {
             int64_t m = inner - j0 < MG_RNG_CHUNK ? inner - j0 : MG_RNG_CHUNK;
-            mg_rng_uniform_block(seed, key, stream, base + (uint64_t)j0, m, u);
+            mg_rng_uniform_block(seed, key, stream, idx + (uint64_t)j0, m, u);
             for (int64_t j = 0; j < m; j++) yr[j0 + j] = u[j] >= p ? xr[j0 + j] * scale : 0.0f;
         }
     }

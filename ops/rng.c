@@ -40,9 +40,13 @@ static uint64_t mix_key(uint64_t seed, uint64_t key) {
 
 uint64_t mg_rng_key(uint64_t seed, uint64_t key) { return mix_key(seed, key); }
 
-uint64_t mg_rng_dropout_stream(int64_t iteration, int mb) {
-    /* stream 0 is initialisation; dropout streams start at 1 */
-    return 1u + ((uint64_t)iteration << 16) + (uint64_t)(mb + 1);
+void mg_rng_batch_dims(const mg_tensor *t, uint64_t *B, uint64_t *R) {
+    bool whole = mg_is_whole(t);
+    int nd = whole ? t->ndim : t->logical.ndim;
+    const int64_t *sh = whole ? t->shape : t->logical.shape;
+    *B = nd >= 2 ? (uint64_t)sh[1] : 1u;
+    *R = 1;
+    for (int d = nd >= 2 ? 2 : 0; d < nd; d++) *R *= (uint64_t)sh[d];
 }
 
 /* Uniforms use all four Philox lanes: index i is lane i % 4 of counter i / 4, so a

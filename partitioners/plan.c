@@ -133,6 +133,12 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
             if (!v1 || v2 || parse_int(v1, 1, 64, &x))
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: microbatch-slots expects an integer in 1..64", path, ln);
             else p->microbatch_slots = (int)x;
+        } else if (!strcmp(key, "micro-batch-split")) {
+            if (v1 && !v2 && !strcmp(v1, "auto")) p->micro_batch_split = 0;
+            else if (!v1 || v2 || parse_int(v1, 1, 64, &x))
+                rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: micro-batch-split expects auto or an integer in 1..64",
+                                  path, ln);
+            else p->micro_batch_split = (int)x;
         } else if (!strcmp(key, "bucket-size")) {
             if (!v1 || v2 || parse_int(v1, 1, 1L << 40, &x))
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: bucket-size expects a positive integer", path, ln);
@@ -179,6 +185,8 @@ void mg_plan_print(const mg_plan *p, FILE *f) {
             p->tp, p->pp, p->cp, p->ep, p->sequence_parallel ? "true" : "false",
             p->distributed_optimizer ? "true" : "false", (long long)p->bucket_numel, p->matmul_tiles,
             p->microbatch_slots, p->vpp, mg_pp_schedule_name(p->pp_schedule));
+    if (p->micro_batch_split) fprintf(f, "micro-batch-split %d\n", p->micro_batch_split);
+    else fprintf(f, "micro-batch-split auto\n");
     if (p->pp_first_layers) fprintf(f, "decoder-first-pipeline-num-layers %d\n", p->pp_first_layers);
     if (p->pp_last_layers) fprintf(f, "decoder-last-pipeline-num-layers %d\n", p->pp_last_layers);
     for (int i = 0; i < p->n_rules; i++) fprintf(f, "shard %s %d\n", p->rules[i].pattern, p->rules[i].dim);
@@ -237,7 +245,33 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
         return mg_error_set(err, MG_ERR_INVALID, "matmul tiles must be in 1..64 (got %d)", p->matmul_tiles);
     if (p->microbatch_slots < 1 || p->microbatch_slots > 64)
         return mg_error_set(err, MG_ERR_INVALID, "micro-batch slots must be in 1..64 (got %d)", p->microbatch_slots);
+    if (p->micro_batch_split < 0 || p->micro_batch_split > 64)
+        return mg_error_set(err, MG_ERR_INVALID, "micro-batch split must be auto (0) or in 1..64 (got %d)",
+                            p->micro_batch_split);
     return MG_OK;
+}
+
+int mg_plan_check_split(const mg_plan *p, int micro_batch, bool moe, mg_error *err) {
+    int k = p->micro_batch_split;
+    if (k <= 1) return MG_OK;
+    if (micro_batch % k)
+        return mg_error_set(err, MG_ERR_INVALID, "micro-batch split %d does not divide --micro-batch-size %d", k,
+                            micro_batch);
+    if (p->pp > 1)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "micro-batch split %d with pipeline parallelism is not supported", k);
+    if (moe)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                            "micro-batch split %d with a MoE model is not supported (it would change the "
+                            "load-balancing loss and the expert capacity, which are per micro-batch)", k);
+    return MG_OK;
+}
+
+int mg_plan_micro_batch_split(const mg_plan *p, int micro_batch, int local_micro, int workers, bool moe) {
+    if (p->micro_batch_split > 0) return p->micro_batch_split;
+    if (p->pp > 1 || moe || local_micro < 1 || local_micro >= workers) return 1;
+    for (int k = 2; k <= micro_batch; k++)
+        if (micro_batch % k == 0 && local_micro * k >= workers) return k;
+    return micro_batch; /* one sample per sub-batch: as many chains as there can be */
 }
 
 int mg_plan_check_model(const mg_plan *p, int world, const mg_plan_model *m, mg_error *err) {

@@ -47,6 +47,7 @@ typedef struct run {
     int mpi_world;              /* processes launched (mpirun -np) */
     mg_run_config cfg;
     mg_plan plan;
+    int split;                  /* sub-batches per micro-batch (mg_plan_micro_batch_split) */
     mg_mesh mesh;
     mg_comm *comm;
     mg_tokenizer *tok;
@@ -216,6 +217,12 @@ static int resolve_plan(run *r, int world, mg_error *err) {
     if (c->matmul_tiles < 0 || c->matmul_tiles > 64)
         return mg_error_set(err, MG_ERR_INVALID, "--matmul-tiles must be in 1..64 (got %d)", c->matmul_tiles);
     if (c->matmul_tiles > 0) p->matmul_tiles = c->matmul_tiles;
+    if (mg_run_config_given(c, "--micro-batch-split")) {
+        if (c->micro_batch_split < 0 || c->micro_batch_split > 64)
+            return mg_error_set(err, MG_ERR_INVALID, "--micro-batch-split must be in 0..64 (0: auto; got %d)",
+                                c->micro_batch_split);
+        p->micro_batch_split = c->micro_batch_split;
+    }
     if (c->sequence_parallel) p->sequence_parallel = true;
     if (p->sequence_parallel && p->tp == 1) {
         /* Megatron's validate_args: warn and disable, so that numerics do not change */
@@ -431,6 +438,27 @@ static int mesh_local_micro(const run *r, const mg_mesh *m, int64_t gbs) {
 static int local_micro_of(const run *r, int64_t gbs) { return mesh_local_micro(r, &r->mesh, gbs); }
 /* ... at the full --global-batch-size (storage is sized for it). */
 static int local_micro(const run *r) { return local_micro_of(r, r->cfg.global_batch_size); }
+/* Instances of the graph's per-micro-batch part a step runs: micro-batches x sub-batches. */
+static int split_of(const run *r) { return r->split > 0 ? r->split : 1; }
+static int local_instances_of(const run *r, int64_t gbs) { return local_micro_of(r, gbs) * split_of(r); }
+
+/* Sub-batches per micro-batch (mg_plan_micro_batch_split), the same on every rank (the
+ * smallest any rank picks: tensor-parallel peers must run the same instances), and the
+ * step configuration built for them: micro-batch / split samples, micro-batches x split.
+ * Every rank calls it, rc the run's status so far: one that failed earlier still takes
+ * part in the agreement (no rank waits for it), then returns rc. */
+static int resolve_split(run *r, mg_step_config *sc, int rc, mg_error *err) {
+    bool moe = !rc && sc->model.moe.num_experts > 0;
+    if (!rc) rc = mg_plan_check_split(&r->plan, r->cfg.micro_batch_size, moe, err);
+    int k = rc ? INT_MAX
+               : mg_plan_micro_batch_split(&r->plan, r->cfg.micro_batch_size, local_micro(r), default_workers_here(r), moe);
+    if (r->mpi_world > 1) MPI_Allreduce(MPI_IN_PLACE, &k, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rc) return rc;
+    r->split = k;
+    sc->micro_batch = r->cfg.micro_batch_size / k;
+    sc->n_micro = r->cfg.global_batch_size / r->cfg.micro_batch_size * k;
+    return MG_OK;
+}
 
 /* Writes samples [first, first + gbs) of a split into graph g's per-micro-batch inputs,
  * laid out [s, b]. This rank's micro-batch instance i is global micro-batch
@@ -456,13 +484,17 @@ static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_
      * the loss scale on the last */
     if (!tt && !lt && !ls && r->plan.pp == 1)
         return mg_error_set(err, MG_ERR_RUNTIME, "the step graph lacks input_ids, labels and loss_scale");
-    if (ls) *(float *)mg_storage_data(store, ls) = 1.0f / (float)n_global;
+    /* sub-batches: instance i * nsub + q holds samples q * sub .. of micro-batch i */
+    int nsub = split_of(r), sub = mbs / nsub;
+    if (ls) *(float *)mg_storage_data(store, ls) = 1.0f / (float)(n_global * nsub);
     if (!tt && !lt) return MG_OK;
-    for (int i = 0; i < local_micro_of(r, gbs); i++) {
+    for (int inst = 0; inst < local_instances_of(r, gbs); inst++) {
+        int i = inst / nsub, q = inst % nsub;
         uint64_t mb = (uint64_t)i * (uint64_t)dp_size(r) + (uint64_t)dp_rank(r);
-        int32_t *tok = tt ? mg_storage_data_mb(store, tt, i) : NULL, *lab = lt ? mg_storage_data_mb(store, lt, i) : NULL;
-        for (int j = 0; j < mbs; j++) {
-            uint64_t idx = (first + mb * (uint64_t)mbs + (uint64_t)j) % n;
+        int32_t *tok = tt ? mg_storage_data_mb(store, tt, inst) : NULL,
+                *lab = lt ? mg_storage_data_mb(store, lt, inst) : NULL;
+        for (int j = 0; j < sub; j++) {
+            uint64_t idx = (first + mb * (uint64_t)mbs + (uint64_t)(q * sub + j)) % n;
             int rc = mg_dataset_sample(r->data, split, idx, r->sample, err);
             if (rc) return rc;
             /* the embedding would read a zero row for such an id: say it instead */
@@ -474,8 +506,8 @@ static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_
                                         (unsigned long long)idx, split_names[split], r->sample[t],
                                         mg_tokenizer_type(r->tok), (long long)vocab);
             for (int t = 0; t < s; t++) {
-                if (tok) tok[t * mbs + j] = r->sample[t];
-                if (lab) lab[t * mbs + j] = r->sample[t + 1];
+                if (tok) tok[t * sub + j] = r->sample[t];
+                if (lab) lab[t * sub + j] = r->sample[t + 1];
             }
         }
     }
@@ -532,7 +564,10 @@ static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, m
     r->plan_s += now_s() - t0;
     t0 = now_s();
     /* the evaluation graph runs on the training graph's parameters (no copies) */
-    mg_storage_options so = {local_micro(r), r->plan.microbatch_slots, g == r->eval_g ? r->train_st : NULL};
+    /* sub-batches: as many in flight as whole micro-batches would be (same memory) */
+    int slots = r->plan.microbatch_slots * split_of(r);
+    mg_storage_options so = {local_instances_of(r, r->cfg.global_batch_size), slots > 64 ? 64 : slots,
+                             g == r->eval_g ? r->train_st : NULL};
     if (!rc && r->plan.pp > 1) rc = pipeline_slots(r, r->mesh.coord[MG_GROUP_PP], &so.n_slots, NULL, err);
     if (!rc) rc = mg_storage_new_ex(g, *plan, &so, store, err);
     if (!rc) rc = mg_storage_init(*store, (uint64_t)r->cfg.seed, err);
@@ -555,7 +590,8 @@ static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, m
 static int execute(run *r, mg_graph *g, mg_storage *store, mg_engine *eng, int64_t iteration, bool training,
                    int64_t gbs, mg_error *err) {
     mg_exec_info info = {.seed = r->resume.seed, .iteration = iteration, .training = training, .comm = r->comm,
-                         .n_micro = local_micro_of(r, gbs), .mb_offset = dp_rank(r), .mb_stride = dp_size(r)};
+                         .n_micro = local_instances_of(r, gbs), .mb_offset = dp_rank(r), .mb_stride = dp_size(r),
+                         .mb_split = split_of(r)};
     return eng ? mg_engine_run(eng, &info, err) : mg_exec_reference(g, store, &info, err);
 }
 
@@ -864,7 +900,7 @@ static void describe_micro(const run *r, const mg_mesh *m, int rank) {
 static void describe(const run *r, const mg_graph *g, const mg_mesh *m, int rank) {
     describe_micro(r, m, rank);
     double bytes[MG_GROUP_COUNT];
-    mg_plan_comm_bytes(g, mesh_local_micro(r, m, r->cfg.global_batch_size), bytes);
+    mg_plan_comm_bytes(g, mesh_local_micro(r, m, r->cfg.global_batch_size) * split_of(r), bytes);
     int n_comm = 0, n_p2p = 0;
     for (int i = 0; i < mg_graph_n_nodes(g); i++) {
         mg_op op = mg_graph_node(g, i)->op;
@@ -1060,6 +1096,7 @@ int main(int argc, char **argv) {
         rc = mg_mesh_init(&r.mesh, plan_world, plan_world == world ? rank : 0, r.plan.tp, r.plan.cp, r.plan.ep,
                           r.plan.pp, &err);
     if (!rc) rc = resolve(&r.cfg, plan_world / (r.plan.tp * r.plan.pp * r.plan.cp), &sc, &err);
+    rc = resolve_split(&r, &sc, rc, &err);
     if (!rc) rc = open_data(&r, &sc, &err);
     if (!rc) {
         mg_plan_model pm = {sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
@@ -1106,16 +1143,20 @@ int main(int argc, char **argv) {
                  mg_pp_schedule_name(r.plan.pp_schedule == MG_PP_SCHEDULE_AUTO
                                          ? (r.plan.vpp > 1 ? MG_PP_SCHEDULE_INTERLEAVED : MG_PP_SCHEDULE_1F1B)
                                          : r.plan.pp_schedule));
+    char split_desc[96] = "";
+    if (r.split > 1)
+        snprintf(split_desc, sizeof split_desc, ", each run as %d sub-batches of %d (--micro-batch-split)", r.split,
+                 sc.micro_batch);
     if (rank == 0)
         printf("mgraph-run: GPT %d layers, hidden %d, heads %d, ffn %d, seq %d, vocab %lld (padded), %.2fM parameters; "
                "micro-batch %d, global batch %d = %d micro-batches per step; %d rank(s): tp %d%s, dp %d%s%s%s%s; "
-               "%d micro-batch%s per rank per step\n",
+               "%d micro-batch%s per rank per step%s\n",
                sc.model.num_layers, sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
-               (long long)sc.model.vocab, (double)mg_gpt_num_params(&sc.model) / 1e6, sc.micro_batch,
-               r.cfg.global_batch_size, sc.n_micro, plan_world, r.plan.tp, cpdesc, plan_world / (r.plan.tp * r.plan.pp * r.plan.cp),
+               (long long)sc.model.vocab, (double)mg_gpt_num_params(&sc.model) / 1e6, r.cfg.micro_batch_size,
+               r.cfg.global_batch_size, r.cfg.global_batch_size / r.cfg.micro_batch_size, plan_world, r.plan.tp, cpdesc, plan_world / (r.plan.tp * r.plan.pp * r.plan.cp),
                ep_desc, r.plan.sequence_parallel ? ", sequence parallel" : "",
                r.plan.distributed_optimizer ? ", distributed optimizer" : "", pp_desc, local_micro(&r),
-               local_micro(&r) == 1 ? "" : "es");
+               local_micro(&r) == 1 ? "" : "es", split_desc);
     if (r.cfg.dry_run) {
         rc = dry_run_world(&r, plan_world, &err);
         return finish(&r, rc, &err);

@@ -195,6 +195,8 @@ static const flag flags[] = {
     {"--sched-policy", F_STR, O(sched_policy), USE, NULL, "StarPU scheduling policy (default: STARPU_SCHED or measured best)"},
     {"--cpu-workers", F_INT, O(cpu_workers), USE, NULL, "StarPU CPU workers (0: all cores)"},
     {"--matmul-tiles", F_INT, O(matmul_tiles), USE, NULL, "split large matmuls into N tasks for the workers (default 1)"},
+    {"--micro-batch-split", F_INT, O(micro_batch_split), USE, NULL,
+     "run each micro-batch as N sub-batches (0, the default: as many as keep the workers busy)"},
     {"--overlap-grad-reduce", F_BOOL, O(overlap_grad_reduce), USE, NULL, "run collectives on a communication thread beside compute"},
     {"--check-for-nan-in-loss-and-grad", F_BOOL, O(check_for_nan_in_loss_and_grad), USE, NULL,
      "stop with an error at a NaN/Inf loss or gradient norm (default)"},

@@ -68,6 +68,7 @@ typedef struct mg_run_config {
     /* Megatron's --check-for-nan-in-loss-and-grad, on unless --no-check-for-nan-in-loss-and-grad */
     bool check_for_nan_in_loss_and_grad, no_check_for_nan_in_loss_and_grad;
     int matmul_tiles;        /* 0: not given (plan file, else 1) */
+    int micro_batch_split;   /* given: the plan's micro-batch-split (0: auto) */
     /* checkpoints (tools/run_checkpoint.c) */
     const char *save, *load;
     int64_t save_interval;

@@ -24,8 +24,12 @@ typedef struct mg_exec_info {
      * nodes (mb < 0: gradient reductions, the optimizer) run once, after it. Instance i
      * is global micro-batch mb_offset + i * mb_stride, which keys its dropout masks:
      * data-parallel rank d of dp runs micro-batches d, d + dp, ... as Megatron's sampler
-     * hands them out, so every plan draws the serial run's masks. 0 means 1 / 0 / 1. */
-    int n_micro, mb_offset, mb_stride;
+     * hands them out, so every plan draws the serial run's masks. 0 means 1 / 0 / 1.
+     * mb_split > 1: the graph is built for sub-batches, mb_split per micro-batch
+     * (mg_plan_micro_batch_split); instance i is then sub-batch i % mb_split of micro-batch
+     * mb_offset + (i / mb_split) * mb_stride, whose global index, counted in sub-batches,
+     * is that micro-batch's * mb_split + i % mb_split (masks are drawn per sample). */
+    int n_micro, mb_offset, mb_stride, mb_split;
     /* Set by the executor for each kernel call, read by kernels: the instance running
      * (0..n_micro-1; -1 outside the per-micro-batch part) and its global index. */
     int mb_local, mb_global;
@@ -37,7 +41,10 @@ static inline int mg_exec_n_micro(const mg_exec_info *i) { return i->n_micro > 0
 static inline mg_exec_info mg_exec_instance(const mg_exec_info *i, int local) {
     mg_exec_info k = *i;
     k.mb_local = local;
-    k.mb_global = local < 0 ? -1 : i->mb_offset + local * (i->mb_stride > 0 ? i->mb_stride : 1);
+    int split = i->mb_split > 0 ? i->mb_split : 1;
+    k.mb_global = local < 0 ? -1
+                            : (i->mb_offset + local / split * (i->mb_stride > 0 ? i->mb_stride : 1)) * split +
+                                  local % split;
     return k;
 }
 

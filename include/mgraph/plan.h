@@ -63,6 +63,8 @@ typedef struct mg_plan {
                                   * a rank's workers share it (partitioners/tile.c) */
     double matmul_tile_min_flops;/* ... when it has at least this many FLOPs (default 5e7) */
     int microbatch_slots;        /* micro-batches in flight at once on a rank (activation copies) */
+    int micro_batch_split;       /* each micro-batch runs as this many sub-batches (0: auto,
+                                  * mg_plan_micro_batch_split) */
     int n_rules;
     mg_shard_rule rules[MG_PLAN_MAX_RULES];
 } mg_plan;
@@ -80,6 +82,7 @@ void mg_plan_defaults(mg_plan *p);
  *     use-distributed-optimizer true
  *     bucket-size 40000000
  *     microbatch-slots 2                    (micro-batches in flight: activation memory x slots)
+ *     micro-batch-split auto                (or N: each micro-batch runs as N sub-batches)
  *     num-virtual-stages-per-pipeline-rank 2   (model chunks per pipeline rank)
  *     decoder-first-pipeline-num-layers 3   (and decoder-last-...: uneven first / last stage)
  *     pipeline-schedule 1f1b                (auto, 1f1b, interleaved or gpipe)
@@ -95,6 +98,19 @@ int mg_pp_schedule_parse(const char *s, mg_pp_schedule_kind *k);
  * >= 1, ep dividing dp x cp, combinations this build does not implement (pp with cp or
  * ep, ep with cp, cp with the distributed optimizer) "not supported yet". */
 int mg_plan_check(const mg_plan *p, int world, mg_error *err);
+
+/* Sub-batches each micro-batch of a rank runs as (>= 1; the graph is built for
+ * micro_batch / that many samples, and dropout draws the same masks: mg_rng_dropout_site).
+ * A rank with fewer micro-batches per step than CPU workers leaves workers waiting on
+ * one micro-batch's chain of layers; sub-batches are independent chains. Auto
+ * (p->micro_batch_split 0): the fewest sub-batches, dividing micro_batch, that give
+ * every worker one; 1 under pipeline parallelism (the schedule orders micro-batches) and
+ * for MoE models (the load-balancing loss and the expert capacity are per micro-batch:
+ * a cut would change them). A given split is returned as is (mg_plan_check_split). */
+int mg_plan_micro_batch_split(const mg_plan *p, int micro_batch, int local_micro, int workers, bool moe);
+/* A given p->micro_batch_split (> 1) that the run cannot honour: one not dividing
+ * micro_batch, or with pipeline parallelism or MoE ("not supported"). */
+int mg_plan_check_split(const mg_plan *p, int micro_batch, bool moe, mg_error *err);
 
 /* The model facts a plan must divide. */
 typedef struct mg_plan_model {

@@ -18,8 +18,32 @@ extern "C" {
 
 /* Streams separate uses of the same key. */
 #define MG_RNG_STREAM_INIT 0u
-/* Dropout stream for (iteration, micro-batch): distinct masks every step and micro-batch. */
-uint64_t mg_rng_dropout_stream(int64_t iteration, int mb);
+#if defined(__CUDACC__)
+#define MG_RNG_HD __host__ __device__
+#else
+#define MG_RNG_HD
+#endif
+
+/* Dropout masks are drawn per sample: stream (iteration, global sample), index = the
+ * element's place in that sample's slice of the logical tensor. Activations are laid
+ * out [s, b, ...] (dim 1 the micro-batch's samples), so whatever the micro-batch size,
+ * and however a micro-batch is cut into sub-batches (mg_plan_micro_batch_split) or a
+ * global batch dealt out to data-parallel ranks, every sample draws the same masks. */
+static inline MG_RNG_HD uint64_t mg_rng_dropout_stream(int64_t iteration, int64_t sample) {
+    /* stream 0 is initialisation; dropout streams start at 2 */
+    return 1u + ((uint64_t)iteration << 32) + (uint64_t)(sample + 1);
+}
+/* Logical element L of a dropout'd tensor whose logical shape is [s, B, (R elements)]:
+ * its stream and index, for a micro-batch whose first sample is global sample sample0. */
+static inline MG_RNG_HD void mg_rng_dropout_site(uint64_t L, uint64_t B, uint64_t R, int64_t iteration,
+                                                 int64_t sample0, uint64_t *stream, uint64_t *index) {
+    uint64_t sb = L / R, s = sb / B;
+    *stream = mg_rng_dropout_stream(iteration, sample0 + (int64_t)(sb % B));
+    *index = s * R + L % R;
+}
+/* The B and R of mg_rng_dropout_site for tensor t's logical shape: dim 1 is the batch
+ * (a tensor of one dimension is one sample). */
+void mg_rng_batch_dims(const mg_tensor *t, uint64_t *B, uint64_t *R);
 
 /* The raw generator: 128-bit counter (ctr_hi, ctr_lo), 64-bit key. */
 void mg_philox4x32(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]);

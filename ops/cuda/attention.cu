@@ -34,7 +34,8 @@ typedef struct attn_ctx {
     uint64_t NH_g, Sq_g, Sk_g;
     float scale, p, keep_scale;
     bool causal, drop;
-    uint64_t key, stream; /* key mixed with the seed */
+    uint64_t key; /* mixed with the seed */
+    int64_t iteration, sample0; /* mask streams: global sample of local batch row 0 */
 } attn_ctx;
 
 static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg_tensor *k, const mg_exec_info *info) {
@@ -69,7 +70,10 @@ static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg
     c->drop = info->training && at->dropout_p > 0.0f;
     c->keep_scale = 1.0f / (1.0f - at->dropout_p);
     c->key = mg_philox_mix_key(info->seed, at->rng_key);
-    c->stream = mg_rng_dropout_stream(info->iteration, info->mb_global);
+    /* masks per sample (mg_rng_dropout_site), as ops/attention.c */
+    int64_t B_g = q->logical.ndim == 4 ? q->logical.shape[1] : c->B;
+    c->iteration = info->iteration;
+    c->sample0 = (int64_t)(info->mb_global > 0 ? info->mb_global : 0) * B_g + c->q_off_b;
 }
 
 __device__ inline int n_visible(const attn_ctx &c, int i) {
@@ -79,9 +83,10 @@ __device__ inline int n_visible(const attn_ctx &c, int i) {
     return last + 1 < c.Sk ? (int)(last + 1) : c.Sk;
 }
 
-__device__ inline uint64_t mask_base(const attn_ctx &c, int b, int h, int i) {
-    uint64_t bg = (uint64_t)(b + c.q_off_b), hg = (uint64_t)(h + c.q_off_h), ig = (uint64_t)(i + c.q_off_s);
-    return ((bg * c.NH_g + hg) * c.Sq_g + ig) * c.Sk_g + (uint64_t)c.k_off_s;
+__device__ inline uint64_t mask_stream(const attn_ctx &c, int b) { return mg_rng_dropout_stream(c.iteration, c.sample0 + b); }
+__device__ inline uint64_t mask_base(const attn_ctx &c, int h, int i) {
+    uint64_t hg = (uint64_t)(h + c.q_off_h), ig = (uint64_t)(i + c.q_off_s);
+    return (hg * c.Sq_g + ig) * c.Sk_g + (uint64_t)c.k_off_s;
 }
 
 /* Forward row (bg0 + blockIdx.y, i = blockIdx.x) of head r: S -> Pd in place, lse. */
@@ -110,11 +115,11 @@ __global__ void k_attn_fwd_rows(float *S, float *lse, attn_ctx c, int bg0, int r
     sum = mg_block_sum(sum, shd);
     if (threadIdx.x == 0) *L = m + (float)log(sum);
     float inv = (float)(1.0 / sum), sc = inv * c.keep_scale;
-    uint64_t base = c.drop ? mask_base(c, b, h, i) : 0;
+    uint64_t base = c.drop ? mask_base(c, h, i) : 0;
     for (int j = threadIdx.x; j < c.Sk; j += blockDim.x) {
         float v = 0.0f;
         if (j < nv) {
-            if (c.drop) v = mg_uniform_dev(c.key, c.stream, base + (uint64_t)j) >= c.p ? row[j] * sc : 0.0f;
+            if (c.drop) v = mg_uniform_dev(c.key, mask_stream(c, b), base + (uint64_t)j) >= c.p ? row[j] * sc : 0.0f;
             else v = row[j] * inv;
         }
         row[j] = v;
@@ -138,7 +143,7 @@ __global__ void k_attn_bwd_rows(float *A, float *Bm, const float *__restrict__ d
     double dd = 0;
     for (int d = threadIdx.x; d < c.hd; d += blockDim.x) dd += (double)dy[ro + d] * y[ro + d];
     float D = (float)mg_block_sum(dd, shd);
-    uint64_t base = c.drop ? mask_base(c, b, h, i) : 0;
+    uint64_t base = c.drop ? mask_base(c, h, i) : 0;
     for (int j = threadIdx.x; j < c.Sk; j += blockDim.x) {
         if (j >= nv) {
             ar[j] = br[j] = 0.0f;
@@ -146,7 +151,7 @@ __global__ void k_attn_bwd_rows(float *A, float *Bm, const float *__restrict__ d
         }
         float p = expf(ar[j] - l);
         if (c.drop) {
-            float m = mg_uniform_dev(c.key, c.stream, base + (uint64_t)j) >= c.p ? c.keep_scale : 0.0f;
+            float m = mg_uniform_dev(c.key, mask_stream(c, b), base + (uint64_t)j) >= c.p ? c.keep_scale : 0.0f;
             br[j] = p * (br[j] * m - D);
             ar[j] = p * m;
         } else {

@@ -27,9 +27,11 @@ __device__ inline uint64_t logical_index(const logical_map &m, int64_t i) {
 }
 
 __global__ void k_dropout(const float *__restrict__ x, float *y, int64_t n, logical_map m, uint64_t key,
-                          uint64_t stream, float p, float scale) {
+                          int64_t iteration, int64_t sample0, uint64_t B, uint64_t R, float p, float scale) {
     MG_GRID_STRIDE(i, n) {
-        float u = mg_uniform_dev(key, stream, logical_index(m, i));
+        uint64_t stream, idx;
+        mg_rng_dropout_site(logical_index(m, i), B, R, iteration, sample0, &stream, &idx);
+        float u = mg_uniform_dev(key, stream, idx);
         y[i] = u >= p ? x[i] * scale : 0.0f;
     }
 }
@@ -57,9 +59,11 @@ extern "C" int mg_cuda_dropout(const mg_kernel_args *a, mg_error *err) {
         m.off[d] = lt->logical.offset[d];
     }
     uint64_t key = mg_philox_mix_key(a->info->seed, n->attrs.dropout.rng_key);
-    uint64_t stream = mg_rng_dropout_stream(a->info->iteration, a->info->mb_global); /* as ops/dropout.c */
+    uint64_t B, R; /* masks per sample, as ops/dropout.c */
+    mg_rng_batch_dims(lt, &B, &R);
+    int64_t sample0 = (int64_t)(a->info->mb_global > 0 ? a->info->mb_global : 0) * (int64_t)B;
     k_dropout<<<mg_cuda_blocks(ne, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, mg_cuda_stream()>>>(
-        (const float *)a->in[0], (float *)a->out[0], ne, m, key, stream, p, 1.0f / (1.0f - p));
+        (const float *)a->in[0], (float *)a->out[0], ne, m, key, a->info->iteration, sample0, B, R, p, 1.0f / (1.0f - p));
     return mg_cuda_check_launch("dropout", err);
 }
 

@@ -17,7 +17,7 @@ typedef struct {
 
 /* Naive reference: y [S, B, NH, HD], lse [B, NH, S], for whole (unsplit) tensors. */
 static void ref_attention(const cfg *c, const float *q, const float *k, const float *v, uint64_t seed,
-                          uint64_t key, uint64_t stream, bool training, float *y, float *lse) {
+                          uint64_t key, int64_t iteration, int64_t sample0, bool training, float *y, float *lse) {
     int S = c->S, B = c->B, NH = c->NH, NG = c->NG, HD = c->HD, rep = NH / NG;
     double scale = 1.0 / sqrt((double)HD);
     double *s = malloc((size_t)S * sizeof *s);
@@ -41,7 +41,9 @@ static void ref_attention(const cfg *c, const float *q, const float *k, const fl
                     for (int j = 0; j < S; j++) {
                         double pr = exp(s[j] - m) / sum;
                         if (training && c->p > 0) {
-                            uint64_t idx = (((uint64_t)b * NH + h) * S + i) * S + j;
+                            /* one stream per sample (global sample0 + b), index (h, i, j) */
+                            uint64_t idx = ((uint64_t)h * S + i) * S + j;
+                            uint64_t stream = mg_rng_dropout_stream(iteration, sample0 + b);
                             pr = mg_rng_uniform(seed, key, stream, idx) >= c->p ? pr / (1.0 - c->p) : 0.0;
                         }
                         acc += pr * v[((j * B + b) * NG + g) * HD + e];
@@ -80,7 +82,7 @@ static void check_forward(const cfg *c, bool training) {
     int64_t ny = mg_numel(y), nl = mg_numel(nd->out[1]);
     float *wy = malloc((size_t)ny * sizeof *wy), *wl = malloc((size_t)nl * sizeof *wl);
     ref_attention(c, tk_f32(&r, q), tk_f32(&r, k), tk_f32(&r, v), r.info.seed, nd->attrs.attention.rng_key,
-                  mg_rng_dropout_stream(r.info.iteration, nd->mb), training, wy, wl);
+                  r.info.iteration, (int64_t)(nd->mb > 0 ? nd->mb : 0) * c->B, training, wy, wl);
     char what[128];
     snprintf(what, sizeof what, "attention y (S %d B %d nh %d ng %d hd %d causal %d p %g training %d)", c->S, c->B,
              c->NH, c->NG, c->HD, c->causal, (double)c->p, training);
@@ -185,9 +187,10 @@ static void split_case(const cfg *cp, const blk *bl, int nb) {
     /* the dropout must actually drop something for the test to mean anything */
     int dropped = 0;
     {
-        uint64_t key = y->src->attrs.attention.rng_key, st = mg_rng_dropout_stream(5, y->src->mb);
-        for (uint64_t i = 0; i < (uint64_t)(c.B * c.NH * c.S * c.S); i++)
-            dropped += mg_rng_uniform(r.info.seed, key, st, i) < c.p;
+        uint64_t key = y->src->attrs.attention.rng_key;
+        for (int b = 0; b < c.B; b++)
+            for (uint64_t i = 0; i < (uint64_t)(c.NH * c.S * c.S); i++)
+                dropped += mg_rng_uniform(r.info.seed, key, mg_rng_dropout_stream(5, b), i) < c.p;
     }
     TK_CHECK(dropped > 0, "no element dropped");
     const float *qa = tk_f32(&r, q), *ka = tk_f32(&r, k), *va = tk_f32(&r, v);

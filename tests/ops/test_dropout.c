@@ -36,11 +36,15 @@ static void check_rule(float p, int mb, int64_t it, bool training) {
     tk_fill(&rng, xv, n, -2, 2);
     TK_CHECK(tk_exec(&r) == 0, "exec");
     float *want = malloc((size_t)n * sizeof *want);
-    uint64_t stream = mg_rng_dropout_stream(it, mb);
-    for (int64_t i = 0; i < n; i++)
+    /* x [s 4, b 6, h 50]: element (s, b, j) draws from sample (micro-batch mb) * 6 + b's
+     * stream at index s * 50 + j */
+    for (int64_t i = 0; i < n; i++) {
+        int64_t s = i / (6 * 50), b = i / 50 % 6, j = i % 50;
+        uint64_t stream = mg_rng_dropout_stream(it, (mb > 0 ? mb : 0) * 6 + b);
         want[i] = !training ? xv[i]
-                  : mg_rng_uniform(r.info.seed, key, stream, (uint64_t)i) >= p ? xv[i] / (1.0f - p)
-                                                                                 : 0.0f;
+                  : mg_rng_uniform(r.info.seed, key, stream, (uint64_t)(s * 50 + j)) >= p ? xv[i] / (1.0f - p)
+                                                                                          : 0.0f;
+    }
     char what[96];
     snprintf(what, sizeof what, "dropout p %g mb %d iteration %lld training %d", (double)p, mb, (long long)it,
              training);
@@ -120,6 +124,83 @@ static void fwd_slice(void) {
         tk_expect_close(mode == 0 ? "block (output marked) = block of whole" : "block (input marked) = block of whole",
                         tk_f32(&rb, yb), want, 96, 0, 0);
         tk_release(&rb);
+        mg_graph_free(h);
+    }
+    tk_release(&r);
+    mg_graph_free(g);
+}
+
+/* Masks per sample: a micro-batch of 4 samples (global micro-batch 1: samples 4..7)
+ * and the same samples as 2 sub-batches of 2 (global sub-batches 2 and 3) draw the same
+ * masks, in dropout and in attention's dropout, so mg_plan_micro_batch_split keeps the
+ * training run's values. Also the executor's sub-batch numbering (mg_exec_instance). */
+static void build_pair(mg_graph *g, int64_t b, mg_tensor **x, mg_tensor **y, mg_tensor *qkv[3], mg_tensor **ya) {
+    mg_graph_set_mb(g, 0); /* the per-micro-batch part: the kernels see the instance's global index */
+    *x = mg_input(g, "x", MG_F32, 3, (int64_t[]){5, b, 40});
+    *y = mg_dropout(g, *x, 0.5f);
+    const char *nm[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; i++) qkv[i] = mg_input(g, nm[i], MG_F32, 4, (int64_t[]){6, b, 2, 4});
+    *ya = mg_attention(g, qkv[0], qkv[1], qkv[2], true, 0.5f);
+}
+
+static void fwd_sub_batches(void) {
+    mg_exec_info split = {.n_micro = 4, .mb_offset = 1, .mb_stride = 2, .mb_split = 2};
+    int want_global[4] = {2, 3, 6, 7}; /* micro-batches 1 and 3, two sub-batches each */
+    for (int i = 0; i < 4; i++)
+        TK_CHECK(mg_exec_instance(&split, i).mb_global == want_global[i], "instance %d: global sub-batch %d, want %d", i,
+                 mg_exec_instance(&split, i).mb_global, want_global[i]);
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x, *y, *qkv[3], *ya;
+    build_pair(g, 4, &x, &y, qkv, &ya);
+    tk_run r;
+    if (!ya || tk_prepare(&r, g)) {
+        TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
+        mg_graph_free(g);
+        return;
+    }
+    r.info.iteration = 3;
+    r.info.training = true;
+    r.info.mb_offset = 1;
+    tk_rng rng = {21};
+    tk_fill(&rng, tk_f32(&r, x), mg_numel(x), 1, 2);
+    for (int i = 0; i < 3; i++) tk_fill(&rng, tk_f32(&r, qkv[i]), mg_numel(qkv[i]), -1, 1);
+    TK_CHECK(tk_exec(&r) == 0, "exec whole");
+    for (int q = 0; q < 2; q++) {
+        mg_graph *h = mg_graph_new();
+        mg_tensor *xs, *ys, *qkvs[3], *yas;
+        build_pair(h, 2, &xs, &ys, qkvs, &yas);
+        tk_run rs;
+        if (!yas || tk_prepare(&rs, h)) {
+            TK_CHECK(0, "build sub-batch: %s", mg_graph_error(h)->msg);
+            mg_graph_free(h);
+            continue;
+        }
+        rs.info.iteration = 3;
+        rs.info.training = true;
+        rs.info.mb_offset = 2 + q; /* global sub-batch of micro-batch 1 */
+        /* samples 2q, 2q + 1 of the whole micro-batch: dim 1 of [s, b, ...] */
+        const mg_tensor *wt[4] = {x, qkv[0], qkv[1], qkv[2]}, *st[4] = {xs, qkvs[0], qkvs[1], qkvs[2]};
+        for (int t = 0; t < 4; t++) {
+            int64_t rows = wt[t]->shape[0], inner = mg_numel(wt[t]) / rows / 4;
+            for (int64_t s = 0; s < rows; s++)
+                memcpy(tk_f32(&rs, st[t]) + s * 2 * inner, tk_f32(&r, wt[t]) + (s * 4 + 2 * q) * inner,
+                       (size_t)(2 * inner) * sizeof(float));
+        }
+        TK_CHECK(tk_exec(&rs) == 0, "exec sub-batch %d", q);
+        const mg_tensor *ow[2] = {y, ya}, *os[2] = {ys, yas};
+        for (int t = 0; t < 2; t++) {
+            int64_t rows = ow[t]->shape[0], inner = mg_numel(ow[t]) / rows / 4, n = rows * 2 * inner, dropped = 0;
+            float *want = malloc((size_t)n * sizeof *want);
+            for (int64_t s = 0; s < rows; s++)
+                memcpy(want + s * 2 * inner, tk_f32(&r, ow[t]) + (s * 4 + 2 * q) * inner, (size_t)(2 * inner) * sizeof(float));
+            for (int64_t i = 0; i < n; i++) dropped += want[i] == 0.0f;
+            TK_CHECK(t || dropped > 0, "dropout: nothing dropped");
+            char what[64];
+            snprintf(what, sizeof what, "%s, sub-batch %d = its samples of the whole", t ? "attention" : "dropout", q);
+            tk_expect_close(what, tk_f32(&rs, os[t]), want, n, 0, 0);
+            free(want);
+        }
+        tk_release(&rs);
         mg_graph_free(h);
     }
     tk_release(&r);
@@ -251,6 +332,7 @@ int main(int argc, char **argv) {
     static const tk_case cases[] = {
         {"forward.dropout", fwd_dropout},
         {"forward.dropout_slice", fwd_slice},
+        {"forward.dropout_sub_batches", fwd_sub_batches},
         {"forward.uniform_block", fwd_uniform_block},
         {"forward.dropout_keep_fraction", fwd_keep_fraction},
         {"forward.errors_dropout", fwd_errors},

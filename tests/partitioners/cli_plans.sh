@@ -203,6 +203,50 @@ dry_run_world)
     grep -q "rank 7:" out.txt || fail "no summary of rank 7"
     [ -e metrics.jsonl ] && fail "dry run trained"
     echo "ok $CASE" ;;
+micro_batch_split)
+    # a micro-batch run as sub-batches (--micro-batch-split; auto when a rank has fewer
+    # micro-batches than workers) trains as the whole micro-batch: dropout draws its masks
+    # per sample, and the sub-batches' losses and gradients sum to the micro-batch's
+    needs_text
+    ONE=("${SMALL[@]}" --micro-batch-size 4 --global-batch-size 4 --train-iters 5 --hidden-dropout 0.1
+         --attention-dropout 0.1)
+    timeout 120 "$RUN" "${ONE[@]}" --micro-batch-split 1 --metrics-file whole.jsonl > whole.txt 2>&1 ||
+        { cat whole.txt; fail "whole micro-batch run"; }
+    grep -q "sub-batches" whole.txt && { cat whole.txt; fail "--micro-batch-split 1 still split"; }
+    for k in 2 4; do
+        timeout 120 "$RUN" "${ONE[@]}" --micro-batch-split $k --metrics-file split$k.jsonl > split$k.txt 2>&1 ||
+            { cat split$k.txt; fail "split $k run"; }
+        grep -q "each run as $k sub-batches of $((4 / k))" split$k.txt || { cat split$k.txt; fail "split $k not applied"; }
+        same_losses split$k.jsonl whole.jsonl 1e-5 || fail "split $k: losses or grad norms differ"
+    done
+    # auto: one micro-batch per step on 2 workers is cut in 2
+    timeout 120 "$RUN" "${ONE[@]}" --cpu-workers 2 --metrics-file auto.jsonl > auto.txt 2>&1 ||
+        { cat auto.txt; fail "auto run"; }
+    grep -q "each run as 2 sub-batches of 2" auto.txt || { cat auto.txt; fail "auto split not applied"; }
+    same_losses auto.jsonl whole.jsonl 1e-5 || fail "auto split: losses or grad norms differ"
+    # with tensor parallelism (its collectives run per sub-batch) and data parallelism
+    # (micro-batch 2 per rank, each cut in 2, against the serial micro-batch of 4)
+    timeout 240 $MPI -np 2 "$RUN" "${ONE[@]}" --tensor-model-parallel-size 2 --sequence-parallel --micro-batch-split 2 \
+        --metrics-file tp.jsonl > tp.txt 2>&1 || { cat tp.txt; fail "tp run"; }
+    grep -q "tp 2" tp.txt && grep -q "sub-batches" tp.txt || { cat tp.txt; fail "tp plan or split not applied"; }
+    same_losses tp.jsonl whole.jsonl 1e-5 || fail "tp 2 with split 2: losses or grad norms differ"
+    timeout 240 $MPI -np 2 "$RUN" "${ONE[@]}" --micro-batch-size 2 --micro-batch-split 2 --metrics-file dp.jsonl \
+        > dp.txt 2>&1 || { cat dp.txt; fail "dp run"; }
+    same_losses dp.jsonl whole.jsonl 1e-5 || fail "dp 2 with split 2: losses or grad norms differ"
+    echo "ok $CASE" ;;
+micro_batch_split_bad)
+    expect_usage "$CASE: not dividing" "micro-batch split 3 does not divide --micro-batch-size 2" \
+        "$RUN" "${SMALL[@]}" --micro-batch-split 3 --metrics-file metrics.jsonl
+    expect_usage "$CASE: out of range" "micro-batch-split must be in 0..64" \
+        "$RUN" "${SMALL[@]}" --micro-batch-split 65 --metrics-file metrics.jsonl
+    expect_usage "$CASE: pipeline" "micro-batch split 2 with pipeline parallelism is not supported" \
+        $MPI -np 2 "$RUN" "${SMALL[@]}" --pipeline-model-parallel-size 2 --micro-batch-split 2 --metrics-file metrics.jsonl
+    expect_usage "$CASE: MoE" "micro-batch split 2 with a MoE model is not supported" \
+        "$RUN" "${SMALL[@]}" --num-experts 4 --moe-router-topk 2 --micro-batch-split 2 --metrics-file metrics.jsonl
+    printf 'micro-batch-split two\n' > bad.plan
+    expect_usage "$CASE: plan file" "bad.plan:1: micro-batch-split expects auto or an integer in 1..64" \
+        "$RUN" "${SMALL[@]}" --plan bad.plan --metrics-file metrics.jsonl
+    echo "ok $CASE" ;;
 train_matches_serial)
     needs_text
     # a plan file (tp 2, sp) and flags (distributed optimizer) on 4 ranks vs the serial run
