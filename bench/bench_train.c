@@ -171,6 +171,7 @@ static int profile_step(bench_model *bm, mg_error *err) {
             if (finish[nd->id] > cp) cp = finish[nd->id];
             work += node_t[nd->id];
             mg_op_cost(nd, &f, &b);
+            if (nd->mb >= 0) f *= c.n_micro; /* node_t is per step: n_micro calls */
             t_op[nd->op] += node_t[nd->id];
             f_op[nd->op] += f;
             flops += f;
