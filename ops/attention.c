@@ -31,7 +31,9 @@
 #include <string.h>
 
 #include "mgraph/rng.h"
+#include "ops/fastmath.h"
 #include "ops/op.h"
+#include "ops/simd.h"
 #include "ops/shard.h"
 
 /* ---- shape rules ---------------------------------------------------------------- */
@@ -165,8 +167,35 @@ static inline uint64_t mask_base(const attn_ctx *c, int h, int i) {
     return (hg * c->Sq_g + ig) * c->Sk_g + (uint64_t)c->k_off_s;
 }
 
+/* ---- softmax rows (vectorised: MG_SIMD kernels inline them) ----------------------------- */
+/* Largest of row[0..n) through order-preserving integer keys (ops/fastmath.h): float max
+ * only vectorises under finite-math flags. */
+static inline float row_max(const float *row, int n) {
+    int32_t k = mg_fkey(row[0]);
+    for (int j = 1; j < n; j++) {
+        int32_t kj = mg_fkey(row[j]);
+        k = kj > k ? kj : k;
+    }
+    return mg_funkey(k);
+}
+/* e^(x - m) for x <= m through mg_expf, which clamps below -87 to e^-87 (1.6e-38) where
+ * expf gives less: against the row's largest term, e^0 = 1, both vanish in float. (A
+ * select to 0 there would keep GCC from vectorising the loop.) */
+static inline float exp_shift(float x, float m) { return mg_expf(x - m); }
+/* row[j] = e^(row[j] - m) for j < n; returns their sum: eight double partial sums met in a
+ * fixed order, so the result does not depend on the vector width. */
+static inline double exp_row(float *row, int n, float m) {
+    double acc[8] = {0}, tail = 0;
+    for (int j = 0; j < n; j++) row[j] = exp_shift(row[j], m);
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++) acc[l] += (double)row[j + l];
+    for (; j < n; j++) tail += (double)row[j];
+    return (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) + tail;
+}
+
 /* ---- forward --------------------------------------------------------------------------- */
-static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     attn_ctx c;
     ctx_init(&c, n, n->in[0], n->in[1], a->info);
@@ -201,14 +230,8 @@ static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
                         L[i0 + i] = -INFINITY;
                         continue;
                     }
-                    float m = row[0];
-                    for (int j = 1; j < nv; j++) m = row[j] > m ? row[j] : m;
-                    double sum = 0;
-                    for (int j = 0; j < nv; j++) {
-                        float e = expf(row[j] - m);
-                        row[j] = e;
-                        sum += e;
-                    }
+                    float m = row_max(row, nv);
+                    double sum = exp_row(row, nv, m);
                     L[i0 + i] = m + (float)log(sum);
                     float inv = (float)(1.0 / sum);
                     if (c.drop) {
@@ -235,7 +258,7 @@ static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
 }
 
 /* ---- backward -------------------------------------------------------------------------- */
-static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
+MG_SIMD static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     attn_ctx c;
     ctx_init(&c, n, n->in[1], n->in[2], a->info);
@@ -288,18 +311,20 @@ static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
                     if (c.drop) {
                         uint64_t base = mask_base(&c, h, i0 + i);
                         float u[MG_RNG_CHUNK];
-                        for (int j = 0; j < nv; j++) {
-                            if (j % MG_RNG_CHUNK == 0)
-                                mg_rng_uniform_block(c.seed, c.key, mask_stream(&c, b), base + (uint64_t)j,
-                                                     nv - j < MG_RNG_CHUNK ? nv - j : MG_RNG_CHUNK, u);
-                            float p = expf(ar[j] - l);
-                            float m = u[j % MG_RNG_CHUNK] >= c.p ? c.keep_scale : 0.0f;
-                            br[j] = p * (br[j] * m - D); /* dS */
-                            ar[j] = p * m;               /* Pd */
+                        for (int j0 = 0; j0 < nv; j0 += MG_RNG_CHUNK) {
+                            int cn = nv - j0 < MG_RNG_CHUNK ? nv - j0 : MG_RNG_CHUNK;
+                            mg_rng_uniform_block(c.seed, c.key, mask_stream(&c, b), base + (uint64_t)j0, cn, u);
+                            float *as = ar + j0, *bs = br + j0;
+                            for (int j = 0; j < cn; j++) {
+                                float p = exp_shift(as[j], l);
+                                float m = u[j] >= c.p ? c.keep_scale : 0.0f;
+                                bs[j] = p * (bs[j] * m - D); /* dS */
+                                as[j] = p * m;               /* Pd */
+                            }
                         }
                     } else {
                         for (int j = 0; j < nv; j++) {
-                            float p = expf(ar[j] - l);
+                            float p = exp_shift(ar[j], l);
                             br[j] = p * (br[j] - D);
                             ar[j] = p;
                         }
