@@ -32,6 +32,12 @@ typedef int64_t vi __attribute__((vector_size(VL * sizeof(int64_t))));
 #define AS_VU(a) ((vu)(a))
 /* mask ? a : b, mask lanes all ones or all zeros (a vector comparison's result) */
 #define VSEL(mask, a, b) AS_VD((AS_VU(a) & (vu)(mask)) | (AS_VU(b) & ~(vu)(mask)))
+/* Exact conversions of small integers through the bits of 2^52 + n (n < 2^52): AVX2 and
+ * SSE2 have no 64-bit integer <-> double conversion, and GCC's emulation of
+ * __builtin_convertvector goes lane by lane. */
+#define TWO52 4503599627370496.0
+#define U_TO_VD(u) (AS_VD((u) | 0x4330000000000000ull) - TWO52) /* u < 2^52 */
+#define VD_TO_U(d) (AS_VU((d) + TWO52) & 0x000fffffffffffffull)  /* d integral, 0 <= d < 2^52 */
 
 /* Box-Muller doubles v[i] = sqrt(-2 log u1) * cos(2 pi u2) of counters first + i, with
  * u1, u2 and the argument 2 pi u2 formed exactly as mg_rng_normal forms them. */
@@ -40,13 +46,13 @@ static inline __attribute__((always_inline)) void normal_vec(uint64_t key, uint6
     mg_vu64 w[4];
     mg_philox_vec(key, stream, first, w);
     vu c0 = w[0], c1 = w[1];
-    vd u1 = (__builtin_convertvector(c0, vd) + 1.0) / 4294967296.0; /* in (0, 1]: exact, as mg_rng_normal */
-    vd x = 6.283185307179586 * (__builtin_convertvector(c1, vd) / 4294967296.0);
+    vd u1 = (U_TO_VD(c0) + 1.0) / 4294967296.0; /* in (0, 1]: exact, as mg_rng_normal */
+    vd x = 6.283185307179586 * (U_TO_VD(c1) / 4294967296.0);
 
     /* log(u1): u1 = 2^e m, m in [sqrt(1/2), sqrt(2)); log m = 2 atanh(s), s = (m-1)/(m+1),
      * |s| <= 0.172, series to s^21 (next term < 1e-18 relative) */
     vu b = AS_VU(u1);
-    vd e = __builtin_convertvector((vi)(b >> 52), vd) - 1023.0;
+    vd e = U_TO_VD(b >> 52) - 1023.0;
     vd m = AS_VD((b & 0x000fffffffffffffull) | 0x3ff0000000000000ull);
     vi big = m > 1.4142135623730951;
     m = VSEL(big, m * 0.5, m);
@@ -93,7 +99,7 @@ static inline __attribute__((always_inline)) void normal_vec(uint64_t key, uint6
     sn = sn * z - 1.0 / 6.0;
     sn = r + r * (z * sn);
     /* quadrant k mod 4 (k in 0..4): 0 cos, 1 -sin, 2 -cos, 3 sin */
-    vu q = (vu)__builtin_convertvector(k, vi);
+    vu q = VD_TO_U(k);
     vd y = VSEL((vu){0} - (q & 1), sn, c);                  /* odd quadrant: sin */
     vd cs = AS_VD(AS_VU(y) ^ (((q + 1) & 2) << 62));         /* quadrants 1, 2: sign flipped */
     vd t = -2.0 * lg;
