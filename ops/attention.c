@@ -168,16 +168,6 @@ static inline uint64_t mask_base(const attn_ctx *c, int h, int i) {
 }
 
 /* ---- softmax rows (vectorised: MG_SIMD kernels inline them) ----------------------------- */
-/* Largest of row[0..n) through order-preserving integer keys (ops/fastmath.h): float max
- * only vectorises under finite-math flags. */
-static inline float row_max(const float *row, int n) {
-    int32_t k = mg_fkey(row[0]);
-    for (int j = 1; j < n; j++) {
-        int32_t kj = mg_fkey(row[j]);
-        k = kj > k ? kj : k;
-    }
-    return mg_funkey(k);
-}
 /* e^(x - m) for x <= m through mg_expf, which clamps below -87 to e^-87 (1.6e-38) where
  * expf gives less: against the row's largest term, e^0 = 1, both vanish in float. (A
  * select to 0 there would keep GCC from vectorising the loop.) */
@@ -230,7 +220,7 @@ MG_SIMD static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
                         L[i0 + i] = -INFINITY;
                         continue;
                     }
-                    float m = row_max(row, nv);
+                    float m = mg_row_max(row, nv);
                     double sum = exp_row(row, nv, m);
                     L[i0 + i] = m + (float)log(sum);
                     float inv = (float)(1.0 / sum);

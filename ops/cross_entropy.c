@@ -26,14 +26,6 @@
  * and the loss become NaN, as they did), the exponentials through mg_expf into a
  * scratch chunk, and their sum in eight interleaved double partial sums combined in a
  * fixed order: the same order on every machine and in every clone. */
-static inline float row_max(const float *x, int64_t V) {
-    int32_t k = mg_fkey(x[0]);
-    for (int64_t j = 1; j < V; j++) {
-        int32_t kj = mg_fkey(x[j]);
-        k = kj > k ? kj : k;
-    }
-    return mg_funkey(k);
-}
 
 /* (chunks of the row on the stack: a multiple of 8, so each value meets the same
  * partial sum as in one pass over the row) */
@@ -99,7 +91,7 @@ MG_SIMD static int xent_cpu(const mg_kernel_args *a, mg_error *err) {
     int64_t count = 0;
     for (int64_t t = 0; t < T; t++) {
         const float *xr = x + t * V;
-        float m = row_max(xr, V);
+        float m = mg_row_max(xr, V);
         double l = (double)m + log(row_sumexp(xr, V, m));
         lse[t] = (float)l;
         if (tg[t] == ign) continue;
@@ -172,7 +164,7 @@ MG_SIMD static int vp_max_cpu(const mg_kernel_args *a, mg_error *err) {
     int64_t V = lt->shape[lt->ndim - 1], T = mg_numel(lt) / V;
     const float *x = a->in[0];
     float *m = a->out[0];
-    for (int64_t t = 0; t < T; t++) m[t] = row_max(x + t * V, V);
+    for (int64_t t = 0; t < T; t++) m[t] = mg_row_max(x + t * V, V);
     return MG_OK;
 }
 

@@ -28,6 +28,18 @@ static inline float mg_funkey(int32_t k) {
     return x;
 }
 
+/* Largest of x[0..n) (n >= 1) through the keys: an integer max reduction vectorises, a
+ * float one does not without -ffast-math. A NaN's key is above every finite key, so a
+ * NaN in x gives a NaN maximum. */
+static inline float mg_row_max(const float *x, int64_t n) {
+    int32_t k = mg_fkey(x[0]);
+    for (int64_t j = 1; j < n; j++) {
+        int32_t kj = mg_fkey(x[j]);
+        k = kj > k ? kj : k;
+    }
+    return mg_funkey(k);
+}
+
 static inline float mg_expf(float x) {
     const int32_t klo = (int32_t)0xc2ae0000u ^ 0x7fffffff; /* key of -87.0f */
     const int32_t khi = 0x42b00000;                        /* key of 88.0f */
