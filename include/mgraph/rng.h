@@ -1,9 +1,12 @@
 /* Counter-based random numbers (Philox4x32-10, Salmon et al., SC'11).
  *
  * Every random value mgraph uses is a pure function of (seed, key, stream, index):
- * key is a tensor's logical key (a hash of its logical name), index the element's
- * linear index in the *logical* tensor. A rank holding any block of a tensor thus
- * draws exactly the values the serial run draws for those elements.
+ * key is a tensor's logical key (a hash of its logical name); for initial weights the
+ * stream is MG_RNG_STREAM_INIT and index the element's linear index in the *logical*
+ * tensor; for dropout masks the stream is (iteration, global sample) and index the
+ * element's place in that sample (mg_rng_dropout_site). A rank holding any block of a
+ * tensor, or any slice of the batch, thus draws exactly the values the serial run draws
+ * for those elements.
  */
 #ifndef MGRAPH_RNG_H
 #define MGRAPH_RNG_H
