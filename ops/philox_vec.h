@@ -42,4 +42,38 @@ static inline __attribute__((always_inline)) void mg_philox_vec(uint64_t key, ui
     c[3] = c3;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* The same rounds with AVX2 intrinsics: G vectors of 4 counters (counter ctr + 4 g + lane),
+ * w[g][word], words in 64-bit lanes. vpmuludq is the 32x32->64 product the words need;
+ * without AVX-512DQ GCC lowers mg_philox_vec's 64-bit lane products to three multiplies
+ * and shifts each (measured on Zen 3: 8.6x slower). The G vectors run interleaved, as
+ * the rounds are a dependency chain. For functions compiled with AVX2. */
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) void
+mg_philox_avx2(uint64_t key, uint64_t stream, uint64_t ctr, int G, __m256i (*w)[4]) {
+    const __m256i lo32 = _mm256_set1_epi64x(0xffffffff), m0 = _mm256_set1_epi64x(MG_PHILOX_M0),
+                  m1 = _mm256_set1_epi64x(MG_PHILOX_M1);
+    for (int g = 0; g < G; g++) {
+        __m256i idx = _mm256_add_epi64(_mm256_set_epi64x(3, 2, 1, 0), _mm256_set1_epi64x((long long)(ctr + 4u * (unsigned)g)));
+        w[g][0] = _mm256_and_si256(idx, lo32);
+        w[g][1] = _mm256_srli_epi64(idx, 32);
+        w[g][2] = _mm256_set1_epi64x((long long)(stream & 0xffffffffu));
+        w[g][3] = _mm256_set1_epi64x((long long)(stream >> 32));
+    }
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    for (int r = 0; r < 10; r++) {
+        __m256i K0 = _mm256_set1_epi64x(k0), K1 = _mm256_set1_epi64x(k1);
+        for (int g = 0; g < G; g++) {
+            __m256i p0 = _mm256_mul_epu32(w[g][0], m0), p1 = _mm256_mul_epu32(w[g][2], m1);
+            w[g][0] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), w[g][1]), K0);
+            w[g][2] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), w[g][3]), K1);
+            w[g][1] = _mm256_and_si256(p1, lo32);
+            w[g][3] = _mm256_and_si256(p0, lo32);
+        }
+        k0 += MG_PHILOX_W0;
+        k1 += MG_PHILOX_W1;
+    }
+}
+#endif
+
 #endif

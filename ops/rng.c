@@ -133,9 +133,7 @@ __attribute__((target("avx512f,avx512vl"))) static void uniform_avx512(uint64_t 
     store_words(a, out);
     store_words(b, out + 32);
 }
-/* AVX2: 4 counters per vector (words in 64-bit lanes), four vectors interleaved; without
- * AVX-512DQ GCC lowers the generic 64-bit lane products to three vpmuludq and shifts each
- * (measured on Zen 3: uniform_vec was 7.5% of a default-model step's profile). */
+/* AVX2: mg_philox_avx2 (ops/philox_vec.h), four vectors of 4 counters. */
 /* Words (< 2^32) of 4 counters to floats, interleaved: out[4 j + l] = c[l][j]. */
 __attribute__((target("avx2"))) static inline void store_words_avx2(const __m256i c[4], float *out) {
     const __m256 scale = _mm256_set1_ps(1.0f / 16777216.0f);
@@ -148,29 +146,8 @@ __attribute__((target("avx2"))) static inline void store_words_avx2(const __m256
 }
 __attribute__((target("avx2"))) static void uniform_avx2(uint64_t key, uint64_t stream, uint64_t ctr, float *out) {
     enum { G = UL / 16 }; /* vectors of 4 counters */
-    const __m256i lo32 = _mm256_set1_epi64x(0xffffffff), m0 = _mm256_set1_epi64x(MG_PHILOX_M0),
-                  m1 = _mm256_set1_epi64x(MG_PHILOX_M1);
     __m256i w[G][4];
-    for (int g = 0; g < G; g++) {
-        __m256i idx = _mm256_add_epi64(_mm256_set_epi64x(3, 2, 1, 0), _mm256_set1_epi64x((long long)(ctr + 4u * (unsigned)g)));
-        w[g][0] = _mm256_and_si256(idx, lo32);
-        w[g][1] = _mm256_srli_epi64(idx, 32);
-        w[g][2] = _mm256_set1_epi64x((long long)(stream & 0xffffffffu));
-        w[g][3] = _mm256_set1_epi64x((long long)(stream >> 32));
-    }
-    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-    for (int r = 0; r < 10; r++) {
-        __m256i K0 = _mm256_set1_epi64x(k0), K1 = _mm256_set1_epi64x(k1);
-        for (int g = 0; g < G; g++) {
-            __m256i p0 = _mm256_mul_epu32(w[g][0], m0), p1 = _mm256_mul_epu32(w[g][2], m1);
-            w[g][0] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), w[g][1]), K0);
-            w[g][2] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), w[g][3]), K1);
-            w[g][1] = _mm256_and_si256(p1, lo32);
-            w[g][3] = _mm256_and_si256(p0, lo32);
-        }
-        k0 += MG_PHILOX_W0;
-        k1 += MG_PHILOX_W1;
-    }
+    mg_philox_avx2(key, stream, ctr, G, w);
     for (int g = 0; g < G; g++) store_words_avx2(w[g], out + 16 * g);
 }
 #endif

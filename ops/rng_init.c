@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,12 +40,10 @@ typedef int64_t vi __attribute__((vector_size(VL * sizeof(int64_t))));
 #define U_TO_VD(u) (AS_VD((u) | 0x4330000000000000ull) - TWO52) /* u < 2^52 */
 #define VD_TO_U(d) (AS_VU((d) + TWO52) & 0x000fffffffffffffull)  /* d integral, 0 <= d < 2^52 */
 
-/* Box-Muller doubles v[i] = sqrt(-2 log u1) * cos(2 pi u2) of counters first + i, with
- * u1, u2 and the argument 2 pi u2 formed exactly as mg_rng_normal forms them. */
-static inline __attribute__((always_inline)) void normal_vec(uint64_t key, uint64_t stream, uint64_t first,
-                                                             double *restrict v) {
-    mg_vu64 w[4];
-    mg_philox_vec(key, stream, first, w);
+/* Box-Muller doubles v[i] = sqrt(-2 log u1) * cos(2 pi u2) of VL counters whose Philox
+ * words 0 and 1 are w[0], w[1], with u1, u2 and the argument 2 pi u2 formed exactly as
+ * mg_rng_normal forms them. */
+static inline __attribute__((always_inline)) void normal_vec(const mg_vu64 *w, double *restrict v) {
     vu c0 = w[0], c1 = w[1];
     vd u1 = (U_TO_VD(c0) + 1.0) / 4294967296.0; /* in (0, 1]: exact, as mg_rng_normal */
     vd x = 6.283185307179586 * (U_TO_VD(c1) / 4294967296.0);
@@ -108,19 +107,24 @@ static inline __attribute__((always_inline)) void normal_vec(uint64_t key, uint6
     memcpy(v, &out, sizeof out);
 }
 
-static inline __attribute__((always_inline)) void normal_lanes(uint64_t key, uint64_t stream, uint64_t first,
-                                                               double *restrict v) {
-    normal_vec(key, stream, first, v);
-    normal_vec(key, stream, first + VL, v + VL);
+/* The Philox words of a block: counters first + VL h + lane in w[h][word][lane]. */
+static inline __attribute__((always_inline)) void philox_block(uint64_t key, uint64_t stream, uint64_t first,
+                                                               mg_vu64 (*w)[4]) {
+    mg_philox_vec(key, stream, first, w[0]);
+    mg_philox_vec(key, stream, first + VL, w[1]);
+}
+static inline __attribute__((always_inline)) void normal_lanes(const mg_vu64 (*w)[4], double *restrict v) {
+    normal_vec(w[0], v);
+    normal_vec(w[1], v + VL);
 }
 
 /* One block: out[i] = std * (float)v[i], doubt[i] != 0 where the rounding is not certain. */
 typedef float vf __attribute__((vector_size(VL * sizeof(float))));
 typedef int32_t vi32 __attribute__((vector_size(VL * sizeof(int32_t))));
-static inline __attribute__((always_inline)) void fill_lanes(uint64_t key, uint64_t stream, uint64_t first, float std,
-                                                             float *restrict out, int32_t *restrict doubt) {
+static inline __attribute__((always_inline)) void fill_lanes(const mg_vu64 (*w)[4], float std, float *restrict out,
+                                                             int32_t *restrict doubt) {
     double v[LANES];
-    normal_lanes(key, stream, first, v);
+    normal_lanes(w, v);
     for (int h = 0; h < LANES; h += VL) {
         vd x;
         memcpy(&x, v + h, sizeof x);
@@ -139,33 +143,56 @@ typedef void (*fill_fn)(uint64_t, uint64_t, uint64_t, float, float *, int32_t *)
 typedef void (*approx_fn)(uint64_t, uint64_t, uint64_t, double *);
 
 static void fill_generic(uint64_t k, uint64_t s, uint64_t f, float std, float *o, int32_t *d) {
-    fill_lanes(k, s, f, std, o, d);
+    mg_vu64 w[2][4];
+    philox_block(k, s, f, w);
+    fill_lanes((const mg_vu64(*)[4])w, std, o, d);
 }
-static void approx_generic(uint64_t k, uint64_t s, uint64_t f, double *v) { normal_lanes(k, s, f, v); }
+static void approx_generic(uint64_t k, uint64_t s, uint64_t f, double *v) {
+    mg_vu64 w[2][4];
+    philox_block(k, s, f, w);
+    normal_lanes((const mg_vu64(*)[4])w, v);
+}
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))) static void
 fill_avx512(uint64_t k, uint64_t s, uint64_t f, float std, float *o, int32_t *d) {
-    fill_lanes(k, s, f, std, o, d);
+    mg_vu64 w[2][4];
+    philox_block(k, s, f, w); /* (AVX-512DQ's vpmullq: GCC's lowering is fine here) */
+    fill_lanes((const mg_vu64(*)[4])w, std, o, d);
 }
+/* AVX2: the Philox rounds through vpmuludq (mg_philox_avx2), 4 counters per vector. */
 __attribute__((target("avx2,fma"))) static void fill_avx2(uint64_t k, uint64_t s, uint64_t f, float std, float *o,
                                                           int32_t *d) {
-    fill_lanes(k, s, f, std, o, d);
+    __m256i q[LANES / 4][4];
+    mg_philox_avx2(k, s, f, LANES / 4, q);
+    mg_vu64 w[2][4];
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 4; l++) { /* lanes 0-3 from vector 2h, 4-7 from 2h + 1 */
+            memcpy((char *)&w[h][l], &q[2 * h][l], sizeof q[0][0]);
+            memcpy((char *)&w[h][l] + sizeof q[0][0], &q[2 * h + 1][l], sizeof q[0][0]);
+        }
+    fill_lanes((const mg_vu64(*)[4])w, std, o, d);
 }
 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))) static void
 approx_avx512(uint64_t k, uint64_t s, uint64_t f, double *v) {
-    normal_lanes(k, s, f, v);
+    mg_vu64 w[2][4];
+    philox_block(k, s, f, w);
+    normal_lanes((const mg_vu64(*)[4])w, v);
 }
 #endif
 
-static fill_fn pick_fill(void) {
+/* The path for one instruction set (0 generic, 1 AVX2, 2 AVX-512), NULL where the CPU
+ * lacks it; -1: the widest the CPU has. */
+static fill_fn fill_for(int isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512bw"))
-        return fill_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return fill_avx2;
+    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"),
+         avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (isa < 0) isa = avx512 ? 2 : avx2 ? 1 : 0;
+    if (isa == 2) return avx512 ? fill_avx512 : NULL;
+    if (isa == 1) return avx2 ? fill_avx2 : NULL;
 #endif
-    return fill_generic;
+    return isa <= 0 ? fill_generic : NULL;
 }
 
 static approx_fn pick_approx(void) {
@@ -178,9 +205,8 @@ static approx_fn pick_approx(void) {
     return approx_generic;
 }
 
-int64_t mg_rng_normal_fill(uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n, float std,
+static int64_t normal_fill_with(fill_fn fill, uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n, float std,
                            float *dst) {
-    fill_fn fill = pick_fill();
     uint64_t k = mg_rng_key(seed, key);
     int64_t slow = 0;
     float out[LANES];
@@ -197,6 +223,17 @@ int64_t mg_rng_normal_fill(uint64_t seed, uint64_t key, uint64_t stream, uint64_
         memcpy(dst + i, out, (size_t)m * sizeof *dst);
     }
     return slow;
+}
+
+int64_t mg_rng_normal_fill(uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n, float std,
+                           float *dst) {
+    return normal_fill_with(fill_for(-1), seed, key, stream, first, n, std, dst);
+}
+
+int64_t mg_rng_normal_fill_isa(int isa, uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n,
+                               float std, float *dst) {
+    fill_fn fill = fill_for(isa);
+    return fill ? normal_fill_with(fill, seed, key, stream, first, n, std, dst) : -1;
 }
 
 void mg_rng_normal_approx(uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n, double *out) {

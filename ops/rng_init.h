@@ -36,6 +36,12 @@ int64_t mg_rng_normal_fill(uint64_t seed, uint64_t key, uint64_t stream, uint64_
 bool mg_rng_uniform_block_isa(int isa, uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n,
                               float *out);
 
+/* mg_rng_normal_fill through one instruction set's path (0 generic vectors, 1 AVX2,
+ * 2 AVX-512), for the test that each draws the scalar values; -1 where the CPU lacks it,
+ * else the scalar fallbacks taken. */
+int64_t mg_rng_normal_fill_isa(int isa, uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n,
+                               float std, float *dst);
+
 /* The fast path's double Box-Muller values before rounding (for the accuracy test). */
 void mg_rng_normal_approx(uint64_t seed, uint64_t key, uint64_t stream, uint64_t first, int64_t n, double *out);
 

@@ -115,6 +115,23 @@ static void matches_scalar_definition(void) {
                     TK_CHECK(false, "first %llu n %lld [%lld]", (unsigned long long)first, (long long)n, (long long)i);
             }
         }
+    /* every instruction set's path this CPU has (the run above took the widest) */
+    int paths = 0;
+    for (int isa = 0; isa < 3; isa++)
+        for (int part = 0; part < 2; part++) {
+            uint64_t first = part ? (3ull << 32) - 50 : 7;
+            float v[100];
+            if (mg_rng_normal_fill_isa(isa, 5, 77, 0, first, 100, 0.7f, v) < 0) break;
+            paths += part == 0;
+            for (int64_t i = 0; i < 100; i++) {
+                float want = 0.7f * mg_rng_normal(5, 77, 0, first + (uint64_t)i);
+                if (memcmp(&want, &v[i], sizeof want) && bad++ < 5)
+                    TK_CHECK(false, "path %d, draw %llu: %.9g, scalar %.9g", isa, (unsigned long long)(first + (uint64_t)i),
+                             v[i], want);
+            }
+        }
+    printf("normal fill: %d instruction-set paths checked\n", paths);
+    TK_CHECK(paths >= 1, "no path ran");
     /* 16M draws, a high counter range too (the upper 32 bits of the index set) */
     int64_t n = 1 << 24, slow = 0;
     float *a = malloc((size_t)n * sizeof *a);
