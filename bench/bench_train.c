@@ -204,19 +204,21 @@ typedef struct step_result {
 } step_result;
 
 /* Sub-batches per micro-batch, as mgraph-run picks them (mg_plan_micro_batch_split) for
- * the engine's workers; BENCH_SPLIT=N forces N (1: whole micro-batches). */
-static int bench_split(const mg_step_config *c) {
+ * the engine's workers; BENCH_SPLIT=N forces N (1: whole micro-batches). 0 and a message
+ * for a split the plan checks refuse. */
+static int bench_split(const mg_step_config *c, mg_error *err) {
     mg_plan p;
     mg_plan_defaults(&p);
     if (getenv("BENCH_SPLIT")) p.micro_batch_split = atoi(getenv("BENCH_SPLIT"));
-    if (p.micro_batch_split < 0 || (p.micro_batch_split > 0 && c->micro_batch % p.micro_batch_split)) return 1;
+    if (mg_plan_check(&p, 1, err) || mg_plan_check_split(&p, c->micro_batch, false, err)) return 0;
     int workers = getenv("STARPU_NCPU") ? atoi(getenv("STARPU_NCPU")) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     return mg_plan_micro_batch_split(&p, c->micro_batch, c->n_micro, workers, false);
 }
 
 static int time_step(bench_model *bm, int reps, int slots, step_result *res, mg_error *err) {
     mg_step_config c = bm->cfg;
-    int split = bench_split(&c);
+    int split = bench_split(&c, err);
+    if (!split) return err->code;
     c.micro_batch /= split;
     c.n_micro *= split;
     slots *= split;

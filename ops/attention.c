@@ -149,7 +149,7 @@ static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg
     /* masks per sample (mg_rng_dropout_site): q's logical batch is its dim 1 */
     int64_t B_g = q->logical.ndim == 4 ? q->logical.shape[1] : c->B;
     c->iteration = info->iteration;
-    c->sample0 = (int64_t)(info->mb_global > 0 ? info->mb_global : 0) * B_g + c->q_off_b;
+    c->sample0 = mg_exec_first_sample(info, B_g) + c->q_off_b;
 }
 
 /* Number of keys query row i sees (a prefix of the local keys). */

@@ -38,7 +38,7 @@ MG_SIMD static int dropout_cpu(const mg_kernel_args *a, mg_error *err) {
     }
     uint64_t seed = a->info->seed, key = n->attrs.dropout.rng_key, B, R;
     mg_rng_batch_dims(lt, &B, &R);
-    int64_t it = a->info->iteration, sample0 = (int64_t)(a->info->mb_global > 0 ? a->info->mb_global : 0) * (int64_t)B;
+    int64_t it = a->info->iteration, sample0 = mg_exec_first_sample(a->info, (int64_t)B);
     float scale = 1.0f / (1.0f - p);
     /* The last dimension is contiguous in the logical tensor too: one logical index
      * per row, then consecutive; a row lies in one sample unless the batch is the last

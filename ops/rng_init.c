@@ -113,7 +113,7 @@ static inline __attribute__((always_inline)) void philox_block(uint64_t key, uin
     mg_philox_vec(key, stream, first, w[0]);
     mg_philox_vec(key, stream, first + VL, w[1]);
 }
-static inline __attribute__((always_inline)) void normal_lanes(const mg_vu64 (*w)[4], double *restrict v) {
+static inline __attribute__((always_inline)) void normal_lanes(mg_vu64 (*w)[4], double *restrict v) {
     normal_vec(w[0], v);
     normal_vec(w[1], v + VL);
 }
@@ -121,7 +121,7 @@ static inline __attribute__((always_inline)) void normal_lanes(const mg_vu64 (*w
 /* One block: out[i] = std * (float)v[i], doubt[i] != 0 where the rounding is not certain. */
 typedef float vf __attribute__((vector_size(VL * sizeof(float))));
 typedef int32_t vi32 __attribute__((vector_size(VL * sizeof(int32_t))));
-static inline __attribute__((always_inline)) void fill_lanes(const mg_vu64 (*w)[4], float std, float *restrict out,
+static inline __attribute__((always_inline)) void fill_lanes(mg_vu64 (*w)[4], float std, float *restrict out,
                                                              int32_t *restrict doubt) {
     double v[LANES];
     normal_lanes(w, v);
@@ -145,19 +145,19 @@ typedef void (*approx_fn)(uint64_t, uint64_t, uint64_t, double *);
 static void fill_generic(uint64_t k, uint64_t s, uint64_t f, float std, float *o, int32_t *d) {
     mg_vu64 w[2][4];
     philox_block(k, s, f, w);
-    fill_lanes((const mg_vu64(*)[4])w, std, o, d);
+    fill_lanes(w, std, o, d);
 }
 static void approx_generic(uint64_t k, uint64_t s, uint64_t f, double *v) {
     mg_vu64 w[2][4];
     philox_block(k, s, f, w);
-    normal_lanes((const mg_vu64(*)[4])w, v);
+    normal_lanes(w, v);
 }
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))) static void
 fill_avx512(uint64_t k, uint64_t s, uint64_t f, float std, float *o, int32_t *d) {
     mg_vu64 w[2][4];
     philox_block(k, s, f, w); /* (AVX-512DQ's vpmullq: GCC's lowering is fine here) */
-    fill_lanes((const mg_vu64(*)[4])w, std, o, d);
+    fill_lanes(w, std, o, d);
 }
 /* AVX2: the Philox rounds through vpmuludq (mg_philox_avx2), 4 counters per vector. */
 __attribute__((target("avx2,fma"))) static void fill_avx2(uint64_t k, uint64_t s, uint64_t f, float std, float *o,
@@ -170,37 +170,45 @@ __attribute__((target("avx2,fma"))) static void fill_avx2(uint64_t k, uint64_t s
             memcpy((char *)&w[h][l], &q[2 * h][l], sizeof q[0][0]);
             memcpy((char *)&w[h][l] + sizeof q[0][0], &q[2 * h + 1][l], sizeof q[0][0]);
         }
-    fill_lanes((const mg_vu64(*)[4])w, std, o, d);
+    fill_lanes(w, std, o, d);
 }
 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))) static void
 approx_avx512(uint64_t k, uint64_t s, uint64_t f, double *v) {
     mg_vu64 w[2][4];
     philox_block(k, s, f, w);
-    normal_lanes((const mg_vu64(*)[4])w, v);
+    normal_lanes(w, v);
 }
 #endif
 
-/* The path for one instruction set (0 generic, 1 AVX2, 2 AVX-512), NULL where the CPU
- * lacks it; -1: the widest the CPU has. */
-static fill_fn fill_for(int isa) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"),
-         avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (isa < 0) isa = avx512 ? 2 : avx2 ? 1 : 0;
-    if (isa == 2) return avx512 ? fill_avx512 : NULL;
-    if (isa == 1) return avx2 ? fill_avx2 : NULL;
-#endif
-    return isa <= 0 ? fill_generic : NULL;
-}
-
-static approx_fn pick_approx(void) {
+/* The widest instruction set the paths below have and this CPU runs: 2 AVX-512, 1 AVX2
+ * with FMA, 0 generic vectors. */
+static int widest_isa(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512bw"))
-        return approx_avx512;
+        return 2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
+#endif
+    return 0;
+}
+
+/* The path for one instruction set (0 generic, 1 AVX2, 2 AVX-512), NULL where the CPU
+ * lacks it; -1: the widest the CPU has. */
+static fill_fn fill_for(int isa) {
+    int have = widest_isa();
+    if (isa < 0) isa = have;
+    if (isa > have) return NULL;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (isa == 2) return fill_avx512;
+    if (isa == 1) return fill_avx2;
+#endif
+    return isa == 0 ? fill_generic : NULL;
+}
+
+static approx_fn pick_approx(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (widest_isa() == 2) return approx_avx512;
 #endif
     return approx_generic;
 }

@@ -35,6 +35,12 @@ typedef struct mg_exec_info {
     int mb_local, mb_global;
 } mg_exec_info;
 
+/* Global index of the first sample of the instance running (i->mb_global; 0 outside
+ * the per-micro-batch part), for a graph built for `batch` samples per instance: what
+ * dropout's per-sample masks are keyed by (mg_rng_dropout_site). */
+static inline int64_t mg_exec_first_sample(const mg_exec_info *i, int64_t batch) {
+    return (int64_t)(i->mb_global > 0 ? i->mb_global : 0) * batch;
+}
 /* Instances of the per-micro-batch part this info asks for (>= 1). */
 static inline int mg_exec_n_micro(const mg_exec_info *i) { return i->n_micro > 0 ? i->n_micro : 1; }
 /* The info a kernel sees for instance `local` (-1: outside the per-micro-batch part). */

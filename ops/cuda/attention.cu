@@ -73,7 +73,7 @@ static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg
     /* masks per sample (mg_rng_dropout_site), as ops/attention.c */
     int64_t B_g = q->logical.ndim == 4 ? q->logical.shape[1] : c->B;
     c->iteration = info->iteration;
-    c->sample0 = (int64_t)(info->mb_global > 0 ? info->mb_global : 0) * B_g + c->q_off_b;
+    c->sample0 = mg_exec_first_sample(info, B_g) + c->q_off_b;
 }
 
 __device__ inline int n_visible(const attn_ctx &c, int i) {

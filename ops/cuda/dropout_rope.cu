@@ -61,7 +61,7 @@ extern "C" int mg_cuda_dropout(const mg_kernel_args *a, mg_error *err) {
     uint64_t key = mg_philox_mix_key(a->info->seed, n->attrs.dropout.rng_key);
     uint64_t B, R; /* masks per sample, as ops/dropout.c */
     mg_rng_batch_dims(lt, &B, &R);
-    int64_t sample0 = (int64_t)(a->info->mb_global > 0 ? a->info->mb_global : 0) * (int64_t)B;
+    int64_t sample0 = mg_exec_first_sample(a->info, (int64_t)B);
     k_dropout<<<mg_cuda_blocks(ne, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, mg_cuda_stream()>>>(
         (const float *)a->in[0], (float *)a->out[0], ne, m, key, a->info->iteration, sample0, B, R, p, 1.0f / (1.0f - p));
     return mg_cuda_check_launch("dropout", err);
