@@ -35,6 +35,7 @@ void mg_graph_free(mg_graph *g) {
     free(g->nodes);
     free(g->order);
     mg_name_map_free(&g->names);
+    mg_suffix_map_free(&g->suffixes);
     free(g);
 }
 
@@ -155,9 +156,17 @@ mg_tensor *mg_tensor_new(mg_graph *g, const char *name, bool uniquify, mg_dtype 
         }
         size_t len = strlen(full) + 16;
         char *u = malloc(len);
-        for (int k = 1; u; k++) {
+        int *hint = u ? mg_suffix_map_at(&g->suffixes, full) : NULL;
+        if (!hint) {
+            free(u);
+            u = NULL;
+        }
+        for (int k = hint ? *hint : 1; u; k++) {
             snprintf(u, len, "%s_%d", full, k);
-            if (!mg_name_map_get(&g->names, u)) break;
+            if (!mg_name_map_get(&g->names, u)) {
+                *hint = k + 1;
+                break;
+            }
         }
         free(full);
         full = u;
@@ -230,6 +239,7 @@ mg_tensor *mg_set_name(mg_graph *g, mg_tensor *t, const char *name) {
         return NULL;
     }
     mg_name_map_del(&g->names, t->name);
+    mg_suffix_map_free(&g->suffixes); /* the old name may now be free: hints start over */
     free(t->name);
     t->name = full;
     t->logical.key = mg_hash_name(full);

@@ -15,6 +15,23 @@ mg_tensor *mg_name_map_get(const mg_name_map *m, const char *name);
 void mg_name_map_del(mg_name_map *m, const char *name);
 void mg_name_map_free(mg_name_map *m);
 
+/* Base name -> the smallest k for which "base_k" may still be free. Uniquifying a name
+ * used many times ("attn.add" once per layer and micro-batch) would otherwise try
+ * _1, _2, ... each time: quadratic in the repeats (the planner builds graphs of 100+
+ * layers per candidate plan). A hint only skips suffixes known to be taken, so names are
+ * the same as a search from 1; a rename can free a name, so it clears every hint. */
+typedef struct mg_suffix_hint {
+    char *base;
+    int next;
+} mg_suffix_hint;
+typedef struct mg_suffix_map {
+    size_t cap, len;
+    mg_suffix_hint *slots;
+} mg_suffix_map;
+
+int *mg_suffix_map_at(mg_suffix_map *m, const char *base); /* NULL: out of memory */
+void mg_suffix_map_free(mg_suffix_map *m);                  /* also what clears it */
+
 #define MG_SCOPE_MAX 16
 
 struct mg_graph {
@@ -23,6 +40,7 @@ struct mg_graph {
     mg_node **nodes;
     int n_nodes, cap_nodes;
     mg_name_map names;
+    mg_suffix_map suffixes;       /* hints for uniquified names */
     char *scopes[MG_SCOPE_MAX];   /* full scope strings, innermost last */
     int n_scopes;
     mg_phase phase;

@@ -1,4 +1,5 @@
-/* Name -> tensor map: open addressing, linear probing, grows at 1/2 load. */
+/* Name -> tensor map, and base name -> suffix hint: open addressing, linear probing,
+ * grow at 1/2 load. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +55,38 @@ void mg_name_map_del(mg_name_map *m, const char *name) {
 }
 
 void mg_name_map_free(mg_name_map *m) {
+    free(m->slots);
+    m->slots = NULL;
+    m->cap = m->len = 0;
+}
+
+static size_t hint_slot(const mg_suffix_map *m, const char *base) {
+    size_t i = (size_t)mg_hash_name(base) & (m->cap - 1);
+    while (m->slots[i].base && strcmp(m->slots[i].base, base) != 0) i = (i + 1) & (m->cap - 1);
+    return i;
+}
+
+int *mg_suffix_map_at(mg_suffix_map *m, const char *base) {
+    if ((m->len + 1) * 2 > m->cap) {
+        mg_suffix_map n = {.cap = m->cap ? m->cap * 2 : 64, .len = m->len};
+        n.slots = calloc(n.cap, sizeof *n.slots);
+        if (!n.slots) return NULL;
+        for (size_t i = 0; i < m->cap; i++)
+            if (m->slots[i].base) n.slots[hint_slot(&n, m->slots[i].base)] = m->slots[i];
+        free(m->slots);
+        *m = n;
+    }
+    size_t i = hint_slot(m, base);
+    if (!m->slots[i].base) {
+        if (!(m->slots[i].base = strdup(base))) return NULL;
+        m->slots[i].next = 1;
+        m->len++;
+    }
+    return &m->slots[i].next;
+}
+
+void mg_suffix_map_free(mg_suffix_map *m) {
+    for (size_t i = 0; i < m->cap; i++) free(m->slots[i].base);
     free(m->slots);
     m->slots = NULL;
     m->cap = m->len = 0;
