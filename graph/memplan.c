@@ -1,7 +1,9 @@
 /* Memory plan: buffers for every tensor, reused by liveness along the topo order.
  *
  * Unit of sharing: an "alias class" = a root tensor plus every tensor that (through a
- * chain of `updates`) writes into its storage. A class gets exactly one buffer.
+ * chain of `updates`) writes into its storage, and, when buffers are reused, every view
+ * of it (the output of an MG_OPF_VIEW op such as reshape: the same bytes, so it needs
+ * no copy). A class gets exactly one buffer.
  *
  *  - Persistent classes (any member persistent, a parameter/input/loss, or a leaf the
  *    host fills) get a buffer of their own, never shared with another class.
@@ -14,6 +16,7 @@
  * use this was, then release outputs nobody reads. Allocating before releasing is what
  * guarantees that an output never lands in a buffer an input of the same node held
  * (kernels need not be in-place safe), and that two outputs of one node never share.
+ * Views and `updates` join their base's class instead: sharing is their point.
  *
  * Everything is a function of the topo order (deterministic) and of tensor ids; ties
  * are broken by the lowest buffer index, so identical graphs get identical plans.
@@ -24,6 +27,7 @@
 #include <string.h>
 
 #include "mgraph/memplan.h"
+#include "ops/op.h"
 
 typedef struct planner {
     mg_graph *g;
@@ -120,20 +124,60 @@ static int take_free(planner *pl, size_t need, int m, mg_buffer_kind kind) {
     return b;
 }
 
-/* Root of t's alias class; fails on an `updates` cycle (the graph would be broken). */
-static int find_root(const mg_graph *g, const mg_tensor *t, int *root, mg_error *err) {
-    const mg_tensor *r = t;
-    int steps = 0, n = mg_graph_n_tensors(g);
-    while (r->updates) {
-        r = r->updates;
-        if (++steps > n) return mg_error_set(err, MG_ERR_INVALID, "tensor '%s': `updates` chain has a cycle", t->name);
+/* The tensor whose bytes t is, when t is a view that may share its buffer (same size
+ * and type: a sharded reshape keeps both), else NULL. */
+static const mg_tensor *view_of(const mg_tensor *t) {
+    if (!t->src || !(mg_op_def_get(t->src->op)->flags & MG_OPF_VIEW) || t->src->n_in < 1) return NULL;
+    const mg_tensor *x = t->src->in[0];
+    return x->dtype == t->dtype && mg_numel(x) == mg_numel(t) ? x : NULL;
+}
+
+/* Follows link[] (the tensor each one lives in, -1 at a root) to the root of t's
+ * class; fails on a cycle (the graph would be broken). */
+static int find_root(const mg_graph *g, const int *link, int t, int *root, mg_error *err) {
+    int r = t, steps = 0, n = mg_graph_n_tensors(g);
+    while (link[r] >= 0) {
+        r = link[r];
+        if (++steps > n)
+            return mg_error_set(err, MG_ERR_INVALID, "tensor '%s': `updates` chain has a cycle",
+                                mg_graph_tensor(g, t)->name);
     }
-    *root = r->id;
+    *root = r;
+    return MG_OK;
+}
+
+/* link[i]: the tensor whose storage tensor i lives in, or -1. A tensor that `updates`
+ * another always lives in it. A view lives in its base when reuse is on and neither
+ * its base's class nor its own has an in-place writer: a view taken before an
+ * in-place update must keep the old bytes, which only a copy does (optimizer updates
+ * of parameters: their views stay copies). root is scratch. */
+static int build_links(const mg_graph *g, bool views, int *link, int *root, mg_error *err) {
+    int nt = mg_graph_n_tensors(g), rc;
+    for (int i = 0; i < nt; i++) {
+        const mg_tensor *t = mg_graph_tensor(g, i);
+        link[i] = t->updates ? t->updates->id : -1;
+    }
+    if (!views) return MG_OK;
+    bool *written = calloc((size_t)nt + 1, sizeof *written); /* per `updates` root */
+    if (!written) return mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
+    for (int i = 0; i < nt; i++)
+        if ((rc = find_root(g, link, i, &root[i], err))) {
+            free(written);
+            return rc;
+        }
+    for (int i = 0; i < nt; i++)
+        if (link[i] >= 0) written[root[i]] = true;
+    for (int i = 0; i < nt; i++) {
+        const mg_tensor *x = view_of(mg_graph_tensor(g, i));
+        if (x && link[i] < 0 && !written[root[i]] && !written[root[x->id]]) link[i] = x->id;
+    }
+    free(written);
     return MG_OK;
 }
 
 /* An in-place update overwrites its target: every other reader of the old value must
  * run before the writer in topo order, or executors would hand it the new value.
+ * (Views share storage only in classes without in-place writers: build_links.)
  * upd[x] = topo position of the node writing x in place (-1: none); scratch of n_tensors. */
 static int check_update_order(const mg_graph *g, mg_node **ord, int n, int *upd, mg_error *err) {
     for (int i = 0; i < mg_graph_n_tensors(g); i++) upd[i] = -1;
@@ -245,14 +289,18 @@ static int plan(planner *pl, bool reuse, mg_error *err) {
         pl->persist[i] = false;
         p->buffer_of[i] = -1;
     }
-    bool *per_mb = calloc((size_t)nt + 1, sizeof *per_mb);
-    if (!per_mb) return mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
+    int *link = malloc(((size_t)nt + 1) * sizeof *link);
+    if (!link) return mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
+    rc = build_links(g, reuse, link, pl->root, err);
+    bool *per_mb = rc ? NULL : calloc((size_t)nt + 1, sizeof *per_mb);
+    if (!rc && !per_mb) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
     for (int i = 0; i < nt && !rc; i++) {
         const mg_tensor *t = mg_graph_tensor(g, i);
-        if ((rc = find_root(g, t, &pl->root[i], err))) break;
+        if ((rc = find_root(g, link, i, &pl->root[i], err))) break;
         if (is_persistent(t)) pl->persist[pl->root[i]] = true;
         if (t->per_microbatch) per_mb[pl->root[i]] = true;
     }
+    free(link);
     if (!rc) rc = check_schedule_order(pl, ord, n, err);
     if (rc) {
         free(per_mb);

@@ -40,6 +40,10 @@ enum {
     /* A point-to-point transfer (with MG_OPF_COMM): not in the collectives' seq order;
      * engines post it without blocking and finish its task when it completes. */
     MG_OPF_P2P = 1u << 3,
+    /* Its output is its first input's bytes unchanged (reshape): the memory plan may
+     * give both one buffer, and the kernel then has nothing to do (it must accept
+     * out == in). Engines let such a task only read that buffer. */
+    MG_OPF_VIEW = 1u << 4,
 };
 
 /* The message key of a send/recv node's instance (its tag x n_micro + instance), the

@@ -137,7 +137,7 @@ static int shard_reshape(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *i
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_RESHAPE = {"reshape", 1, 1, 0, infer_reshape, reshape_grad, NULL, copy_cpu, NULL, .shard = shard_reshape};
+const mg_op_def mg_opdef_RESHAPE = {"reshape", 1, 1, MG_OPF_VIEW, infer_reshape, reshape_grad, NULL, copy_cpu, NULL, .shard = shard_reshape};
 
 /* One dimension of the target may be -1: inferred from the element count. */
 mg_tensor *mg_reshape(mg_graph *g, mg_tensor *x, int ndim, const int64_t *shape) {

@@ -15,7 +15,8 @@
  *
  * Dependencies: StarPU's sequential consistency, with tasks submitted in the graph's
  * topological order (per instance). Each task accesses its inputs' buffers R, its outputs' buffers W,
- * and RW where an output shares an input's buffer (an in-place `updates`). StarPU then
+ * and RW where an output shares an input's buffer (an in-place `updates`; a view, whose
+ * output is its input's bytes, only reads it). StarPU then
  * derives exactly the dependencies the serial order implies: RAW from the dataflow,
  * and WAR/WAW wherever the memory plan reuses a buffer for a later tensor, which is
  * what makes buffer reuse safe under out-of-order execution. Explicit tags would have
@@ -108,9 +109,10 @@ static int build_arg(mg_engine *e, mg_task_arg *a, const mg_node *nd, mg_error *
         if (s == a->nbuf) {
             a->bufs[a->nbuf] = b;
             a->modes[a->nbuf++] = m;
-        } else {
+        } else if (i < nd->n_in || t->updates) {
             a->modes[s] |= m; /* R|W == RW: in-place update, or mul(x, x) stays R */
-        }
+        } /* else an output in an input's buffer without `updates`: a view (the memory
+           * plan shares only those), whose task reads the buffer and writes nothing */
         a->slot[i] = s;
     }
     if ((mg_op_def_get(nd->op)->flags & (MG_OPF_COMM | MG_OPF_P2P)) == MG_OPF_COMM) { /* transfers: no token */

@@ -1,11 +1,13 @@
 /* Memory plan: which buffer holds each tensor, and what the graph needs at peak.
  *
  * Persistent tensors (parameters, inputs, optimizer state, outputs the host reads)
- * get buffers of their own; a tensor that `updates` another shares its buffer.
+ * get buffers of their own; a tensor that `updates` another shares its buffer, and so
+ * (when buffers are reused) does a view (reshape) of a tensor nothing updates in place.
  * Transient tensors (activations, activation gradients) share buffers by liveness
  * along the graph's topological order, as ggml-alloc does: a tensor's buffer is free
  * again once its last consumer ran. An output never shares a buffer with an input of
- * the same node, so kernels need not be in-place safe.
+ * the same node, so kernels need not be in-place safe; the exceptions are `updates`
+ * and views, whose kernels expect it.
  *
  * Buffers (not byte offsets) are the unit so that an executor can give each buffer
  * one data handle: reuse then shows up as ordinary write-after-read dependencies.

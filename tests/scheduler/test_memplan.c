@@ -1,9 +1,10 @@
 /* Memory plan: reuse happens, never where it would be wrong.
  *
  * Invariants checked on every plan (check_plan):
- *  - a persistent tensor's buffer holds no tensor outside its `updates` class;
+ *  - a persistent tensor's buffer holds no tensor outside its class (`updates` and views);
  *  - a tensor that updates another shares its buffer;
- *  - no output shares a buffer with an input of its node (except in-place updates);
+ *  - no output shares a buffer with an input of its node (except in-place updates and
+ *    views, which share on purpose);
  *  - two tensors sharing a transient buffer have disjoint live ranges;
  *  - every buffer is at least as large as each tensor in it;
  *  - peak (transient bytes) <= bytes without reuse.
@@ -19,9 +20,17 @@ static int64_t S1[1] = {1024};
 
 static size_t bytes_of(const mg_tensor *t) { return (size_t)mg_numel(t) * mg_dtype_size(t->dtype); }
 
+/* The class root as the plan may form it: through `updates`, and through a reshape
+ * (a view) when the view got its base's buffer. */
+static const mg_memplan *cur_plan;
 static const mg_tensor *root_of(const mg_tensor *t) {
-    while (t->updates) t = t->updates;
-    return t;
+    for (;;) {
+        if (t->updates) t = t->updates;
+        else if (t->src && t->src->op == MG_OP_RESHAPE && cur_plan &&
+                 cur_plan->buffer_of[t->id] == cur_plan->buffer_of[t->src->in[0]->id])
+            t = t->src->in[0];
+        else return t;
+    }
 }
 
 /* Topo position of each node id. */
@@ -36,6 +45,7 @@ static int *positions(mg_graph *g) {
 }
 
 static void check_plan(mg_graph *g, const mg_memplan *p) {
+    cur_plan = p;
     int nt = mg_graph_n_tensors(g);
     int *pos = positions(g);
     TK_CHECK(pos != NULL, "topo order");
@@ -79,6 +89,7 @@ static void check_plan(mg_graph *g, const mg_memplan *p) {
     }
     TK_CHECK(p->transient_bytes <= p->unshared_bytes, "peak %zu > unshared %zu", p->transient_bytes,
              p->unshared_bytes);
+    cur_plan = NULL;
     free(first);
     free(last);
     free(pos);
@@ -215,6 +226,40 @@ static void test_update_order(void) {
     mg_graph_free(g);
 }
 
+/* A reshape is a view: with reuse it gets its base's buffer, and the class stays live
+ * until the view's last reader; without reuse, or when the base is overwritten in place
+ * (a view taken before must keep the old bytes), it is a copy. */
+static void test_views(void) {
+    mg_graph *g = mg_graph_new();
+    int64_t s2[2] = {32, 32};
+    mg_tensor *x = mg_input(g, "x", MG_F32, 1, S1);
+    mg_tensor *a = mg_scale(g, x, 3.0f);
+    mg_tensor *v = mg_reshape(g, a, 2, s2);
+    mg_tensor *v2 = mg_reshape(g, v, 1, S1); /* a view of a view */
+    mg_tensor *c = mg_scale(g, x, 2.0f);     /* may reuse a buffer only once v2 is dead */
+    mg_tensor *d = mg_add(g, v2, c);
+    mg_tensor *e = mg_scale(g, d, 0.5f);
+    e->persistent = true;
+    mg_tensor *w = mg_param(g, "w", 1, S1, (mg_init){MG_INIT_ZEROS, 0});
+    mg_tensor *wv = mg_reshape(g, w, 2, s2);
+    mg_tensor *r = mg_scale(g, wv, 1.0f);
+    r->persistent = true;
+    mg_tensor *w_new = mg_scale(g, w, 0.5f);
+    w_new->updates = w;
+    mg_memplan *p = plan_of(g, true);
+    if (p) {
+        TK_CHECK(p->buffer_of[v->id] == p->buffer_of[a->id], "reshape shares its input's buffer");
+        TK_CHECK(p->buffer_of[v2->id] == p->buffer_of[a->id], "a reshape of a reshape shares it too");
+        TK_CHECK(p->buffer_of[c->id] != p->buffer_of[a->id], "c took the buffer while the view is live");
+        TK_CHECK(p->buffer_of[wv->id] != p->buffer_of[w->id], "a view of a tensor updated in place is a copy");
+    }
+    mg_memplan_free(p);
+    p = plan_of(g, false);
+    if (p) TK_CHECK(p->buffer_of[v->id] != p->buffer_of[a->id], "no reuse: the reshape is a copy");
+    mg_memplan_free(p);
+    mg_graph_free(g);
+}
+
 /* Identical builds give identical plans. */
 static mg_graph *build_mlp_like(void) {
     mg_graph *g = mg_graph_new();
@@ -282,6 +327,10 @@ static void test_no_false_order(void) {
         for (int b = 0; b < nt; b++) {
             const mg_tensor *tb = mg_graph_tensor(g, b);
             if (b == a || !tb->src || tb->updates || p->buffer_of[b] != p->buffer_of[a]) continue;
+            cur_plan = p;
+            bool same_class = root_of(ta) == root_of(tb); /* a view shares, it does not reuse */
+            cur_plan = NULL;
+            if (same_class) continue;
             if (pos[tb->src->id] < pos[ta->src->id]) continue; /* check (earlier a, later b) */
             shared++;
             bool ok = anc[(size_t)tb->src->id * nn + ta->src->id];
@@ -307,7 +356,7 @@ int main(int argc, char **argv) {
     static const tk_case cases[] = {
         {"chain", test_chain},         {"diamond", test_diamond},           {"sizes", test_sizes},
         {"updates", test_updates},     {"update_order", test_update_order}, {"deterministic", test_deterministic},
-        {"no_false_order", test_no_false_order},
+        {"no_false_order", test_no_false_order}, {"views", test_views},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
 }
