@@ -61,7 +61,12 @@ MG_SIMD static int dropout_cpu(const mg_kernel_args *a, mg_error *err) {
         for (int64_t j0 = 0; j0 < inner; j0 += MG_RNG_CHUNK) {
             int64_t m = inner - j0 < MG_RNG_CHUNK ? inner - j0 : MG_RNG_CHUNK;
             mg_rng_uniform_block(seed, key, stream, idx + (uint64_t)j0, m, u);
-            for (int64_t j = 0; j < m; j++) yr[j0 + j] = u[j] >= p ? xr[j0 + j] * scale : 0.0f;
+            /* the load and multiply unconditional, then a select: GCC vectorises that,
+             * not a load under the condition */
+            for (int64_t j = 0; j < m; j++) {
+                float kept = xr[j0 + j] * scale;
+                yr[j0 + j] = u[j] >= p ? kept : 0.0f;
+            }
         }
     }
     return MG_OK;

@@ -120,6 +120,9 @@ MG_SIMD static int adamw_cpu(const mg_kernel_args *a, mg_error *err) {
     float ibc1 = (float)(1.0 / (1.0 - pow(c->beta1, t))), ibc2 = (float)(1.0 / (1.0 - pow(c->beta2, t)));
     float b1 = c->beta1, b2 = c->beta2, eps = c->eps, wd = c->weight_decay;
     int64_t n = mg_numel(a->node->in[0]);
+    /* p', m', v' are p, m, v (in place): element i reads and writes only index i, which
+     * GCC cannot prove, so without ivdep it keeps the loop scalar */
+#pragma GCC ivdep
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i] * coef;
         float mi = b1 * m[i] + (1.0f - b1) * gi;
