@@ -175,13 +175,8 @@ static inline float exp_shift(float x, float m) { return mg_expf(x - m); }
 /* row[j] = e^(row[j] - m) for j < n; returns their sum: eight double partial sums met in a
  * fixed order, so the result does not depend on the vector width. */
 static inline double exp_row(float *row, int n, float m) {
-    double acc[8] = {0}, tail = 0;
     for (int j = 0; j < n; j++) row[j] = exp_shift(row[j], m);
-    int j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++) acc[l] += (double)row[j + l];
-    for (; j < n; j++) tail += (double)row[j];
-    return (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) + tail;
+    return mg_sum_f(row, n);
 }
 
 /* ---- forward --------------------------------------------------------------------------- */

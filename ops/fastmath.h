@@ -1,4 +1,4 @@
-/* Branch-free float exp for elementwise kernels (library-internal).
+/* Branch-free float exp and vectorisable double sums for kernels (library-internal).
  *
  * glibc's expf is a call per element, so loops around it never vectorise. mg_expf is
  * Cephes' expf (x = n ln2 + r with ln2 in two parts, degree-6 polynomial for e^r,
@@ -38,6 +38,41 @@ static inline float mg_row_max(const float *x, int64_t n) {
         k = kj > k ? kj : k;
     }
     return mg_funkey(k);
+}
+
+/* Sums in double, as eight partial sums met in a fixed order (then the n % 8 tail): a
+ * single running sum is a chain GCC may not reorder, so it stays scalar; these vectorise,
+ * and the result does not depend on the vector width. */
+#define MG_SUM8(expr_j)                                                                                   \
+    double acc_[8] = {0}, tail_ = 0;                                                                      \
+    int64_t j = 0;                                                                                        \
+    for (; j + 8 <= n; j += 8)                                                                            \
+        for (int l_ = 0; l_ < 8; l_++) {                                                                  \
+            int64_t jl_ = j + l_;                                                                         \
+            acc_[l_] += expr_j(jl_);                                                                      \
+        }                                                                                                 \
+    for (; j < n; j++) tail_ += expr_j(j);                                                                \
+    return (((acc_[0] + acc_[1]) + (acc_[2] + acc_[3])) + ((acc_[4] + acc_[5]) + (acc_[6] + acc_[7]))) + tail_
+
+/* sum of x[j] */
+static inline double mg_sum_f(const float *x, int64_t n) {
+#define MG_TERM_(j) (double)x[j]
+    MG_SUM8(MG_TERM_);
+#undef MG_TERM_
+}
+
+/* sum of x[j] y[j], each product exact in double */
+static inline double mg_dot_f(const float *x, const float *y, int64_t n) {
+#define MG_TERM_(j) (double)x[j] * (double)y[j]
+    MG_SUM8(MG_TERM_);
+#undef MG_TERM_
+}
+
+/* sum of (x[j] - mu)^2 */
+static inline double mg_sumsq_dev(const float *x, int64_t n, double mu) {
+#define MG_TERM_(j) ((double)x[j] - mu) * ((double)x[j] - mu)
+    MG_SUM8(MG_TERM_);
+#undef MG_TERM_
 }
 
 static inline float mg_expf(float x) {

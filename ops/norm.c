@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/fastmath.h"
 #include "ops/op.h"
 #include "ops/shard.h"
 #include "ops/simd.h"
@@ -84,13 +85,7 @@ MG_SIMD static int layernorm_cpu(const mg_kernel_args *a, mg_error *err) {
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * N;
         float *yr = y + r * N;
-        double s = 0;
-        for (int64_t j = 0; j < N; j++) s += xr[j];
-        double mu = s / (double)N, v = 0;
-        for (int64_t j = 0; j < N; j++) {
-            double d = (double)xr[j] - mu;
-            v += d * d;
-        }
+        double mu = mg_sum_f(xr, N) / (double)N, v = mg_sumsq_dev(xr, N, mu);
         double rs = 1.0 / sqrt(v / (double)N + eps);
         float m = (float)mu, rf = (float)rs;
         mean[r] = m;
@@ -123,28 +118,28 @@ MG_SIMD static int layernorm_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     float *dx = a->out[0], *dw = a->out[1], *db = a->out[2];
     int64_t N = xt->shape[xt->ndim - 1], rows = mg_numel(xt) / N;
     double *acc = calloc((size_t)(2 * N), sizeof *acc);
-    float *xh = malloc((size_t)N * sizeof *xh);
+    float *xh = malloc((size_t)(2 * N) * sizeof *xh);
     if (!acc || !xh) {
         free(acc);
         free(xh);
         return mg_error_set(err, MG_ERR_NOMEM, "layernorm_bwd: out of memory");
     }
     double *adw = acc, *adb = acc + N;
+    float *gw = xh + N; /* g = dy * w */
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * N, *dyr = dy + r * N;
         float *dxr = dx + r * N;
         float m = mean[r], rs = rstd[r];
-        double sg = 0, sgx = 0; /* sums of g = dy*w and g*xhat */
+        /* elementwise first, the row's two sums (of g and g * xhat) apart: each loop vectorises */
         for (int64_t j = 0; j < N; j++) {
-            float xhat = (xr[j] - m) * rs, gj = dyr[j] * w[j];
+            float xhat = (xr[j] - m) * rs;
             xh[j] = xhat;
-            sg += gj;
-            sgx += (double)gj * xhat;
+            gw[j] = dyr[j] * w[j];
             adw[j] += (double)dyr[j] * xhat;
             adb[j] += dyr[j];
         }
-        float mg = (float)(sg / (double)N), mgx = (float)(sgx / (double)N);
-        for (int64_t j = 0; j < N; j++) dxr[j] = rs * (dyr[j] * w[j] - mg - xh[j] * mgx);
+        float mg = (float)(mg_sum_f(gw, N) / (double)N), mgx = (float)(mg_dot_f(gw, xh, N) / (double)N);
+        for (int64_t j = 0; j < N; j++) dxr[j] = rs * (gw[j] - mg - xh[j] * mgx);
     }
     for (int64_t j = 0; j < N; j++) {
         dw[j] = (float)adw[j];
@@ -237,9 +232,7 @@ MG_SIMD static int rmsnorm_cpu(const mg_kernel_args *a, mg_error *err) {
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * N;
         float *yr = y + r * N;
-        double s = 0;
-        for (int64_t j = 0; j < N; j++) s += (double)xr[j] * xr[j];
-        float rs = (float)(1.0 / sqrt(s / (double)N + eps));
+        float rs = (float)(1.0 / sqrt(mg_dot_f(xr, xr, N) / (double)N + eps));
         rstd[r] = rs;
         for (int64_t j = 0; j < N; j++) yr[j] = xr[j] * rs * w[j];
     }
@@ -265,22 +258,30 @@ MG_SIMD static int rmsnorm_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     float *dx = a->out[0], *dw = a->out[1];
     int64_t N = xt->shape[xt->ndim - 1], rows = mg_numel(xt) / N;
     double *adw = calloc((size_t)N, sizeof *adw);
-    if (!adw) return mg_error_set(err, MG_ERR_NOMEM, "rmsnorm_bwd: out of memory");
+    float *xh = malloc((size_t)(2 * N) * sizeof *xh);
+    if (!adw || !xh) {
+        free(adw);
+        free(xh);
+        return mg_error_set(err, MG_ERR_NOMEM, "rmsnorm_bwd: out of memory");
+    }
+    float *gw = xh + N; /* g = dy * w */
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * N, *dyr = dy + r * N;
         float *dxr = dx + r * N;
         float rs = rstd[r];
-        double sgx = 0;
+        /* elementwise first, the row's sum of g * xhat apart: each loop vectorises */
         for (int64_t j = 0; j < N; j++) {
             float xhat = xr[j] * rs;
-            sgx += (double)dyr[j] * w[j] * xhat;
+            xh[j] = xhat;
+            gw[j] = dyr[j] * w[j];
             adw[j] += (double)dyr[j] * xhat;
         }
-        float mgx = (float)(sgx / (double)N);
-        for (int64_t j = 0; j < N; j++) dxr[j] = rs * (dyr[j] * w[j] - xr[j] * rs * mgx);
+        float mgx = (float)(mg_dot_f(gw, xh, N) / (double)N);
+        for (int64_t j = 0; j < N; j++) dxr[j] = rs * (gw[j] - xr[j] * rs * mgx);
     }
     for (int64_t j = 0; j < N; j++) dw[j] = (float)adw[j];
     free(adw);
+    free(xh);
     return MG_OK;
 }
 
