@@ -49,27 +49,38 @@ command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU' &
 # The tests whose claims are bitwise (StarPU == reference, same seed == same bits) or
 # parallel == serial; rerun under each OpenBLAS setting below.
 EQUIV='equivalence|bitwise|starpu_equals_reference|memplan_reuse_equal|scheduler\.engine\.(reference|one_worker|policies|gpt2)|cli_train_matches_serial|comm\.engine'
+# Long tests: training to a loss, or building plans for 70B-405B models, for tens of
+# seconds in the normal build and 10-30x that under the sanitizers, where they would be a
+# third of the run. They run in the normal build only; their code paths run under the
+# sanitizers through shorter tests (the same kernels, engine, partitioners and planner
+# on smaller models).
+LONG='^(models\.(llama_train_loss_falls|moe_train)|tools\.train_loss_falls|partitioners\.cli_dry_run_(70b_memory|405b_pp_cp)|planner\.search_published_(small|large))$'
 # a kernel other than the one mgraph-run picks by itself on AVX-512 machines
 if grep -qw avx2 /proc/cpuinfo; then forced=Haswell; else forced=Prescott; fi
 
-echo "== normal build =="
+# a phase's heading says how far into the run it starts (CI has a ~30-minute budget)
+phase() { echo "== $* (at $((SECONDS / 60)) min $((SECONDS % 60)) s) =="; }
+
+phase "normal build"
 cmake -S . -B build >/dev/null
 cmake --build build -j"$jobs"
 run_ctest build -j"$jobs" --timeout 600
-echo "== equivalence tests with OPENBLAS_CORETYPE=$forced OPENBLAS_NUM_THREADS=2 =="
+phase "equivalence tests with OPENBLAS_CORETYPE=$forced OPENBLAS_NUM_THREADS=2"
 OPENBLAS_CORETYPE=$forced OPENBLAS_NUM_THREADS=2 run_ctest build -j"$jobs" --timeout 600 -R "$EQUIV"
-echo "== equivalence tests with OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS unset =="
+phase "equivalence tests with OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS unset"
 (unset OPENBLAS_CORETYPE OPENBLAS_NUM_THREADS; run_ctest build -j"$jobs" --timeout 600 -R "$EQUIV")
 
-echo "== AddressSanitizer + UndefinedBehaviorSanitizer build =="
-cmake -S . -B build-asan -DMG_SANITIZE=ON >/dev/null
+phase "AddressSanitizer + UndefinedBehaviorSanitizer build"
+# without the CUDA kernels: no GPU code runs under the sanitizers, and nvcc would double the build
+cmake -S . -B build-asan -DMG_SANITIZE=ON -DMG_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$jobs"
 # Leaks are reported; tests/lsan.supp suppresses only third-party libraries (with reasons).
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:fast_unwind_on_malloc=0:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-run_ctest build-asan -j"$jobs" --timeout 900
+run_ctest build-asan -j"$jobs" --timeout 900 -E "$LONG"
 
-echo "== fuzzing: libFuzzer targets (clang), a fixed number of runs (at most ${MG_FUZZ_SECONDS:-60} s) each from tests/fuzz/<target> =="
+phase "fuzzing: libFuzzer targets (clang), a fixed number of runs (at most ${MG_FUZZ_SECONDS:-60} s) each from tests/fuzz/<target>"
 CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -DMG_FUZZ=ON -DMG_CUDA=OFF >/dev/null
 cmake --build build-fuzz -j"$jobs" --target fuzz_plan fuzz_flags fuzz_idx fuzz_gpt2 fuzz_jsonl fuzz_cache fuzz_checkpoint_libfuzzer
 bash tests/fuzz/run.sh build-fuzz "${MG_FUZZ_SECONDS:-60}"
+phase "done: every phase passed"
