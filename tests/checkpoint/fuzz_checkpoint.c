@@ -67,6 +67,7 @@ static void fuzz_safetensors(const uint8_t *d, size_t n) {
         const uint8_t *p = mg_st_data(f, e);
         for (uint64_t k = 0; k < e->end - e->begin; k++) sum ^= p[k];
     }
+    (void)sum; /* read only so that every byte is touched (ASan checks the bounds) */
     (void)mg_st_metadata(f, "format");
     mg_st_close(f);
 }
