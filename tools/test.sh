@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the whole test suite twice: a normal build (build/) and an
-# AddressSanitizer + UndefinedBehaviorSanitizer build with leak checks (build-asan/).
+# AddressSanitizer + UndefinedBehaviorSanitizer build with leak checks (build-asan/),
+# which leaves out the CUDA kernels and the long tests (LONG below).
 # The bitwise/equivalence tests also run under two OpenBLAS settings (kernel and thread
 # count forced, then both unset): their claims must hold whatever the environment says.
 # Every test must run: a skipped test fails the suite unless tests/expected-skips.txt
