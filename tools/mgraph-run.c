@@ -966,9 +966,11 @@ static int apply_recompute(run *r, mg_graph *g, int rank, mg_error *err) {
     return rc;
 }
 
-/* --dry-run --world-size N: partition for every rank in this one process. */
+/* --dry-run --world-size N: partition for every rank in this one process. Under
+ * mpirun (no --world-size), each process partitions and describes its own rank only. */
 static int dry_run_world(run *r, int world, mg_error *err) {
-    for (int rank = 0; rank < world; rank++) {
+    int first = r->mpi_world > 1 ? r->mesh.rank : 0, end = r->mpi_world > 1 ? r->mesh.rank + 1 : world;
+    for (int rank = first; rank < end; rank++) {
         mg_mesh mesh;
         mg_rank_graph R = {0};
         int rc = mg_mesh_init(&mesh, world, rank, r->plan.tp, r->plan.cp, r->plan.ep, r->plan.pp, err);

@@ -172,6 +172,14 @@ cp_train_matches_serial)
     grep -q "distributed optimizer" dopt.txt || { cat dopt.txt; fail "distributed optimizer not applied"; }
     same_losses dopt.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ with the distributed optimizer"
     echo "ok $CASE" ;;
+dry_run_mpirun)
+    # a dry run under mpirun: each process describes its own rank, once
+    timeout 60 $MPI -np 2 "$RUN" "${SMALL[@]}" --dry-run > out.txt 2>err.txt || { cat err.txt; fail "$CASE: dry run"; }
+    for k in 0 1; do
+        n=$(grep -c "^mgraph-run: rank $k: [0-9]* nodes," out.txt)
+        [ "$n" = 1 ] || { cat out.txt; fail "$CASE: rank $k described $n times"; }
+    done
+    echo "ok $CASE" ;;
 sp_without_tp)
     # Megatron's validate_args: at tp 1 sequence parallelism is disabled with a warning
     timeout 60 $MPI -np 2 "$RUN" "${SMALL[@]}" --sequence-parallel --dry-run > out.txt 2>err.txt ||

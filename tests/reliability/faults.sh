@@ -5,7 +5,11 @@
 set -u
 source "$(dirname "$0")/common.sh" "$@"
 command -v mpirun > /dev/null || { echo "skip: no mpirun"; exit 77; }
-DP2=(--text-file corpus.txt --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16
+# A corpus name of this test's own: the SIGKILL case finds its ranks by command line
+# (pgrep), and the other reliability tests, which ctest may run beside it, train on
+# corpus.txt too (a shared name let it count, or kill, their processes).
+cp corpus.txt faults-corpus.txt
+DP2=(--text-file faults-corpus.txt --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16
      --micro-batch-size 1 --global-batch-size 2 --log-interval 1000 --eval-iters 0 --cpu-workers 1)
 
 # -- a data error: one document holds a token id past the byte-level vocabulary (data
@@ -29,8 +33,8 @@ mpirun -np 2 "$RUN" "${DP2[@]}" --train-iters 100000000 > killed.txt 2>&1 &
 mp=$!
 victim=""
 for i in $(seq 1 200); do
-    victim=$(pgrep -P "$mp" -f "corpus.txt" 2>/dev/null | tail -1)
-    [ -z "$victim" ] && victim=$(pgrep -f -- "$RUN --text-file corpus.txt" | tail -1)
+    victim=$(pgrep -P "$mp" -f "faults-corpus.txt" 2>/dev/null | tail -1)
+    [ -z "$victim" ] && victim=$(pgrep -f -- "$RUN --text-file faults-corpus.txt" | tail -1)
     [ -n "$victim" ] && grep -q "bytes sent per step" killed.txt && break
     sleep 0.1
 done
@@ -43,8 +47,8 @@ kill $guard 2>/dev/null
 took=$(( $(date +%s) - t0 ))
 [ $rc -ne 0 ] && [ $took -lt 30 ] && grep -q "signal 9" killed.txt &&
     ok "a rank killed with SIGKILL: the job ended in ${took} s, exit $rc" || fail "SIGKILL: rc $rc after $took s: $(tail -5 killed.txt)"
-for i in $(seq 1 100); do pgrep -f -- "$RUN --text-file corpus.txt" > /dev/null || break; sleep 0.1; done
-pgrep -f -- "$RUN --text-file corpus.txt" > /dev/null && fail "ranks left running 10 s after SIGKILL"
+for i in $(seq 1 100); do pgrep -f -- "$RUN --text-file faults-corpus.txt" > /dev/null || break; sleep 0.1; done
+pgrep -f -- "$RUN --text-file faults-corpus.txt" > /dev/null && fail "ranks left running 10 s after SIGKILL"
 
 # -- a NaN on one rank (test hook: rank 1 poisons a weight before iteration 5)
 bounded mpirun -np 2 -x MGRAPH_TEST_NAN_AT=1:5 "$RUN" "${DP2[@]}" --train-iters 100000 --metrics-file nan.jsonl
