@@ -239,7 +239,7 @@ mg_tensor *mg_set_name(mg_graph *g, mg_tensor *t, const char *name) {
         return NULL;
     }
     mg_name_map_del(&g->names, t->name);
-    mg_suffix_map_free(&g->suffixes); /* the old name may now be free: hints start over */
+    mg_suffix_map_freed(&g->suffixes, t->name); /* its suffix may be given again */
     free(t->name);
     t->name = full;
     t->logical.key = mg_hash_name(full);

@@ -19,7 +19,8 @@ void mg_name_map_free(mg_name_map *m);
  * used many times ("attn.add" once per layer and micro-batch) would otherwise try
  * _1, _2, ... each time: quadratic in the repeats (the planner builds graphs of 100+
  * layers per candidate plan). A hint only skips suffixes known to be taken, so names are
- * the same as a search from 1; a rename can free a name, so it clears every hint. */
+ * the same as a search from 1; a rename frees a name, and when that name is "base_k",
+ * base's hint goes back to k (mg_suffix_map_freed). */
 typedef struct mg_suffix_hint {
     char *base;
     int next;
@@ -30,7 +31,8 @@ typedef struct mg_suffix_map {
 } mg_suffix_map;
 
 int *mg_suffix_map_at(mg_suffix_map *m, const char *base); /* NULL: out of memory */
-void mg_suffix_map_free(mg_suffix_map *m);                  /* also what clears it */
+void mg_suffix_map_freed(mg_suffix_map *m, const char *name); /* name is no longer used */
+void mg_suffix_map_free(mg_suffix_map *m);
 
 #define MG_SCOPE_MAX 16
 

@@ -1,5 +1,6 @@
 /* Name -> tensor map, and base name -> suffix hint: open addressing, linear probing,
  * grow at 1/2 load. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,6 +84,24 @@ int *mg_suffix_map_at(mg_suffix_map *m, const char *base) {
         m->len++;
     }
     return &m->slots[i].next;
+}
+
+void mg_suffix_map_freed(mg_suffix_map *m, const char *name) {
+    const char *us = strrchr(name, '_'), *d = us ? us + 1 : NULL;
+    if (!d || *d < '1' || *d > '9' || !m->cap) return; /* not a "base_k" that uniquifying makes */
+    long k = 0;
+    for (; *d; d++) {
+        if (*d < '0' || *d > '9' || k > INT_MAX / 10) return;
+        k = k * 10 + (*d - '0');
+    }
+    char *base = strndup(name, (size_t)(us - name));
+    if (!base) { /* cannot look it up: forget every hint instead (they are only hints) */
+        mg_suffix_map_free(m);
+        return;
+    }
+    size_t i = hint_slot(m, base);
+    if (m->slots[i].base && m->slots[i].next > k) m->slots[i].next = (int)k;
+    free(base);
 }
 
 void mg_suffix_map_free(mg_suffix_map *m) {

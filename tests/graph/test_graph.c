@@ -61,6 +61,26 @@ static mg_graph *tiny_mlp(void) {
     return g;
 }
 
+/* Repeated names get _1, _2, ...: the first suffix free, as a search from 1 finds it,
+ * also after a rename frees one (graph/names.c keeps a hint per base name). */
+static void unique_names(void) {
+    mg_graph *g = mg_graph_new();
+    int64_t s1[1] = {4};
+    mg_tensor *x = mg_input(g, "x", MG_F32, 1, s1), *a[4];
+    for (int i = 0; i < 4; i++) a[i] = mg_scale(g, x, 2.0f);
+    const char *want[4] = {"scale", "scale_1", "scale_2", "scale_3"};
+    for (int i = 0; i < 4; i++) TK_CHECK(a[i] && !strcmp(a[i]->name, want[i]), "name %d: %s", i, a[i] ? a[i]->name : "-");
+    mg_set_name(g, a[2], "renamed"); /* frees scale_2 */
+    mg_tensor *b = mg_scale(g, x, 2.0f), *c = mg_scale(g, x, 2.0f);
+    TK_CHECK(b && !strcmp(b->name, "scale_2"), "a freed suffix is given again: %s", b ? b->name : "-");
+    TK_CHECK(c && !strcmp(c->name, "scale_4"), "then the next free one: %s", c ? c->name : "-");
+    mg_set_name(g, b, "scale_x"); /* frees scale_2 again */
+    mg_tensor *d = mg_scale(g, x, 2.0f);
+    TK_CHECK(d && !strcmp(d->name, "scale_2"), "freed again, given again: %s", d ? d->name : "-");
+    TK_CHECK(!mg_graph_error(g)->code, "%s", mg_graph_error(g)->msg);
+    mg_graph_free(g);
+}
+
 static void scopes_and_order(void) {
     mg_graph *g = tiny_mlp(), *h = tiny_mlp();
     TK_CHECK(!mg_graph_error(g)->code, "%s", mg_graph_error(g)->msg);
@@ -322,7 +342,7 @@ static void dot_dump(void) {
 
 int main(int argc, char **argv) {
     static const tk_case cases[] = {
-        {"builder_errors", builder_errors}, {"scopes_and_order", scopes_and_order},
+        {"builder_errors", builder_errors}, {"scopes_and_order", scopes_and_order}, {"unique_names", unique_names},
         {"autodiff_reach", autodiff_reach}, {"rng_known_answers", rng_known_answers},
         {"rng_slices", rng_slices},         {"lr_schedule", lr_schedule},
         {"adamw_steps", adamw_steps},       {"dot_dump", dot_dump},

@@ -22,12 +22,10 @@ static size_t bytes_of(const mg_tensor *t) { return (size_t)mg_numel(t) * mg_dty
 
 /* The class root as the plan may form it: through `updates`, and through a reshape
  * (a view) when the view got its base's buffer. */
-static const mg_memplan *cur_plan;
-static const mg_tensor *root_of(const mg_tensor *t) {
+static const mg_tensor *root_of(const mg_memplan *p, const mg_tensor *t) {
     for (;;) {
         if (t->updates) t = t->updates;
-        else if (t->src && t->src->op == MG_OP_RESHAPE && cur_plan &&
-                 cur_plan->buffer_of[t->id] == cur_plan->buffer_of[t->src->in[0]->id])
+        else if (t->src && t->src->op == MG_OP_RESHAPE && p->buffer_of[t->id] == p->buffer_of[t->src->in[0]->id])
             t = t->src->in[0];
         else return t;
     }
@@ -45,7 +43,6 @@ static int *positions(mg_graph *g) {
 }
 
 static void check_plan(mg_graph *g, const mg_memplan *p) {
-    cur_plan = p;
     int nt = mg_graph_n_tensors(g);
     int *pos = positions(g);
     TK_CHECK(pos != NULL, "topo order");
@@ -71,7 +68,7 @@ static void check_plan(mg_graph *g, const mg_memplan *p) {
         for (int j = i + 1; j < nt; j++) {
             if (p->buffer_of[j] != b) continue;
             const mg_tensor *u = mg_graph_tensor(g, j);
-            if (root_of(t) == root_of(u)) continue;
+            if (root_of(p, t) == root_of(p, u)) continue;
             TK_CHECK(!p->buffer_persistent[b], "persistent buffer %d holds %s and %s", b, t->name, u->name);
             TK_CHECK(!t->persistent && !u->persistent, "persistent tensor shares: %s, %s", t->name, u->name);
             TK_CHECK(last[i] < first[j] || last[j] < first[i], "%s [%d,%d] and %s [%d,%d] overlap in buffer %d",
@@ -82,14 +79,13 @@ static void check_plan(mg_graph *g, const mg_memplan *p) {
         const mg_node *nd = mg_graph_node(g, j);
         for (int o = 0; o < nd->n_out; o++)
             for (int k = 0; k < nd->n_in; k++) {
-                if (root_of(nd->out[o]) == root_of(nd->in[k])) continue; /* in-place update */
+                if (root_of(p, nd->out[o]) == root_of(p, nd->in[k])) continue; /* in-place update */
                 TK_CHECK(p->buffer_of[nd->out[o]->id] != p->buffer_of[nd->in[k]->id],
                          "output %s shares input %s's buffer", nd->out[o]->name, nd->in[k]->name);
             }
     }
     TK_CHECK(p->transient_bytes <= p->unshared_bytes, "peak %zu > unshared %zu", p->transient_bytes,
              p->unshared_bytes);
-    cur_plan = NULL;
     free(first);
     free(last);
     free(pos);
@@ -327,10 +323,7 @@ static void test_no_false_order(void) {
         for (int b = 0; b < nt; b++) {
             const mg_tensor *tb = mg_graph_tensor(g, b);
             if (b == a || !tb->src || tb->updates || p->buffer_of[b] != p->buffer_of[a]) continue;
-            cur_plan = p;
-            bool same_class = root_of(ta) == root_of(tb); /* a view shares, it does not reuse */
-            cur_plan = NULL;
-            if (same_class) continue;
+            if (root_of(p, ta) == root_of(p, tb)) continue; /* a view shares, it does not reuse */
             if (pos[tb->src->id] < pos[ta->src->id]) continue; /* check (earlier a, later b) */
             shared++;
             bool ok = anc[(size_t)tb->src->id * nn + ta->src->id];
