@@ -13,10 +13,17 @@
 #include <string.h>
 
 #include "ops/comm_api.h"
+#include "scheduler/comm_ring.h"
+
+/* Sums at least this large (bytes of one rank's input) take the ring (comm_ring.c); smaller
+ * ones MPI's own collective, whose fewer, latency-bound steps win there. Measured with
+ * `test_comm_mpi bench` (2 and 4 ranks on one node; see comm_ring.c). */
+enum { RING_MIN_BYTES = 64 << 10 };
 
 struct mg_comm {
     mg_mesh mesh;
     MPI_Comm comm[MG_GROUP_COUNT];
+    MPI_Comm ring[MG_GROUP_COUNT]; /* duplicates for the ring collectives' messages */
     double bytes[MG_GROUP_COUNT];
     double seconds;
     double group_seconds[MG_GROUP_COUNT]; /* the same, per group (a benchmark's breakdown) */
@@ -61,6 +68,8 @@ void mg_comm_free(mg_comm *c) {
     MPI_Finalized(&fin);
     for (int g = 0; g < MG_GROUP_COUNT; g++)
         if (!fin && c->comm[g] != MPI_COMM_NULL) MPI_Comm_free(&c->comm[g]);
+    for (int g = 0; g < MG_GROUP_COUNT; g++)
+        if (!fin && c->ring[g] != MPI_COMM_NULL) MPI_Comm_free(&c->ring[g]);
     free(c);
 }
 
@@ -113,7 +122,7 @@ int mg_comm_new(const mg_mesh *m, mg_comm **out, mg_error *err) {
     int *ub = NULL, has_ub = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &has_ub);
     c->tag_ub = has_ub && ub && *ub > 0 ? *ub : 32767; /* the standard's minimum */
-    for (int g = 0; g < MG_GROUP_COUNT; g++) c->comm[g] = MPI_COMM_NULL;
+    for (int g = 0; g < MG_GROUP_COUNT; g++) c->comm[g] = c->ring[g] = MPI_COMM_NULL;
     for (int g = 0; g < MG_GROUP_COUNT; g++) {
         if (g == MG_GROUP_WORLD) rc = MPI_Comm_dup(MPI_COMM_WORLD, &c->comm[g]);
         else if (m->coord[g] < 0) rc = MPI_Comm_split(MPI_COMM_WORLD, MPI_UNDEFINED, 0, &c->comm[g]); /* not a member */
@@ -125,6 +134,12 @@ int mg_comm_new(const mg_mesh *m, mg_comm **out, mg_error *err) {
         }
         if (c->comm[g] == MPI_COMM_NULL) continue;
         MPI_Comm_set_errhandler(c->comm[g], MPI_ERRORS_RETURN);
+        rc = MPI_Comm_dup(c->comm[g], &c->ring[g]); /* inherits the error handler */
+        if (rc != MPI_SUCCESS) {
+            mpi_fail(err, rc, "mg_comm_new: MPI_Comm_dup", (mg_group)g);
+            mg_comm_free(c);
+            return MG_ERR_RUNTIME;
+        }
         int s = 0, r = 0;
         MPI_Comm_size(c->comm[g], &s);
         MPI_Comm_rank(c->comm[g], &r);
@@ -206,8 +221,13 @@ int mg_comm_allreduce_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in,
     else if (op == MG_REDUCE_MAX) mop = MPI_MAX;
     else return mg_error_set(err, MG_ERR_INVALID, "MPI_Allreduce: reduce op %d invalid", (int)op);
     double t0 = MPI_Wtime();
-    rc = MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, (int)count, type, mop, c->comm[grp]);
-    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Allreduce", grp);
+    if (op == MG_REDUCE_SUM && count * (int64_t)mg_dtype_size(dt) >= RING_MIN_BYTES) {
+        rc = mg_ring_allreduce(c->ring[grp], type, dt, in, out, count);
+        if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "ring all-reduce", grp);
+    } else {
+        rc = MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, (int)count, type, mop, c->comm[grp]);
+        if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Allreduce", grp);
+    }
     account(c, grp, MG_OP_ALLREDUCE, dt, count, t0);
     return MG_OK;
 }
@@ -229,12 +249,17 @@ int mg_comm_reduce_scatter_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void
     MPI_Datatype type = MPI_DATATYPE_NULL;
     int rc = prep(c, grp, dt, count, "MPI_Reduce_scatter_block", &type, err);
     if (rc) return rc;
-    /* MPI_Reduce_scatter_block, not MPI_Reduce_scatter with equal counts: measured side
-     * by side here (Open MPI 4.1.4, 2 and 4 ranks, 64 KiB-16 MiB, interleaved runs)
-     * the block variant was as fast or up to 2x faster. */
+    /* Small: MPI_Reduce_scatter_block, not MPI_Reduce_scatter with equal counts (measured
+     * side by side here, Open MPI 4.1.4, 2 and 4 ranks, 64 KiB-16 MiB, interleaved runs:
+     * the block variant was as fast or up to 2x faster). Large: the ring. */
     double t0 = MPI_Wtime();
-    rc = MPI_Reduce_scatter_block(in, out, (int)count, type, MPI_SUM, c->comm[grp]);
-    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Reduce_scatter_block", grp);
+    if (count * c->mesh.size[grp] * (int64_t)mg_dtype_size(dt) >= RING_MIN_BYTES) {
+        rc = mg_ring_reduce_scatter(c->ring[grp], type, dt, in, out, count);
+        if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "ring reduce-scatter", grp);
+    } else {
+        rc = MPI_Reduce_scatter_block(in, out, (int)count, type, MPI_SUM, c->comm[grp]);
+        if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Reduce_scatter_block", grp);
+    }
     account(c, grp, MG_OP_REDUCE_SCATTER, dt, count * c->mesh.size[grp], t0);
     return MG_OK;
 }

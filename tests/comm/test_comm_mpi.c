@@ -4,7 +4,7 @@
  * deterministic inputs. Also: byte counters, error paths that must not hang, and
  * (argument "bench") a timing table.
  *
- * Run: mpirun -np 2|4 test_comm_mpi [all|collectives|errors|engine|bench]. A watchdog ends a
+ * Run: mpirun -np 2|4 test_comm_mpi [all|collectives|errors|sums|engine|bench]. A watchdog ends a
  * hung run after 60 s.
  */
 #include <math.h>
@@ -260,6 +260,91 @@ static void collectives(void) {
         run_mesh(meshes[i][0], meshes[i][1], meshes[i][2], meshes[i][3]);
 }
 
+/* Large sums take comm_ring.c's ring instead of MPI's collective: exact sums (the inputs
+ * are halves, so every order gives the same bits) and the same bits as MPI's own, for
+ * counts around the switch, counts the ranks do not divide, f32 and i32, in place, and
+ * over the world and a sub-group (dp with tp 2). */
+static void check_sum(mg_comm *comm, const mg_mesh *m, mg_group grp, mg_dtype dt, int64_t count, bool reduce_scatter,
+                      bool in_place) {
+    int n = m->size[grp], me = m->coord[grp];
+    int64_t in_n = reduce_scatter ? count * n : count, out_n = count;
+    size_t es = mg_dtype_size(dt);
+    char *in = malloc((size_t)in_n * es), *out = malloc((size_t)in_n * es), *mpi = malloc((size_t)in_n * es);
+    if (!in || !out || !mpi) {
+        TK_CHECK(0, "out of memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < in_n; i++) {
+        if (dt == MG_F32) ((float *)in)[i] = fval(m->rank, 3, i);
+        else ((int32_t *)in)[i] = ival(m->rank, i);
+    }
+    mg_error err = {0};
+    int rc;
+    if (reduce_scatter) {
+        rc = mg_comm_reduce_scatter_buf(comm, grp, dt, in, out, count, &err);
+    } else {
+        if (in_place) memcpy(out, in, (size_t)in_n * es);
+        rc = mg_comm_allreduce_buf(comm, grp, dt, in_place ? out : in, out, count, MG_REDUCE_SUM, &err);
+    }
+    char what[160];
+    snprintf(what, sizeof what, "rank %d: %s %s over %s (n %d), %lld elements%s", m->rank, mg_dtype_name(dt),
+             reduce_scatter ? "reduce-scatter" : "all-reduce", mg_group_name(grp), n, (long long)count,
+             in_place ? ", in place" : "");
+    if (rc) {
+        TK_CHECK(0, "%s: %s", what, err.msg);
+        goto done;
+    }
+    MPI_Datatype type = dt == MG_F32 ? MPI_FLOAT : MPI_INT32_T;
+    MPI_Comm sub;
+    MPI_Comm_split(MPI_COMM_WORLD, mg_mesh_peer(m, grp, 0), me, &sub);
+    if (reduce_scatter) MPI_Reduce_scatter_block(in, mpi, (int)count, type, MPI_SUM, sub);
+    else MPI_Allreduce(in, mpi, (int)count, type, MPI_SUM, sub);
+    MPI_Comm_free(&sub);
+    int64_t base = reduce_scatter ? me * count : 0, bad = -1;
+    for (int64_t i = 0; i < out_n && bad < 0; i++) {
+        if (dt == MG_F32) {
+            float want = 0;
+            for (int k = 0; k < n; k++) want += fval(mg_mesh_peer(m, grp, k), 3, base + i);
+            if (((float *)out)[i] != want) bad = i;
+        } else {
+            int32_t want = 0;
+            for (int k = 0; k < n; k++) want += ival(mg_mesh_peer(m, grp, k), base + i);
+            if (((int32_t *)out)[i] != want) bad = i;
+        }
+    }
+    TK_CHECK(bad < 0, "%s: wrong sum at element %lld", what, (long long)bad);
+    TK_CHECK(!memcmp(out, mpi, (size_t)out_n * es), "%s: not the bits of MPI's own", what);
+done:
+    free(in);
+    free(out);
+    free(mpi);
+}
+
+static void large_sums(void) {
+    static const int64_t counts[] = {16383, 16384, 16385, 65539, 300001};
+    for (int tp = 1; tp <= 2; tp++) {
+        mg_mesh m;
+        mg_comm *comm = NULL;
+        mg_error err = {0};
+        if (mg_mesh_init(&m, world_size, world_rank, tp, 1, 1, 1, &err)) continue;
+        if (mg_comm_new(&m, &comm, &err)) {
+            TK_CHECK(0, "rank %d: mg_comm_new: %s", world_rank, err.msg);
+            continue;
+        }
+        mg_group grp = tp == 1 ? MG_GROUP_WORLD : MG_GROUP_DP;
+        for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+            for (int dt = 0; dt < 2; dt++) {
+                mg_dtype t = dt ? MG_I32 : MG_F32;
+                check_sum(comm, &m, grp, t, counts[i], false, false);
+                check_sum(comm, &m, grp, t, counts[i], false, true);
+                /* per-rank counts: the whole input is n times larger */
+                check_sum(comm, &m, grp, t, counts[i] / m.size[grp], true, false);
+            }
+        mg_comm_free(comm);
+    }
+    if (world_rank == 0 && !tk_failures) printf("ok large sums (the ring)\n");
+}
+
 /* Errors every rank sees alike, so nobody waits in a collective. */
 static void errors(void) {
     mg_mesh m;
@@ -395,6 +480,18 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* MPI's own collective, the same sizes, for the side-by-side column. */
+static void raw_mpi(mg_op op, const float *in, float *out, int64_t in_elems) {
+    int n = world_size;
+    if (op == MG_OP_ALLREDUCE) MPI_Allreduce(in, out, (int)in_elems, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    else if (op == MG_OP_ALLGATHER) MPI_Allgather(in, (int)in_elems, MPI_FLOAT, out, (int)in_elems, MPI_FLOAT, MPI_COMM_WORLD);
+    else if (op == MG_OP_REDUCE_SCATTER)
+        MPI_Reduce_scatter_block(in, out, (int)(in_elems / n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    else MPI_Bcast(out, (int)in_elems, MPI_FLOAT, 0, MPI_COMM_WORLD);
+}
+
+/* Each collective through mgraph (a graph node on the reference executor, mg_comm) beside
+ * the plain MPI call on the same buffers sizes, interleaved rep by rep. */
 static void bench(void) {
     mg_mesh m;
     mg_comm *comm = NULL;
@@ -403,12 +500,13 @@ static void bench(void) {
         TK_CHECK(0, "bench setup: %s", err.msg);
         return;
     }
-    static const int64_t sizes[] = {4 << 10, 64 << 10, 1 << 20, 16 << 20};
+    static const int64_t sizes[] = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 48 << 20};
     static const mg_op ops[] = {MG_OP_ALLREDUCE, MG_OP_ALLGATHER, MG_OP_REDUCE_SCATTER, MG_OP_BROADCAST};
     if (world_rank == 0)
         printf("%d ranks (world group), f32; size = output bytes (allgather) or input bytes; median of 20\n"
-               "%-15s %10s %12s %12s %12s\n",
-               world_size, "collective", "bytes", "median_us", "algbw_GB/s", "busbw_GB/s");
+               "| collective | bytes | mgraph us | MPI's own us | mgraph busbw GB/s | MPI busbw GB/s | MPI / mgraph |\n"
+               "|---|---|---|---|---|---|---|\n",
+               world_size);
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
             int64_t elems = sizes[si] / 4;
@@ -421,32 +519,47 @@ static void bench(void) {
             else if (ops[o] == MG_OP_REDUCE_SCATTER) mg_reduce_scatter(g, x, MG_GROUP_WORLD, n, 0, 0);
             else mg_broadcast(g, x, MG_GROUP_WORLD, n, 0, 0);
             tk_run r;
-            if (tk_prepare(&r, g)) {
+            float *rin = malloc((size_t)elems * sizeof *rin), *rout = malloc((size_t)elems * sizeof *rout);
+            if (!rin || !rout || tk_prepare(&r, g)) {
                 tk_failures++;
+                free(rin);
+                free(rout);
                 mg_graph_free(g);
                 continue;
             }
             r.info.comm = comm;
             tk_fill(&(tk_rng){(uint64_t)world_rank + 1}, tk_f32(&r, x), in_elems, -1, 1);
+            memcpy(rin, tk_f32(&r, x), (size_t)in_elems * sizeof *rin);
+            memset(rout, 0, (size_t)elems * sizeof *rout);
             enum { WARM = 3, REPS = 20 };
-            double t[REPS];
-            for (int k = 0; k < WARM + REPS; k++) {
-                MPI_Barrier(MPI_COMM_WORLD);
-                double t0 = MPI_Wtime();
-                if (tk_exec(&r)) tk_failures++;
-                double dt = MPI_Wtime() - t0, mx;
-                MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-                if (k >= WARM) t[k - WARM] = mx;
+            double t[2][REPS];
+            for (int k = 0; k < WARM + REPS; k++)
+                for (int which = 0; which < 2; which++) {
+                    MPI_Barrier(MPI_COMM_WORLD);
+                    double t0 = MPI_Wtime();
+                    if (which == 0) {
+                        if (tk_exec(&r)) tk_failures++;
+                    } else {
+                        raw_mpi(ops[o], rin, rout, in_elems);
+                    }
+                    double dt = MPI_Wtime() - t0, mx;
+                    MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                    if (k >= WARM) t[which][k - WARM] = mx;
+                }
+            double med[2];
+            for (int w = 0; w < 2; w++) {
+                qsort(t[w], REPS, sizeof t[w][0], cmp_d);
+                med[w] = 0.5 * (t[w][REPS / 2 - 1] + t[w][REPS / 2]);
             }
-            qsort(t, REPS, sizeof t[0], cmp_d);
-            double med = 0.5 * (t[REPS / 2 - 1] + t[REPS / 2]);
-            double algbw = (double)sizes[si] / med / 1e9;
             /* nccl-tests' bus bandwidth factors */
             double f = ops[o] == MG_OP_ALLREDUCE ? 2.0 * (n - 1) / n : ops[o] == MG_OP_BROADCAST ? 1.0 : (double)(n - 1) / n;
             if (world_rank == 0)
-                printf("%-15s %10lld %12.1f %12.2f %12.2f\n", mg_op_name(ops[o]), (long long)sizes[si], med * 1e6, algbw,
-                       algbw * f);
+                printf("| %s | %lld | %.1f | %.1f | %.2f | %.2f | %.2fx |\n", mg_op_name(ops[o]), (long long)sizes[si],
+                       med[0] * 1e6, med[1] * 1e6, (double)sizes[si] / med[0] / 1e9 * f,
+                       (double)sizes[si] / med[1] / 1e9 * f, med[1] / med[0]);
             tk_release(&r);
+            free(rin);
+            free(rout);
             mg_graph_free(g);
         }
     mg_comm_free(comm);
@@ -470,10 +583,11 @@ int main(int argc, char **argv) {
     bool known = false;
     if (!strcmp(what, "all") || !strcmp(what, "collectives")) collectives(), known = true;
     if (!strcmp(what, "all") || !strcmp(what, "errors")) errors(), known = true;
+    if (!strcmp(what, "all") || !strcmp(what, "sums")) large_sums(), known = true;
     if (!strcmp(what, "engine")) engine(), known = true;
     if (!strcmp(what, "bench")) alarm(300), bench(), known = true;
     if (!known) {
-        if (world_rank == 0) fprintf(stderr, "unknown test '%s' (all, collectives, errors, engine, bench)\n", what);
+        if (world_rank == 0) fprintf(stderr, "unknown test '%s' (all, collectives, errors, sums, engine, bench)\n", what);
         tk_failures++;
     }
     int total = 0;
