@@ -2,8 +2,9 @@
  *
  * Unit of sharing: an "alias class" = a root tensor plus every tensor that (through a
  * chain of `updates`) writes into its storage, and, when buffers are reused, every view
- * of it (the output of an MG_OPF_VIEW op such as reshape: the same bytes, so it needs
- * no copy). A class gets exactly one buffer.
+ * of it (the output of an op whose view rule says so, such as reshape or a slice of one
+ * contiguous range: the same bytes, at an offset, so it needs no copy). A class gets
+ * exactly one buffer; a view lives at its offset in it (offset_of).
  *
  *  - Persistent classes (any member persistent, a parameter/input/loss, or a leaf the
  *    host fills) get a buffer of their own, never shared with another class.
@@ -124,12 +125,14 @@ static int take_free(planner *pl, size_t need, int m, mg_buffer_kind kind) {
     return b;
 }
 
-/* The tensor whose bytes t is, when t is a view that may share its buffer (same size
- * and type: a sharded reshape keeps both), else NULL. */
-static const mg_tensor *view_of(const mg_tensor *t) {
-    if (!t->src || !(mg_op_def_get(t->src->op)->flags & MG_OPF_VIEW) || t->src->n_in < 1) return NULL;
+/* The tensor whose bytes t is, from element *offset on, when t is a view that may share
+ * its buffer (the op's view rule; same type: a sharded reshape keeps both), else NULL. */
+static const mg_tensor *view_of(const mg_tensor *t, int64_t *offset) {
+    if (!t->src || t->src->n_in < 1) return NULL;
+    const mg_op_def *d = mg_op_def_get(t->src->op);
     const mg_tensor *x = t->src->in[0];
-    return x->dtype == t->dtype && mg_numel(x) == mg_numel(t) ? x : NULL;
+    if (!d->view || x->dtype != t->dtype || !d->view(t->src, offset)) return NULL;
+    return *offset >= 0 && *offset + mg_numel(t) <= mg_numel(x) ? x : NULL;
 }
 
 /* Follows link[] (the tensor each one lives in, -1 at a root) to the root of t's
@@ -146,38 +149,85 @@ static int find_root(const mg_graph *g, const int *link, int t, int *root, mg_er
     return MG_OK;
 }
 
-/* link[i]: the tensor whose storage tensor i lives in, or -1. A tensor that `updates`
- * another always lives in it. A view lives in its base when reuse is on and neither
- * its base's class nor its own has an in-place writer: a view taken before an
- * in-place update must keep the old bytes, which only a copy does (optimizer updates
- * of parameters: their views stay copies). root is scratch. */
-static int build_links(const mg_graph *g, bool views, int *link, int *root, mg_error *err) {
-    int nt = mg_graph_n_tensors(g), rc;
+/* link[i]: the tensor whose storage tensor i lives in, or -1; off[i]: where, in elements
+ * of i's type (0 but for views). A tensor that `updates` another always lives in it. With
+ * reuse on, a view V of X lives in X when that cannot show V a later value of X than the
+ * one it was taken from: nothing updates V's own class, and no in-place write into X's
+ * class comes after V's node and before (or at) the last read of V or of the views living
+ * in V, in topo order. A write in the per-micro-batch part could interleave with another
+ * instance's view, so such classes keep views taken in that part as copies. root is
+ * scratch. */
+static int build_links(const mg_graph *g, bool views, mg_node **ord, int n, int *link, int64_t *off, int *root,
+                       mg_error *err) {
+    int nt = mg_graph_n_tensors(g), rc = MG_OK;
     for (int i = 0; i < nt; i++) {
         const mg_tensor *t = mg_graph_tensor(g, i);
         link[i] = t->updates ? t->updates->id : -1;
+        off[i] = 0;
     }
     if (!views) return MG_OK;
-    bool *written = calloc((size_t)nt + 1, sizeof *written); /* per `updates` root */
-    if (!written) return mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
-    for (int i = 0; i < nt; i++)
-        if ((rc = find_root(g, link, i, &root[i], err))) {
-            free(written);
-            return rc;
-        }
-    for (int i = 0; i < nt; i++)
-        if (link[i] >= 0) written[root[i]] = true;
-    for (int i = 0; i < nt; i++) {
-        const mg_tensor *x = view_of(mg_graph_tensor(g, i));
-        if (x && link[i] < 0 && !written[root[i]] && !written[root[x->id]]) link[i] = x->id;
+    /* per `updates` root: whether written, the written positions, and whether any write is
+     * per micro-batch; per tensor: the last position reading it or a view in it */
+    bool *written = calloc((size_t)nt + 1, sizeof *written), *mb_write = calloc((size_t)nt + 1, sizeof *mb_write);
+    int *last_read = malloc(((size_t)nt + 1) * sizeof *last_read), *n_w = calloc((size_t)nt + 1, sizeof *n_w);
+    int **w_pos = calloc((size_t)nt + 1, sizeof *w_pos);
+    if (!written || !mb_write || !last_read || !n_w || !w_pos) {
+        rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
+        goto done;
     }
+    for (int i = 0; i < nt && !rc; i++) rc = find_root(g, link, i, &root[i], err);
+    for (int i = 0; i < nt; i++) last_read[i] = -1;
+    for (int k = 0; k < n; k++)
+        for (int j = 0; j < ord[k]->n_in; j++) last_read[ord[k]->in[j]->id] = k;
+    for (int k = 0; k < n && !rc; k++) /* count the writes into each class */
+        for (int o = 0; o < ord[k]->n_out; o++) {
+            const mg_tensor *t = ord[k]->out[o];
+            if (!t->updates) continue;
+            int r = root[t->id];
+            written[r] = true;
+            mb_write[r] |= ord[k]->mb >= 0;
+            n_w[r]++;
+        }
+    for (int r = 0; r < nt && !rc; r++)
+        if (n_w[r] && !(w_pos[r] = malloc((size_t)n_w[r] * sizeof **w_pos)))
+            rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
+    for (int r = 0; r < nt; r++) n_w[r] = 0;
+    for (int k = 0; k < n && !rc; k++) /* and list their positions */
+        for (int o = 0; o < ord[k]->n_out; o++)
+            if (ord[k]->out[o]->updates) {
+                int r = root[ord[k]->out[o]->id];
+                w_pos[r][n_w[r]++] = k;
+            }
+    /* Views in reverse topo order of their nodes: a view of a view is decided first, and
+     * when it lives in its base, that base's last read includes its reads. */
+    for (int k = n - 1; k >= 0 && !rc; k--)
+        for (int o = 0; o < ord[k]->n_out; o++) {
+            const mg_tensor *v = ord[k]->out[o];
+            int64_t at = 0;
+            const mg_tensor *x = view_of(v, &at);
+            if (!x || link[v->id] >= 0 || written[root[v->id]]) continue;
+            int r = root[x->id];
+            bool ok = !(mb_write[r] && ord[k]->mb >= 0);
+            for (int w = 0; ok && w < n_w[r]; w++) ok = !(w_pos[r][w] > k && w_pos[r][w] <= last_read[v->id]);
+            if (!ok) continue;
+            link[v->id] = x->id;
+            off[v->id] = at;
+            if (last_read[v->id] > last_read[x->id]) last_read[x->id] = last_read[v->id];
+        }
+done:
+    if (w_pos)
+        for (int i = 0; i < nt; i++) free(w_pos[i]);
+    free(w_pos);
+    free(n_w);
+    free(last_read);
+    free(mb_write);
     free(written);
-    return MG_OK;
+    return rc;
 }
 
 /* An in-place update overwrites its target: every other reader of the old value must
  * run before the writer in topo order, or executors would hand it the new value.
- * (Views share storage only in classes without in-place writers: build_links.)
+ * (A view shares storage only where no such write can come before its reads: build_links.)
  * upd[x] = topo position of the node writing x in place (-1: none); scratch of n_tensors. */
 static int check_update_order(const mg_graph *g, mg_node **ord, int n, int *upd, mg_error *err) {
     for (int i = 0; i < mg_graph_n_tensors(g); i++) upd[i] = -1;
@@ -225,6 +275,7 @@ void mg_memplan_free(mg_memplan *p) {
     free(p->buffer_kind);
     free(p->buffer_persistent);
     free(p->buffer_of);
+    free(p->offset_of);
     free(p);
 }
 
@@ -290,8 +341,9 @@ static int plan(planner *pl, bool reuse, mg_error *err) {
         p->buffer_of[i] = -1;
     }
     int *link = malloc(((size_t)nt + 1) * sizeof *link);
-    if (!link) return mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
-    rc = build_links(g, reuse, link, pl->root, err);
+    int64_t *off = malloc(((size_t)nt + 1) * sizeof *off);
+    rc = link && off ? build_links(g, reuse, ord, n, link, off, pl->root, err)
+                     : mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
     bool *per_mb = rc ? NULL : calloc((size_t)nt + 1, sizeof *per_mb);
     if (!rc && !per_mb) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
     for (int i = 0; i < nt && !rc; i++) {
@@ -300,7 +352,14 @@ static int plan(planner *pl, bool reuse, mg_error *err) {
         if (is_persistent(t)) pl->persist[pl->root[i]] = true;
         if (t->per_microbatch) per_mb[pl->root[i]] = true;
     }
+    /* byte offsets in the root's buffer: a view's own, plus its base's */
+    for (int i = 0; i < nt && !rc; i++) {
+        size_t at = 0;
+        for (int t = i; link[t] >= 0; t = link[t]) at += (size_t)off[t] * mg_dtype_size(mg_graph_tensor(g, t)->dtype);
+        p->offset_of[i] = at;
+    }
     free(link);
+    free(off);
     if (!rc) rc = check_schedule_order(pl, ord, n, err);
     if (rc) {
         free(per_mb);
@@ -396,13 +455,14 @@ int mg_memplan_build(mg_graph *g, bool reuse, mg_memplan **out, mg_error *err) {
     if (p) {
         p->n_tensors = nt;
         p->buffer_of = malloc(cnt * sizeof *p->buffer_of);
+        p->offset_of = calloc(cnt, sizeof *p->offset_of);
     }
     pl.root = malloc(cnt * sizeof *pl.root);
     pl.last = malloc(cnt * sizeof *pl.last);
     pl.persist = malloc(cnt * sizeof *pl.persist);
     pl.free_list = malloc(cnt * sizeof *pl.free_list);
     int rc;
-    if (!p || !p->buffer_of || !pl.root || !pl.last || !pl.persist || !pl.free_list)
+    if (!p || !p->buffer_of || !p->offset_of || !pl.root || !pl.last || !pl.persist || !pl.free_list)
         rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
     else
         rc = plan(&pl, reuse, err);

@@ -257,9 +257,9 @@ static void cost_alltoall(const mg_node *n, double *flops, double *bytes) {
 }
 
 const mg_op_def mg_opdef_ALLTOALL = {"alltoall", 3, 3, MG_OPF_COMM, infer_alltoall, alltoall_grad, cost_alltoall,
-                                     alltoall_cpu, NULL, NULL};
+                                     alltoall_cpu, NULL, .shard = NULL};
 const mg_op_def mg_opdef_ALLTOALL_COUNTS = {"alltoall_counts", 1, 1, MG_OPF_COMM | MG_OPF_NO_GRAD, infer_counts, NULL,
-                                            cost_alltoall, counts_cpu, NULL, NULL};
+                                            cost_alltoall, counts_cpu, NULL, .shard = NULL};
 
 /* ---- builders ------------------------------------------------------------------------ */
 static const char *node_name(mg_graph *g, const mg_tensor *x, const char *what, char *buf, size_t len) {

@@ -200,11 +200,11 @@ static int broadcast_cpu(const mg_kernel_args *a, mg_error *err) {
 }
 
 #define COMM_FLAGS (MG_OPF_COMM | MG_OPF_NO_GRAD)
-const mg_op_def mg_opdef_ALLREDUCE = {"allreduce", 1, 1, COMM_FLAGS, infer_allreduce, NULL, cost_comm, allreduce_cpu, NULL, NULL};
-const mg_op_def mg_opdef_ALLGATHER = {"allgather", 1, 1, COMM_FLAGS, infer_allgather, NULL, cost_comm, allgather_cpu, NULL, NULL};
+const mg_op_def mg_opdef_ALLREDUCE = {"allreduce", 1, 1, COMM_FLAGS, infer_allreduce, NULL, cost_comm, allreduce_cpu, NULL, .shard = NULL};
+const mg_op_def mg_opdef_ALLGATHER = {"allgather", 1, 1, COMM_FLAGS, infer_allgather, NULL, cost_comm, allgather_cpu, NULL, .shard = NULL};
 const mg_op_def mg_opdef_REDUCE_SCATTER = {"reduce_scatter", 1, 1, COMM_FLAGS, infer_reduce_scatter, NULL, cost_comm,
-                                           reduce_scatter_cpu, NULL, NULL};
-const mg_op_def mg_opdef_BROADCAST = {"broadcast", 1, 1, COMM_FLAGS, infer_broadcast, NULL, cost_comm, broadcast_cpu, NULL, NULL};
+                                           reduce_scatter_cpu, NULL, .shard = NULL};
+const mg_op_def mg_opdef_BROADCAST = {"broadcast", 1, 1, COMM_FLAGS, infer_broadcast, NULL, cost_comm, broadcast_cpu, NULL, .shard = NULL};
 
 /* ---- builders --------------------------------------------------------------------- */
 /* "<x's name>.<op>", without the current scope (mg_node_new prefixes it again). */

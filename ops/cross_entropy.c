@@ -233,11 +233,11 @@ static int vp_loss_cpu(const mg_kernel_args *a, mg_error *err) {
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_XENT_VP_MAX = {"xent_vp_max", 1, 1, MG_OPF_NO_GRAD, infer_vp_max, NULL, NULL, vp_max_cpu, NULL, NULL};
+const mg_op_def mg_opdef_XENT_VP_MAX = {"xent_vp_max", 1, 1, MG_OPF_NO_GRAD, infer_vp_max, NULL, NULL, vp_max_cpu, NULL, .shard = NULL};
 const mg_op_def mg_opdef_XENT_VP_PARTS = {"xent_vp_parts", 3, 3, MG_OPF_NO_GRAD, infer_vp_parts, NULL, NULL,
-                                          vp_parts_cpu, NULL, NULL};
+                                          vp_parts_cpu, NULL, .shard = NULL};
 const mg_op_def mg_opdef_XENT_VP_LOSS = {"xent_vp_loss", 3, 3, MG_OPF_NO_GRAD, infer_vp_loss, NULL, NULL, vp_loss_cpu,
-                                         NULL, NULL};
+                                         NULL, .shard = NULL};
 
 static void cost_xent(const mg_node *n, double *flops, double *bytes) {
     const mg_tensor *x = n->in[n->op == MG_OP_CROSS_ENTROPY ? 0 : 1];

@@ -40,10 +40,6 @@ enum {
     /* A point-to-point transfer (with MG_OPF_COMM): not in the collectives' seq order;
      * engines post it without blocking and finish its task when it completes. */
     MG_OPF_P2P = 1u << 3,
-    /* Its output is its first input's bytes unchanged (reshape): the memory plan may
-     * give both one buffer, and the kernel then has nothing to do (it must accept
-     * out == in). Engines let such a task only read that buffer. */
-    MG_OPF_VIEW = 1u << 4,
 };
 
 /* The message key of a send/recv node's instance (its tag x n_micro + instance), the
@@ -97,6 +93,12 @@ typedef struct mg_op_def {
     mg_kernel_fn cuda;            /* filled by the CUDA backend; NULL: CPU only */
     /* Sharding rule (NULL: partitioning the op over a split axis is an error naming it). */
     mg_shard_fn shard;
+    /* View rule (NULL: never a view). True when this node's output is input 0's bytes,
+     * unchanged and contiguous, from element *offset on (reshape: always, at 0; slice:
+     * when the dims before the sliced one are all 1). The memory plan may then place the
+     * output inside the input's buffer, and the kernel has nothing to do: it must accept
+     * out == in + offset. Engines let such a task only read that buffer. */
+    bool (*view)(const mg_node *n, int64_t *offset);
 } mg_op_def;
 
 const mg_op_def *mg_op_def_get(mg_op op);

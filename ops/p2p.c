@@ -111,8 +111,8 @@ static int recv_cpu(const mg_kernel_args *a, mg_error *err) {
 }
 
 #define P2P_FLAGS (MG_OPF_COMM | MG_OPF_P2P | MG_OPF_NO_GRAD)
-const mg_op_def mg_opdef_SEND = {"send", 1, 1, P2P_FLAGS, infer_send, NULL, cost_send, send_cpu, NULL, NULL};
-const mg_op_def mg_opdef_RECV = {"recv", 0, 0, P2P_FLAGS, infer_recv, NULL, cost_recv, recv_cpu, NULL, NULL};
+const mg_op_def mg_opdef_SEND = {"send", 1, 1, P2P_FLAGS, infer_send, NULL, cost_send, send_cpu, NULL, .shard = NULL};
+const mg_op_def mg_opdef_RECV = {"recv", 0, 0, P2P_FLAGS, infer_recv, NULL, cost_recv, recv_cpu, NULL, .shard = NULL};
 
 mg_tensor *mg_send(mg_graph *g, mg_tensor *x, mg_group grp, int nranks, int peer, int tag) {
     if (!g || !x) return NULL;

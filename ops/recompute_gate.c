@@ -34,4 +34,4 @@ static void cost_gate(const mg_node *n, double *flops, double *bytes) {
 }
 
 const mg_op_def mg_opdef_RECOMPUTE_GATE = {"recompute_gate", 2, -1, MG_OPF_NO_GRAD, infer_gate, NULL, cost_gate,
-                                           gate_cpu, NULL, NULL};
+                                           gate_cpu, NULL, .shard = NULL};

@@ -74,7 +74,7 @@ static int ring_shift_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout
 }
 
 const mg_op_def mg_opdef_RING_SHIFT = {"ring_shift", 1, 1, MG_OPF_COMM, infer_ring_shift,
-                                       ring_shift_grad, cost_ring_shift, ring_shift_cpu, NULL, NULL};
+                                       ring_shift_grad, cost_ring_shift, ring_shift_cpu, NULL, .shard = NULL};
 
 mg_tensor *mg_ring_shift(mg_graph *g, mg_tensor *x, mg_group grp, int nranks, int shift, int64_t seq) {
     if (!g) return NULL;

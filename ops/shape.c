@@ -137,7 +137,14 @@ static int shard_reshape(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *i
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_RESHAPE = {"reshape", 1, 1, MG_OPF_VIEW, infer_reshape, reshape_grad, NULL, copy_cpu, NULL, .shard = shard_reshape};
+static bool reshape_view(const mg_node *n, int64_t *offset) {
+    (void)n;
+    *offset = 0;
+    return true;
+}
+
+const mg_op_def mg_opdef_RESHAPE = {"reshape", 1, 1, 0, infer_reshape, reshape_grad, NULL, copy_cpu, NULL,
+                                    .shard = shard_reshape, .view = reshape_view};
 
 /* One dimension of the target may be -1: inferred from the element count. */
 mg_tensor *mg_reshape(mg_graph *g, mg_tensor *x, int ndim, const int64_t *shape) {
@@ -493,8 +500,19 @@ static int slice_cpu(const mg_kernel_args *a, mg_error *err) {
     size_t src_blk = (size_t)(x->shape[s->dim] * inner) * es, dst_blk = (size_t)(s->len * inner) * es;
     const char *src = (const char *)a->in[0] + (size_t)(s->start * inner) * es;
     char *dst = a->out[0];
+    if (dst == src) return MG_OK; /* a view (slice_view): the bytes are in place */
     for (int64_t o = 0; o < outer; o++) memcpy(dst + (size_t)o * dst_blk, src + (size_t)o * src_blk, dst_blk);
     return MG_OK;
+}
+
+/* One contiguous range of the input when nothing precedes the sliced dim. */
+static bool slice_view(const mg_node *n, int64_t *offset) {
+    const mg_tensor *x = n->in[0];
+    const mg_attr_slice *s = &n->attrs.slice;
+    int64_t outer, inner;
+    outer_inner(x->shape, x->ndim, s->dim, &outer, &inner);
+    *offset = s->start * inner;
+    return outer == 1;
 }
 
 static int pad_cpu(const mg_kernel_args *a, mg_error *err) {
@@ -529,7 +547,8 @@ static int pad_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_SLICE = {"slice", 1, 1, 0, infer_slice, slice_grad, NULL, slice_cpu, NULL, .shard = shard_structural};
+const mg_op_def mg_opdef_SLICE = {"slice", 1, 1, 0, infer_slice, slice_grad, NULL, slice_cpu, NULL,
+                                  .shard = shard_structural, .view = slice_view};
 const mg_op_def mg_opdef_PAD = {"pad", 1, 1, 0, infer_pad, pad_grad, NULL, pad_cpu, NULL, .shard = shard_structural};
 
 static mg_tensor *slice_like(mg_graph *g, mg_op op, mg_tensor *x, int dim, int64_t start, int64_t len) {

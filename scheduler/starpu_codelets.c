@@ -42,7 +42,7 @@ static void run_kernel(void *buffers[], void *cl_arg, mg_kernel_fn fn, bool on_c
     const mg_node *nd = a->node;
     if (atomic_load_explicit(&e->failed, memory_order_relaxed)) return; /* the step is lost already */
     int np = nd->n_in + nd->n_out;
-    for (int i = 0; i < np; i++) ti->ptrs[i] = (void *)STARPU_VECTOR_GET_PTR(buffers[a->slot[i]]);
+    for (int i = 0; i < np; i++) ti->ptrs[i] = (char *)STARPU_VECTOR_GET_PTR(buffers[a->slot[i]]) + a->at[i];
     if (e->p2p && !on_cuda && (mg_op_def_get(nd->op)->flags & MG_OPF_P2P)) {
         mg_p2p_post(e, ti); /* non-blocking: the transfer thread ends the task */
         return;

@@ -80,6 +80,7 @@ static void free_args(mg_engine *e) {
     if (!e->args) return;
     for (int k = 0; k < e->n_nodes; k++) {
         free(e->args[k].slot);
+        free(e->args[k].at);
         free(e->args[k].bufs);
         free(e->args[k].modes);
     }
@@ -95,9 +96,10 @@ static int build_arg(mg_engine *e, mg_task_arg *a, const mg_node *nd, mg_error *
     a->e = e;
     a->node = nd;
     a->slot = malloc((size_t)np * sizeof *a->slot);
+    a->at = malloc((size_t)np * sizeof *a->at);
     a->bufs = malloc(((size_t)np + 1) * sizeof *a->bufs); /* + the comm token */
     a->modes = malloc(((size_t)np + 1) * sizeof *a->modes);
-    if (!a->slot || !a->bufs || !a->modes)
+    if (!a->slot || !a->at || !a->bufs || !a->modes)
         return mg_error_set(err, MG_ERR_NOMEM, "out of memory building task of node %d", nd->id);
     for (int i = 0; i < np; i++) {
         const mg_tensor *t = i < nd->n_in ? nd->in[i] : nd->out[i - nd->n_in];
@@ -114,6 +116,7 @@ static int build_arg(mg_engine *e, mg_task_arg *a, const mg_node *nd, mg_error *
         } /* else an output in an input's buffer without `updates`: a view (the memory
            * plan shares only those), whose task reads the buffer and writes nothing */
         a->slot[i] = s;
+        a->at[i] = mg_storage_offset_of(e->s, t);
     }
     if ((mg_op_def_get(nd->op)->flags & (MG_OPF_COMM | MG_OPF_P2P)) == MG_OPF_COMM) { /* transfers: no token */
         a->bufs[a->nbuf] = -1;

@@ -18,6 +18,7 @@ typedef struct mg_task_arg {
     const mg_node *node;
     int nbuf;                               /* distinct plan buffers (+ the comm token) */
     int *slot;                              /* [n_in + n_out]: index into the task's buffers */
+    size_t *at;                             /* [n_in + n_out]: byte offset in it (a view's) */
     int *bufs;                              /* [nbuf]: plan buffer; -1 for the comm token */
     enum starpu_data_access_mode *modes;    /* [nbuf] */
     int priority;                           /* StarPU priority, from mg_graph_priorities */

@@ -186,7 +186,7 @@ void *mg_storage_data_mb(const mg_storage *s, const mg_tensor *t, int mb) {
     if (i < 0) return NULL;
     if (s->host_access) s->host_access(s->host_ctx, i);
     s->fresh[i] = 0; /* the caller may write it */
-    return s->data[i];
+    return (char *)s->data[i] + mg_storage_offset_of(s, t); /* a view: at its offset */
 }
 
 void *mg_storage_data(const mg_storage *s, const mg_tensor *t) { return mg_storage_data_mb(s, t, 0); }
@@ -194,6 +194,10 @@ void *mg_storage_data(const mg_storage *s, const mg_tensor *t) { return mg_stora
 int mg_storage_buffer_of(const mg_storage *s, const mg_tensor *t) {
     if (!s || !t || t->id < 0 || t->id >= s->plan->n_tensors) return -1;
     return s->plan->buffer_of[t->id];
+}
+
+size_t mg_storage_offset_of(const mg_storage *s, const mg_tensor *t) {
+    return mg_storage_buffer_of(s, t) < 0 ? 0 : s->plan->offset_of[t->id];
 }
 
 int mg_storage_n_micro(const mg_storage *s) { return s ? s->n_micro : 0; }

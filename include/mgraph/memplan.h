@@ -2,15 +2,17 @@
  *
  * Persistent tensors (parameters, inputs, optimizer state, outputs the host reads)
  * get buffers of their own; a tensor that `updates` another shares its buffer, and so
- * (when buffers are reused) does a view (reshape) of a tensor nothing updates in place.
+ * (when buffers are reused) does a view (a reshape; a slice of one contiguous range, at
+ * its offset) unless an in-place update could change the bytes before the view is read.
  * Transient tensors (activations, activation gradients) share buffers by liveness
  * along the graph's topological order, as ggml-alloc does: a tensor's buffer is free
  * again once its last consumer ran. An output never shares a buffer with an input of
  * the same node, so kernels need not be in-place safe; the exceptions are `updates`
  * and views, whose kernels expect it.
  *
- * Buffers (not byte offsets) are the unit so that an executor can give each buffer
- * one data handle: reuse then shows up as ordinary write-after-read dependencies.
+ * Buffers (not byte offsets) are the unit of reuse so that an executor can give each
+ * buffer one data handle: reuse then shows up as ordinary write-after-read dependencies.
+ * Only views sit at an offset inside a buffer, and they only read it.
  */
 #ifndef MGRAPH_MEMPLAN_H
 #define MGRAPH_MEMPLAN_H
@@ -41,6 +43,7 @@ typedef struct mg_memplan {
     bool *buffer_persistent;  /* [n_buffers]: PERSISTENT or MICROBATCH (never reused) */
     mg_buffer_kind *buffer_kind; /* [n_buffers] */
     int *buffer_of;           /* [n_tensors]: buffer index of each tensor id */
+    size_t *offset_of;        /* [n_tensors]: its byte offset in that buffer (0 but for views) */
     size_t persistent_bytes;  /* sum of PERSISTENT buffers */
     size_t microbatch_bytes;  /* sum of MICROBATCH buffers (one copy) */
     size_t slot_bytes;        /* sum of SLOT buffers: one micro-batch's activation peak */

@@ -1,4 +1,4 @@
-/* Data movement ops (ops/shape.c): reshape (a copy unless in place), transpose (a
+/* Data movement ops (ops/shape.c): reshape and slice (copies unless views in place), transpose (a
  * gather kernel), split / concat / slice / pad as pitched 2-D copies (one per part),
  * zeros as a memset, recompute_gate as a copy. All dtypes: only element sizes matter. */
 #include <string.h>
@@ -81,8 +81,9 @@ extern "C" int mg_cuda_slice(const mg_kernel_args *a, mg_error *err) {
     int64_t outer, inner;
     outer_inner(x, s->dim, &outer, &inner);
     size_t src_blk = (size_t)(x->shape[s->dim] * inner) * es, dst_blk = (size_t)(s->len * inner) * es;
-    return copy2d(a->out[0], dst_blk, (const char *)a->in[0] + (size_t)(s->start * inner) * es, src_blk, dst_blk,
-                  (size_t)outer, "slice", err);
+    const char *src = (const char *)a->in[0] + (size_t)(s->start * inner) * es;
+    if (a->out[0] == src) return MG_OK; /* a view (ops/shape.c slice_view): the bytes are in place */
+    return copy2d(a->out[0], dst_blk, src, src_blk, dst_blk, (size_t)outer, "slice", err);
 }
 
 extern "C" int mg_cuda_pad(const mg_kernel_args *a, mg_error *err) {

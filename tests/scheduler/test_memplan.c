@@ -12,21 +12,36 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mgraph/engine.h"
 #include "mgraph/memplan.h"
 #include "mgraph/model.h"
+#include "ops/op.h" /* the ops' view rules */
 #include "testkit.h"
 
 static int64_t S1[1] = {1024};
 
 static size_t bytes_of(const mg_tensor *t) { return (size_t)mg_numel(t) * mg_dtype_size(t->dtype); }
 
-/* The class root as the plan may form it: through `updates`, and through a reshape
- * (a view) when the view got its base's buffer. */
+/* t's base and offset (elements) when its op's view rule says it may be a view. */
+static const mg_tensor *view_base(const mg_tensor *t, int64_t *at) {
+    if (!t->src || t->src->n_in < 1 || !mg_op_def_get(t->src->op)->view) return NULL;
+    return mg_op_def_get(t->src->op)->view(t->src, at) ? t->src->in[0] : NULL;
+}
+
+/* Whether the plan made t a view: its base's buffer, at the base's offset plus its own. */
+static bool is_view(const mg_memplan *p, const mg_tensor *t) {
+    int64_t at = 0;
+    const mg_tensor *x = view_base(t, &at);
+    return x && p->buffer_of[t->id] == p->buffer_of[x->id] &&
+           p->offset_of[t->id] == p->offset_of[x->id] + (size_t)at * mg_dtype_size(t->dtype);
+}
+
+/* The class root as the plan may form it: through `updates`, and through a view (a
+ * reshape, a slice) when the view got its base's buffer. */
 static const mg_tensor *root_of(const mg_memplan *p, const mg_tensor *t) {
     for (;;) {
         if (t->updates) t = t->updates;
-        else if (t->src && t->src->op == MG_OP_RESHAPE && p->buffer_of[t->id] == p->buffer_of[t->src->in[0]->id])
-            t = t->src->in[0];
+        else if (is_view(p, t)) t = t->src->in[0];
         else return t;
     }
 }
@@ -63,8 +78,25 @@ static void check_plan(mg_graph *g, const mg_memplan *p) {
         const mg_tensor *t = mg_graph_tensor(g, i);
         int b = p->buffer_of[i];
         TK_CHECK(b >= 0 && b < p->n_buffers, "tensor %s has buffer %d", t->name, b);
-        TK_CHECK(p->buffer_bytes[b] >= bytes_of(t), "buffer %d smaller than %s", b, t->name);
+        TK_CHECK(p->buffer_bytes[b] >= p->offset_of[i] + bytes_of(t), "buffer %d smaller than %s at %zu", b, t->name,
+                 p->offset_of[i]);
+        TK_CHECK(!p->offset_of[i] || is_view(p, t), "%s is at offset %zu but is no view", t->name, p->offset_of[i]);
         if (t->updates) TK_CHECK(b == p->buffer_of[t->updates->id], "%s does not share %s's buffer", t->name, t->updates->name);
+        /* a view shows its base's bytes as of its node: no in-place write into the class
+         * between that node and the view's reads (both ends of the write included) */
+        if (is_view(p, t))
+            for (int w = 0; w < nt; w++) {
+                const mg_tensor *u = mg_graph_tensor(g, w);
+                if (!u->updates || root_of(p, u) != root_of(p, t)) continue;
+                for (int j = 0; j < mg_graph_n_nodes(g); j++) {
+                    const mg_node *nd = mg_graph_node(g, j);
+                    for (int k = 0; k < nd->n_in; k++)
+                        if (nd->in[k] == t)
+                            TK_CHECK(!(pos[u->src->id] > pos[t->src->id] && pos[u->src->id] <= pos[j]),
+                                     "%s writes the bytes of view %s between its node and its reader %s", u->name,
+                                     t->name, mg_op_name(nd->op));
+                }
+            }
         for (int j = i + 1; j < nt; j++) {
             if (p->buffer_of[j] != b) continue;
             const mg_tensor *u = mg_graph_tensor(g, j);
@@ -222,37 +254,98 @@ static void test_update_order(void) {
     mg_graph_free(g);
 }
 
-/* A reshape is a view: with reuse it gets its base's buffer, and the class stays live
- * until the view's last reader; without reuse, or when the base is overwritten in place
- * (a view taken before must keep the old bytes), it is a copy. */
+/* A reshape is a view, and so is a slice of one contiguous range: with reuse it gets its
+ * base's buffer (at its offset), and the class stays live until the view's last reader.
+ * Without reuse, or when an in-place update of the base could come between the view's
+ * node and a read of it (the view must show the bytes as they were), it is a copy. */
 static void test_views(void) {
     mg_graph *g = mg_graph_new();
-    int64_t s2[2] = {32, 32};
+    int64_t s2[2] = {32, 32}, row[2] = {1, 1024};
     mg_tensor *x = mg_input(g, "x", MG_F32, 1, S1);
     mg_tensor *a = mg_scale(g, x, 3.0f);
     mg_tensor *v = mg_reshape(g, a, 2, s2);
     mg_tensor *v2 = mg_reshape(g, v, 1, S1); /* a view of a view */
     mg_tensor *c = mg_scale(g, x, 2.0f);     /* may reuse a buffer only once v2 is dead */
     mg_tensor *d = mg_add(g, v2, c);
-    mg_tensor *e = mg_scale(g, d, 0.5f);
+    mg_tensor *sl = mg_slice(g, v, 0, 8, 16);   /* rows 8..23 of v: one range of a, at 256 */
+    mg_tensor *sl2 = mg_slice(g, sl, 1, 4, 8);  /* columns: not one range */
+    mg_tensor *ar = mg_reshape(g, a, 2, row);
+    mg_tensor *sl3 = mg_slice(g, ar, 1, 100, 200); /* columns of a single row: one range */
+    mg_tensor *d2 = mg_scale(g, d, 0.5f);
+    d2->persistent = true;
+    mg_tensor *e = mg_add(g, mg_reshape(g, sl, 1, (int64_t[]){512}),
+                          mg_reshape(g, mg_concat(g, 4, (mg_tensor *[]){sl2, sl2, sl2, sl2}, 1), 1, (int64_t[]){512}));
     e->persistent = true;
+    mg_tensor *f = mg_scale(g, sl3, 1.0f);
+    f->persistent = true;
     mg_tensor *w = mg_param(g, "w", 1, S1, (mg_init){MG_INIT_ZEROS, 0});
-    mg_tensor *wv = mg_reshape(g, w, 2, s2);
+    mg_tensor *wv = mg_reshape(g, w, 2, s2); /* read before w is overwritten: a view */
     mg_tensor *r = mg_scale(g, wv, 1.0f);
     r->persistent = true;
     mg_tensor *w_new = mg_scale(g, w, 0.5f);
     w_new->updates = w;
+    mg_tensor *wv2 = mg_reshape(g, w, 2, s2); /* read after w is overwritten: a copy */
+    mg_tensor *r2 = mg_add(g, mg_reshape(g, wv2, 1, S1), w_new);
+    r2->persistent = true;
+    TK_CHECK(!mg_graph_error(g)->code, "build: %s", mg_graph_error(g)->msg);
     mg_memplan *p = plan_of(g, true);
     if (p) {
         TK_CHECK(p->buffer_of[v->id] == p->buffer_of[a->id], "reshape shares its input's buffer");
         TK_CHECK(p->buffer_of[v2->id] == p->buffer_of[a->id], "a reshape of a reshape shares it too");
         TK_CHECK(p->buffer_of[c->id] != p->buffer_of[a->id], "c took the buffer while the view is live");
-        TK_CHECK(p->buffer_of[wv->id] != p->buffer_of[w->id], "a view of a tensor updated in place is a copy");
+        TK_CHECK(p->buffer_of[sl->id] == p->buffer_of[a->id] && p->offset_of[sl->id] == 256 * sizeof(float),
+                 "a slice of rows is a view at its offset (buffer %d of %d, offset %zu)", p->buffer_of[sl->id],
+                 p->buffer_of[a->id], p->offset_of[sl->id]);
+        TK_CHECK(p->buffer_of[sl2->id] != p->buffer_of[a->id], "a slice of columns is a copy");
+        TK_CHECK(p->buffer_of[sl3->id] == p->buffer_of[a->id] && p->offset_of[sl3->id] == 100 * sizeof(float),
+                 "a slice of one row's columns is a view at its offset");
+        TK_CHECK(p->buffer_of[wv->id] == p->buffer_of[w->id], "a view read before the in-place update shares");
+        TK_CHECK(p->buffer_of[wv2->id] != p->buffer_of[w->id], "a view read after the in-place update is a copy");
     }
     mg_memplan_free(p);
     p = plan_of(g, false);
-    if (p) TK_CHECK(p->buffer_of[v->id] != p->buffer_of[a->id], "no reuse: the reshape is a copy");
+    if (p) TK_CHECK(p->buffer_of[v->id] != p->buffer_of[a->id] && p->buffer_of[sl->id] != p->buffer_of[a->id],
+                    "no reuse: reshapes and slices are copies");
     mg_memplan_free(p);
+    /* The values through views equal those through copies: the reference executor and the
+     * StarPU engine (two steps: w is overwritten in place by the first) on the reusing
+     * plan, against the reference executor on the plan without reuse. */
+    mg_tensor *outs[5] = {d2, e, f, r, r2};
+    float *want = NULL;
+    for (int run = 0; run < 3; run++) {
+        mg_memplan *pl = NULL;
+        mg_storage *st = NULL;
+        mg_engine *en = NULL;
+        mg_error err = {0};
+        mg_exec_info info = {.seed = 7, .training = true};
+        int rc = mg_memplan_build(g, run > 0, &pl, &err);
+        if (!rc) rc = mg_storage_new(g, pl, &st, &err);
+        if (!rc) rc = mg_storage_init(st, 7, &err);
+        if (!rc) {
+            float *xs = mg_storage_data(st, x), *ws = mg_storage_data(st, w);
+            for (int i = 0; i < 1024; i++) xs[i] = (float)(i % 37) - 18.0f, ws[i] = 0.25f * (float)(i % 11);
+        }
+        mg_engine_options eo = {.ncpus = 2, .use_priorities = true};
+        if (!rc && run == 2) rc = mg_engine_new(g, st, &eo, &en, &err);
+        for (int step = 0; step < 2 && !rc; step++)
+            rc = run == 2 ? mg_engine_run(en, &info, &err) : mg_exec_reference(g, st, &info, &err);
+        mg_engine_free(en);
+        TK_CHECK(rc == MG_OK, "run %d: %s", run, err.msg);
+        size_t at = 0;
+        if (!rc && !want) want = malloc(5 * 1024 * sizeof *want);
+        for (int k = 0; k < 5 && !rc && want; k++) {
+            size_t nb = (size_t)mg_numel(outs[k]) * sizeof(float);
+            const float *got = mg_storage_data(st, outs[k]);
+            if (run == 0) memcpy((char *)want + at, got, nb);
+            else
+                TK_CHECK(!memcmp((char *)want + at, got, nb), "run %d: %s differs from the copies' run", run,
+                         outs[k]->name);
+            at += nb;
+        }
+        mg_storage_free(st);
+        mg_memplan_free(pl);
+    }
+    free(want);
     mg_graph_free(g);
 }
 
@@ -279,6 +372,7 @@ static void test_deterministic(void) {
     if (p1 && p2) {
         TK_CHECK(p1->n_buffers == p2->n_buffers, "buffers %d vs %d", p1->n_buffers, p2->n_buffers);
         TK_CHECK(memcmp(p1->buffer_of, p2->buffer_of, sizeof(int) * (size_t)p1->n_tensors) == 0, "buffer_of differs");
+        TK_CHECK(memcmp(p1->offset_of, p2->offset_of, sizeof(size_t) * (size_t)p1->n_tensors) == 0, "offset_of differs");
         TK_CHECK(p1->transient_bytes < p1->unshared_bytes, "mlp: no reuse");
     }
     mg_memplan_free(p1);
