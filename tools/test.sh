@@ -50,12 +50,12 @@ command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU' &
 # The tests whose claims are bitwise (StarPU == reference, same seed == same bits) or
 # parallel == serial; rerun under each OpenBLAS setting below.
 EQUIV='equivalence|bitwise|starpu_equals_reference|memplan_reuse_equal|scheduler\.engine\.(reference|one_worker|policies|gpt2)|cli_train_matches_serial|comm\.engine'
-# Long tests: training to a loss, or building plans for 70B-405B models, for tens of
-# seconds in the normal build and 10-30x that under the sanitizers, where they would be a
-# third of the run. They run in the normal build only; their code paths run under the
-# sanitizers through shorter tests (the same kernels, engine, partitioners and planner
-# on smaller models).
-LONG='^(models\.(llama_train_loss_falls|moe_train)|tools\.train_loss_falls|partitioners\.cli_dry_run_(70b_memory|405b_pp_cp)|planner\.search_published_(small|large))$'
+# Long tests: training to a loss, or building the graphs of 70B-405B and Mixtral 8x7B
+# models, for seconds to tens of seconds in the normal build and 10-30x that under the
+# sanitizers, where they would be a third of the run (CI's budget is ~30 minutes). They run
+# in the normal build only; their code paths run under the sanitizers through shorter
+# tests (the same kernels, engine, partitioners and planner on smaller models).
+LONG='^(models\.(llama_train_loss_falls|moe_train)|tools\.train_loss_falls|partitioners\.cli_dry_run_(70b_memory|70b_pipeline|405b_pp_cp)|ep\.cli_mixtral_dry_run|planner\.search_published_(small|large))$'
 # a kernel other than the one mgraph-run picks by itself on AVX-512 machines
 if grep -qw avx2 /proc/cpuinfo; then forced=Haswell; else forced=Prescott; fi
 
