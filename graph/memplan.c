@@ -149,6 +149,14 @@ static int find_root(const mg_graph *g, const int *link, int t, int *root, mg_er
     return MG_OK;
 }
 
+/* The root of t's class as linked so far, and t's element offset in it (the links
+ * between tensors of one type: views, updates, parts). */
+static int root_at(const int *link, const int64_t *off, int t, int64_t *at) {
+    *at = 0;
+    for (; link[t] >= 0; t = link[t]) *at += off[t];
+    return t;
+}
+
 /* link[i]: the tensor whose storage tensor i lives in, or -1; off[i]: where, in elements
  * of i's type (0 but for views). A tensor that `updates` another always lives in it. With
  * reuse on, a view V of X lives in X when that cannot show V a later value of X than the
@@ -157,13 +165,14 @@ static int find_root(const mg_graph *g, const int *link, int t, int *root, mg_er
  * in V, in topo order. A write in the per-micro-batch part could interleave with another
  * instance's view, so such classes keep views taken in that part as copies. root is
  * scratch. */
-static int build_links(const mg_graph *g, bool views, mg_node **ord, int n, int *link, int64_t *off, int *root,
-                       mg_error *err) {
+static int build_links(const mg_graph *g, bool views, mg_node **ord, int n, int *link, int64_t *off, bool *placed,
+                       int *root, mg_error *err) {
     int nt = mg_graph_n_tensors(g), rc = MG_OK;
     for (int i = 0; i < nt; i++) {
         const mg_tensor *t = mg_graph_tensor(g, i);
         link[i] = t->updates ? t->updates->id : -1;
         off[i] = 0;
+        placed[i] = false;
     }
     if (!views) return MG_OK;
     /* per `updates` root: whether written, the written positions, and whether any write is
@@ -214,6 +223,40 @@ static int build_links(const mg_graph *g, bool views, mg_node **ord, int n, int 
             off[v->id] = at;
             if (last_read[v->id] > last_read[x->id]) last_read[x->id] = last_read[v->id];
         }
+    /* Parts, in topo order (a concatenation of concatenations nests): input I of a
+     * once-per-step node whose parts rule places it at element `at` of the output Y moves
+     * its whole class (root R, which I must cover) into Y's class at `at`, so that I's
+     * producers write it there and the node copies nothing. Only when the bytes cannot
+     * differ: nothing writes Y's class in place, and every in-place write of R's class
+     * comes before the node. R is no parameter or input (their buffers are the host's and
+     * checkpoints'), and not a per-micro-batch transient (its class kind would change). */
+    for (int k = 0; k < n && !rc; k++) {
+        const mg_node *nd = ord[k];
+        const mg_op_def *d = mg_op_def_get(nd->op);
+        if (!d->part || nd->mb >= 0 || nd->n_out != 1) continue;
+        const mg_tensor *y = nd->out[0];
+        int64_t y_at;
+        int ry = root_at(link, off, y->id, &y_at);
+        if (written[ry] || y_at != 0 || ry != y->id) continue;
+        for (int i = 0; i < nd->n_in; i++) {
+            const mg_tensor *in = nd->in[i];
+            int64_t at, i_at;
+            if (!d->part(nd, i, &at) || in->dtype != y->dtype) continue;
+            int r = root_at(link, off, in->id, &i_at);
+            const mg_tensor *rt = mg_graph_tensor(g, r);
+            if (r == ry || i_at != 0 || rt->dtype != y->dtype || mg_numel(rt) != mg_numel(in)) continue;
+            if (rt->per_microbatch || (!rt->src && (rt->role == MG_ROLE_PARAM || rt->role == MG_ROLE_INPUT)) ||
+                (rt->src && rt->src->mb >= 0))
+                continue;
+            bool ok = true;
+            for (int w = 0; ok && w < n_w[r]; w++) ok = w_pos[r][w] < k;
+            if (!ok) continue;
+            link[r] = y->id;
+            off[r] = at;
+            placed[r] = true;
+            /* Y's class now holds R's writes, all before this node: none after it */
+        }
+    }
 done:
     if (w_pos)
         for (int i = 0; i < nt; i++) free(w_pos[i]);
@@ -276,6 +319,7 @@ void mg_memplan_free(mg_memplan *p) {
     free(p->buffer_persistent);
     free(p->buffer_of);
     free(p->offset_of);
+    free(p->partial);
     free(p);
 }
 
@@ -342,8 +386,9 @@ static int plan(planner *pl, bool reuse, mg_error *err) {
     }
     int *link = malloc(((size_t)nt + 1) * sizeof *link);
     int64_t *off = malloc(((size_t)nt + 1) * sizeof *off);
-    rc = link && off ? build_links(g, reuse, ord, n, link, off, pl->root, err)
-                     : mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
+    bool *placed = malloc(((size_t)nt + 1) * sizeof *placed);
+    rc = link && off && placed ? build_links(g, reuse, ord, n, link, off, placed, pl->root, err)
+                               : mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
     bool *per_mb = rc ? NULL : calloc((size_t)nt + 1, sizeof *per_mb);
     if (!rc && !per_mb) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
     for (int i = 0; i < nt && !rc; i++) {
@@ -352,14 +397,19 @@ static int plan(planner *pl, bool reuse, mg_error *err) {
         if (is_persistent(t)) pl->persist[pl->root[i]] = true;
         if (t->per_microbatch) per_mb[pl->root[i]] = true;
     }
-    /* byte offsets in the root's buffer: a view's own, plus its base's */
+    /* byte offsets in the root's buffer (a view's own plus its base's; a part's place),
+     * and whether a placed part lies on the way (its writers keep the rest) */
     for (int i = 0; i < nt && !rc; i++) {
         size_t at = 0;
-        for (int t = i; link[t] >= 0; t = link[t]) at += (size_t)off[t] * mg_dtype_size(mg_graph_tensor(g, t)->dtype);
+        for (int t = i; link[t] >= 0; t = link[t]) {
+            at += (size_t)off[t] * mg_dtype_size(mg_graph_tensor(g, t)->dtype);
+            p->partial[i] |= placed[t];
+        }
         p->offset_of[i] = at;
     }
     free(link);
     free(off);
+    free(placed);
     if (!rc) rc = check_schedule_order(pl, ord, n, err);
     if (rc) {
         free(per_mb);
@@ -398,8 +448,10 @@ static int plan(planner *pl, bool reuse, mg_error *err) {
         for (int o = 0; o < nd->n_out; o++) {
             const mg_tensor *t = nd->out[o];
             int r = pl->root[t->id];
-            if (r != t->id || pl->persist[r]) continue; /* members: assigned below; persistent: done */
-            size_t need = tensor_bytes(t);
+            /* a class's buffer from its first member's node on (the root's, but for a
+             * part placed in a later node's output); members share it; persistent: done */
+            if (p->buffer_of[r] >= 0 || pl->persist[r]) continue;
+            size_t need = tensor_bytes(mg_graph_tensor(g, r));
             p->unshared_bytes += need;
             mg_buffer_kind kind = nd->mb >= 0 ? MG_BUF_SLOT : MG_BUF_STEP;
             int b = reuse ? take_free(pl, need, k, kind) : -1;
@@ -456,13 +508,14 @@ int mg_memplan_build(mg_graph *g, bool reuse, mg_memplan **out, mg_error *err) {
         p->n_tensors = nt;
         p->buffer_of = malloc(cnt * sizeof *p->buffer_of);
         p->offset_of = calloc(cnt, sizeof *p->offset_of);
+        p->partial = calloc(cnt, sizeof *p->partial);
     }
     pl.root = malloc(cnt * sizeof *pl.root);
     pl.last = malloc(cnt * sizeof *pl.last);
     pl.persist = malloc(cnt * sizeof *pl.persist);
     pl.free_list = malloc(cnt * sizeof *pl.free_list);
     int rc;
-    if (!p || !p->buffer_of || !p->offset_of || !pl.root || !pl.last || !pl.persist || !pl.free_list)
+    if (!p || !p->buffer_of || !p->offset_of || !p->partial || !pl.root || !pl.last || !pl.persist || !pl.free_list)
         rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
     else
         rc = plan(&pl, reuse, err);

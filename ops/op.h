@@ -99,6 +99,12 @@ typedef struct mg_op_def {
      * output inside the input's buffer, and the kernel has nothing to do: it must accept
      * out == in + offset. Engines let such a task only read that buffer. */
     bool (*view)(const mg_node *n, int64_t *offset);
+    /* Parts rule (NULL: none), the converse: true when input i is laid in the output,
+     * unchanged and contiguous, from element *offset on (concat: when the dims before the
+     * concatenated one are all 1). The memory plan may then place input i inside the
+     * output's buffer, so that its producer writes it there; the kernel must skip a part
+     * already in place (in[i] == out + offset). */
+    bool (*part)(const mg_node *n, int i, int64_t *offset);
 } mg_op_def;
 
 const mg_op_def *mg_op_def_get(mg_op op);

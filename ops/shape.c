@@ -418,10 +418,21 @@ static int concat_cpu(const mg_kernel_args *a, mg_error *err) {
     for (int64_t o = 0; o < outer; o++)
         for (int i = 0; i < nd->n_in; i++) {
             size_t blk = (size_t)(nd->in[i]->shape[d] * inner) * es;
-            memcpy(dst, (const char *)a->in[i] + (size_t)o * blk, blk);
+            if (dst != a->in[i]) memcpy(dst, (const char *)a->in[i] + (size_t)o * blk, blk); /* else placed */
             dst += blk;
         }
     return MG_OK;
+}
+
+/* Input i's place in the output when the concatenation is of whole contiguous blocks. */
+static bool concat_part(const mg_node *n, int i, int64_t *offset) {
+    const mg_tensor *y = n->out[0];
+    int d = n->attrs.axis.dim;
+    int64_t outer, inner, at = 0;
+    outer_inner(y->shape, y->ndim, d, &outer, &inner);
+    for (int k = 0; k < i; k++) at += n->in[k]->shape[d] * inner;
+    *offset = at;
+    return outer == 1;
 }
 
 /* One split when several inputs need a gradient (one pass over dy), else slices. */
@@ -450,7 +461,8 @@ static int concat_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, co
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_CONCAT = {"concat", 1, -1, 0, infer_concat, concat_grad, NULL, concat_cpu, NULL, .shard = shard_structural};
+const mg_op_def mg_opdef_CONCAT = {"concat", 1, -1, 0, infer_concat, concat_grad, NULL, concat_cpu, NULL,
+                                   .shard = shard_structural, .part = concat_part};
 
 mg_tensor *mg_concat(mg_graph *g, int n, mg_tensor *const *xs, int dim) {
     if (n < 1 || !xs) {

@@ -103,18 +103,22 @@ static int build_arg(mg_engine *e, mg_task_arg *a, const mg_node *nd, mg_error *
         return mg_error_set(err, MG_ERR_NOMEM, "out of memory building task of node %d", nd->id);
     for (int i = 0; i < np; i++) {
         const mg_tensor *t = i < nd->n_in ? nd->in[i] : nd->out[i - nd->n_in];
+        int64_t at;
+        bool view_out = i >= nd->n_in && mg_op_def_get(nd->op)->view && mg_op_def_get(nd->op)->view(nd, &at);
         int b = mg_storage_buffer_of(e->s, t);
         if (b < 0) return mg_error_set(err, MG_ERR_INVALID, "tensor '%s' has no storage buffer", t->name);
-        enum starpu_data_access_mode m = i < nd->n_in ? STARPU_R : STARPU_W;
+        /* a part placed in a larger tensor keeps the rest of the buffer: RW, not W */
+        enum starpu_data_access_mode m = i < nd->n_in ? STARPU_R : mg_storage_partial(e->s, t) ? STARPU_RW : STARPU_W;
         int s = 0;
         while (s < a->nbuf && a->bufs[s] != b) s++;
         if (s == a->nbuf) {
             a->bufs[a->nbuf] = b;
             a->modes[a->nbuf++] = m;
-        } else if (i < nd->n_in || t->updates) {
-            a->modes[s] |= m; /* R|W == RW: in-place update, or mul(x, x) stays R */
-        } /* else an output in an input's buffer without `updates`: a view (the memory
-           * plan shares only those), whose task reads the buffer and writes nothing */
+        } else if (i < nd->n_in || t->updates || !view_out) {
+            /* R|W == RW: in-place update; a concat whose inputs are placed in its output,
+             * which writes the other parts; mul(x, x) stays R */
+            a->modes[s] |= m;
+        } /* else a view in its input's buffer: its task reads the buffer and writes nothing */
         a->slot[i] = s;
         a->at[i] = mg_storage_offset_of(e->s, t);
     }

@@ -200,6 +200,10 @@ size_t mg_storage_offset_of(const mg_storage *s, const mg_tensor *t) {
     return mg_storage_buffer_of(s, t) < 0 ? 0 : s->plan->offset_of[t->id];
 }
 
+bool mg_storage_partial(const mg_storage *s, const mg_tensor *t) {
+    return mg_storage_buffer_of(s, t) >= 0 && s->plan->partial[t->id];
+}
+
 int mg_storage_n_micro(const mg_storage *s) { return s ? s->n_micro : 0; }
 
 void mg_storage_refresh_borrowed(mg_storage *s) {
@@ -276,19 +280,20 @@ int mg_storage_init(mg_storage *s, uint64_t seed, mg_error *err) {
                 }
                 cap = nc;
             }
-            items[n_items++] = (mg_init_item){t, init_target(s, k), random ? 0 : bytes};
+            items[n_items++] = (mg_init_item){t, (char *)init_target(s, k) + mg_storage_offset_of(s, t), random ? 0 : bytes};
             written[n_written++] = k;
         }
     }
-    /* two tensors on one copy (not in plans mgraph builds): in order, one thread, as listed */
+    /* two tensors over the same bytes (not in plans mgraph builds; parts placed in one
+     * buffer do not overlap): in order, one thread, as listed */
     bool shared = false;
-    unsigned char *seen = rc ? NULL : calloc((size_t)s->n_data + 1, 1);
-    if (!rc && !seen) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory listing the tensors to initialise");
-    for (int i = 0; !rc && i < n_written; i++) {
-        shared |= seen[written[i]];
-        seen[written[i]] = 1;
-    }
-    free(seen);
+    for (int i = 0; !rc && i < n_items && !shared; i++)
+        for (int j = i + 1; j < n_items && !shared; j++) {
+            const char *a = items[i].dst, *b = items[j].dst;
+            size_t na = (size_t)mg_numel(items[i].t) * mg_dtype_size(items[i].t->dtype);
+            size_t nb = (size_t)mg_numel(items[j].t) * mg_dtype_size(items[j].t->dtype);
+            shared = a < b + nb && b < a + na;
+        }
     if (!rc) mg_rng_init_items(items, n_items, seed, shared ? 1 : 0);
     for (int i = 0; !rc && i < n_written; i++) s->fresh[written[i]] = 0;
     free(items);

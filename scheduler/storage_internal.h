@@ -8,6 +8,8 @@
 int mg_storage_buffer_of(const mg_storage *s, const mg_tensor *t);
 /* Where in that buffer t starts, in bytes (0 but for views: mg_memplan.offset_of). */
 size_t mg_storage_offset_of(const mg_storage *s, const mg_tensor *t);
+/* Whether t is a part placed inside a larger tensor's bytes (mg_memplan.partial). */
+bool mg_storage_partial(const mg_storage *s, const mg_tensor *t);
 /* The allocated copy (index for mg_storage_buffer) of plan buffer b that micro-batch
  * instance mb uses (mb < 0: outside the per-micro-batch part, copy 0); -1 if none. */
 int mg_storage_copy_of(const mg_storage *s, int b, int mb);

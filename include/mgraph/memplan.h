@@ -43,7 +43,10 @@ typedef struct mg_memplan {
     bool *buffer_persistent;  /* [n_buffers]: PERSISTENT or MICROBATCH (never reused) */
     mg_buffer_kind *buffer_kind; /* [n_buffers] */
     int *buffer_of;           /* [n_tensors]: buffer index of each tensor id */
-    size_t *offset_of;        /* [n_tensors]: its byte offset in that buffer (0 but for views) */
+    size_t *offset_of;        /* [n_tensors]: its byte offset in that buffer (0 but for views and parts) */
+    /* [n_tensors]: a part placed inside a larger tensor (a concat's input in its output):
+     * whoever writes it must keep the rest of the buffer (StarPU: RW, not W) */
+    bool *partial;
     size_t persistent_bytes;  /* sum of PERSISTENT buffers */
     size_t microbatch_bytes;  /* sum of MICROBATCH buffers (one copy) */
     size_t slot_bytes;        /* sum of SLOT buffers: one micro-batch's activation peak */

@@ -36,12 +36,31 @@ static bool is_view(const mg_memplan *p, const mg_tensor *t) {
            p->offset_of[t->id] == p->offset_of[x->id] + (size_t)at * mg_dtype_size(t->dtype);
 }
 
+/* The output of the concat (a node with a parts rule) that t's class is placed in: an
+ * input of it is t or reaches t through `updates` and views, and sits at its place. */
+static const mg_tensor *placed_in(const mg_graph *g, const mg_memplan *p, const mg_tensor *t) {
+    for (int k = 0; k < mg_graph_n_nodes(g); k++) {
+        const mg_node *nd = mg_graph_node(g, k);
+        const mg_op_def *d = mg_op_def_get(nd->op);
+        int64_t at;
+        for (int i = 0; d->part && i < nd->n_in; i++) {
+            const mg_tensor *u = nd->in[i], *v = u; /* t, or u's class reaches t */
+            while (v != t && (v->updates || is_view(p, v))) v = v->updates ? v->updates : v->src->in[0];
+            if (v == t && d->part(nd, i, &at) && p->buffer_of[nd->out[0]->id] == p->buffer_of[u->id] &&
+                p->offset_of[u->id] == p->offset_of[nd->out[0]->id] + (size_t)at * mg_dtype_size(u->dtype))
+                return nd->out[0];
+        }
+    }
+    return NULL;
+}
+
 /* The class root as the plan may form it: through `updates`, and through a view (a
  * reshape, a slice) when the view got its base's buffer. */
-static const mg_tensor *root_of(const mg_memplan *p, const mg_tensor *t) {
+static const mg_tensor *root_of(const mg_graph *g, const mg_memplan *p, const mg_tensor *t) {
     for (;;) {
         if (t->updates) t = t->updates;
         else if (is_view(p, t)) t = t->src->in[0];
+        else if (p->partial[t->id] && placed_in(g, p, t)) t = placed_in(g, p, t);
         else return t;
     }
 }
@@ -80,14 +99,15 @@ static void check_plan(mg_graph *g, const mg_memplan *p) {
         TK_CHECK(b >= 0 && b < p->n_buffers, "tensor %s has buffer %d", t->name, b);
         TK_CHECK(p->buffer_bytes[b] >= p->offset_of[i] + bytes_of(t), "buffer %d smaller than %s at %zu", b, t->name,
                  p->offset_of[i]);
-        TK_CHECK(!p->offset_of[i] || is_view(p, t), "%s is at offset %zu but is no view", t->name, p->offset_of[i]);
+        TK_CHECK(!p->offset_of[i] || is_view(p, t) || p->partial[i], "%s is at offset %zu but is no view or part",
+                 t->name, p->offset_of[i]);
         if (t->updates) TK_CHECK(b == p->buffer_of[t->updates->id], "%s does not share %s's buffer", t->name, t->updates->name);
         /* a view shows its base's bytes as of its node: no in-place write into the class
          * between that node and the view's reads (both ends of the write included) */
         if (is_view(p, t))
             for (int w = 0; w < nt; w++) {
                 const mg_tensor *u = mg_graph_tensor(g, w);
-                if (!u->updates || root_of(p, u) != root_of(p, t)) continue;
+                if (!u->updates || root_of(g, p, u) != root_of(g, p, t)) continue;
                 for (int j = 0; j < mg_graph_n_nodes(g); j++) {
                     const mg_node *nd = mg_graph_node(g, j);
                     for (int k = 0; k < nd->n_in; k++)
@@ -100,7 +120,7 @@ static void check_plan(mg_graph *g, const mg_memplan *p) {
         for (int j = i + 1; j < nt; j++) {
             if (p->buffer_of[j] != b) continue;
             const mg_tensor *u = mg_graph_tensor(g, j);
-            if (root_of(p, t) == root_of(p, u)) continue;
+            if (root_of(g, p, t) == root_of(g, p, u)) continue;
             TK_CHECK(!p->buffer_persistent[b], "persistent buffer %d holds %s and %s", b, t->name, u->name);
             TK_CHECK(!t->persistent && !u->persistent, "persistent tensor shares: %s, %s", t->name, u->name);
             TK_CHECK(last[i] < first[j] || last[j] < first[i], "%s [%d,%d] and %s [%d,%d] overlap in buffer %d",
@@ -111,7 +131,7 @@ static void check_plan(mg_graph *g, const mg_memplan *p) {
         const mg_node *nd = mg_graph_node(g, j);
         for (int o = 0; o < nd->n_out; o++)
             for (int k = 0; k < nd->n_in; k++) {
-                if (root_of(p, nd->out[o]) == root_of(p, nd->in[k])) continue; /* in-place update */
+                if (root_of(g, p, nd->out[o]) == root_of(g, p, nd->in[k])) continue; /* in-place update */
                 TK_CHECK(p->buffer_of[nd->out[o]->id] != p->buffer_of[nd->in[k]->id],
                          "output %s shares input %s's buffer", nd->out[o]->name, nd->in[k]->name);
             }
@@ -254,6 +274,49 @@ static void test_update_order(void) {
     mg_graph_free(g);
 }
 
+/* The values through views and parts equal those through copies: the reference executor
+ * and the StarPU engine (two steps: in-place writes change the second) on the reusing plan,
+ * against the reference executor on the plan without reuse. Inputs and parameters get a
+ * fixed pattern. */
+static void same_values(mg_graph *g, mg_tensor *const *outs, int n_out) {
+    char *want[16] = {0};
+    for (int run = 0; run < 3 && n_out <= 16; run++) {
+        mg_memplan *pl = NULL;
+        mg_storage *st = NULL;
+        mg_engine *en = NULL;
+        mg_error err = {0};
+        mg_exec_info info = {.seed = 7, .training = true};
+        int rc = mg_memplan_build(g, run > 0, &pl, &err);
+        if (!rc) rc = mg_storage_new(g, pl, &st, &err);
+        if (!rc) rc = mg_storage_init(st, 7, &err);
+        for (int i = 0; !rc && i < mg_graph_n_tensors(g); i++) {
+            const mg_tensor *t = mg_graph_tensor(g, i);
+            if (t->src || (t->role != MG_ROLE_INPUT && t->role != MG_ROLE_PARAM)) continue;
+            float *v = mg_storage_data(st, t);
+            for (int64_t k = 0; k < mg_numel(t); k++) v[k] = (float)(k % 37) - 18.0f + 0.25f * (float)(i % 5);
+        }
+        mg_engine_options eo = {.ncpus = 2, .use_priorities = true};
+        if (!rc && run == 2) rc = mg_engine_new(g, st, &eo, &en, &err);
+        for (int step = 0; step < 2 && !rc; step++)
+            rc = run == 2 ? mg_engine_run(en, &info, &err) : mg_exec_reference(g, st, &info, &err);
+        mg_engine_free(en);
+        TK_CHECK(rc == MG_OK, "run %d: %s", run, err.msg);
+        for (int k = 0; k < n_out && !rc; k++) {
+            size_t nb = (size_t)mg_numel(outs[k]) * sizeof(float);
+            const float *got = mg_storage_data(st, outs[k]);
+            if (run == 0) {
+                want[k] = malloc(nb);
+                if (want[k]) memcpy(want[k], got, nb);
+            } else if (want[k]) {
+                TK_CHECK(!memcmp(want[k], got, nb), "run %d: %s differs from the copies' run", run, outs[k]->name);
+            }
+        }
+        mg_storage_free(st);
+        mg_memplan_free(pl);
+    }
+    for (int k = 0; k < 16; k++) free(want[k]);
+}
+
 /* A reshape is a view, and so is a slice of one contiguous range: with reuse it gets its
  * base's buffer (at its offset), and the class stays live until the view's last reader.
  * Without reuse, or when an in-place update of the base could come between the view's
@@ -307,45 +370,75 @@ static void test_views(void) {
     if (p) TK_CHECK(p->buffer_of[v->id] != p->buffer_of[a->id] && p->buffer_of[sl->id] != p->buffer_of[a->id],
                     "no reuse: reshapes and slices are copies");
     mg_memplan_free(p);
-    /* The values through views equal those through copies: the reference executor and the
-     * StarPU engine (two steps: w is overwritten in place by the first) on the reusing
-     * plan, against the reference executor on the plan without reuse. */
     mg_tensor *outs[5] = {d2, e, f, r, r2};
-    float *want = NULL;
-    for (int run = 0; run < 3; run++) {
-        mg_memplan *pl = NULL;
-        mg_storage *st = NULL;
-        mg_engine *en = NULL;
-        mg_error err = {0};
-        mg_exec_info info = {.seed = 7, .training = true};
-        int rc = mg_memplan_build(g, run > 0, &pl, &err);
-        if (!rc) rc = mg_storage_new(g, pl, &st, &err);
-        if (!rc) rc = mg_storage_init(st, 7, &err);
-        if (!rc) {
-            float *xs = mg_storage_data(st, x), *ws = mg_storage_data(st, w);
-            for (int i = 0; i < 1024; i++) xs[i] = (float)(i % 37) - 18.0f, ws[i] = 0.25f * (float)(i % 11);
-        }
-        mg_engine_options eo = {.ncpus = 2, .use_priorities = true};
-        if (!rc && run == 2) rc = mg_engine_new(g, st, &eo, &en, &err);
-        for (int step = 0; step < 2 && !rc; step++)
-            rc = run == 2 ? mg_engine_run(en, &info, &err) : mg_exec_reference(g, st, &info, &err);
-        mg_engine_free(en);
-        TK_CHECK(rc == MG_OK, "run %d: %s", run, err.msg);
-        size_t at = 0;
-        if (!rc && !want) want = malloc(5 * 1024 * sizeof *want);
-        for (int k = 0; k < 5 && !rc && want; k++) {
-            size_t nb = (size_t)mg_numel(outs[k]) * sizeof(float);
-            const float *got = mg_storage_data(st, outs[k]);
-            if (run == 0) memcpy((char *)want + at, got, nb);
-            else
-                TK_CHECK(!memcmp((char *)want + at, got, nb), "run %d: %s differs from the copies' run", run,
-                         outs[k]->name);
-            at += nb;
-        }
-        mg_storage_free(st);
-        mg_memplan_free(pl);
+    same_values(g, outs, 5);
+    mg_graph_free(g);
+}
+
+/* A concat's inputs placed in its output: their producers write them there and the
+ * concat copies only the rest; not when the output is overwritten in place, when an
+ * input's class is written after the concat, for parameters and per-micro-batch inputs,
+ * or when the parts are not contiguous (a concat along dim 1). */
+static void test_parts(void) {
+    mg_graph *g = mg_graph_new();
+    int64_t n4[1] = {256}, m2[2] = {16, 16};
+    mg_tensor *x = mg_input(g, "x", MG_F32, 1, n4);
+    mg_tensor *a = mg_scale(g, x, 2.0f);                                           /* placed */
+    mg_tensor *acc = mg_state(g, "acc", MG_F32, 1, n4, (mg_init){MG_INIT_ZEROS, 0}); /* placed, with its write */
+    acc->role = MG_ROLE_GRAD;
+    mg_tensor *acc_new = mg_add(g, acc, x);
+    acc_new->updates = acc;
+    mg_tensor *q = mg_scale(g, x, 4.0f); /* placed, and read again after the concat */
+    mg_tensor *w = mg_param(g, "w", 1, n4, (mg_init){MG_INIT_ZEROS, 0}); /* a parameter: copied */
+    mg_tensor *y = mg_concat(g, 4, (mg_tensor *[]){a, acc_new, q, w}, 0);
+    mg_tensor *z = mg_scale(g, y, 0.5f);
+    z->persistent = true;
+    mg_tensor *q2 = mg_scale(g, q, 1.5f);
+    q2->persistent = true;
+    /* the output overwritten in place: its inputs stay copies */
+    mg_tensor *b1 = mg_scale(g, x, 5.0f), *b2 = mg_scale(g, x, 6.0f);
+    mg_tensor *y2 = mg_concat(g, 2, (mg_tensor *[]){b1, b2}, 0);
+    y2->persistent = true;
+    mg_tensor *y2_new = mg_scale(g, y2, 2.0f);
+    y2_new->updates = y2;
+    mg_tensor *b1_late = mg_add(g, b1, mg_slice(g, y2_new, 0, 0, 256)); /* b1 read after y2's write */
+    b1_late->persistent = true;
+    /* an input written in place after the concat: a copy */
+    mg_tensor *st = mg_state(g, "st", MG_F32, 1, n4, (mg_init){MG_INIT_ZEROS, 0});
+    st->role = MG_ROLE_OPT_STATE;
+    mg_tensor *c1 = mg_scale(g, x, 7.0f);
+    mg_tensor *y3 = mg_concat(g, 2, (mg_tensor *[]){c1, st}, 0);
+    mg_tensor *z3 = mg_scale(g, y3, 1.0f);
+    z3->persistent = true;
+    mg_tensor *st_new = mg_add(g, st, mg_slice(g, z3, 0, 0, 256));
+    st_new->updates = st;
+    mg_tensor *y3_late = mg_add(g, mg_slice(g, y3, 0, 256, 256), st_new); /* y3 read after st's write */
+    y3_late->persistent = true;
+    /* along dim 1: not contiguous parts */
+    mg_tensor *d1 = mg_reshape(g, mg_scale(g, x, 8.0f), 2, m2), *d2 = mg_reshape(g, mg_scale(g, x, 9.0f), 2, m2);
+    mg_tensor *y4 = mg_concat(g, 2, (mg_tensor *[]){d1, d2}, 1);
+    y4->persistent = true;
+    TK_CHECK(!mg_graph_error(g)->code, "build: %s", mg_graph_error(g)->msg);
+    mg_memplan *p = plan_of(g, true);
+    if (p) {
+        int by = p->buffer_of[y->id];
+        TK_CHECK(p->buffer_of[a->id] == by && p->offset_of[a->id] == 0, "a is placed at 0");
+        TK_CHECK(p->buffer_of[acc->id] == by && p->buffer_of[acc_new->id] == by && p->offset_of[acc->id] == 256 * 4,
+                 "the accumulator and its in-place write are placed at 256");
+        TK_CHECK(p->buffer_of[q->id] == by && p->offset_of[q->id] == 512 * 4, "q is placed at 512");
+        TK_CHECK(p->buffer_of[w->id] != by, "a parameter is not placed");
+        TK_CHECK(p->partial[a->id] && p->partial[acc_new->id] && !p->partial[y->id] && !p->partial[w->id],
+                 "partial marks the placed parts");
+        TK_CHECK(p->buffer_persistent[by], "holding the accumulator makes the buffer persistent");
+        TK_CHECK(p->buffer_of[b1->id] != p->buffer_of[y2->id] && p->buffer_of[b2->id] != p->buffer_of[y2->id],
+                 "parts of an output overwritten in place are copies");
+        TK_CHECK(p->buffer_of[c1->id] == p->buffer_of[y3->id] && p->buffer_of[st->id] != p->buffer_of[y3->id],
+                 "an input written after the concat is a copy (and the other input placed)");
+        TK_CHECK(p->buffer_of[d1->id] != p->buffer_of[y4->id], "parts along dim 1 are copies");
     }
-    free(want);
+    mg_memplan_free(p);
+    mg_tensor *outs[8] = {z, q2, y2, z3, st, y4, b1_late, y3_late};
+    same_values(g, outs, 8);
     mg_graph_free(g);
 }
 
@@ -417,7 +510,7 @@ static void test_no_false_order(void) {
         for (int b = 0; b < nt; b++) {
             const mg_tensor *tb = mg_graph_tensor(g, b);
             if (b == a || !tb->src || tb->updates || p->buffer_of[b] != p->buffer_of[a]) continue;
-            if (root_of(p, ta) == root_of(p, tb)) continue; /* a view shares, it does not reuse */
+            if (root_of(g, p, ta) == root_of(g, p, tb)) continue; /* a view shares, it does not reuse */
             if (pos[tb->src->id] < pos[ta->src->id]) continue; /* check (earlier a, later b) */
             shared++;
             bool ok = anc[(size_t)tb->src->id * nn + ta->src->id];
@@ -443,7 +536,7 @@ int main(int argc, char **argv) {
     static const tk_case cases[] = {
         {"chain", test_chain},         {"diamond", test_diamond},           {"sizes", test_sizes},
         {"updates", test_updates},     {"update_order", test_update_order}, {"deterministic", test_deterministic},
-        {"no_false_order", test_no_false_order}, {"views", test_views},
+        {"no_false_order", test_no_false_order}, {"views", test_views},     {"parts", test_parts},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
 }
