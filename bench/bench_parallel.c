@@ -10,7 +10,8 @@
  *
  * BENCH_WORKERS=n overrides the workers per rank (default: 2 for serial, 1 otherwise);
  * BENCH_SEQ=n the sequence length (default 128), BENCH_MICRO=n the micro-batch (default 4);
- * BENCH_WARMUP=n the warm-up steps (default 2); BENCH_LIST=1 lists every collective node.
+ * BENCH_WARMUP=n the warm-up steps (default 2); BENCH_LIST=1 lists every collective node;
+ * BENCH_TRACE=FILE writes a Chrome/Perfetto trace of the timed steps to FILE.rank<r>.json.
  *
  * Model (bench_model): GPT-2 layout, 4 layers, hidden 512, 8 heads, ffn 2048, seq 128,
  * vocab 256 (byte level; Megatron pads V to a multiple of 128·tp: 256 for tp = 2),
@@ -409,6 +410,11 @@ int main(int argc, char **argv) {
     }
     double xfer = P ? replay_collectives(P, 5) : 0;
 
+    /* BENCH_TRACE=FILE: a Chrome/Perfetto trace of the timed steps, one file per rank
+     * (FILE.rank<r>.json), for a per-op breakdown of the plan */
+    mg_trace *trace = NULL;
+    const char *trace_path = getenv("BENCH_TRACE");
+    if (trace_path && (mg_trace_new(rank_, &trace, &err) || mg_engine_set_trace(eng, trace, &err))) die("trace", &err);
     double *wall = calloc((size_t)steps, sizeof *wall), *cs = calloc((size_t)steps, sizeof *cs),
            *cmp = calloc((size_t)steps, sizeof *cmp), *exp_ = calloc((size_t)steps, sizeof *exp_),
            *idle = calloc((size_t)steps, sizeof *idle);
@@ -419,7 +425,9 @@ int main(int argc, char **argv) {
         for (int k = 0; k < steps; k++, it++) {
             double c0 = mg_comm_seconds(comm);
             mg_exec_info info = {.seed = 1234, .iteration = it, .training = true, .comm = comm, .n_micro = sc.n_micro / dp, .mb_offset = dp_rank, .mb_stride = dp};
+            if (trace) mg_trace_step_begin(trace, it);
             if (mg_engine_run(eng, &info, &err)) die("step", &err);
+            if (trace) mg_trace_step_end(trace);
             mg_engine_stats es;
             mg_engine_get_stats(eng, &es);
             double tc = mg_comm_seconds(comm) - c0, sum = 0, mx = 0;
@@ -459,6 +467,13 @@ int main(int argc, char **argv) {
                    bench_load1());
             fflush(stdout);
         }
+    }
+    if (trace) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s.rank%d.json", trace_path, rank_);
+        mg_engine_set_trace(eng, NULL, &err);
+        if (mg_trace_write(trace, path, &err)) die("trace", &err);
+        mg_trace_free(trace);
     }
     free(wall);
     free(cs);
