@@ -68,7 +68,9 @@ static int reduce_phase(MPI_Comm comm, MPI_Datatype type, mg_dtype dt, int p, in
     return MPI_SUCCESS;
 }
 
-int mg_ring_reduce_scatter(MPI_Comm comm, MPI_Datatype type, mg_dtype dt, const void *in, void *out, int64_t count) {
+/* The reduce-scatter phase, then for an all-reduce (`all`) the all-gather phase: pass the
+ * finished blocks around the ring. count: per rank (reduce-scatter) or in all (all-reduce). */
+static int ring_sum(MPI_Comm comm, MPI_Datatype type, mg_dtype dt, const void *in, void *out, int64_t count, bool all) {
     int p = 1, r = 0;
     MPI_Comm_size(comm, &p);
     MPI_Comm_rank(comm, &r);
@@ -81,33 +83,12 @@ int mg_ring_reduce_scatter(MPI_Comm comm, MPI_Datatype type, mg_dtype dt, const 
     char *scratch = malloc(CHUNK_BYTES);
     int rc = MPI_ERR_NO_MEM;
     if (off && scratch) {
-        for (int b = 0; b <= p; b++) off[b] = (int64_t)b * count;
-        rc = reduce_phase(comm, type, dt, p, r, in, out, off, false, scratch);
-    }
-    free(off);
-    free(scratch);
-    return rc;
-}
-
-int mg_ring_allreduce(MPI_Comm comm, MPI_Datatype type, mg_dtype dt, const void *in, void *out, int64_t count) {
-    int p = 1, r = 0;
-    MPI_Comm_size(comm, &p);
-    MPI_Comm_rank(comm, &r);
-    size_t es = mg_dtype_size(dt);
-    if (p == 1) {
-        if (out != in) memmove(out, in, (size_t)count * es);
-        return MPI_SUCCESS;
-    }
-    int64_t *off = malloc((size_t)(p + 1) * sizeof *off);
-    char *scratch = malloc(CHUNK_BYTES);
-    int rc = MPI_ERR_NO_MEM;
-    if (off && scratch) {
-        for (int b = 0; b <= p; b++) off[b] = count * b / p; /* blocks differ by at most one element */
-        rc = reduce_phase(comm, type, dt, p, r, in, out, off, true, scratch);
-        /* the all-gather phase: pass the finished blocks around the ring */
+        /* all-reduce blocks differ by at most one element; reduce-scatter blocks are equal */
+        for (int b = 0; b <= p; b++) off[b] = all ? count * b / p : (int64_t)b * count;
+        rc = reduce_phase(comm, type, dt, p, r, in, out, off, all, scratch);
         int right = (r + 1) % p, left = (r + p - 1) % p;
         char *o = out;
-        for (int s = 0; rc == MPI_SUCCESS && s < p - 1; s++) {
+        for (int s = 0; all && rc == MPI_SUCCESS && s < p - 1; s++) {
             int bs = ((r - s) % p + p) % p, br = ((r - s - 1) % p + p) % p;
             rc = MPI_Sendrecv(o + off[bs] * es, (int)(off[bs + 1] - off[bs]), type, right, 1, o + off[br] * es,
                               (int)(off[br + 1] - off[br]), type, left, 1, comm, MPI_STATUS_IGNORE);
@@ -116,4 +97,12 @@ int mg_ring_allreduce(MPI_Comm comm, MPI_Datatype type, mg_dtype dt, const void 
     free(off);
     free(scratch);
     return rc;
+}
+
+int mg_ring_reduce_scatter(MPI_Comm comm, MPI_Datatype type, mg_dtype dt, const void *in, void *out, int64_t count) {
+    return ring_sum(comm, type, dt, in, out, count, false);
+}
+
+int mg_ring_allreduce(MPI_Comm comm, MPI_Datatype type, mg_dtype dt, const void *in, void *out, int64_t count) {
+    return ring_sum(comm, type, dt, in, out, count, true);
 }
