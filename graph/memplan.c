@@ -158,7 +158,8 @@ static int root_at(const int *link, const int64_t *off, int t, int64_t *at) {
 }
 
 /* link[i]: the tensor whose storage tensor i lives in, or -1; off[i]: where, in elements
- * of i's type (0 but for views). A tensor that `updates` another always lives in it. With
+ * of i's type (0 but for views and parts); placed[i]: i's class was placed as a part (the
+ * parts loop below explains when). A tensor that `updates` another always lives in it. With
  * reuse on, a view V of X lives in X when that cannot show V a later value of X than the
  * one it was taken from: nothing updates V's own class, and no in-place write into X's
  * class comes after V's node and before (or at) the last read of V or of the views living
