@@ -176,12 +176,13 @@ static int build_links(const mg_graph *g, bool views, mg_node **ord, int n, int 
         placed[i] = false;
     }
     if (!views) return MG_OK;
-    /* per `updates` root: whether written, the written positions, and whether any write is
-     * per micro-batch; per tensor: the last position reading it or a view in it */
-    bool *written = calloc((size_t)nt + 1, sizeof *written), *mb_write = calloc((size_t)nt + 1, sizeof *mb_write);
-    int *last_read = malloc(((size_t)nt + 1) * sizeof *last_read), *n_w = calloc((size_t)nt + 1, sizeof *n_w);
-    int **w_pos = calloc((size_t)nt + 1, sizeof *w_pos);
-    if (!written || !mb_write || !last_read || !n_w || !w_pos) {
+    /* per `updates` root r: the topo positions of the in-place writes into its class,
+     * w_pos[w_at[r] .. w_at[r + 1]) (none: nothing writes it), and whether any is per
+     * micro-batch; per tensor: the last position reading it or a view in it */
+    bool *mb_write = calloc((size_t)nt + 1, sizeof *mb_write);
+    int *last_read = malloc(((size_t)nt + 1) * sizeof *last_read), *w_at = calloc((size_t)nt + 2, sizeof *w_at);
+    int *w_pos = NULL;
+    if (!mb_write || !last_read || !w_at) {
         rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
         goto done;
     }
@@ -190,24 +191,18 @@ static int build_links(const mg_graph *g, bool views, mg_node **ord, int n, int 
     for (int k = 0; k < n; k++)
         for (int j = 0; j < ord[k]->n_in; j++) last_read[ord[k]->in[j]->id] = k;
     for (int k = 0; k < n && !rc; k++) /* count the writes into each class */
-        for (int o = 0; o < ord[k]->n_out; o++) {
-            const mg_tensor *t = ord[k]->out[o];
-            if (!t->updates) continue;
-            int r = root[t->id];
-            written[r] = true;
-            mb_write[r] |= ord[k]->mb >= 0;
-            n_w[r]++;
-        }
-    for (int r = 0; r < nt && !rc; r++)
-        if (n_w[r] && !(w_pos[r] = malloc((size_t)n_w[r] * sizeof **w_pos)))
-            rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
-    for (int r = 0; r < nt; r++) n_w[r] = 0;
-    for (int k = 0; k < n && !rc; k++) /* and list their positions */
         for (int o = 0; o < ord[k]->n_out; o++)
             if (ord[k]->out[o]->updates) {
                 int r = root[ord[k]->out[o]->id];
-                w_pos[r][n_w[r]++] = k;
+                mb_write[r] |= ord[k]->mb >= 0;
+                w_at[r + 2]++;
             }
+    for (int r = 0; r < nt; r++) w_at[r + 2] += w_at[r + 1];
+    if (!rc && !(w_pos = malloc(((size_t)w_at[nt + 1] + 1) * sizeof *w_pos)))
+        rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory planning %d tensors", nt);
+    for (int k = 0; k < n && !rc; k++) /* and list their positions (w_at[r + 1] counts up to r's end) */
+        for (int o = 0; o < ord[k]->n_out; o++)
+            if (ord[k]->out[o]->updates) w_pos[w_at[root[ord[k]->out[o]->id] + 1]++] = k;
     /* Views in reverse topo order of their nodes: a view of a view is decided first, and
      * when it lives in its base, that base's last read includes its reads. */
     for (int k = n - 1; k >= 0 && !rc; k--)
@@ -215,10 +210,10 @@ static int build_links(const mg_graph *g, bool views, mg_node **ord, int n, int 
             const mg_tensor *v = ord[k]->out[o];
             int64_t at = 0;
             const mg_tensor *x = view_of(v, &at);
-            if (!x || link[v->id] >= 0 || written[root[v->id]]) continue;
+            if (!x || link[v->id] >= 0 || w_at[root[v->id] + 1] > w_at[root[v->id]]) continue; /* V written */
             int r = root[x->id];
             bool ok = !(mb_write[r] && ord[k]->mb >= 0);
-            for (int w = 0; ok && w < n_w[r]; w++) ok = !(w_pos[r][w] > k && w_pos[r][w] <= last_read[v->id]);
+            for (int w = w_at[r]; ok && w < w_at[r + 1]; w++) ok = !(w_pos[w] > k && w_pos[w] <= last_read[v->id]);
             if (!ok) continue;
             link[v->id] = x->id;
             off[v->id] = at;
@@ -238,7 +233,7 @@ static int build_links(const mg_graph *g, bool views, mg_node **ord, int n, int 
         const mg_tensor *y = nd->out[0];
         int64_t y_at;
         int ry = root_at(link, off, y->id, &y_at);
-        if (written[ry] || y_at != 0 || ry != y->id) continue;
+        if (w_at[ry + 1] > w_at[ry] || y_at != 0 || ry != y->id) continue; /* Y written in place */
         for (int i = 0; i < nd->n_in; i++) {
             const mg_tensor *in = nd->in[i];
             int64_t at, i_at;
@@ -250,7 +245,7 @@ static int build_links(const mg_graph *g, bool views, mg_node **ord, int n, int 
                 (rt->src && rt->src->mb >= 0))
                 continue;
             bool ok = true;
-            for (int w = 0; ok && w < n_w[r]; w++) ok = w_pos[r][w] < k;
+            for (int w = w_at[r]; ok && w < w_at[r + 1]; w++) ok = w_pos[w] < k;
             if (!ok) continue;
             link[r] = y->id;
             off[r] = at;
@@ -259,13 +254,10 @@ static int build_links(const mg_graph *g, bool views, mg_node **ord, int n, int 
         }
     }
 done:
-    if (w_pos)
-        for (int i = 0; i < nt; i++) free(w_pos[i]);
     free(w_pos);
-    free(n_w);
+    free(w_at);
     free(last_read);
     free(mb_write);
-    free(written);
     return rc;
 }
 

@@ -240,6 +240,11 @@ static void *init_target(mg_storage *s, int i) {
     return s->data[i];
 }
 
+static int by_address(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)((const mg_init_item *)a)->dst, y = (uintptr_t)((const mg_init_item *)b)->dst;
+    return (x > y) - (x < y);
+}
+
 /* Every weight and state tensor from its init spec, in parallel chunks
  * (mg_rng_init_items); zeros are written only where the buffer may not be zero any more. */
 int mg_storage_init(mg_storage *s, uint64_t seed, mg_error *err) {
@@ -287,13 +292,16 @@ int mg_storage_init(mg_storage *s, uint64_t seed, mg_error *err) {
     /* two tensors over the same bytes (not in plans mgraph builds; parts placed in one
      * buffer do not overlap): in order, one thread, as listed */
     bool shared = false;
-    for (int i = 0; !rc && i < n_items && !shared; i++)
-        for (int j = i + 1; j < n_items && !shared; j++) {
-            const char *a = items[i].dst, *b = items[j].dst;
-            size_t na = (size_t)mg_numel(items[i].t) * mg_dtype_size(items[i].t->dtype);
-            size_t nb = (size_t)mg_numel(items[j].t) * mg_dtype_size(items[j].t->dtype);
-            shared = a < b + nb && b < a + na;
-        }
+    mg_init_item *by_dst = rc ? NULL : malloc(((size_t)n_items + 1) * sizeof *by_dst);
+    if (!rc && !by_dst) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory listing the tensors to initialise");
+    if (!rc) { /* sorted by address, overlaps are between neighbours */
+        memcpy(by_dst, items, (size_t)n_items * sizeof *by_dst);
+        qsort(by_dst, (size_t)n_items, sizeof *by_dst, by_address);
+        for (int i = 0; i + 1 < n_items && !shared; i++)
+            shared = (const char *)by_dst[i].dst + (size_t)mg_numel(by_dst[i].t) * mg_dtype_size(by_dst[i].t->dtype) >
+                     (const char *)by_dst[i + 1].dst;
+    }
+    free(by_dst);
     if (!rc) mg_rng_init_items(items, n_items, seed, shared ? 1 : 0);
     for (int i = 0; !rc && i < n_written; i++) s->fresh[written[i]] = 0;
     free(items);
