@@ -294,7 +294,7 @@ int mg_storage_init(mg_storage *s, uint64_t seed, mg_error *err) {
     bool shared = false;
     mg_init_item *by_dst = rc ? NULL : malloc(((size_t)n_items + 1) * sizeof *by_dst);
     if (!rc && !by_dst) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory listing the tensors to initialise");
-    if (!rc) { /* sorted by address, overlaps are between neighbours */
+    if (!rc && n_items > 1) { /* sorted by address, overlaps are between neighbours */
         memcpy(by_dst, items, (size_t)n_items * sizeof *by_dst);
         qsort(by_dst, (size_t)n_items, sizeof *by_dst, by_address);
         for (int i = 0; i + 1 < n_items && !shared; i++)
