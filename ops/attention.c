@@ -24,7 +24,6 @@
  * reproduces the serial masks exactly. A query row with no visible key (possible
  * only for sequence blocks) gives y = 0 and lse = -inf.
  */
-#include <cblas.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -32,6 +31,7 @@
 
 #include "mgraph/rng.h"
 #include "ops/fastmath.h"
+#include "ops/gemm.h"
 #include "ops/op.h"
 #include "ops/simd.h"
 #include "ops/shard.h"
@@ -188,6 +188,7 @@ MG_SIMD static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
     float *y = a->out[0], *lse = a->out[1];
     float *S = malloc((size_t)c.Sq * (size_t)c.Sk * sizeof *S);
     if (!S) return mg_error_set(err, MG_ERR_NOMEM, "attention: out of memory");
+    int rc = MG_OK;
     for (int b = 0; b < c.B; b++) {
         for (int h = 0; h < c.NH; h++) {
             int g = h / c.rep;
@@ -205,8 +206,8 @@ MG_SIMD static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
                     }
                     continue;
                 }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, c.hd, c.scale, Q, c.ldq, K, c.ldk, 0.0f,
-                            S, c.Sk);
+                if ((rc = mg_gemm(false, true, nr, nk, c.hd, c.scale, Q, c.ldq, K, c.ldk, 0.0f, S, c.Sk, err)))
+                    goto done;
                 for (int i = 0; i < nr; i++) {
                     float *row = S + (size_t)i * c.Sk;
                     int nv = n_visible(&c, i0 + i);
@@ -233,13 +234,14 @@ MG_SIMD static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
                     }
                     for (int j = nv; j < nk; j++) row[j] = 0.0f;
                 }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, c.hd, nk, 1.0f, S, c.Sk, V, c.ldk, 0.0f, Y,
-                            c.ldq);
+                if ((rc = mg_gemm(false, false, nr, c.hd, nk, 1.0f, S, c.Sk, V, c.ldk, 0.0f, Y, c.ldq, err)))
+                    goto done;
             }
         }
     }
+done:
     free(S);
-    return MG_OK;
+    return rc;
 }
 
 /* ---- backward -------------------------------------------------------------------------- */
@@ -256,6 +258,7 @@ MG_SIMD static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
         free(Bm);
         return mg_error_set(err, MG_ERR_NOMEM, "attention_bwd: out of memory");
     }
+    int rc = MG_OK;
     size_t nk = (size_t)mg_numel(n->in[2]);
     memset(dk, 0, nk * sizeof *dk);
     memset(dv, 0, nk * sizeof *dv);
@@ -276,10 +279,10 @@ MG_SIMD static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
                     continue;
                 }
                 /* A = S, Bm = dPd = dY Vᵀ (visible key columns only) */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, c.hd, c.scale, Q, c.ldq, K, c.ldk, 0.0f,
-                            A, c.Sk);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, c.hd, 1.0f, dY, c.ldq, V, c.ldk, 0.0f, Bm,
-                            c.Sk);
+                if ((rc = mg_gemm(false, true, nr, nk, c.hd, c.scale, Q, c.ldq, K, c.ldk, 0.0f, A, c.Sk, err)))
+                    goto done;
+                if ((rc = mg_gemm(false, true, nr, nk, c.hd, 1.0f, dY, c.ldq, V, c.ldk, 0.0f, Bm, c.Sk, err)))
+                    goto done;
                 for (int i = 0; i < nr; i++) {
                     float *ar = A + (size_t)i * c.Sk, *br = Bm + (size_t)i * c.Sk;
                     int nv = n_visible(&c, i0 + i);
@@ -317,18 +320,19 @@ MG_SIMD static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
                     for (int j = nv; j < nk; j++) ar[j] = br[j] = 0.0f;
                 }
                 /* dV += Pdᵀ dY; dQ = scale dS K; dK += scale dSᵀ Q */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, c.hd, nr, 1.0f, A, c.Sk, dY, c.ldq, 1.0f, dV,
-                            c.ldk);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, c.hd, nk, c.scale, Bm, c.Sk, K, c.ldk, 0.0f,
-                            dQ, c.ldq);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, c.hd, nr, c.scale, Bm, c.Sk, Q, c.ldq, 1.0f,
-                            dK, c.ldk);
+                if ((rc = mg_gemm(true, false, nk, c.hd, nr, 1.0f, A, c.Sk, dY, c.ldq, 1.0f, dV, c.ldk, err)))
+                    goto done;
+                if ((rc = mg_gemm(false, false, nr, c.hd, nk, c.scale, Bm, c.Sk, K, c.ldk, 0.0f, dQ, c.ldq, err)))
+                    goto done;
+                if ((rc = mg_gemm(true, false, nk, c.hd, nr, c.scale, Bm, c.Sk, Q, c.ldq, 1.0f, dK, c.ldk, err)))
+                    goto done;
             }
         }
     }
+done:
     free(A);
     free(Bm);
-    return MG_OK;
+    return rc;
 }
 
 /* ---- cost, gradient rule, defs, builder ------------------------------------------------ */

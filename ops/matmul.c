@@ -1,4 +1,4 @@
-/* Matrix multiplication (OpenBLAS sgemm, row-major) and linear = x · Wᵀ (+ b).
+/* Matrix multiplication (mg_gemm: OpenBLAS sgemm, or bf16; row-major) and linear = x · Wᵀ (+ b).
  *
  * C = op(A) · op(B) with op(X) = X or Xᵀ (the last two dims):
  *   A [..., M, K] (trans_a: [..., K, M]);
@@ -8,10 +8,10 @@
  * Kernels: a shared B with !trans_a is ONE sgemm over the flattened rows
  * (batch*M × K); otherwise one sgemm per batch entry. No element-wise index math.
  */
-#include <cblas.h>
 #include <limits.h>
 #include <string.h>
 
+#include "ops/gemm.h"
 #include "ops/op.h"
 #include "ops/shard.h"
 
@@ -79,9 +79,10 @@ static int matmul_cpu(const mg_kernel_args *a, mg_error *err) {
     int M = (int)rows, N = (int)d.N, K = (int)d.K;
     int lda = ta ? M : K, ldb = tb ? K : N;
     int64_t sa = d.M * d.K, sb = d.shared ? 0 : d.K * d.N, sc = d.M * d.N;
-    for (int64_t i = 0; i < calls; i++)
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f,
-                    A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, N);
+    for (int64_t i = 0; i < calls; i++) {
+        int rc = mg_gemm(ta, tb, M, N, K, 1.0f, A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, N, err);
+        if (rc) return rc;
+    }
     return MG_OK;
 }
 

@@ -9,11 +9,11 @@
  *                        (the weight gradient; zero for an expert with no rows).
  * The cost model counts the static row bound R (an upper bound on the FLOPs run).
  */
-#include <cblas.h>
 #include <limits.h>
 #include <string.h>
 
 #include "mgraph/moe.h"
+#include "ops/gemm.h"
 #include "ops/op.h"
 #include "ops/shard.h"
 
@@ -69,9 +69,9 @@ static int gmm_cpu(const mg_kernel_args *a, mg_error *err) {
     float *Y = a->out[0];
     int64_t off = 0;
     for (int64_t e = 0; e < E; e++) {
-        if (counts[e] > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, counts[e], (int)N, (int)K, 1.0f,
-                        X + off * K, (int)K, W + e * N * K, tb ? (int)K : (int)N, 0.0f, Y + off * N, (int)N);
+        if (counts[e] > 0 && (rc = mg_gemm(false, tb, counts[e], (int)N, (int)K, 1.0f, X + off * K, (int)K,
+                                           W + e * N * K, tb ? (int)K : (int)N, 0.0f, Y + off * N, (int)N, err)))
+            return rc;
         off += counts[e];
     }
     memset(Y + total * N, 0, (size_t)((R - total) * N) * sizeof *Y);
@@ -104,10 +104,11 @@ static int gmm_dw_cpu(const mg_kernel_args *a, mg_error *err) {
     int64_t off = 0;
     for (int64_t e = 0; e < E; e++) {
         float *De = D + e * P * Q;
-        if (counts[e] > 0)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)P, (int)Q, counts[e], 1.0f, A + off * P, (int)P,
-                        B + off * Q, (int)Q, 0.0f, De, (int)Q);
-        else
+        if (counts[e] > 0) {
+            if ((rc = mg_gemm(true, false, (int)P, (int)Q, counts[e], 1.0f, A + off * P, (int)P, B + off * Q, (int)Q,
+                              0.0f, De, (int)Q, err)))
+                return rc;
+        } else
             memset(De, 0, (size_t)(P * Q) * sizeof *De);
         off += counts[e];
     }

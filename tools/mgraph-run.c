@@ -341,6 +341,24 @@ static int check_expert_parallel(const run *r, const mg_gpt_config *m, mg_error 
     return MG_OK;
 }
 
+/* --bf16: every matrix product with bf16 inputs and fp32 sums (mgraph/exec.h). On a CPU
+ * without AVX512-BF16 the flag is refused by name (exit 2), unless MG_CPU_BF16=emulate
+ * asks for the portable kernel: the same bits, slower than fp32, to check numerics. */
+static void gemm_bf16(mg_run_notes *notes) {
+    const char *e = getenv("MG_CPU_BF16");
+    bool emulate = e && !strcmp(e, "emulate");
+    if (e && *e && !emulate) {
+        mg_run_notes_error(notes, "MG_CPU_BF16 must be 'emulate' or unset (got '%s')", e);
+        return;
+    }
+    mg_error err = {0};
+    if (mg_gemm_set_precision(MG_GEMM_BF16, emulate, &err))
+        mg_run_notes_error(notes, "--bf16 is not supported: %s", err.msg);
+    else if (!mg_cpu_has_bf16())
+        mg_run_notes_warn(notes, "--bf16 on a CPU without AVX512-BF16: the portable kernel (MG_CPU_BF16=emulate) "
+                                 "gives the native kernel's bits, several times slower than fp32");
+}
+
 /* The step configuration from the checked flags (mg_run_config_check). */
 static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) {
     if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * dp; /* Megatron's default */
@@ -1057,6 +1075,7 @@ int main(int argc, char **argv) {
     }
     check_limits(&r.cfg, &notes);
     mg_run_config_check(&r.cfg, &notes);
+    if (r.cfg.bf16) gemm_bf16(&notes);
     int rc = MG_OK;
     if (!rc && provided < MPI_THREAD_SERIALIZED && world > 1)
         rc = mg_error_set(&err, MG_ERR_RUNTIME, "MPI provides thread level %d, mgraph needs MPI_THREAD_SERIALIZED", provided);

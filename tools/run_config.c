@@ -109,8 +109,9 @@ static const flag flags[] = {
     {"--clip-grad", F_FLOAT, O(clip_grad), USE, NULL, "global gradient-norm clip (0: off)"},
     {"--seed", F_I64, O(seed), USE, NULL, "seed of weights, dropout and data order"},
     {"--fp16", F_BOOL, NOFF, REFUSE, NULL, "fp16 training needs loss scaling, which mgraph does not have"},
-    {"--bf16", F_BOOL, NOFF, REFUSE, NULL,
-     "bf16 compute with fp32 master weights needs a bf16 kernel path, and this build has none on the device in use (CPU)"},
+    {"--bf16", F_BOOL, O(bf16), USE, NULL,
+     "matrix products with bf16 inputs and fp32 sums; weights, gradients, optimizer fp32 (CPUs: AVX512-BF16, "
+     "or MG_CPU_BF16=emulate for the same bits, slower)"},
     /* logging and evaluation */
     {"--log-interval", F_I64, O(log_interval), USE, NULL, "iterations between log lines"},
     {"--log-throughput", F_BOOL, O(log_throughput), USE, NULL, "add TFLOP/s per rank to the log line"},

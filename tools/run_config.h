@@ -46,6 +46,7 @@ typedef struct mg_run_config {
     const char *dump_dot_summary, *dot_summary_scope, *dot_summary_phase; /* --dump-dot-summary and its filters */
     int dot_summary_depth;
     bool dry_run;
+    bool bf16; /* matrix products with bf16 inputs and fp32 sums (mg_gemm_set_precision) */
     /* data */
     const char *text_file, *data_path, *split, *data_cache_path;
     const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model;

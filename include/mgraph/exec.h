@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "mgraph/error.h"
 #include "mgraph/graph.h"
 
 #ifdef __cplusplus
@@ -53,6 +54,19 @@ static inline mg_exec_info mg_exec_instance(const mg_exec_info *i, int local) {
                                   local % split;
     return k;
 }
+
+/* Arithmetic of the matrix products (matmul, linear, attention, experts) for the whole
+ * process, CPU and CUDA workers: fp32 (the default), or bf16 = inputs rounded to bf16,
+ * products summed in fp32, as Megatron's --bf16 computes them (cuBLAS:
+ * CUBLAS_COMPUTE_32F_FAST_16BF); tensors, master weights and gradients stay fp32. On
+ * CPUs bf16 runs natively with AVX512-BF16; elsewhere setting it fails with
+ * MG_ERR_UNSUPPORTED, unless `emulate`: a portable kernel then computes the same bits
+ * (slower than fp32; for checking numerics). Set it before a step runs. */
+typedef enum mg_gemm_precision { MG_GEMM_FP32, MG_GEMM_BF16 } mg_gemm_precision;
+int mg_gemm_set_precision(mg_gemm_precision p, bool emulate, mg_error *err);
+mg_gemm_precision mg_gemm_precision_get(void);
+/* Whether this CPU has AVX512-BF16 (and this build its kernel). */
+bool mg_cpu_has_bf16(void);
 
 #ifdef __cplusplus
 }

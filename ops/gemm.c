@@ -1,0 +1,42 @@
+/* mg_gemm: the CPU matrix product every kernel calls, in the process's GEMM precision. */
+#include "ops/gemm.h"
+
+#include <cblas.h>
+
+#ifdef MG_CUDA
+#include "ops/cuda/cuda_common.h"
+#endif
+
+/* Set before the workers start (mgraph-run does it while parsing flags); read by every
+ * kernel call, hence atomic. native: the CPU runs the AVX512-BF16 kernel. */
+static int g_prec = MG_GEMM_FP32;
+static int g_native;
+
+int mg_gemm_set_precision(mg_gemm_precision p, bool emulate, mg_error *err) {
+    if (p != MG_GEMM_FP32 && p != MG_GEMM_BF16)
+        return mg_error_set(err, MG_ERR_INVALID, "GEMM precision %d is neither fp32 nor bf16", (int)p);
+    bool native = p == MG_GEMM_BF16 && mg_cpu_has_bf16();
+    if (p == MG_GEMM_BF16 && !native && !emulate)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                            "bf16 matrix products on CPUs need AVX512-BF16, which this CPU lacks "
+                            "(MG_CPU_BF16=emulate runs the same arithmetic in a portable kernel, slower than fp32)");
+    __atomic_store_n(&g_native, native, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_prec, (int)p, __ATOMIC_RELAXED);
+#ifdef MG_CUDA
+    /* the CUDA workers' cuBLAS products: bf16 inputs, fp32 accumulation likewise */
+    mg_cuda_set_gemm_precision(p == MG_GEMM_BF16 ? MG_CUDA_GEMM_BF16 : MG_CUDA_GEMM_FP32);
+#endif
+    return MG_OK;
+}
+
+mg_gemm_precision mg_gemm_precision_get(void) { return (mg_gemm_precision)__atomic_load_n(&g_prec, __ATOMIC_RELAXED); }
+
+int mg_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+            float beta, float *C, int ldc, mg_error *err) {
+    if (__atomic_load_n(&g_prec, __ATOMIC_RELAXED) == MG_GEMM_BF16)
+        return mg_gemm_bf16(__atomic_load_n(&g_native, __ATOMIC_RELAXED), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta,
+                            C, ldc, err);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
+                B, ldb, beta, C, ldc);
+    return MG_OK;
+}
