@@ -24,12 +24,12 @@ die() { echo "gpu-bundle: $*" >&2; exit 1; }
 prefix="$repo/build-starpu-cuda/prefix"
 bash tools/build-starpu-cuda.sh "$prefix"
 cmake -S . -B build-gpu -DMG_CUDA=ON -DMG_STARPU_PREFIX="$prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build-gpu -j"$jobs" --target mgraph-run test_cuda_ops test_cuda_nccl
+cmake --build build-gpu -j"$jobs" --target mgraph-run test_cuda_ops test_cuda_nccl test_ops_gemm_bf16 bench_gemm_bf16
 grep -q "STARPU_USE_CUDA 1" "$prefix/include/starpu/1.3/starpu_config.h" || die "StarPU in $prefix has no CUDA"
 
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/openmpi" "$stage/share"
-for b in mgraph-run test_cuda_ops test_cuda_nccl; do cp "build-gpu/bin/$b" "$stage/bin/"; done
+for b in mgraph-run test_cuda_ops test_cuda_nccl test_ops_gemm_bf16 bench_gemm_bf16; do cp "build-gpu/bin/$b" "$stage/bin/"; done
 cp -L "$(command -v orted)" "$stage/bin/orted"
 cp -L "$(command -v orterun)" "$stage/bin/mpirun"
 strip --strip-debug "$stage"/bin/*

@@ -107,6 +107,31 @@ cat nccl.log
 row "NCCL collectives (np $np)" "$([ $rc_n = 0 ] && echo ok || echo FAIL)" "$(tail -1 nccl.log)"
 [ $rc_n = 0 ] || fails=$((fails + 1))
 
+echo "== 1b. the host CPU's bf16 kernel (--bf16 on CPUs; issue 15), where it has AVX512-BF16 =="
+if grep -qw avx512_bf16 /proc/cpuinfo; then
+    # the AVX512-BF16 kernel bitwise against the arithmetic's definition, then its speed
+    timeout "$(cap 60)" test_ops_gemm_bf16 forward.gemm_bf16_native >bf16-native.log 2>&1
+    rc_bn=$?
+    cat bf16-native.log
+    timeout "$(cap 90)" bench_gemm_bf16 5 2>&1 | tee bf16-bench.log
+    # the default model's step on 2 CPU workers, fp32 then --bf16 (median ms/iteration, iterations 6-20)
+    dflt=(--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --micro-batch-size 4
+        --global-batch-size 8 --train-iters 20 --lr 1e-3 --lr-warmup-iters 2 --log-interval 1 --eval-interval 0
+        --tokenizer-type ByteLevelTokenizer --text-file "$repo/tests/data/tinyshakespeare.txt")
+    for p in fp32 bf16; do
+        STARPU_NCUDA=0 STARPU_NCPU=2 timeout "$(cap 60)" mgraph-run "${dflt[@]}" $([ $p = bf16 ] && echo --bf16) >"dflt-$p.log" 2>&1
+    done
+    ms() { sed -n 's/.*iteration *\([0-9]*\)\/.*per iteration (ms): *\([0-9.]*\).*/\1 \2/p' "$1" | awk '$1 > 5 {print $2}' | sort -g |
+        awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "n/a"}'; }
+    step="default model $(ms dflt-fp32.log) ms fp32, $(ms dflt-bf16.log) ms --bf16"
+    echo "$step"
+    row "CPU bf16 kernel (AVX512-BF16)" "$([ $rc_bn = 0 ] && echo ok || echo FAIL)" \
+        "$(tail -1 bf16-native.log | head -c 60); $step"
+    [ $rc_bn = 0 ] || fails=$((fails + 1))
+else
+    row "CPU bf16 kernel (AVX512-BF16)" "skipped" "the host CPU lacks AVX512-BF16"
+fi
+
 echo "== 2. GPU vs CPU training (small GPT, fp32, 10 iterations) =="
 corpus="$work/corpus.txt"
 cat "$repo"/README.md "$repo"/*/*.c "$repo"/*/*.h >"$corpus"
