@@ -223,9 +223,6 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
         return mg_error_set(err, MG_ERR_INVALID,
                             "the 1F1B pipeline schedule runs one model chunk per stage: with virtual stages use "
                             "'interleaved' (or 'gpipe')");
-    if (p->pp > 1 && p->ep > 1)
-        return mg_error_set(err, MG_ERR_UNSUPPORTED,
-                            "pipeline parallelism combined with expert parallelism is not supported yet");
     if (p->ep > 1) { /* experts split over ep ranks taken from dp x cp (partitioners/ep.c) */
         int64_t dpcp = world / inner * p->cp;
         if (dpcp % p->ep)

@@ -120,10 +120,6 @@ int pp_init(part_ctx *c, mg_node *const *ord, int n_ord) {
     for (int i = 0; i < n_ord; i++) {
         const mg_node *n = ord[i];
         if (n->layer >= p->n_layers) p->n_layers = n->layer + 1;
-        if (n->op == MG_OP_MOE_ROUTE)
-            return part_fail(c, MG_ERR_UNSUPPORTED,
-                             "pipeline parallelism with mixture-of-experts layers is not supported yet (their "
-                             "auxiliary losses sum over layers on every stage)");
     }
     if (p->n_layers < 1) return part_fail(c, MG_ERR_INVALID, "pipeline: the graph marks no transformer layer");
     int rc = layout(c, p);
@@ -382,6 +378,12 @@ int pp_after_node(part_ctx *c, const mg_node *n) {
     for (int j = 0; j < n->n_out; j++) {
         const mg_tensor *lo = n->out[j];
         if (c->final_grad_of[lo->id] < 0 || !pp_partial(c, lo)) continue;
+        /* Under data parallelism it is also each rank's share over dp (its micro-batches'
+         * part), which dp_after_node reduces next: say so before the stages' sum, else that
+         * sum would stand as the whole value and the dp reduction find nothing to do. (The
+         * distributed optimizer's buckets reduce-scatter their own.) */
+        if (c->dp > 1 && lo->src && lo->src->mb >= 0 && !dopt_has_param(c, c->final_grad_of[lo->id]))
+            c->st[lo->id].pl.ax[MG_GROUP_DP] = mg_place_partial(MG_GROUP_DP);
         int from = mg_graph_n_nodes(c->P);
         part_enter_step_context(c);
         int rc = reduce_stages(c, lo);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Expert parallelism through mgraph-run: training runs under mpirun reproduce the serial
-# run (lm loss, grad norm, load-balancing loss within 1e-5 relative every iteration),
+# Expert parallelism through mgraph-run: training runs under mpirun (ep, with dp, tp, the
+# distributed optimizer and pipeline stages) reproduce the serial run (lm loss, grad
+# norm, load-balancing and z losses within 1e-5 relative every iteration),
 # bad expert-parallel flags exit 2 naming the rule, and Mixtral 8x7B's layout on 64
 # ranks (ep 8 x tp 2) dry-runs, printing per-rank memory and all-to-all bytes.
 #   cli_ep.sh MPIEXEC MGRAPH_RUN TEXT_FILE DATA_DIR WORK_DIR CASE
@@ -43,7 +44,12 @@ train_vs_serial() { # NP FLAGS...: the run on NP ranks with FLAGS matches the se
         { cat serial.txt; fail "serial run"; }
     timeout 300 $MPI -np "$np" "$RUN" "${MOE[@]}" --train-iters 5 "$@" --metrics-file parallel.jsonl > parallel.txt 2>&1 ||
         { cat parallel.txt; fail "run on $np ranks with $*"; }
-    grep -q "ep 2 (2 experts per rank)" parallel.txt || { cat parallel.txt; fail "plan not applied"; }
+    if [[ " $* " == *" --expert-model-parallel-size 2 "* ]]; then
+        grep -q "ep 2 (2 experts per rank)" parallel.txt || { cat parallel.txt; fail "plan not applied"; }
+    fi
+    if [[ " $* " == *" --pipeline-model-parallel-size 2 "* ]]; then
+        grep -q "pp 2 (1 model chunk per stage" parallel.txt || { cat parallel.txt; fail "pipeline not applied"; }
+    fi
     for m in lm_loss grad_norm load_balancing_loss z_loss; do same $m parallel.jsonl serial.jsonl || fail "$m differs"; done
 }
 
@@ -61,6 +67,23 @@ ep2_dp2_distopt)
     # dense parameters in the distributed optimizer's buckets, experts summed over edp
     train_vs_serial 4 --expert-model-parallel-size 2 --use-distributed-optimizer
     grep -q "distributed optimizer" parallel.txt || fail "distributed optimizer not on"
+    echo "ok $CASE" ;;
+pp2)
+    # MoE layers on pipeline stages: the auxiliary losses' running sum crosses the stages
+    # like the activations (and its gradient back)
+    train_vs_serial 2 --pipeline-model-parallel-size 2
+    echo "ok $CASE" ;;
+pp2_dp2)
+    # ... with data parallelism: the tied embedding's gradient, summed over the first and
+    # last stage, is reduced over dp too
+    train_vs_serial 4 --pipeline-model-parallel-size 2
+    echo "ok $CASE" ;;
+pp2_ep2)
+    # experts split over the 2 data-parallel ranks of each stage, all-to-all within a stage
+    train_vs_serial 4 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2
+    echo "ok $CASE" ;;
+pp2_ep2_distopt)
+    train_vs_serial 4 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 --use-distributed-optimizer
     echo "ok $CASE" ;;
 checkpoint)
     # an ep 2 checkpoint (each expert block written once, by its edp index 0) resumes on one
