@@ -102,6 +102,17 @@ checkpoint)
     grep '"iteration": [456],' s.jsonl > b.jsonl
     for m in lm_loss grad_norm load_balancing_loss; do same $m four.jsonl b.jsonl || fail "$m after resuming under ep"; done
     echo "ok $CASE" ;;
+pp2_ep2_checkpoint)
+    # a pp 2 x ep 2 checkpoint (each stage's expert blocks written once) resumes on one rank:
+    # iterations 4-6 as the uninterrupted run within 1e-5
+    timeout 300 $MPI -np 4 "$RUN" "${MOE[@]}" --train-iters 6 --pipeline-model-parallel-size 2 \
+        --expert-model-parallel-size 2 --save ckpe --save-interval 3 --metrics-file pe.jsonl > pe.txt 2>&1 ||
+        { cat pe.txt; fail "pp 2 x ep 2 run"; }
+    timeout 180 "$RUN" "${MOE[@]}" --train-iters 6 --load ckpe/iter_0000003 --metrics-file one.jsonl > one.txt 2>&1 ||
+        { cat one.txt; fail "pp 2 x ep 2 checkpoint on one rank"; }
+    grep '"iteration": [456],' pe.jsonl > a.jsonl
+    for m in lm_loss grad_norm load_balancing_loss; do same $m one.jsonl a.jsonl || fail "$m after resuming"; done
+    echo "ok $CASE" ;;
 bad_flags)
     expect_usage ep_not_dividing "expert-model-parallel-size 3 does not divide the data-parallel" \
         $MPI -np 2 "$RUN" "${MOE[@]}" --expert-model-parallel-size 3
