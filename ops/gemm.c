@@ -23,8 +23,16 @@ int mg_gemm_set_precision(mg_gemm_precision p, bool emulate, mg_error *err) {
     __atomic_store_n(&g_native, native, __ATOMIC_RELAXED);
     __atomic_store_n(&g_prec, (int)p, __ATOMIC_RELAXED);
 #ifdef MG_CUDA
-    /* the CUDA workers' cuBLAS products: bf16 inputs, fp32 accumulation likewise */
-    mg_cuda_set_gemm_precision(p == MG_GEMM_BF16 ? MG_CUDA_GEMM_BF16 : MG_CUDA_GEMM_FP32);
+    /* The CUDA workers' cuBLAS products likewise (bf16 inputs, fp32 accumulation); back
+     * to fp32, they return to the mode they had before (MG_CUDA_GEMM may have asked tf32). */
+    static int cuda_before = -1;
+    if (p == MG_GEMM_BF16) {
+        if (cuda_before < 0) cuda_before = (int)mg_cuda_gemm_precision();
+        mg_cuda_set_gemm_precision(MG_CUDA_GEMM_BF16);
+    } else if (cuda_before >= 0) {
+        mg_cuda_set_gemm_precision((mg_cuda_gemm)cuda_before);
+        cuda_before = -1;
+    }
 #endif
     return MG_OK;
 }
