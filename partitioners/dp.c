@@ -52,6 +52,11 @@ int dp_partition_node(part_ctx *c, const mg_node *n) {
     return 0;
 }
 
+void dp_mark_grad_share(part_ctx *c, const mg_tensor *lo) {
+    if (c->dp > 1 && lo->src && lo->src->mb >= 0 && !dopt_has_param(c, c->final_grad_of[lo->id]))
+        c->st[lo->id].pl.ax[MG_GROUP_DP] = mg_place_partial(MG_GROUP_DP);
+}
+
 int dp_after_node(part_ctx *c, const mg_node *n) {
     if (c->dp == 1) return MG_OK;
     for (int j = 0; j < n->n_out; j++) {
@@ -59,7 +64,8 @@ int dp_after_node(part_ctx *c, const mg_node *n) {
         if (c->final_grad_of[lo->id] < 0 || !c->st[lo->id].t) continue;
         if (dopt_has_param(c, c->final_grad_of[lo->id])) continue; /* its bucket is reduce-scattered */
         part_enter_step_context(c); /* the reduction runs once per step, after the last micro-batch */
-        if (!pl_dp_partial(&c->st[lo->id].pl) && !(lo->src && lo->src->mb >= 0)) continue;
+        dp_mark_grad_share(c, lo);
+        if (!pl_dp_partial(&c->st[lo->id].pl)) continue;
         int rc = reduce_share(c, lo);
         if (rc) return rc;
     }

@@ -133,6 +133,11 @@ int dp_partition_node(part_ctx *c, const mg_node *n);
 /* After n is emitted: reduce finished parameter gradients over dp right away, so the
  * all-reduce overlaps the rest of the backward pass. */
 int dp_after_node(part_ctx *c, const mg_node *n);
+/* A finished parameter gradient out of the micro-batches is each rank's share over dp
+ * (the distributed optimizer's buckets aside, which reduce their own): marks it so in its
+ * placement, so that a conversion made before dp_after_node (pp's sum over stages) keeps
+ * it a share and dp_after_node still reduces it. */
+void dp_mark_grad_share(part_ctx *c, const mg_tensor *lo);
 
 /* ---- cp.c: context parallelism ------------------------------------------------------------------- */
 /* Chooses the cp states of n's inputs and outputs (c->cp_want / cp_out) by its rule;

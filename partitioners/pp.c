@@ -378,12 +378,9 @@ int pp_after_node(part_ctx *c, const mg_node *n) {
     for (int j = 0; j < n->n_out; j++) {
         const mg_tensor *lo = n->out[j];
         if (c->final_grad_of[lo->id] < 0 || !pp_partial(c, lo)) continue;
-        /* Under data parallelism it is also each rank's share over dp (its micro-batches'
-         * part), which dp_after_node reduces next: say so before the stages' sum, else that
-         * sum would stand as the whole value and the dp reduction find nothing to do. (The
-         * distributed optimizer's buckets reduce-scatter their own.) */
-        if (c->dp > 1 && lo->src && lo->src->mb >= 0 && !dopt_has_param(c, c->final_grad_of[lo->id]))
-            c->st[lo->id].pl.ax[MG_GROUP_DP] = mg_place_partial(MG_GROUP_DP);
+        /* also a share over dp, which dp_after_node reduces next: said before the stages'
+         * sum, else that sum would stand as the whole value and dp find nothing to do */
+        dp_mark_grad_share(c, lo);
         int from = mg_graph_n_nodes(c->P);
         part_enter_step_context(c);
         int rc = reduce_stages(c, lo);

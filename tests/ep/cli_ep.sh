@@ -53,6 +53,24 @@ train_vs_serial() { # NP FLAGS...: the run on NP ranks with FLAGS matches the se
     for m in lm_loss grad_norm load_balancing_loss z_loss; do same $m parallel.jsonl serial.jsonl || fail "$m differs"; done
 }
 
+# resumes NAME NP1 "FLAGS1" NP2 "FLAGS2": a 6-iteration run on NP1 ranks with FLAGS1 saves
+# at iteration 3; resumed from there on NP2 ranks with FLAGS2, iterations 4-6 match the
+# uninterrupted run (lm loss, grad norm, load-balancing loss within 1e-5)
+resumes() {
+    local name=$1 np1=$2 f1=$3 np2=$4 f2=$5 m
+    # shellcheck disable=SC2086 # the flags are several words
+    timeout 300 $MPI -np "$np1" "$RUN" "${MOE[@]}" --train-iters 6 $f1 --save "ck_$name" --save-interval 3 \
+        --metrics-file "$name.jsonl" > "$name.txt" 2>&1 || { cat "$name.txt"; fail "$name run"; }
+    # shellcheck disable=SC2086
+    timeout 300 $MPI -np "$np2" "$RUN" "${MOE[@]}" --train-iters 6 $f2 --load "ck_$name/iter_0000003" \
+        --metrics-file "$name.resumed.jsonl" > "$name.resumed.txt" 2>&1 ||
+        { cat "$name.resumed.txt"; fail "$name checkpoint resumed on $np2 rank(s) with '$f2'"; }
+    grep '"iteration": [456],' "$name.jsonl" > "$name.456.jsonl"
+    for m in lm_loss grad_norm load_balancing_loss; do
+        same $m "$name.resumed.jsonl" "$name.456.jsonl" || fail "$m after resuming the $name checkpoint"
+    done
+}
+
 case "$CASE" in
 ep2)
     train_vs_serial 2 --expert-model-parallel-size 2
@@ -89,29 +107,12 @@ checkpoint)
     # an ep 2 checkpoint (each expert block written once, by its edp index 0) resumes on one
     # rank, and a serial checkpoint resumes under ep 2 on 4 ranks (dp 4, edp 2): iterations 4-6
     # as the uninterrupted runs within 1e-5
-    timeout 300 $MPI -np 2 "$RUN" "${MOE[@]}" --train-iters 6 --expert-model-parallel-size 2 --save ckep --save-interval 3 \
-        --metrics-file ep.jsonl > ep.txt 2>&1 || { cat ep.txt; fail "ep 2 run"; }
-    timeout 180 "$RUN" "${MOE[@]}" --train-iters 6 --load ckep/iter_0000003 --metrics-file one.jsonl > one.txt 2>&1 ||
-        { cat one.txt; fail "ep 2 checkpoint on one rank"; }
-    grep '"iteration": [456],' ep.jsonl > a.jsonl
-    for m in lm_loss grad_norm load_balancing_loss; do same $m one.jsonl a.jsonl || fail "$m after resuming the ep checkpoint"; done
-    timeout 180 "$RUN" "${MOE[@]}" --train-iters 6 --save cks --save-interval 3 --metrics-file s.jsonl > s.txt 2>&1 ||
-        { cat s.txt; fail "serial run"; }
-    timeout 300 $MPI -np 4 "$RUN" "${MOE[@]}" --train-iters 6 --expert-model-parallel-size 2 --load cks/iter_0000003 \
-        --metrics-file four.jsonl > four.txt 2>&1 || { cat four.txt; fail "serial checkpoint under ep 2 x dp 4"; }
-    grep '"iteration": [456],' s.jsonl > b.jsonl
-    for m in lm_loss grad_norm load_balancing_loss; do same $m four.jsonl b.jsonl || fail "$m after resuming under ep"; done
+    resumes ep 2 "--expert-model-parallel-size 2" 1 ""
+    resumes serial 1 "" 4 "--expert-model-parallel-size 2"
     echo "ok $CASE" ;;
 pp2_ep2_checkpoint)
-    # a pp 2 x ep 2 checkpoint (each stage's expert blocks written once) resumes on one rank:
-    # iterations 4-6 as the uninterrupted run within 1e-5
-    timeout 300 $MPI -np 4 "$RUN" "${MOE[@]}" --train-iters 6 --pipeline-model-parallel-size 2 \
-        --expert-model-parallel-size 2 --save ckpe --save-interval 3 --metrics-file pe.jsonl > pe.txt 2>&1 ||
-        { cat pe.txt; fail "pp 2 x ep 2 run"; }
-    timeout 180 "$RUN" "${MOE[@]}" --train-iters 6 --load ckpe/iter_0000003 --metrics-file one.jsonl > one.txt 2>&1 ||
-        { cat one.txt; fail "pp 2 x ep 2 checkpoint on one rank"; }
-    grep '"iteration": [456],' pe.jsonl > a.jsonl
-    for m in lm_loss grad_norm load_balancing_loss; do same $m one.jsonl a.jsonl || fail "$m after resuming"; done
+    # a pp 2 x ep 2 checkpoint (each stage's expert blocks written once) resumes on one rank
+    resumes pp2_ep2 4 "--pipeline-model-parallel-size 2 --expert-model-parallel-size 2" 1 ""
     echo "ok $CASE" ;;
 bad_flags)
     expect_usage ep_not_dividing "expert-model-parallel-size 3 does not divide the data-parallel" \
