@@ -1,15 +1,26 @@
 /* Softmax cross-entropy over the last dimension, fused with its reduction.
  *
- * cross_entropy(logits f32 [..., V], targets i32 [...]) -> two outputs:
- *   0: loss [1] = mean over tokens with target != ignore_index of lse - logits[target]
- *      (0 when every token is ignored); accumulated in double;
+ * xent_count(targets i32 [...]) -> count f32 [1]: the tokens whose target is not
+ *   ignore_index, the denominator of the loss's mean.
+ * cross_entropy(logits f32 [..., V], targets i32 [...], count f32 [1]) -> two outputs:
+ *   0: loss [1] = sum over tokens with target != ignore_index of lse - logits[target],
+ *      divided by count (0 when count is 0); accumulated in double;
  *   1: lse [...] f32, log-sum-exp of each token's logits (every token, ignored or
  *      not), saved for the backward.
  * A target outside [0, V) that is not ignore_index is a run-time error (MG_ERR_INVALID).
  *
- * cross_entropy_bwd(dloss [1], logits, targets, lse) -> dlogits [..., V]:
+ * cross_entropy_bwd(dloss [1], logits, targets, lse, count) -> dlogits [..., V]:
  *   (softmax(logits) - onehot(target)) * dloss / count; zero rows for ignored tokens.
  * Only output 0 is differentiable: a gradient flowing into lse is refused.
+ *
+ * Why the count is an input (mg_cross_entropy builds both nodes): the mean is over the
+ * tokens kept in the whole micro-batch, and a partitioner that gives a rank part of
+ * the tokens (context parallelism) must divide that rank's sum by the count of all of
+ * them, not of its own. As a node of its own, the count follows the sharding rules:
+ * counted on the whole replicated labels it is whole; counted on a sequence split it
+ * is a partial sum, and the conversion to whole is an all-reduce like any other. With
+ * an ignore index the ranks' counts differ, so the mean of the ranks' means would not
+ * be the serial loss.
  */
 #include <math.h>
 #include <string.h>
@@ -52,9 +63,18 @@ static int check_logits_targets(const mg_node *n, const mg_tensor *x, const mg_t
     return MG_OK;
 }
 
+static int check_count(const mg_node *n, const mg_tensor *c, mg_error *err) {
+    if (c->dtype != MG_F32 || mg_numel(c) != 1) return mg_shape_error(err, n, "count must be an f32 scalar");
+    return MG_OK;
+}
+
+/* The count a kernel divides by: the input's value, 0 (no token kept) giving loss 0. */
+static double count_of(const float *c) { return c[0] > 0 ? (double)c[0] : 0.0; }
+
 static int infer_xent(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     const mg_tensor *x = n->in[0], *t = n->in[1];
     int rc = check_logits_targets(n, x, t, err);
+    if (!rc) rc = check_count(n, n->in[2], err);
     if (rc) return rc;
     out[0].dtype = MG_F32;
     out[0].ndim = 1;
@@ -67,6 +87,7 @@ static int infer_xent(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
 static int infer_xent_bwd(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     const mg_tensor *dl = n->in[0], *x = n->in[1], *t = n->in[2], *lse = n->in[3];
     int rc = check_logits_targets(n, x, t, err);
+    if (!rc) rc = check_count(n, n->in[4], err);
     if (rc) return rc;
     if (dl->dtype != MG_F32 || mg_numel(dl) != 1) return mg_shape_error(err, n, "dloss must be an f32 scalar");
     if (lse->dtype != MG_F32 || !mg_same_shape(lse, t)) return mg_shape_error(err, n, "lse must be f32 shaped like targets");
@@ -87,8 +108,7 @@ MG_SIMD static int xent_cpu(const mg_kernel_args *a, mg_error *err) {
     const float *x = a->in[0];
     const int32_t *tg = a->in[1];
     float *loss = a->out[0], *lse = a->out[1];
-    double total = 0;
-    int64_t count = 0;
+    double total = 0, count = count_of(a->in[2]);
     for (int64_t t = 0; t < T; t++) {
         const float *xr = x + t * V;
         float m = mg_row_max(xr, V);
@@ -97,9 +117,8 @@ MG_SIMD static int xent_cpu(const mg_kernel_args *a, mg_error *err) {
         if (tg[t] == ign) continue;
         if (tg[t] < 0 || tg[t] >= V) return bad_target(err, n, t, tg[t], V);
         total += l - (double)xr[tg[t]];
-        count++;
     }
-    loss[0] = count ? (float)(total / (double)count) : 0.0f;
+    loss[0] = count > 0 ? (float)(total / count) : 0.0f;
     return MG_OK;
 }
 
@@ -116,13 +135,10 @@ MG_SIMD static int xent_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     const float *dl = a->in[0], *x = a->in[1], *lse = a->in[3];
     const int32_t *tg = a->in[2];
     float *dx = a->out[0];
-    int64_t count = 0;
-    for (int64_t t = 0; t < T; t++) {
-        if (tg[t] == ign) continue;
-        if (tg[t] < 0 || tg[t] >= Vt) return bad_target(err, n, t, tg[t], Vt);
-        count++;
-    }
-    float s = count ? (float)((double)dl[0] / (double)count) : 0.0f;
+    for (int64_t t = 0; t < T; t++)
+        if (tg[t] != ign && (tg[t] < 0 || tg[t] >= Vt)) return bad_target(err, n, t, tg[t], Vt);
+    double count = count_of(a->in[4]);
+    float s = count > 0 ? (float)((double)dl[0] / count) : 0.0f;
     for (int64_t t = 0; t < T; t++) {
         const float *xr = x + t * V;
         float *dr = dx + t * V;
@@ -146,9 +162,9 @@ MG_SIMD static int xent_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
  * xent_vp_parts(logits, targets, gmax) -> stats [..., 2]: per token the local sum of
  *   exp(logit - gmax) and the target's logit if this block owns it, else 0 (then one
  *   all-reduce SUM of both).
- * xent_vp_loss(stats, gmax, targets) -> loss [1], lse [...]: lse = gmax + log(sum), loss
- *   the mean of lse - target logit over non-ignored tokens; the backward is the local
- *   cross_entropy_bwd with the global lse. */
+ * xent_vp_loss(stats, gmax, targets, count) -> loss [1], lse [...]: lse = gmax + log(sum),
+ *   loss the sum of lse - target logit over non-ignored tokens divided by count; the
+ *   backward is the local cross_entropy_bwd with the global lse. */
 static int infer_vp_max(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     const mg_tensor *x = n->in[0];
     if (x->dtype != MG_F32 || x->ndim < 2) return mg_shape_error(err, n, "logits must be f32 [..., V]");
@@ -200,6 +216,8 @@ MG_SIMD static int vp_parts_cpu(const mg_kernel_args *a, mg_error *err) {
 
 static int infer_vp_loss(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     const mg_tensor *st = n->in[0], *m = n->in[1], *t = n->in[2];
+    int rc = check_count(n, n->in[3], err);
+    if (rc) return rc;
     if (t->dtype != MG_I32 || m->dtype != MG_F32 || !mg_same_shape(m, t))
         return mg_shape_error(err, n, "gmax (f32) and targets (i32) must share a shape");
     bool ok = st->dtype == MG_F32 && st->ndim == t->ndim + 1 && st->shape[t->ndim] == 2;
@@ -220,23 +238,21 @@ static int vp_loss_cpu(const mg_kernel_args *a, mg_error *err) {
     const float *st = a->in[0], *m = a->in[1];
     const int32_t *tg = a->in[2];
     float *loss = a->out[0], *lse = a->out[1];
-    double total = 0;
-    int64_t count = 0;
+    double total = 0, count = count_of(a->in[3]);
     for (int64_t t = 0; t < T; t++) {
         double l = (double)m[t] + log((double)st[2 * t]);
         lse[t] = (float)l;
         if (tg[t] == n->attrs.xent.ignore_index) continue;
         total += l - (double)st[2 * t + 1];
-        count++;
     }
-    loss[0] = count ? (float)(total / (double)count) : 0.0f;
+    loss[0] = count > 0 ? (float)(total / count) : 0.0f;
     return MG_OK;
 }
 
 const mg_op_def mg_opdef_XENT_VP_MAX = {"xent_vp_max", 1, 1, MG_OPF_NO_GRAD, infer_vp_max, NULL, NULL, vp_max_cpu, NULL, .shard = NULL};
 const mg_op_def mg_opdef_XENT_VP_PARTS = {"xent_vp_parts", 3, 3, MG_OPF_NO_GRAD, infer_vp_parts, NULL, NULL,
                                           vp_parts_cpu, NULL, .shard = NULL};
-const mg_op_def mg_opdef_XENT_VP_LOSS = {"xent_vp_loss", 3, 3, MG_OPF_NO_GRAD, infer_vp_loss, NULL, NULL, vp_loss_cpu,
+const mg_op_def mg_opdef_XENT_VP_LOSS = {"xent_vp_loss", 4, 4, MG_OPF_NO_GRAD, infer_vp_loss, NULL, NULL, vp_loss_cpu,
                                          NULL, .shard = NULL};
 
 static void cost_xent(const mg_node *n, double *flops, double *bytes) {
@@ -250,8 +266,8 @@ static int xent_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, cons
     if (n->n_out > 1 && dout[1])
         return mg_graph_fail(g, MG_ERR_UNSUPPORTED, "cross_entropy: its lse output is not differentiable");
     if (!need[0] || !dout[0]) return MG_OK; /* targets (need[1]) are integers: no gradient */
-    mg_tensor *in[4] = {dout[0], n->in[0], n->in[1], n->out[1]};
-    mg_node *b = mg_node_new(g, MG_OP_CROSS_ENTROPY_BWD, &n->attrs, 4, in, NULL);
+    mg_tensor *in[5] = {dout[0], n->in[0], n->in[1], n->out[1], n->in[2]};
+    mg_node *b = mg_node_new(g, MG_OP_CROSS_ENTROPY_BWD, &n->attrs, 5, in, NULL);
     din[0] = b ? b->out[0] : NULL;
     return MG_OK;
 }
@@ -270,30 +286,65 @@ static int shard_xent(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, 
     } else {
         io->want[0] = io->want[1] = mg_sh_full();
     }
+    io->want[2] = mg_sh_full(); /* the count of every kept token */
     io->out[0] = io->out[1] = mg_sh_full();
     return MG_OK;
 }
 
-/* Backward (dloss, logits, targets, stats): the logits gradient follows the logits'
- * vocabulary split (offset derived from the placement). */
+/* Backward (dloss, logits, targets, stats, count): the logits gradient follows the
+ * logits' vocabulary split (offset derived from the placement). */
 static int shard_xent_bwd(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
     (void)c, (void)err;
     mg_sharding s = io->in[1];
-    io->want[0] = io->want[2] = io->want[3] = mg_sh_full();
+    io->want[0] = io->want[2] = io->want[3] = io->want[4] = mg_sh_full();
     if (mg_sh_is_split(s) && s.dim == n->in[1]->ndim - 1) io->want[1] = io->out[0] = s;
     else io->want[1] = io->out[0] = mg_sh_full();
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_CROSS_ENTROPY = {"cross_entropy", 2, 2, 0, infer_xent, xent_grad, cost_xent, xent_cpu, NULL, .shard = shard_xent};
-const mg_op_def mg_opdef_CROSS_ENTROPY_BWD = {"cross_entropy_bwd", 4, 4, MG_OPF_NO_GRAD, infer_xent_bwd, NULL,
+const mg_op_def mg_opdef_CROSS_ENTROPY = {"cross_entropy", 3, 3, 0, infer_xent, xent_grad, cost_xent, xent_cpu, NULL, .shard = shard_xent};
+const mg_op_def mg_opdef_CROSS_ENTROPY_BWD = {"cross_entropy_bwd", 5, 5, MG_OPF_NO_GRAD, infer_xent_bwd, NULL,
                                               cost_xent, xent_bwd_cpu, NULL, .shard = shard_xent_bwd};
+
+/* ---- xent_count ------------------------------------------------------------------------ */
+static int infer_xent_count(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
+    if (n->in[0]->dtype != MG_I32) return mg_shape_error(err, n, "targets must be i32");
+    out[0].dtype = MG_F32;
+    out[0].ndim = 1;
+    for (int i = 0; i < MG_MAX_DIMS; i++) out[0].shape[i] = 1;
+    return 1;
+}
+
+static int xent_count_cpu(const mg_kernel_args *a, mg_error *err) {
+    (void)err;
+    const int32_t *tg = a->in[0];
+    int64_t T = mg_numel(a->node->in[0]), count = 0;
+    for (int64_t t = 0; t < T; t++) count += tg[t] != a->node->attrs.xent.ignore_index;
+    ((float *)a->out[0])[0] = (float)count; /* exact below 2^24 tokens per micro-batch */
+    return MG_OK;
+}
+
+/* Counting a share of the tokens gives a term of the whole count. */
+static int shard_xent_count(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)n, (void)c, (void)err;
+    io->want[0] = io->in[0];
+    io->out[0] = mg_sh_is_split(io->in[0]) ? mg_sh_partial() : mg_sh_full();
+    return MG_OK;
+}
+
+const mg_op_def mg_opdef_XENT_COUNT = {"xent_count", 1, 1, MG_OPF_NO_GRAD, infer_xent_count, NULL, NULL,
+                                       xent_count_cpu, NULL, .shard = shard_xent_count};
 
 mg_tensor *mg_cross_entropy(mg_graph *g, mg_tensor *logits, mg_tensor *targets, int32_t ignore_index) {
     mg_attrs at;
     memset(&at, 0, sizeof at);
     at.xent.ignore_index = ignore_index;
-    mg_tensor *in[2] = {logits, targets};
-    mg_node *n = mg_node_new(g, MG_OP_CROSS_ENTROPY, &at, 2, in, NULL);
+    if (logits && targets && targets->dtype != MG_I32) { /* named as the op the caller asked for */
+        mg_graph_fail(g, MG_ERR_SHAPE, "cross_entropy: targets must be i32");
+        return NULL;
+    }
+    mg_node *c = mg_node_new(g, MG_OP_XENT_COUNT, &at, 1, &targets, NULL);
+    mg_tensor *in[3] = {logits, targets, c ? c->out[0] : NULL};
+    mg_node *n = c ? mg_node_new(g, MG_OP_CROSS_ENTROPY, &at, 3, in, NULL) : NULL;
     return n ? n->out[0] : NULL;
 }

@@ -12,8 +12,9 @@
  * Ops. Every op runs on its rank's tokens: each op's own sharding rule (the one tp
  * uses, mg_op_def.shard) is applied over the cp axis, with three exceptions that
  * know what a token split means: the embedding lookup (the rank's tokens' rows),
- * the cross-entropy (the rank's share of the mean: local mean / C, a partial sum over
- * cp; its backward takes dloss / C) and attention (below). Weight gradients come out
+ * the cross-entropy (the rank's tokens' terms divided by the micro-batch's count of
+ * kept tokens, an input counted on the whole labels: a partial sum over cp, the
+ * rank's share of the mean, with or without an ignore index) and attention (below). Weight gradients come out
  * as partial sums over cp (the matmul, norm and embedding rules say so), and are
  * summed with the data-parallel reduction, over the combined dp x cp group
  * (partition.c). Tokens, labels and positions are replicated leaves; the first op
@@ -384,39 +385,6 @@ static int cp_attention_bwd(part_ctx *c, const mg_node *n) {
     return 1;
 }
 
-/* ---- the loss: the rank's share of the mean --------------------------------------------------- */
-static int cp_xent(part_ctx *c, const mg_node *n) {
-    int C = cp_size(c);
-    if (n->attrs.xent.ignore_index >= 0)
-        return part_fail(c, MG_ERR_UNSUPPORTED,
-                         "context parallelism: cross_entropy '%s' with an ignore index (the mean over the tokens "
-                         "kept needs their count over cp)",
-                         n->out[0]->name);
-    if (n->op == MG_OP_CROSS_ENTROPY) {
-        int rc = tp_partition_node(c, n);
-        if (rc) return rc;
-        const mg_tensor *lo = n->out[0];
-        pt p = c->st[lo->id];
-        mg_tensor *s = mg_scale(c->P, p.t, 1.0f / (float)C);
-        if (!s) return built(c, NULL);
-        return part_bind(c, n, lo, s, &p.pl) ? c->err->code : 1;
-    }
-    /* backward: dloss / C, because each rank's kernel divides by its own token count */
-    const mg_tensor *ld = n->in[0];
-    part_placement(c, ld);
-    pt saved = c->st[ld->id];
-    if (!saved.t || saved.pl.ax[MG_GROUP_CP].kind != MG_SHARD_FULL)
-        return part_fail(c, MG_ERR_UNSUPPORTED, "context parallelism: the loss gradient '%s' is not replicated over cp",
-                         ld->name);
-    mg_tensor *s = mg_scale(c->P, saved.t, 1.0f / (float)C);
-    if (!s) return built(c, NULL);
-    part_set_identity(c, s, ld, &saved.pl);
-    c->st[ld->id].t = s;
-    int rc = tp_partition_node(c, n);
-    c->st[ld->id] = saved;
-    return rc ? rc : 1;
-}
-
 /* ---- the walk's hooks -------------------------------------------------------------------------- */
 static bool is_split(mg_sharding s) { return s.kind == MG_SHARD_SPLIT; }
 
@@ -478,11 +446,13 @@ int cp_partition_node(part_ctx *c, const mg_node *n) {
         io.want[1] = mg_sh_full();
         io.out[0] = io.want[0];
     } else if (n->op == MG_OP_CROSS_ENTROPY && is_split(io.in[0]) && io.in[0].dim < last) {
+        /* the rank's tokens' terms over the micro-batch's count: a term of the mean */
         io.want[0] = io.want[1] = io.in[0];
+        io.want[2] = mg_sh_full();
         io.out[0] = mg_sh_partial();
         io.out[1] = io.in[0];
     } else if (n->op == MG_OP_CROSS_ENTROPY_BWD && is_split(io.in[1]) && io.in[1].dim < n->in[1]->ndim - 1) {
-        io.want[0] = mg_sh_full();
+        io.want[0] = io.want[4] = mg_sh_full();
         io.want[1] = io.want[2] = io.want[3] = io.out[0] = io.in[1];
     } else {
         const mg_op_def *def = mg_op_def_get(n->op);
@@ -506,7 +476,6 @@ int cp_partition_node(part_ctx *c, const mg_node *n) {
         c->cp_out[j].group = MG_GROUP_CP;
     }
     c->cp_node = true;
-    if (n->op == MG_OP_CROSS_ENTROPY || n->op == MG_OP_CROSS_ENTROPY_BWD) return cp_xent(c, n);
     return 0;
 }
 

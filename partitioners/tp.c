@@ -59,11 +59,13 @@ static int vocab_parallel_xent(part_ctx *c, const mg_node *n) {
     mg_node *parts = gmax ? part_emit_aux(c, n, MG_OP_XENT_VP_PARTS, &at, 3, pin, nm) : NULL;
     if (!parts) return c->err->code ? c->err->code : part_graph_error(c);
     mg_tensor *stats = mg_allreduce(c->P, parts->out[0], MG_GROUP_TP, c->tp, MG_REDUCE_SUM, c->seq++);
-    mg_tensor *lin[3] = {stats, gmax, tg};
+    mg_tensor *count = stats ? cp_get(c, n->in[2], sh_full(), 2) : NULL;
+    mg_tensor *lin[4] = {stats, gmax, tg, count};
     mg_node tmp = *n; /* the loss node stands for the logical cross_entropy node */
     tmp.op = MG_OP_XENT_VP_LOSS;
-    tmp.n_in = 3;
+    tmp.n_in = 4;
     if (!stats) return part_graph_error(c);
+    if (!count) return c->err->code;
     mg_sharding outs[2] = {sh_full(), sh_full()};
     return part_emit(c, &tmp, lin, &at, outs) ? MG_OK : c->err->code;
 }

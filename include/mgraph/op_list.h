@@ -39,6 +39,7 @@ MG_OP(MOE_UNPERMUTE, "moe_unpermute")
 MG_OP(MOE_GROUPED_MATMUL, "moe_grouped_matmul")
 /* piecewise-constant forward ops: they stop gradients (no gradient rule needed) */
 MG_OP(MOE_TOPK_COUNT, "moe_topk_count")
+MG_OP(XENT_COUNT, "xent_count")
 /* ops emitted by gradient rules (no gradient rule of their own) */
 MG_OP(ZEROS, "zeros")
 MG_OP(LAYERNORM_BWD, "layernorm_bwd")

@@ -49,7 +49,8 @@ mg_tensor *mg_attention(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, b
 /* ids (i32, any shape) -> ids.shape + [h], rows of table [V, h]. */
 mg_tensor *mg_embedding(mg_graph *g, mg_tensor *ids, mg_tensor *table);
 /* Mean over tokens whose target != ignore_index of -log softmax(logits)[target].
- * logits [..., V], targets (i32) [...]. Output: scalar [1]. */
+ * logits [..., V], targets (i32) [...]. Output: scalar [1]. Two nodes: xent_count
+ * (the tokens kept, the mean's denominator) and cross_entropy (ops/cross_entropy.c). */
 mg_tensor *mg_cross_entropy(mg_graph *g, mg_tensor *logits, mg_tensor *targets, int32_t ignore_index);
 /* Rotary embedding on x [s, b, nh, hd] (hd even, rotate-half / NeoX pairing as
  * LLaMA in Hugging Face), positions pos (i32) [s]. */

@@ -70,7 +70,7 @@ extern "C" int mg_cuda_softmax_bwd(const mg_kernel_args *a, mg_error *err) {
 /* ---- cross_entropy ------------------------------------------------------------------- */
 /* Per token: lse, and term = lse - x[target] (0 for ignored); bad targets counted. */
 __global__ void k_xent_rows(const float *__restrict__ x, const int32_t *__restrict__ tg, float *lse, double *term,
-                            int *valid, int *bad, int64_t V, int32_t ign) {
+                            int *bad, int64_t V, int32_t ign) {
     __shared__ float shf[32];
     __shared__ double shd[32];
     int64_t t = blockIdx.x;
@@ -86,21 +86,32 @@ __global__ void k_xent_rows(const float *__restrict__ x, const int32_t *__restri
         bool ok = g != ign && g >= 0 && g < V;
         if (g != ign && !ok) atomicAdd(bad, 1);
         term[t] = ok ? l - (double)xr[g] : 0.0;
-        valid[t] = ok;
     }
 }
 
-/* One block: loss = sum(term) / count in token order. */
-__global__ void k_mean_terms(const double *__restrict__ term, const int *__restrict__ valid, float *loss, int64_t T) {
+/* One block: loss = sum(term) / count (the op's count input) in token order. */
+__global__ void k_mean_terms(const double *__restrict__ term, const float *__restrict__ count, float *loss, int64_t T) {
     __shared__ double sh[32];
-    double s = 0, c = 0;
-    for (int64_t t = threadIdx.x; t < T; t += blockDim.x) {
-        s += term[t];
-        c += valid[t];
-    }
+    double s = 0;
+    for (int64_t t = threadIdx.x; t < T; t += blockDim.x) s += term[t];
     s = mg_block_sum(s, sh);
-    c = mg_block_sum(c, sh);
+    double c = count[0];
     if (threadIdx.x == 0) loss[0] = c > 0 ? (float)(s / c) : 0.0f;
+}
+
+/* xent_count: the tokens whose target is not ignore_index, as a float; one block. */
+__global__ void k_xent_count(const int32_t *__restrict__ tg, int64_t T, int32_t ign, float *count) {
+    __shared__ double sh[32];
+    double c = 0;
+    for (int64_t t = threadIdx.x; t < T; t += blockDim.x) c += tg[t] != ign;
+    c = mg_block_sum(c, sh);
+    if (threadIdx.x == 0) count[0] = (float)c;
+}
+
+extern "C" int mg_cuda_xent_count(const mg_kernel_args *a, mg_error *err) {
+    k_xent_count<<<1, 1024, 0, mg_cuda_stream()>>>((const int32_t *)a->in[0], mg_numel(a->node->in[0]),
+                                                   a->node->attrs.xent.ignore_index, (float *)a->out[0]);
+    return mg_cuda_check_launch("xent_count", err);
 }
 
 /* Waits for the stream and reports bad targets counted in *bad_dev. */
@@ -118,16 +129,15 @@ static int check_targets(const mg_node *n, int *bad_dev, int64_t V, mg_error *er
 typedef struct xent_scratch {
     void *mem;
     double *term;
-    int *valid, *bad;
+    int *bad;
 } xent_scratch;
 
 static int scratch_tokens(xent_scratch *s, int64_t T, const char *what, mg_error *err) {
-    size_t bytes = (size_t)T * (sizeof(double) + sizeof(int)) + 64;
+    size_t bytes = (size_t)T * sizeof(double) + 64;
     int rc = mg_cuda_scratch(&s->mem, bytes, what, err);
     if (rc) return rc;
     s->term = (double *)s->mem;
-    s->valid = (int *)(s->term + T);
-    s->bad = s->valid + T;
+    s->bad = (int *)(s->term + T);
     return mg_cuda_check(cudaMemsetAsync(s->bad, 0, sizeof(int), mg_cuda_stream()), what, err);
 }
 
@@ -140,36 +150,29 @@ extern "C" int mg_cuda_cross_entropy(const mg_kernel_args *a, mg_error *err) {
     if ((rc = scratch_tokens(&s, T, "cross_entropy", err))) return rc;
     if (T)
         k_xent_rows<<<(unsigned)T, NT, 0, mg_cuda_stream()>>>((const float *)a->in[0], (const int32_t *)a->in[1],
-                                                             (float *)a->out[1], s.term, s.valid, s.bad, V,
+                                                             (float *)a->out[1], s.term, s.bad, V,
                                                              n->attrs.xent.ignore_index);
-    k_mean_terms<<<1, 1024, 0, mg_cuda_stream()>>>(s.term, s.valid, (float *)a->out[0], T);
+    k_mean_terms<<<1, 1024, 0, mg_cuda_stream()>>>(s.term, (const float *)a->in[2], (float *)a->out[0], T);
     rc = mg_cuda_check_launch("cross_entropy", err);
     if (!rc) rc = check_targets(n, s.bad, V, err);
     mg_cuda_scratch_free(s.mem);
     return rc;
 }
 
-/* count of non-ignored tokens (bad ones counted apart), one block */
-__global__ void k_count_targets(const int32_t *__restrict__ tg, int64_t T, int32_t ign, int64_t Vt, int *count,
-                                int *bad) {
+/* targets outside the vocabulary that are not ignored, one block */
+__global__ void k_bad_targets(const int32_t *__restrict__ tg, int64_t T, int32_t ign, int64_t Vt, int *bad) {
     __shared__ double sh[32];
-    double c = 0, b = 0;
+    double b = 0;
     for (int64_t t = threadIdx.x; t < T; t += blockDim.x) {
         int32_t g = tg[t];
-        if (g == ign) continue;
-        if (g < 0 || g >= Vt) b += 1;
-        else c += 1;
+        if (g != ign && (g < 0 || g >= Vt)) b += 1;
     }
-    c = mg_block_sum(c, sh);
     b = mg_block_sum(b, sh);
-    if (threadIdx.x == 0) {
-        *count = (int)c;
-        *bad = (int)b;
-    }
+    if (threadIdx.x == 0) *bad = (int)b;
 }
 
 __global__ void k_xent_bwd(const float *__restrict__ dl, const float *__restrict__ x, const int32_t *__restrict__ tg,
-                           const float *__restrict__ lse, const int *__restrict__ count, float *dx, int64_t V,
+                           const float *__restrict__ lse, const float *__restrict__ count, float *dx, int64_t V,
                            int64_t off, int32_t ign) {
     int64_t t = blockIdx.x;
     const float *xr = x + t * V;
@@ -179,8 +182,8 @@ __global__ void k_xent_bwd(const float *__restrict__ dl, const float *__restrict
         for (int64_t j = threadIdx.x; j < V; j += blockDim.x) dr[j] = 0.0f;
         return;
     }
-    int c = *count;
-    float s = c ? (float)((double)dl[0] / (double)c) : 0.0f, l = lse[t];
+    double c = count[0];
+    float s = c > 0 ? (float)((double)dl[0] / c) : 0.0f, l = lse[t];
     int64_t col = (int64_t)g - off;
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
         float v = expf(xr[j] - l) * s;
@@ -195,17 +198,16 @@ extern "C" int mg_cuda_cross_entropy_bwd(const mg_kernel_args *a, mg_error *err)
     int rc = rows_of(lt, &V, &T, "cross_entropy_bwd", err);
     if (rc) return rc;
     int64_t Vt = lt->logical.shape[lt->logical.ndim - 1];
-    int *cnt;
-    if ((rc = mg_cuda_scratch((void **)&cnt, 2 * sizeof(int), "cross_entropy_bwd", err))) return rc;
-    k_count_targets<<<1, 1024, 0, mg_cuda_stream()>>>((const int32_t *)a->in[2], T, n->attrs.xent.ignore_index, Vt, cnt,
-                                                      cnt + 1);
+    int *bad;
+    if ((rc = mg_cuda_scratch((void **)&bad, sizeof(int), "cross_entropy_bwd", err))) return rc;
+    k_bad_targets<<<1, 1024, 0, mg_cuda_stream()>>>((const int32_t *)a->in[2], T, n->attrs.xent.ignore_index, Vt, bad);
     if (T)
         k_xent_bwd<<<(unsigned)T, NT, 0, mg_cuda_stream()>>>(
-            (const float *)a->in[0], (const float *)a->in[1], (const int32_t *)a->in[2], (const float *)a->in[3], cnt,
-            (float *)a->out[0], V, n->attrs.xent.vocab_offset, n->attrs.xent.ignore_index);
+            (const float *)a->in[0], (const float *)a->in[1], (const int32_t *)a->in[2], (const float *)a->in[3],
+            (const float *)a->in[4], (float *)a->out[0], V, n->attrs.xent.vocab_offset, n->attrs.xent.ignore_index);
     rc = mg_cuda_check_launch("cross_entropy_bwd", err);
-    if (!rc) rc = check_targets(n, cnt + 1, Vt, err);
-    mg_cuda_scratch_free(cnt);
+    if (!rc) rc = check_targets(n, bad, Vt, err);
+    mg_cuda_scratch_free(bad);
     return rc;
 }
 
@@ -251,13 +253,12 @@ extern "C" int mg_cuda_xent_vp_parts(const mg_kernel_args *a, mg_error *err) {
 }
 
 __global__ void k_vp_terms(const float *__restrict__ st, const float *__restrict__ m, const int32_t *__restrict__ tg,
-                           float *lse, double *term, int *valid, int64_t T, int32_t ign) {
+                           float *lse, double *term, int64_t T, int32_t ign) {
     MG_GRID_STRIDE(t, T) {
         double l = (double)m[t] + log((double)st[2 * t]);
         lse[t] = (float)l;
         bool ok = tg[t] != ign;
         term[t] = ok ? l - (double)st[2 * t + 1] : 0.0;
-        valid[t] = ok;
     }
 }
 
@@ -270,8 +271,8 @@ extern "C" int mg_cuda_xent_vp_loss(const mg_kernel_args *a, mg_error *err) {
     if (T)
         k_vp_terms<<<mg_cuda_blocks(T, NT), NT, 0, mg_cuda_stream()>>>(
             (const float *)a->in[0], (const float *)a->in[1], (const int32_t *)a->in[2], (float *)a->out[1], s.term,
-            s.valid, T, n->attrs.xent.ignore_index);
-    k_mean_terms<<<1, 1024, 0, mg_cuda_stream()>>>(s.term, s.valid, (float *)a->out[0], T);
+            T, n->attrs.xent.ignore_index);
+    k_mean_terms<<<1, 1024, 0, mg_cuda_stream()>>>(s.term, (const float *)a->in[3], (float *)a->out[0], T);
     rc = mg_cuda_check_launch("xent_vp_loss", err);
     mg_cuda_scratch_free(s.mem);
     return rc;

@@ -28,6 +28,7 @@ K(rmsnorm_bwd)
 K(softmax)
 K(softmax_bwd)
 K(cross_entropy)
+K(xent_count)
 K(cross_entropy_bwd)
 K(xent_vp_max)
 K(xent_vp_parts)
@@ -81,6 +82,7 @@ const mg_kernel_fn mg_cuda_kernels[MG_OP_COUNT] = {
     [MG_OP_SOFTMAX] = mg_cuda_softmax,
     [MG_OP_SOFTMAX_BWD] = mg_cuda_softmax_bwd,
     [MG_OP_CROSS_ENTROPY] = mg_cuda_cross_entropy,
+    [MG_OP_XENT_COUNT] = mg_cuda_xent_count,
     [MG_OP_CROSS_ENTROPY_BWD] = mg_cuda_cross_entropy_bwd,
     [MG_OP_XENT_VP_MAX] = mg_cuda_xent_vp_max,
     [MG_OP_XENT_VP_PARTS] = mg_cuda_xent_vp_parts,

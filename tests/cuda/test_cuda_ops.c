@@ -125,8 +125,10 @@ static mg_tensor *g_xent_vp(mg_graph *g) {
     mg_tensor *pin[3] = {x, t, mx->out[0]};
     mg_node *parts = mg_node_new(g, MG_OP_XENT_VP_PARTS, &at, 3, pin, NULL);
     if (!parts) return NULL;
-    mg_tensor *lin[3] = {parts->out[0], mx->out[0], t};
-    mg_node_new(g, MG_OP_XENT_VP_LOSS, &at, 3, lin, NULL);
+    mg_node *cnt = mg_node_new(g, MG_OP_XENT_COUNT, &at, 1, &t, NULL);
+    if (!cnt) return NULL;
+    mg_tensor *lin[4] = {parts->out[0], mx->out[0], t, cnt->out[0]};
+    mg_node_new(g, MG_OP_XENT_VP_LOSS, &at, 4, lin, NULL);
     return NULL; /* forward only: these pieces have no gradient rules */
 }
 

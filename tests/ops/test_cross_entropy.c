@@ -1,6 +1,7 @@
-/* cross_entropy and cross_entropy_bwd: forward against double loops (ignored targets,
- * large logits, every token ignored, a bad target at run time), the gradient against
- * finite differences with ignored targets, builder errors. */
+/* xent_count, cross_entropy and cross_entropy_bwd: forward against double loops
+ * (ignored targets, large logits, every token ignored, a bad target at run time, a
+ * count that is not the node's own, as a rank of a context-parallel run gets), the
+ * gradient against finite differences with ignored targets, builder errors. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +38,14 @@ static void fwd_cross_entropy(void) {
     mg_tensor *tg = mg_input(g, "targets", MG_I32, 2, (int64_t[]){2, 5});
     mg_node *n = xent_node(g, x, tg, -100);
     mg_node *n_all = xent_node(g, x, mg_input(g, "ignored", MG_I32, 2, (int64_t[]){2, 5}), -100);
+    /* the same tokens' terms over another count (a rank's share under context parallelism) */
+    mg_attrs at;
+    memset(&at, 0, sizeof at);
+    at.xent.ignore_index = -100;
+    mg_node *n20 = mg_node_new(g, MG_OP_CROSS_ENTROPY, &at, 3,
+                               (mg_tensor *[]){x, tg, mg_input(g, "count20", MG_F32, 1, (int64_t[]){1})}, NULL);
     tk_run r;
-    if (!n || !n_all || tk_prepare(&r, g)) {
+    if (!n || !n_all || !n20 || tk_prepare(&r, g)) {
         TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
         mg_graph_free(g);
         return;
@@ -52,13 +59,20 @@ static void fwd_cross_entropy(void) {
     const int32_t targets[T] = {3, -100, 0, 10, 7, -100, 5, 5, 1, 9};
     memcpy(tk_i32(&r, tg), targets, sizeof targets);
     for (int i = 0; i < T; i++) tk_i32(&r, n_all->in[1])[i] = -100;
+    tk_f32(&r, n20->in[2])[0] = 20.0f;
     TK_CHECK(tk_exec(&r) == 0, "exec");
+    TK_CHECK(n->in[2]->src && n->in[2]->src->op == MG_OP_XENT_COUNT, "mg_cross_entropy counts with an xent_count node");
+    float eight = 8, zero_count = 0;
+    tk_expect_close("xent_count", tk_f32(&r, n->in[2]), &eight, 1, 0, 0);
+    tk_expect_close("xent_count all ignored", tk_f32(&r, n_all->in[2]), &zero_count, 1, 0, 0);
     double lse[T];
     float want_loss = (float)ref_xent(xv, targets, T, V, -100, lse), want_lse[T];
     for (int t = 0; t < T; t++) want_lse[t] = (float)lse[t];
     /* double accumulation, one rounding to float at the end (expf inside: ~1e-7 relative) */
     tk_expect_close("cross_entropy loss", tk_f32(&r, n->out[0]), &want_loss, 1, 1e-6, 1e-6);
     tk_expect_close("cross_entropy lse", tk_f32(&r, n->out[1]), want_lse, T, 1e-6, 1e-6);
+    float want20 = (float)(ref_xent(xv, targets, T, V, -100, lse) * 8.0 / 20.0);
+    tk_expect_close("cross_entropy count 20", tk_f32(&r, n20->out[0]), &want20, 1, 1e-6, 1e-6);
     float zero = 0;
     tk_expect_close("cross_entropy all ignored", tk_f32(&r, n_all->out[0]), &zero, 1, 0, 0);
     /* a target outside [0, V) that is not ignore_index is a run-time error */
@@ -76,12 +90,19 @@ static void fwd_cross_entropy_bwd(void) {
     mg_tensor *x = mg_input(g, "logits", MG_F32, 2, (int64_t[]){T, V});
     mg_tensor *tg = mg_input(g, "targets", MG_I32, 1, (int64_t[]){T});
     mg_tensor *lse = mg_input(g, "lse", MG_F32, 1, (int64_t[]){T});
+    mg_tensor *cnt = mg_input(g, "count", MG_F32, 1, (int64_t[]){1});
     mg_attrs at;
     memset(&at, 0, sizeof at);
     at.xent.ignore_index = 2;
-    mg_node *n = mg_node_new(g, MG_OP_CROSS_ENTROPY_BWD, &at, 4, (mg_tensor *[]){dl, x, tg, lse}, NULL);
+    mg_node *n = mg_node_new(g, MG_OP_CROSS_ENTROPY_BWD, &at, 5, (mg_tensor *[]){dl, x, tg, lse, cnt}, NULL);
+    /* the same tokens, divided by the count of a larger micro-batch (context parallelism) */
+    mg_node *n20 = mg_node_new(g, MG_OP_CROSS_ENTROPY_BWD, &at, 5,
+                               (mg_tensor *[]){dl, x, tg, lse, mg_input(g, "count20", MG_F32, 1, (int64_t[]){1})}, NULL);
+    /* a count of 0 (no token kept anywhere): zero gradient, not a division by zero */
+    mg_node *n0 = mg_node_new(g, MG_OP_CROSS_ENTROPY_BWD, &at, 5,
+                              (mg_tensor *[]){dl, x, tg, lse, mg_input(g, "count0", MG_F32, 1, (int64_t[]){1})}, NULL);
     tk_run r;
-    if (!n || tk_prepare(&r, g)) {
+    if (!n || !n20 || !n0 || tk_prepare(&r, g)) {
         TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
         mg_graph_free(g);
         return;
@@ -95,15 +116,21 @@ static void fwd_cross_entropy_bwd(void) {
     ref_xent(xv, targets, T, V, 2, l);
     for (int t = 0; t < T; t++) tk_f32(&r, lse)[t] = (float)l[t];
     tk_f32(&r, dl)[0] = 0.75f;
+    tk_f32(&r, cnt)[0] = 7.0f;
+    tk_f32(&r, n20->in[4])[0] = 20.0f;
+    tk_f32(&r, n0->in[4])[0] = 0.0f;
     for (int i = 0; i < T * V; i++) tk_f32(&r, n->out[0])[i] = NAN; /* must be overwritten */
     TK_CHECK(tk_exec(&r) == 0, "exec");
-    float want[T * V];
+    float want[T * V], want20[T * V], zero[T * V] = {0};
     for (int t = 0; t < T; t++)
         for (int j = 0; j < V; j++) {
             double p = exp((double)xv[t * V + j] - l[t]);
             want[t * V + j] = targets[t] == 2 ? 0.0f : (float)((p - (j == targets[t])) * 0.75 / 7.0);
+            want20[t * V + j] = targets[t] == 2 ? 0.0f : (float)((p - (j == targets[t])) * 0.75 / 20.0);
         }
     tk_expect_close("cross_entropy_bwd", tk_f32(&r, n->out[0]), want, T * V, 1e-5, 1e-7);
+    tk_expect_close("cross_entropy_bwd count 20", tk_f32(&r, n20->out[0]), want20, T * V, 1e-5, 1e-7);
+    tk_expect_close("cross_entropy_bwd count 0", tk_f32(&r, n0->out[0]), zero, T * V, 0, 0);
     tk_release(&r);
     mg_graph_free(g);
 }
@@ -167,8 +194,21 @@ static void fwd_errors(void) {
     mg_tensor *x = mg_input(g, "logits", MG_F32, 2, (int64_t[]){4, 7});
     mg_tensor *t = mg_input(g, "targets", MG_I32, 1, (int64_t[]){4});
     mg_tensor *lse = mg_input(g, "lse", MG_F32, 1, (int64_t[]){4});
-    mg_node *n = mg_node_new(g, MG_OP_CROSS_ENTROPY_BWD, NULL, 4, (mg_tensor *[]){dl, x, t, lse}, NULL);
+    mg_tensor *cnt = mg_input(g, "count", MG_F32, 1, (int64_t[]){1});
+    mg_node *n = mg_node_new(g, MG_OP_CROSS_ENTROPY_BWD, NULL, 5, (mg_tensor *[]){dl, x, t, lse, cnt}, NULL);
     expect_error("bwd dloss not scalar", g, n == NULL, "cross_entropy_bwd");
+    mg_graph_free(g);
+    g = mg_graph_new();
+    x = mg_input(g, "logits", MG_F32, 2, (int64_t[]){4, 7});
+    t = mg_input(g, "targets", MG_I32, 1, (int64_t[]){4});
+    mg_tensor *icnt = mg_input(g, "icount", MG_I32, 1, (int64_t[]){1});
+    n = mg_node_new(g, MG_OP_CROSS_ENTROPY, NULL, 3, (mg_tensor *[]){x, t, icnt}, NULL);
+    expect_error("i32 count", g, n == NULL, "cross_entropy");
+    mg_graph_free(g);
+    g = mg_graph_new();
+    x = mg_input(g, "logits", MG_F32, 2, (int64_t[]){4, 7});
+    n = mg_node_new(g, MG_OP_XENT_COUNT, NULL, 1, &x, NULL);
+    expect_error("f32 targets of xent_count", g, n == NULL, "xent_count");
     mg_graph_free(g);
 }
 
