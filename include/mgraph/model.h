@@ -114,9 +114,14 @@ typedef struct mg_gpt {
  * model.embed_positions.weight [P, h] with learned positions. */
 int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *out, mg_error *err);
 void mg_gpt_release(mg_gpt *m);
+/* A label the loss leaves out (PyTorch's ignore_index): the host writes it where
+ * Megatron's loss mask is 0 (mgraph-run --eod-mask-loss). */
+#define MG_LABEL_IGNORE (-100)
+
 /* Forward of one micro-batch: tokens, targets [s, b] (i32), positions [s] (i32): the
  * learned position table's rows, or RoPE's angles.
- * Returns the mean cross-entropy over the micro-batch's tokens ([1]). */
+ * Returns the mean cross-entropy over the micro-batch's tokens whose label is not
+ * MG_LABEL_IGNORE ([1]; 0 when every label is). */
 mg_tensor *mg_gpt2_forward(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions,
                            mg_tensor *targets, bool training);
 
