@@ -410,6 +410,9 @@ static int open_data(run *r, mg_step_config *sc, mg_error *err) {
     mg_tokenizer_config tc = {c->tokenizer_type, c->vocab_file, c->merge_file, c->tokenizer_model};
     int rc = mg_tokenizer_open(&tc, &r->tok, err);
     if (rc) return rc;
+    if (c->eod_mask_loss && mg_tokenizer_eod(r->tok) < 0)
+        return mg_error_set(err, MG_ERR_INVALID, "--eod-mask-loss: the %s has no end-of-document token",
+                            mg_tokenizer_type(r->tok));
     int64_t vocab = mg_tokenizer_vocab_size(r->tok);
     sc->model.vocab = mg_vocab_padded(vocab, c->make_vocab_size_divisible_by, tp);
     uint64_t gbs = (uint64_t)c->global_batch_size;
@@ -468,8 +471,17 @@ static int local_instances_of(const run *r, int64_t gbs) { return local_micro_of
 static int resolve_split(run *r, mg_step_config *sc, int rc, mg_error *err) {
     bool moe = !rc && sc->model.moe.num_experts > 0;
     if (!rc) rc = mg_plan_check_split(&r->plan, r->cfg.micro_batch_size, moe, err);
-    int k = rc ? INT_MAX
-               : mg_plan_micro_batch_split(&r->plan, r->cfg.micro_batch_size, local_micro(r), default_workers_here(r), moe);
+    /* A sub-batch's loss is the mean over its own kept tokens: with a loss mask the
+     * sub-batches' means do not average to the micro-batch's mean. */
+    if (!rc && r->cfg.eod_mask_loss && r->plan.micro_batch_split > 1)
+        rc = mg_error_set(err, MG_ERR_UNSUPPORTED,
+                          "micro-batch split %d with --eod-mask-loss is not supported (the loss is the mean over the "
+                          "micro-batch's unmasked tokens, which its sub-batches do not share)",
+                          r->plan.micro_batch_split);
+    int k = rc                     ? INT_MAX
+            : r->cfg.eod_mask_loss ? 1
+                                   : mg_plan_micro_batch_split(&r->plan, r->cfg.micro_batch_size, local_micro(r),
+                                                               default_workers_here(r), moe);
     if (r->mpi_world > 1) MPI_Allreduce(MPI_IN_PLACE, &k, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (rc) return rc;
     r->split = k;
@@ -479,7 +491,9 @@ static int resolve_split(run *r, mg_step_config *sc, int rc, mg_error *err) {
 }
 
 /* Writes samples [first, first + gbs) of a split into graph g's per-micro-batch inputs,
- * laid out [s, b]. This rank's micro-batch instance i is global micro-batch
+ * laid out [s, b]; with --eod-mask-loss the label of a position whose input token is the
+ * end-of-document token is MG_LABEL_IGNORE (Megatron's loss_mask[tokens == eod] = 0).
+ * This rank's micro-batch instance i is global micro-batch
  * i * dp + dp_rank (Megatron's sampler: each group of dp micro-batches is dealt out to
  * the data-parallel ranks in order), samples first + (that) * mbs + j. Also sets
  * loss_scale to 1 / micro-batches of the global batch. gbs is this step's global batch
@@ -504,6 +518,7 @@ static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_
         return mg_error_set(err, MG_ERR_RUNTIME, "the step graph lacks input_ids, labels and loss_scale");
     /* sub-batches: instance i * nsub + q holds samples q * sub .. of micro-batch i */
     int nsub = split_of(r), sub = mbs / nsub;
+    int32_t eod = r->cfg.eod_mask_loss ? mg_tokenizer_eod(r->tok) : -1;
     if (ls) *(float *)mg_storage_data(store, ls) = 1.0f / (float)(n_global * nsub);
     if (!tt && !lt) return MG_OK;
     for (int inst = 0; inst < local_instances_of(r, gbs); inst++) {
@@ -525,7 +540,7 @@ static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_
                                         mg_tokenizer_type(r->tok), (long long)vocab);
             for (int t = 0; t < s; t++) {
                 if (tok) tok[t * sub + j] = r->sample[t];
-                if (lab) lab[t * sub + j] = r->sample[t + 1];
+                if (lab) lab[t * sub + j] = eod >= 0 && r->sample[t] == eod ? MG_LABEL_IGNORE : r->sample[t + 1];
             }
         }
     }

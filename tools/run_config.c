@@ -153,6 +153,8 @@ static const flag flags[] = {
     {"--vocab-file", F_STR, O(vocab_file), USE, NULL, "GPT-2 vocab.json"},
     {"--merge-file", F_STR, O(merge_file), USE, NULL, "GPT-2 merges.txt"},
     {"--tokenizer-model", F_STR, O(tokenizer_model), USE, NULL, "SentencePiece tokenizer.model"},
+    {"--eod-mask-loss", F_BOOL, O(eod_mask_loss), USE, NULL,
+     "leave out of the loss the positions whose input token is the end-of-document token (Megatron's loss mask)"},
     {"--num-workers", F_INT, NOFF, NOOP, NULL, "mgraph reads samples in the training process (no loader workers)"},
     {"--dataloader-type", F_STR, NOFF, NOOP, "single|cyclic|external",
      "mgraph reads the dataset's shuffled sample order front to back, as Megatron's 'single' loader does"},

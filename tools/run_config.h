@@ -50,6 +50,7 @@ typedef struct mg_run_config {
     /* data */
     const char *text_file, *data_path, *split, *data_cache_path;
     const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model;
+    bool eod_mask_loss; /* leave out of the loss the positions whose input is the end-of-document token */
     /* parallelism */
     int tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size, expert_model_parallel_size;
     int expert_tensor_parallel_size;
