@@ -187,6 +187,7 @@ mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, 
     if (aux->load_balancing_loss) aux->load_balancing_loss = mg_scale(g, aux->load_balancing_loss, 1.0f / (float)n_moe);
     if (aux->z_loss) aux->z_loss = mg_scale(g, aux->z_loss, 1.0f / (float)n_moe);
     mg_tensor *loss = mg_cross_entropy(g, logits, targets, MG_LABEL_IGNORE);
+    aux->tokens = loss ? loss->src->in[2] : NULL; /* (xent_count's output) */
     mg_graph_set_layer(g, outer_layer);
     return loss;
 }

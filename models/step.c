@@ -55,6 +55,7 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
     st->positions = mg_input(g, "position_ids", MG_I32, 1, &s);
     st->loss_scale = mg_input(g, "loss_scale", MG_F32, 1, &one);
     if (st->loss_scale) st->loss_scale->init = (mg_init){MG_INIT_CONSTANT, 1.0f / (float)c->n_micro};
+    if (c->loss_token_mean) st->token_scale = mg_input(g, "token_scale", MG_F32, 1, &one);
     /* the per-micro-batch part */
     mg_graph_set_mb(g, 0);
     st->tokens = mg_input(g, "input_ids", MG_I32, 2, (int64_t[]){s, b});
@@ -68,7 +69,12 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
     /* the loss scaling and its accumulation belong with the loss (the last stage) */
     mg_graph_set_layer(g, MG_LAYER_POST);
     mg_tensor *scaled = l && st->loss_scale ? mg_mul(g, l, st->loss_scale) : NULL;
-    mg_tensor *sum = accumulate(g, scaled, "lm_loss.acc", "lm_loss.sum");
+    /* reported: the step's mean loss (over micro-batches, or over kept tokens) */
+    mg_tensor *reported = !c->loss_token_mean ? scaled
+                          : l && aux.tokens && st->token_scale
+                              ? mg_mul(g, mg_mul(g, l, aux.tokens), st->token_scale)
+                              : NULL;
+    mg_tensor *sum = accumulate(g, reported, "lm_loss.acc", "lm_loss.sum");
     /* MoE: the objective adds the auxiliary losses (scaled alike); the lm loss is
      * reported alone and the load-balancing / z losses beside it (Megatron) */
     mg_tensor *objective = aux.loss ? mg_add(g, scaled, mg_mul(g, aux.loss, st->loss_scale)) : scaled;

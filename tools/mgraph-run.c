@@ -376,6 +376,7 @@ static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) 
     sc->micro_batch = c->micro_batch_size;
     sc->n_micro = c->global_batch_size / c->micro_batch_size;
     sc->training = true;
+    sc->loss_token_mean = c->eod_mask_loss; /* Megatron's log line: the mean over the kept tokens */
     mg_adamw_config *o = &sc->optim;
     *o = mg_adamw_defaults();
     o->beta1 = c->adam_beta1;
@@ -502,8 +503,27 @@ static int resolve_split(run *r, mg_step_config *sc, int rc, mg_error *err) {
 static const mg_rank_graph *rank_of(const run *r, const mg_graph *g) { return g == r->eval_g ? &r->eval_rg : &r->train_rg; }
 static const mg_step *step_of(const run *r, const mg_graph *g) { return g == r->eval_g ? &r->eval : &r->train; }
 
+/* The label of position t of a sample (seq_length + 1 tokens): the next token, or
+ * MG_LABEL_IGNORE where the input is the end-of-document token eod (>= 0: --eod-mask-loss). */
+static int32_t label_at(const int32_t *sample, int t, int32_t eod) {
+    return eod >= 0 && sample[t] == eod ? MG_LABEL_IGNORE : sample[t + 1];
+}
+
+/* Labels kept in the loss over the whole global batch [first, first + gbs) of a split
+ * (every data-parallel rank's samples: each rank counts them all, no communication). */
+static int kept_tokens(run *r, int split, uint64_t first, int64_t gbs, int32_t eod, uint64_t *kept, mg_error *err) {
+    uint64_t n = mg_dataset_num_samples(r->data, split);
+    *kept = 0;
+    for (int64_t i = 0; i < gbs; i++) {
+        int rc = mg_dataset_sample(r->data, split, (first + (uint64_t)i) % n, r->sample, err);
+        if (rc) return rc;
+        for (int t = 0; t < r->cfg.seq_length; t++) *kept += label_at(r->sample, t, eod) != MG_LABEL_IGNORE;
+    }
+    return MG_OK;
+}
+
 static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_t first, int64_t gbs,
-                      mg_error *err) {
+                      uint64_t *kept, mg_error *err) {
     int s = r->cfg.seq_length, mbs = r->cfg.micro_batch_size, n_global = (int)(gbs / mbs);
     uint64_t n = mg_dataset_num_samples(r->data, split);
     int64_t vocab = mg_tokenizer_vocab_size(r->tok);
@@ -520,6 +540,14 @@ static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_
     int nsub = split_of(r), sub = mbs / nsub;
     int32_t eod = r->cfg.eod_mask_loss ? mg_tokenizer_eod(r->tok) : -1;
     if (ls) *(float *)mg_storage_data(store, ls) = 1.0f / (float)(n_global * nsub);
+    mg_tensor *ts = mg_rank_tensor(R, st->token_scale);
+    if (kept || ts) {
+        uint64_t k;
+        int rc = kept_tokens(r, split, first, gbs, eod, &k, err);
+        if (rc) return rc;
+        if (kept) *kept = k;
+        if (ts) *(float *)mg_storage_data(store, ts) = k ? (float)(1.0 / (double)k) : 0.0f;
+    }
     if (!tt && !lt) return MG_OK;
     for (int inst = 0; inst < local_instances_of(r, gbs); inst++) {
         int i = inst / nsub, q = inst % nsub;
@@ -540,7 +568,7 @@ static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_
                                         mg_tokenizer_type(r->tok), (long long)vocab);
             for (int t = 0; t < s; t++) {
                 if (tok) tok[t * sub + j] = r->sample[t];
-                if (lab) lab[t * sub + j] = eod >= 0 && r->sample[t] == eod ? MG_LABEL_IGNORE : r->sample[t + 1];
+                if (lab) lab[t * sub + j] = label_at(r->sample, t, eod);
             }
         }
     }
@@ -636,17 +664,21 @@ static bool is_logger(const run *r) { return r->mesh.rank == r->mesh.world - 1; 
  * training, "iteration N on validation set" / "on test set" after it. */
 static int evaluate(run *r, int split, const char *prefix, int64_t iteration, bool after_training, mg_error *err) {
     mg_storage_refresh_borrowed(r->eval_st); /* the weights training just wrote */
-    double sum = 0;
+    /* Megatron's evaluate: with a loss mask, the mean over the kept tokens of all the
+     * batches (each batch's token mean weighted by its kept tokens); else the batches' mean */
+    double sum = 0, weight = 0;
     int64_t *done = split == MG_SPLIT_TEST ? &r->test_batches_done : &r->eval_batches_done;
     for (int64_t e = 0; e < r->cfg.eval_iters; e++) {
-        uint64_t first = (uint64_t)((*done)++) * (uint64_t)r->cfg.global_batch_size;
+        uint64_t first = (uint64_t)((*done)++) * (uint64_t)r->cfg.global_batch_size, kept = 1;
         /* Megatron evaluates with the full global batch, ramp or not */
-        int rc = fill_batch(r, r->eval_g, r->eval_st, split, first, r->cfg.global_batch_size, err);
+        int rc = fill_batch(r, r->eval_g, r->eval_st, split, first, r->cfg.global_batch_size,
+                            r->cfg.eod_mask_loss ? &kept : NULL, err);
         if (!rc) rc = execute(r, r->eval_g, r->eval_st, r->eval_eng, iteration, false, r->cfg.global_batch_size, err);
         if (rc) return rc;
-        sum += *(float *)mg_storage_data(r->eval_st, mg_rank_tensor(&r->eval_rg, r->eval.loss));
+        sum += (double)kept * *(float *)mg_storage_data(r->eval_st, mg_rank_tensor(&r->eval_rg, r->eval.loss));
+        weight += (double)kept;
     }
-    double val = sum / (double)r->cfg.eval_iters;
+    double val = weight > 0 ? sum / weight : 0.0;
     if (!is_logger(r)) return MG_OK;
     mg_run_log_evaluation(stdout, prefix, val);
     fflush(stdout);
@@ -736,7 +768,7 @@ static int train(run *r, mg_error *err) {
         /* Megatron's update_num_microbatches(consumed samples): the ramp's batch, else the global batch */
         int64_t gbs = mg_lr_batch_at(&r->schedule, (int64_t)consumed);
         double flops = mg_gpt_flops(&r->train.model.cfg, gbs) / r->mesh.world;
-        int rc = fill_batch(r, r->train_g, r->train_st, MG_SPLIT_TRAIN, consumed, gbs, err);
+        int rc = fill_batch(r, r->train_g, r->train_st, MG_SPLIT_TRAIN, consumed, gbs, NULL, err);
         if (!rc && it + 1 == r->nan_at) poison_a_weight(r);
         if (!rc) rc = mg_run_trace_before(&r->trace, r->train_eng, it, err);
         if (!rc) rc = execute(r, r->train_g, r->train_st, r->train_eng, it, true, gbs, err);

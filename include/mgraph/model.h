@@ -131,6 +131,7 @@ typedef struct mg_gpt_aux {
     mg_tensor *loss;                /* Σ over MoE layers of aux_coeff·lb + z_coeff·z: add to the training loss */
     mg_tensor *load_balancing_loss; /* mean over MoE layers of lb (without coefficient; logged as Megatron) */
     mg_tensor *z_loss;              /* mean over MoE layers of the z-loss (without coefficient) */
+    mg_tensor *tokens;              /* [1] the micro-batch's labels not MG_LABEL_IGNORE: the lm loss's denominator */
 } mg_gpt_aux;
 /* As mg_gpt2_forward, returning the language-model loss alone and the auxiliary losses
  * in *aux. (mg_gpt2_forward returns lm loss + aux->loss: the training objective.) */
@@ -161,6 +162,12 @@ typedef struct mg_step_config {
     int micro_batch;         /* sequences per micro-batch */
     int n_micro;             /* micro-batches per step (global batch / micro batch): loss_scale's usual value */
     bool training;           /* false: forward only, no dropout (evaluation) */
+    /* The reported loss (mg_step.loss) is the mean over the kept tokens of the whole
+     * global batch, as Megatron logs it with a loss mask: each micro-batch's mean
+     * weighted by its kept tokens x token_scale, which the host sets to 1 / the global
+     * batch's kept tokens. What is trained is unchanged (each micro-batch's mean /
+     * micro-batches). false: the reported loss is the trained one. */
+    bool loss_token_mean;
     mg_adamw_config optim;
 } mg_step_config;
 
@@ -172,7 +179,8 @@ typedef struct mg_step {
     mg_tensor *targets;      /* per-micro-batch input [s, b] "labels" */
     mg_tensor *positions;    /* [s], 0..s-1 "position_ids" */
     mg_tensor *loss_scale;   /* [1] input "loss_scale": 1 / micro-batches of the global batch */
-    mg_tensor *loss;         /* [1] "lm_loss": the mean loss over the step's micro-batches */
+    mg_tensor *token_scale;  /* [1] input "token_scale" (loss_token_mean): 1 / kept tokens of the global batch; else NULL */
+    mg_tensor *loss;         /* [1] "lm_loss": the mean loss over the step's micro-batches (or tokens: loss_token_mean) */
     mg_tensor *load_balancing_loss; /* MoE: [1] "load_balancing_loss", step mean, for the log; NULL when none */
     mg_tensor *z_loss;       /* MoE: [1] "z_loss", step mean, for the log; NULL when none */
     mg_optimizer_outputs opt;/* NULL tensors when !training */

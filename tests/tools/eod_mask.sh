@@ -8,10 +8,13 @@
 #     EOD) would leave only the coin tosses, ln 2.
 #  2. Data without an end-of-document token: the same losses, bit for bit, as without
 #     the flag.
-#  3. Every plan equals the serial run, iteration by iteration (1e-5): cp 2 (each rank's
+#  3. The logged lm loss is Megatron's: the mean over the kept tokens of the global batch,
+#     the same however the batch is cut into micro-batches (what is trained, each
+#     micro-batch's mean, is not: the gradient norms differ).
+#  4. Every plan equals the serial run, iteration by iteration (1e-5): cp 2 (each rank's
 #     chunks keep different numbers of tokens), tp 2 with the vocabulary-parallel loss
 #     and sequence parallelism, dp 2, pp 2.
-#  4. Refusals: a tokenizer without EOD, an explicit micro-batch split.
+#  5. Refusals: a tokenizer without EOD, an explicit micro-batch split.
 #   eod_mask.sh PREPROCESS MGRAPH_RUN MPIEXEC TEST_DATA WORK_DIR
 set -u
 PRE=$1 RUN=$2 MPI=$3 DATA=$4 WORK=$5
@@ -52,7 +55,7 @@ cmp -s <(column lm_loss noeod.jsonl) <(column lm_loss noeod_masked.jsonl) || fai
 cmp -s <(column grad_norm noeod.jsonl) <(column grad_norm noeod_masked.jsonl) || fail "no EOD, yet the mask changed the gradients"
 echo "ok: without EOD tokens the masked run is the unmasked run, bit for bit"
 
-# ---- 3. parallel == serial ---------------------------------------------------------------------
+# ---- 3. the logged loss ----------------------------------------------------------------------------
 # each line of Tiny Shakespeare a document: EODs every few tokens, unevenly placed
 awk 'NR <= 3000 && length($0) > 0 { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); printf "{\"text\": \"%s\"}\n", $0 }' \
     "$DATA/tinyshakespeare.txt" > lines.jsonl
@@ -61,6 +64,32 @@ SH=(--data-path lines_text_document --split 100,0,0 "${TOK[@]}" --num-layers 2 -
     --seq-length 16 --micro-batch-size 2 --global-batch-size 8 --train-iters 5 --eval-iters 0 --log-interval 1
     --lr 3e-3 --lr-warmup-iters 0 --adam-eps 1e-5 --cpu-workers 1 --make-vocab-size-divisible-by 64)
 # (64: the vocabulary is padded to 50304 at tp 1 and tp 2 alike, the same model)
+# one iteration from large initial weights (per-token losses far apart), global batch 8
+# as micro-batches of 1, 2 and 8 sequences
+for mbs in 1 2 8; do
+    timeout 120 "$RUN" "${SH[@]}" --eod-mask-loss --train-iters 1 --init-method-std 1.0 --micro-batch-size "$mbs" \
+        --metrics-file "cut$mbs.jsonl" > "cut$mbs.txt" 2>&1 || { cat "cut$mbs.txt"; fail "micro-batch size $mbs"; }
+done
+paste <(column lm_loss cut1.jsonl) <(column lm_loss cut2.jsonl) <(column lm_loss cut8.jsonl) \
+      <(column grad_norm cut1.jsonl) <(column grad_norm cut8.jsonl) | awk -F'\t' '
+    function rel(a, b) { d = a - b; if (d < 0) d = -d; return d / b }
+    { printf "global batch 8 cut into micro-batches of 1, 2, 8: lm loss %s %s %s; grad norm (1, 8) %s %s\n", $1, $2, $3, $4, $5
+      exit !(rel($1, $3) < 1e-6 && rel($2, $3) < 1e-6 && rel($4, $5) > 1e-3) }' ||
+    fail "the logged loss depends on the micro-batch cut (or the cut kept equal token counts: no test)"
+echo "ok: the logged loss is the mean over the global batch's kept tokens"
+# evaluation: the mean over the kept tokens of all its batches (Megatron's evaluate), so
+# 2 batches of 8 sequences give the loss of 1 batch of the same 16
+EV=("${SH[@]}" --split 50,50,0 --init-method-std 1.0 --skip-train --eod-mask-loss)
+timeout 120 "$RUN" "${EV[@]}" --global-batch-size 8 --eval-iters 2 --metrics-file eval8.jsonl > eval8.txt 2>&1 ||
+    { cat eval8.txt; fail "evaluation, 2 batches of 8"; }
+timeout 120 "$RUN" "${EV[@]}" --global-batch-size 16 --eval-iters 1 --metrics-file eval16.jsonl > eval16.txt 2>&1 ||
+    { cat eval16.txt; fail "evaluation, 1 batch of 16"; }
+paste <(column val_loss eval8.jsonl) <(column val_loss eval16.jsonl) | awk -F'\t' '
+    { d = $1 - $2; if (d < 0) d = -d; printf "validation loss, 2 batches of 8: %s, 1 batch of 16: %s\n", $1, $2; exit !(NF == 2 && d / $2 < 1e-6) }' ||
+    fail "evaluation is not the mean over the kept tokens of its batches"
+echo "ok: evaluation weights its batches by their kept tokens"
+
+# ---- 4. parallel == serial ---------------------------------------------------------------------
 same() { # NAME A B: every iteration within 1e-5 relative
     paste <(column "$1" "$2") <(column "$1" "$3") | awk -F'\t' -v name="$1" '
         { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r; if (r > 1e-5) bad++ }
@@ -80,7 +109,7 @@ for plan in "--context-parallel-size 2" "--tensor-model-parallel-size 2 --sequen
 done
 echo "ok: cp 2, tp 2 + SP, dp 2 and pp 2 with --eod-mask-loss equal the serial run"
 
-# ---- 4. refusals ----------------------------------------------------------------------------
+# ---- 5. refusals ----------------------------------------------------------------------------
 expect_usage() { # NAME REGEX CMD...: exit 2 with the message, no metrics file left
     local name=$1 re=$2; shift 2
     timeout 60 "$@" > out.txt 2> err.txt
