@@ -55,7 +55,8 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
     st->positions = mg_input(g, "position_ids", MG_I32, 1, &s);
     st->loss_scale = mg_input(g, "loss_scale", MG_F32, 1, &one);
     if (st->loss_scale) st->loss_scale->init = (mg_init){MG_INIT_CONSTANT, 1.0f / (float)c->n_micro};
-    if (c->loss_token_mean) st->token_scale = mg_input(g, "token_scale", MG_F32, 1, &one);
+    bool token_mean = c->loss_token_mean || c->per_token_loss;
+    if (token_mean) st->token_scale = mg_input(g, "token_scale", MG_F32, 1, &one);
     /* the per-micro-batch part */
     mg_graph_set_mb(g, 0);
     st->tokens = mg_input(g, "input_ids", MG_I32, 2, (int64_t[]){s, b});
@@ -68,16 +69,18 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
      * backward; the scaled losses summed over the step are the mean loss. */
     /* the loss scaling and its accumulation belong with the loss (the last stage) */
     mg_graph_set_layer(g, MG_LAYER_POST);
-    mg_tensor *scaled = l && st->loss_scale ? mg_mul(g, l, st->loss_scale) : NULL;
-    /* reported: the step's mean loss (over micro-batches, or over kept tokens) */
-    mg_tensor *reported = !c->loss_token_mean ? scaled
-                          : l && aux.tokens && st->token_scale
-                              ? mg_mul(g, mg_mul(g, l, aux.tokens), st->token_scale)
-                              : NULL;
-    mg_tensor *sum = accumulate(g, reported, "lm_loss.acc", "lm_loss.sum");
+    /* the micro-batch's share of the step's mean over micro-batches, or over the kept
+     * tokens of the global batch (its mean x its kept tokens / the batch's) */
+    mg_tensor *scaled = l && st->loss_scale && !c->per_token_loss ? mg_mul(g, l, st->loss_scale) : NULL;
+    mg_tensor *token_share = token_mean && l && aux.tokens && st->token_scale
+                                 ? mg_mul(g, mg_mul(g, l, aux.tokens), st->token_scale)
+                                 : NULL;
+    mg_tensor *trained = c->per_token_loss ? token_share : scaled;
+    mg_tensor *sum = accumulate(g, token_mean ? token_share : scaled, "lm_loss.acc", "lm_loss.sum");
     /* MoE: the objective adds the auxiliary losses (scaled alike); the lm loss is
      * reported alone and the load-balancing / z losses beside it (Megatron) */
-    mg_tensor *objective = aux.loss ? mg_add(g, scaled, mg_mul(g, aux.loss, st->loss_scale)) : scaled;
+    mg_tensor *aux_scale = c->per_token_loss ? st->token_scale : st->loss_scale;
+    mg_tensor *objective = aux.loss ? mg_add(g, trained, mg_mul(g, aux.loss, aux_scale)) : trained;
     mg_tensor *lb = aux.load_balancing_loss ? mg_mul(g, aux.load_balancing_loss, st->loss_scale) : NULL;
     mg_tensor *zl = aux.z_loss ? mg_mul(g, aux.z_loss, st->loss_scale) : NULL;
     lb = accumulate(g, lb, "load_balancing_loss.acc", "load_balancing_loss.sum");

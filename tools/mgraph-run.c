@@ -377,6 +377,7 @@ static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) 
     sc->n_micro = c->global_batch_size / c->micro_batch_size;
     sc->training = true;
     sc->loss_token_mean = c->eod_mask_loss; /* Megatron's log line: the mean over the kept tokens */
+    sc->per_token_loss = c->calculate_per_token_loss;
     mg_adamw_config *o = &sc->optim;
     *o = mg_adamw_defaults();
     o->beta1 = c->adam_beta1;
@@ -473,14 +474,17 @@ static int resolve_split(run *r, mg_step_config *sc, int rc, mg_error *err) {
     bool moe = !rc && sc->model.moe.num_experts > 0;
     if (!rc) rc = mg_plan_check_split(&r->plan, r->cfg.micro_batch_size, moe, err);
     /* A sub-batch's loss is the mean over its own kept tokens: with a loss mask the
-     * sub-batches' means do not average to the micro-batch's mean. */
-    if (!rc && r->cfg.eod_mask_loss && r->plan.micro_batch_split > 1)
+     * sub-batches' means do not average to the micro-batch's mean (with the per-token
+     * loss each sub-batch's sum is divided by the global batch's count: they do). */
+    bool mb_mean_masked = r->cfg.eod_mask_loss && !r->cfg.calculate_per_token_loss;
+    if (!rc && mb_mean_masked && r->plan.micro_batch_split > 1)
         rc = mg_error_set(err, MG_ERR_UNSUPPORTED,
                           "micro-batch split %d with --eod-mask-loss is not supported (the loss is the mean over the "
-                          "micro-batch's unmasked tokens, which its sub-batches do not share)",
+                          "micro-batch's unmasked tokens, which its sub-batches do not share; with "
+                          "--calculate-per-token-loss they do)",
                           r->plan.micro_batch_split);
     int k = rc                     ? INT_MAX
-            : r->cfg.eod_mask_loss ? 1
+            : mb_mean_masked       ? 1
                                    : mg_plan_micro_batch_split(&r->plan, r->cfg.micro_batch_size, local_micro(r),
                                                                default_workers_here(r), moe);
     if (r->mpi_world > 1) MPI_Allreduce(MPI_IN_PLACE, &k, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -672,7 +676,7 @@ static int evaluate(run *r, int split, const char *prefix, int64_t iteration, bo
         uint64_t first = (uint64_t)((*done)++) * (uint64_t)r->cfg.global_batch_size, kept = 1;
         /* Megatron evaluates with the full global batch, ramp or not */
         int rc = fill_batch(r, r->eval_g, r->eval_st, split, first, r->cfg.global_batch_size,
-                            r->cfg.eod_mask_loss ? &kept : NULL, err);
+                            r->eval.token_scale ? &kept : NULL, err);
         if (!rc) rc = execute(r, r->eval_g, r->eval_st, r->eval_eng, iteration, false, r->cfg.global_batch_size, err);
         if (rc) return rc;
         sum += (double)kept * *(float *)mg_storage_data(r->eval_st, mg_rank_tensor(&r->eval_rg, r->eval.loss));

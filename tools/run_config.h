@@ -51,6 +51,7 @@ typedef struct mg_run_config {
     const char *text_file, *data_path, *split, *data_cache_path;
     const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model;
     bool eod_mask_loss; /* leave out of the loss the positions whose input is the end-of-document token */
+    bool calculate_per_token_loss; /* train on the mean over the global batch's kept tokens */
     /* parallelism */
     int tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size, expert_model_parallel_size;
     int expert_tensor_parallel_size;

@@ -168,6 +168,11 @@ typedef struct mg_step_config {
      * batch's kept tokens. What is trained is unchanged (each micro-batch's mean /
      * micro-batches). false: the reported loss is the trained one. */
     bool loss_token_mean;
+    /* Megatron's --calculate-per-token-loss: what is trained is that mean over the kept
+     * tokens of the global batch too (each micro-batch's sum / the batch's kept tokens;
+     * the MoE auxiliary losses x token_scale, as Megatron scales them by 1 and divides
+     * every gradient by the token count). Implies loss_token_mean. */
+    bool per_token_loss;
     mg_adamw_config optim;
 } mg_step_config;
 
@@ -179,7 +184,7 @@ typedef struct mg_step {
     mg_tensor *targets;      /* per-micro-batch input [s, b] "labels" */
     mg_tensor *positions;    /* [s], 0..s-1 "position_ids" */
     mg_tensor *loss_scale;   /* [1] input "loss_scale": 1 / micro-batches of the global batch */
-    mg_tensor *token_scale;  /* [1] input "token_scale" (loss_token_mean): 1 / kept tokens of the global batch; else NULL */
+    mg_tensor *token_scale;  /* [1] input "token_scale" (loss_token_mean, per_token_loss): 1 / kept tokens of the global batch; else NULL */
     mg_tensor *loss;         /* [1] "lm_loss": the mean loss over the step's micro-batches (or tokens: loss_token_mean) */
     mg_tensor *load_balancing_loss; /* MoE: [1] "load_balancing_loss", step mean, for the log; NULL when none */
     mg_tensor *z_loss;       /* MoE: [1] "z_loss", step mean, for the log; NULL when none */

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# mgraph-run --calculate-per-token-loss (Megatron's: train on the mean over the kept
+# tokens of the whole global batch, not the mean of the micro-batches' means).
+#  1. With --eod-mask-loss the micro-batches keep different numbers of tokens, and the
+#     trained objective no longer depends on how the global batch is cut: micro-batches
+#     of 1, 2 and 8 sequences, and 2 sub-batches of 4 (--micro-batch-split, refused
+#     without the flag), train the same weights: losses and gradient norms of every
+#     iteration within 1e-5. Without the flag the cuts train differently.
+#  2. Without a mask every micro-batch keeps all its tokens: the same training as
+#     without the flag (1e-5).
+#  3. Every plan equals the serial run (1e-5): cp 2, tp 2 + SP, dp 2, pp 2.
+#   per_token_loss.sh PREPROCESS MGRAPH_RUN MPIEXEC TEST_DATA WORK_DIR
+set -u
+PRE=$1 RUN=$2 MPI=$3 DATA=$4 WORK=$5
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
+fail() { echo "FAIL: $*"; exit 1; }
+[ -f "$DATA/gpt2/vocab.json" ] && [ -f "$DATA/tinyshakespeare.txt" ] || fail "no fixtures in $DATA"
+TOK=(--tokenizer-type GPT2BPETokenizer --vocab-file "$DATA/gpt2/vocab.json" --merge-file "$DATA/gpt2/merges.txt")
+column() { grep -o "\"$1\": [^,}]*" "$2" | awk '{print $2}'; }
+# within NAME A B [BOUND]: every iteration within BOUND (1e-5) relative; prints the worst
+within() {
+    paste <(column "$1" "$2") <(column "$1" "$3") | awk -F'\t' -v name="$1" -v bound="${4:-1e-5}" '
+        { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r; if (r > bound) bad++ }
+        END { printf "  %s: %d iterations, worst relative difference %.3g (bound %s)\n", name, n, w, bound;
+              exit (n != 4 || bad > 0) }'
+}
+run() { # NAME FLAGS...: one run, its metrics in NAME.jsonl
+    local name=$1; shift
+    timeout 300 "$@" --metrics-file "$name.jsonl" > "$name.txt" 2>&1 || { cat "$name.txt"; fail "$name"; }
+}
+
+# each line of Tiny Shakespeare a document: EODs every few tokens, unevenly placed
+awk 'NR <= 3000 && length($0) > 0 { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); printf "{\"text\": \"%s\"}\n", $0 }' \
+    "$DATA/tinyshakespeare.txt" > lines.jsonl
+"$PRE" --input lines.jsonl --output-prefix lines "${TOK[@]}" --append-eod --workers 1 > pre.txt 2>&1 ||
+    { cat pre.txt; fail "preprocess"; }
+# (vocabulary padded by 64: 50304 at tp 1 and tp 2 alike, the same model)
+BASE=(--data-path lines_text_document --split 100,0,0 "${TOK[@]}" --num-layers 2 --hidden-size 32 --num-attention-heads 4
+      --seq-length 16 --global-batch-size 8 --train-iters 4 --eval-iters 0 --log-interval 1 --lr 3e-3
+      --lr-warmup-iters 0 --adam-eps 1e-5 --cpu-workers 1 --make-vocab-size-divisible-by 64)
+SH=("${BASE[@]}" --eod-mask-loss)
+
+# ---- 1. the micro-batch cut -------------------------------------------------------------------
+for mbs in 1 2 8; do
+    run "tok$mbs" "$RUN" "${SH[@]}" --calculate-per-token-loss --micro-batch-size "$mbs"
+done
+run tok4x2 "$RUN" "${SH[@]}" --calculate-per-token-loss --micro-batch-size 8 --micro-batch-split 2
+for cut in tok1 tok2 tok4x2; do
+    echo "per-token loss, ${cut#tok} against micro-batches of 8:"
+    for m in lm_loss grad_norm; do within $m "$cut.jsonl" tok8.jsonl || fail "$m: $cut trains differently from tok8"; done
+done
+run mb1 "$RUN" "${SH[@]}" --micro-batch-size 1
+run mb8 "$RUN" "${SH[@]}" --micro-batch-size 8
+within grad_norm mb1.jsonl mb8.jsonl 1e-3 > /dev/null &&
+    fail "without --calculate-per-token-loss the cuts train alike too: the data keeps equal token counts, no test"
+echo "ok: the per-token loss trains the same weights however the batch is cut (the micro-batch mean does not)"
+
+# ---- 2. nothing masked ---------------------------------------------------------------------------
+run plain "$RUN" "${BASE[@]}" --micro-batch-size 2
+run plain_tok "$RUN" "${BASE[@]}" --micro-batch-size 2 --calculate-per-token-loss
+echo "without a mask, per-token against the micro-batches' mean:"
+for m in lm_loss grad_norm; do within $m plain_tok.jsonl plain.jsonl || fail "$m: the per-token loss differs without a mask"; done
+
+# ---- 3. parallel == serial ---------------------------------------------------------------------
+run serial "$RUN" "${SH[@]}" --calculate-per-token-loss --micro-batch-size 2
+for plan in "--context-parallel-size 2" "--tensor-model-parallel-size 2 --sequence-parallel" "" \
+            "--pipeline-model-parallel-size 2"; do
+    # shellcheck disable=SC2086 # the plan is several words
+    run parallel $MPI -np 2 "$RUN" "${SH[@]}" --calculate-per-token-loss --micro-batch-size 2 $plan
+    echo "2 ranks ${plan:-(dp 2)}:"
+    for m in lm_loss grad_norm; do within $m parallel.jsonl serial.jsonl || fail "$m of '${plan:-dp 2}' differs from serial"; done
+done
+echo "ok: cp 2, tp 2 + SP, dp 2 and pp 2 with --calculate-per-token-loss equal the serial run"
