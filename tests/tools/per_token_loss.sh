@@ -8,7 +8,8 @@
 #     iteration within 1e-5. Without the flag the cuts train differently.
 #  2. Without a mask every micro-batch keeps all its tokens: the same training as
 #     without the flag (1e-5).
-#  3. Every plan equals the serial run (1e-5): cp 2, tp 2 + SP, dp 2, pp 2.
+#  3. Every plan equals the serial run (1e-5): cp 2, tp 2 + SP, dp 2, pp 2; and a MoE
+#     model (auxiliary losses scaled by 1 / tokens) on ep 2.
 #   per_token_loss.sh PREPROCESS MGRAPH_RUN MPIEXEC TEST_DATA WORK_DIR
 set -u
 PRE=$1 RUN=$2 MPI=$3 DATA=$4 WORK=$5
@@ -71,3 +72,15 @@ for plan in "--context-parallel-size 2" "--tensor-model-parallel-size 2 --sequen
     for m in lm_loss grad_norm; do within $m parallel.jsonl serial.jsonl || fail "$m of '${plan:-dp 2}' differs from serial"; done
 done
 echo "ok: cp 2, tp 2 + SP, dp 2 and pp 2 with --calculate-per-token-loss equal the serial run"
+
+# a small Mixtral-style model (the auxiliary losses divided by the batch's tokens too)
+MOE=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear --num-experts 4
+     --moe-router-topk 2 --moe-ffn-hidden-size 48 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3)
+run moe_serial "$RUN" "${SH[@]}" "${MOE[@]}" --calculate-per-token-loss --micro-batch-size 2
+run moe_ep2 $MPI -np 2 "$RUN" "${SH[@]}" "${MOE[@]}" --calculate-per-token-loss --micro-batch-size 2 \
+    --expert-model-parallel-size 2
+echo "MoE, 2 ranks, ep 2:"
+for m in lm_loss grad_norm load_balancing_loss; do
+    within $m moe_ep2.jsonl moe_serial.jsonl || fail "$m of MoE ep 2 differs from serial"
+done
+echo "ok: MoE on ep 2 with --calculate-per-token-loss equals the serial run"
