@@ -849,11 +849,32 @@ static int train(run *r, mg_error *err) {
             rc = evaluate(r, MG_SPLIT_VALID, prefix, it + 1, false, err);
             if (rc) return rc;
         }
+        bool saved = false;
         if (c->save && ((c->save_interval > 0 && (it + 1) % c->save_interval == 0) || it + 1 == c->train_iters)) {
             rc = save(r, it + 1, consumed + (uint64_t)gbs, err);
             if (rc) return rc;
+            saved = true;
         }
         consumed += (uint64_t)gbs;
+        /* Megatron's checkpoint_and_decide_exit: after --exit-duration-in-mins (from the
+         * start of the run; every rank takes the latest clock) or at a multiple of
+         * --exit-interval, save if not saved, say so and end, without the final evaluation */
+        char why[96] = "";
+        if (c->exit_duration_in_mins > 0) {
+            double mins = (now_s() - r->t_start) / 60.0;
+            if (r->mpi_world > 1) MPI_Allreduce(MPI_IN_PLACE, &mins, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            if (mins > c->exit_duration_in_mins) snprintf(why, sizeof why, "after %g minutes", mins);
+        }
+        if (!*why && c->exit_interval > 0 && (it + 1) % c->exit_interval == 0)
+            snprintf(why, sizeof why, "at iteration %lld", (long long)it + 1);
+        if (*why && it + 1 < c->train_iters) {
+            if (c->save && !saved && (rc = save(r, it + 1, consumed, err))) return rc;
+            if (is_logger(r)) {
+                printf(" exiting program %s\n", why);
+                fflush(stdout);
+            }
+            return MG_OK;
+        }
     }
     return evaluate_at_end(r, c->train_iters, err);
 }

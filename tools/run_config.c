@@ -63,6 +63,17 @@ static const flag flags[] = {
     {"--untie-embeddings-and-output-weights", F_BOOL, O(untie_embeddings_and_output_weights), USE, NULL,
      "separate output layer (lm_head) instead of the word embedding"},
     {"--disable-bias-linear", F_BOOL, O(disable_bias_linear), USE, NULL, "no biases on the linear layers"},
+    {"--kv-channels", F_INT, O(kv_channels), USE, NULL, "attention head size: hidden / heads, the only one supported"},
+    {"--no-position-embedding", F_BOOL, O(no_position_embedding), USE, NULL,
+     "no learned position table (--position-embedding-type learned_absolute becomes none; rope is unchanged)"},
+    {"--apply-layernorm-1p", F_BOOL, NOFF, NOOP, NULL,
+     "norm weights are kept as the weights, not as weight - 1; without weight decay on them (here and in Megatron) "
+     "training is the same up to rounding"},
+    {"--qk-layernorm", F_BOOL, NOFF, REFUSE, NULL, "no norm on queries and keys"},
+    {"--add-qkv-bias", F_BOOL, NOFF, REFUSE, NULL, "biases on Q, K, V come with every linear's or none (--disable-bias-linear)"},
+    {"--squared-relu", F_BOOL, NOFF, REFUSE, NULL, "the MLP activation is GELU or SwiGLU"},
+    {"--rotary-seq-len-interpolation-factor", F_INT, NOFF, REFUSE, NULL, "RoPE has no position interpolation"},
+    {"--use-rope-scaling", F_BOOL, NOFF, REFUSE, NULL, "RoPE has no Llama 3.1 frequency scaling"},
     /* mixture of experts */
     {"--num-experts", F_INT, O(num_experts), USE, NULL, "experts per MoE layer (default: dense MLPs)"},
     {"--moe-ffn-hidden-size", F_INT, O(moe_ffn_hidden_size), USE, NULL, "expert MLP hidden size (default ffn-hidden-size)"},
@@ -77,6 +88,9 @@ static const flag flags[] = {
      "probs | position: which tokens over capacity are dropped"},
     {"--moe-pad-expert-input-to-capacity", F_BOOL, O(moe_pad_expert_input_to_capacity), USE, NULL,
      "pad each expert's input to its capacity"},
+    {"--moe-router-load-balancing-type", F_STR, O(moe_router_load_balancing_type), USE,
+     "aux_loss|seq_aux_loss|global_aux_loss|sinkhorn|none", "aux_loss (the others are not supported)"},
+    {"--moe-grouped-gemm", F_BOOL, NOFF, NOOP, NULL, "a rank's experts always run as one grouped matmul op"},
     {"--moe-token-dispatcher-type", F_STR, O(moe_token_dispatcher_type), USE, "alltoall|allgather|flex",
      "alltoall (the others are not supported yet)"},
     /* batch and schedule */
@@ -108,7 +122,26 @@ static const flag flags[] = {
     {"--adam-eps", F_FLOAT, O(adam_eps), USE, NULL, "Adam epsilon"},
     {"--clip-grad", F_FLOAT, O(clip_grad), USE, NULL, "global gradient-norm clip (0: off)"},
     {"--seed", F_I64, O(seed), USE, NULL, "seed of weights, dropout and data order"},
+    {"--optimizer", F_STR, O(optimizer), USE, "adam|sgd|muon|dist_muon", "adam (AdamW; the others are not supported)"},
+    {"--decoupled-lr", F_FLOAT, NOFF, REFUSE, NULL,
+     "one learning-rate schedule drives every parameter (no separate rate for the embedding and output layers)"},
+    {"--decoupled-min-lr", F_FLOAT, NOFF, REFUSE, NULL,
+     "one learning-rate schedule drives every parameter (no separate rate for the embedding and output layers)"},
+    {"--start-weight-decay", F_FLOAT, NOFF, REFUSE, NULL, "weight decay is constant (--weight-decay)"},
+    {"--end-weight-decay", F_FLOAT, NOFF, REFUSE, NULL, "weight decay is constant (--weight-decay)"},
+    {"--weight-decay-incr-style", F_STR, NOFF, REFUSE, "constant|linear|cosine", "weight decay is constant (--weight-decay)"},
+    {"--exit-interval", F_I64, O(exit_interval), USE, NULL,
+     "stop after the iteration that is a multiple of N (saving a checkpoint first with --save)"},
+    {"--exit-duration-in-mins", F_FLOAT, O(exit_duration_in_mins), USE, NULL,
+     "stop after the first iteration that ends N minutes after training started (saving a checkpoint first with --save)"},
     {"--fp16", F_BOOL, NOFF, REFUSE, NULL, "fp16 training needs loss scaling, which mgraph does not have"},
+    {"--grad-reduce-in-bf16", F_BOOL, NOFF, REFUSE, NULL, "gradients are accumulated and reduced in fp32"},
+    {"--fp8-format", F_STR, NOFF, REFUSE, "e4m3|hybrid", "no fp8 arithmetic"},
+    {"--fp8-amax-history-len", F_INT, NOFF, REFUSE, NULL, "no fp8 arithmetic"},
+    {"--fp8-amax-compute-algo", F_STR, NOFF, REFUSE, "most_recent|max", "no fp8 arithmetic"},
+    {"--fp8-param-gather", F_BOOL, NOFF, REFUSE, NULL, "no fp8 arithmetic"},
+    {"--attention-softmax-in-fp32", F_BOOL, NOFF, NOOP, NULL, "mgraph's attention softmax is always fp32"},
+    {"--accumulate-allreduce-grads-in-fp32", F_BOOL, NOFF, NOOP, NULL, "gradients are always accumulated and reduced in fp32"},
     {"--bf16", F_BOOL, O(bf16), USE, NULL,
      "matrix products with bf16 inputs and fp32 sums; weights, gradients, optimizer fp32 (CPUs: AVX512-BF16, "
      "or MG_CPU_BF16=emulate for the same bits, slower)"},
@@ -133,7 +166,16 @@ static const flag flags[] = {
     {"--dot-summary-scope", F_STR, O(dot_summary_scope), USE, NULL, "only scopes matching this glob in --dump-dot-summary (e.g. 'h.0.*')"},
     {"--dot-summary-phase", F_STR, O(dot_summary_phase), USE, NULL, "only these phases in --dump-dot-summary: forward,backward,optimizer"},
     {"--dry-run", F_BOOL, O(dry_run), USE, NULL, "build (and dump) the graph, do not train"},
+    {"--wandb-project", F_STR, NOFF, NOOP, NULL, "no Weights & Biases; --tensorboard-dir and --metrics-file log the scalars"},
+    {"--wandb-exp-name", F_STR, NOFF, NOOP, NULL, "no Weights & Biases; --tensorboard-dir and --metrics-file log the scalars"},
+    {"--wandb-save-dir", F_STR, NOFF, NOOP, NULL, "no Weights & Biases; --tensorboard-dir and --metrics-file log the scalars"},
+    {"--profile", F_BOOL, NOFF, NOOP, NULL, "no PyTorch/Nsight profiler; --trace-file with --trace-iterations writes a timeline"},
+    {"--profile-step-start", F_INT, NOFF, NOOP, NULL, "no PyTorch/Nsight profiler; see --trace-iterations"},
+    {"--profile-step-end", F_INT, NOFF, NOOP, NULL, "no PyTorch/Nsight profiler; see --trace-iterations"},
+    {"--timing-log-level", F_INT, NOFF, NOOP, NULL, "the log line has the iteration time; --trace-file has every task's"},
     {"--save", F_STR, O(save), USE, NULL, "checkpoint directory to save to"},
+    {"--ckpt-format", F_STR, NOFF, NOOP, "torch|torch_dist|zarr|fsdp_dtensor",
+     "mgraph writes its own checkpoint format (reshardable on load; mgraph-convert exports Hugging Face)"},
     {"--save-interval", F_I64, O(save_interval), USE, NULL, "iterations between checkpoints (and one at the end)"},
     {"--save-retain", F_INT, O(save_retain), USE, NULL, "keep the newest N checkpoints in --save (0: all)"},
     {"--load", F_STR, O(load), USE, NULL, "checkpoint directory (or iter_N directory) to resume from"},
@@ -148,7 +190,10 @@ static const flag flags[] = {
     {"--data-path", F_LIST, O(data_path), USE, NULL, "Megatron indexed dataset prefix, or blend w1 p1 w2 p2 ..."},
     {"--split", F_STR, O(split), USE, NULL, "train,valid,test proportions (--data-path: 969,30,1; text: 90,10,0)"},
     {"--data-cache-path", F_STR, O(data_cache_path), USE, NULL, "where dataset indices are cached"},
-    {"--tokenizer-type", F_STR, O(tokenizer_type), USE, "ByteLevelTokenizer|GPT2BPETokenizer|SentencePieceTokenizer",
+    {"--tokenizer-type", F_STR, O(tokenizer_type), USE,
+     "ByteLevelTokenizer|GPT2BPETokenizer|SentencePieceTokenizer|Llama2Tokenizer|HuggingFaceTokenizer|TikTokenizer|"
+     "NullTokenizer|Llama3Tokenizer|MistralTokenizer|GPTSentencePieceTokenizer|BertWordPieceLowerCase|"
+     "BertWordPieceCase",
      "GPT2BPETokenizer (default with --data-path or --vocab-file) | ByteLevelTokenizer | SentencePieceTokenizer"},
     {"--vocab-file", F_STR, O(vocab_file), USE, NULL, "GPT-2 vocab.json"},
     {"--merge-file", F_STR, O(merge_file), USE, NULL, "GPT-2 merges.txt"},
@@ -160,6 +205,13 @@ static const flag flags[] = {
     {"--reset-position-ids", F_BOOL, NOFF, REFUSE, NULL, "positions restart at 0 in every sequence, not at each document"},
     {"--reset-attention-mask", F_BOOL, NOFF, REFUSE, NULL,
      "attention is causal over the whole sequence; document boundaries are not masked"},
+    {"--mock-data", F_BOOL, NOFF, REFUSE, NULL, "no synthetic dataset: give --data-path or --text-file"},
+    {"--vocab-size", F_INT, NOFF, REFUSE, NULL, "the vocabulary is the tokenizer's (NullTokenizer is not supported)"},
+    {"--tiktoken-pattern", F_STR, NOFF, NOOP, NULL, "only TikTokenizer reads it, which mgraph does not have"},
+    {"--no-create-attention-mask-in-dataloader", F_BOOL, NOFF, NOOP, NULL,
+     "no attention mask is ever made: the attention kernel applies the causal mask"},
+    {"--no-mmap-bin-files", F_BOOL, NOFF, NOOP, NULL, "how the .bin is read does not change what is read"},
+    {"--num-dataset-builder-threads", F_INT, NOFF, NOOP, NULL, "the dataset indices are built by one thread per rank"},
     {"--num-workers", F_INT, NOFF, NOOP, NULL, "mgraph reads samples in the training process (no loader workers)"},
     {"--dataloader-type", F_STR, NOFF, NOOP, "single|cyclic|external",
      "mgraph reads the dataset's shuffled sample order front to back, as Megatron's 'single' loader does"},
@@ -185,6 +237,11 @@ static const flag flags[] = {
     {"--sequence-parallel", F_BOOL, O(sequence_parallel), USE, NULL, "split norms and dropout along the sequence (with tp > 1)"},
     {"--use-distributed-optimizer", F_BOOL, O(use_distributed_optimizer), USE, NULL, "shard optimizer state over dp"},
     {"--distributed-backend", F_STR, NOFF, NOOP, "nccl|gloo", "ranks communicate through MPI"},
+    {"--distributed-timeout-minutes", F_INT, NOFF, NOOP, NULL,
+     "no collective waits for a timeout: a failed rank ends every rank within seconds"},
+    {"--overlap-param-gather", F_BOOL, NOFF, NOOP, NULL,
+     "the distributed optimizer's parameter all-gather runs at the end of its step (not overlapped with the next "
+     "forward)"},
     {"--world-size", F_INT, O(world_size), USE, NULL, "with --dry-run: partition for N ranks without launching them"},
     {"--plan", F_STR, O(plan_file), USE, NULL, "partition plan file (flags override it)"},
     /* implementation choices of Megatron's that do not change what is computed */
@@ -193,6 +250,20 @@ static const flag flags[] = {
      "mgraph has one transformer implementation"},
     {"--attention-backend", F_STR, NOFF, NOOP, "auto|flash|fused|unfused|local", "mgraph has one fused attention kernel"},
     {"--no-masked-softmax-fusion", F_BOOL, NOFF, NOOP, NULL, "mgraph's attention kernel fuses scale, mask and softmax"},
+    {"--use-flash-attn", F_BOOL, NOFF, NOOP, NULL, "mgraph has one fused attention kernel (no s x s scores stored)"},
+    {"--no-bias-gelu-fusion", F_BOOL, NOFF, NOOP, NULL, "kernel fusion does not change what is computed"},
+    {"--no-bias-dropout-fusion", F_BOOL, NOFF, NOOP, NULL, "kernel fusion does not change what is computed"},
+    {"--no-bias-swiglu-fusion", F_BOOL, NOFF, NOOP, NULL, "kernel fusion does not change what is computed"},
+    {"--no-rope-fusion", F_BOOL, NOFF, NOOP, NULL, "kernel fusion does not change what is computed"},
+    {"--no-persist-layer-norm", F_BOOL, NOFF, NOOP, NULL, "mgraph has one layer-norm kernel"},
+    {"--no-gradient-accumulation-fusion", F_BOOL, NOFF, NOOP, NULL,
+     "weight gradients always accumulate in place, in fp32 (mgraph's main_grad)"},
+    {"--cross-entropy-loss-fusion", F_BOOL, NOFF, NOOP, NULL,
+     "mgraph's cross-entropy is one fused op (loss and gradient without the probabilities stored)"},
+    {"--tp-comm-overlap", F_BOOL, NOFF, NOOP, NULL,
+     "tensor-parallel collectives are graph nodes the scheduler overlaps where the dataflow allows"},
+    {"--manual-gc", F_BOOL, NOFF, NOOP, NULL, "mgraph has no garbage collector"},
+    {"--empty-unused-memory-level", F_INT, NOFF, NOOP, NULL, "the memory plan is static: no allocator cache to empty"},
     {"--recompute-granularity", F_STR, O(recompute_granularity), USE, "full|selective",
      "full: recompute whole layers in backward (graph/recompute.c); selective: what mgraph's fused attention always does"},
     {"--recompute-method", F_STR, O(recompute_method), USE, "uniform|block",
@@ -291,6 +362,8 @@ void mg_run_config_defaults(mg_run_config *c) {
     c->moe_token_drop_policy = "probs";
     c->moe_token_dispatcher_type = "alltoall";
     c->position_embedding_type = "learned_absolute";
+    c->moe_router_load_balancing_type = "aux_loss";
+    c->optimizer = "adam";
     c->normalization = "LayerNorm";
     c->rotary_base = 10000.0f;
     c->rotary_percent = 1.0f;
@@ -466,6 +539,10 @@ void mg_run_config_parse(mg_run_config *c, int argc, char **argv, mg_run_notes *
         return;
     }
     parse_args(c, argc, (const char *const *)argv, notes);
+    /* Megatron's Llama2Tokenizer is a SentencePiece model with the model's vocabulary and
+     * EOS as end-of-document: what SentencePieceTokenizer is here (for training; its BOS
+     * is added by Megatron's preprocessing, not by mgraph-preprocess) */
+    if (c->tokenizer_type && !strcmp(c->tokenizer_type, "Llama2Tokenizer")) c->tokenizer_type = "SentencePieceTokenizer";
 }
 
 /* ---- checks -------------------------------------------------------------------------------- */
@@ -482,6 +559,28 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
         mg_run_notes_error(n, "--position-embedding-type %s is not supported: mgraph's GPT has learned_absolute, rope "
                               "and none",
                            c->position_embedding_type);
+    if (c->tokenizer_type && strcmp(c->tokenizer_type, "ByteLevelTokenizer") && strcmp(c->tokenizer_type, "GPT2BPETokenizer") &&
+        strcmp(c->tokenizer_type, "SentencePieceTokenizer"))
+        mg_run_notes_error(n, "--tokenizer-type %s is not supported: mgraph has GPT2BPETokenizer, SentencePieceTokenizer "
+                              "(and Llama2Tokenizer, the same for training) and ByteLevelTokenizer",
+                           c->tokenizer_type);
+    if (c->no_position_embedding && !strcmp(c->position_embedding_type, "learned_absolute"))
+        c->position_embedding_type = "none"; /* Megatron's add_position_embedding = False */
+    if (c->kv_channels && c->num_attention_heads > 0 && c->kv_channels * c->num_attention_heads != c->hidden_size)
+        mg_run_notes_error(n, "--kv-channels %d is not supported: attention heads are --hidden-size / "
+                              "--num-attention-heads = %d wide",
+                           c->kv_channels, c->hidden_size / c->num_attention_heads);
+    if (strcmp(c->moe_router_load_balancing_type, "aux_loss"))
+        mg_run_notes_error(n, "--moe-router-load-balancing-type %s is not supported: the router's balancing is "
+                              "Megatron's aux_loss (--moe-aux-loss-coeff)",
+                           c->moe_router_load_balancing_type);
+    if (strcmp(c->optimizer, "adam"))
+        mg_run_notes_error(n, "--optimizer %s is not supported: mgraph's optimizer is Adam with decoupled weight "
+                              "decay (Megatron's adam)",
+                           c->optimizer);
+    if (c->exit_interval < 0) mg_run_notes_error(n, "--exit-interval must be >= 1");
+    if (c->exit_duration_in_mins < 0 || !(c->exit_duration_in_mins == c->exit_duration_in_mins))
+        mg_run_notes_error(n, "--exit-duration-in-mins must be > 0");
     if (c->group_query_attention && c->num_query_groups < 1)
         mg_run_notes_error(n, "--num-query-groups must be >= 1 (got %d)", c->num_query_groups);
     if (c->micro_batch_size < 1) mg_run_notes_error(n, "--micro-batch-size must be >= 1");

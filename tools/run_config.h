@@ -25,6 +25,9 @@ typedef struct mg_run_config {
     float rotary_base, rotary_percent, norm_epsilon;
     bool swiglu, group_query_attention, untie_embeddings_and_output_weights, disable_bias_linear;
     int num_query_groups;
+    int kv_channels;            /* 0: hidden / heads (the only size supported) */
+    bool no_position_embedding; /* Megatron's: no learned position table (with rope: nothing changes) */
+    const char *moe_router_load_balancing_type, *optimizer;
     /* batch and schedule (-1: not given) */
     int micro_batch_size, global_batch_size;   /* global 0: micro-batch x data-parallel size */
     int64_t train_iters, train_samples;
@@ -35,6 +38,8 @@ typedef struct mg_run_config {
     int64_t lr_wsd_decay_iters, lr_wsd_decay_samples;
     float weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad;
     int64_t seed;
+    int64_t exit_interval;        /* > 0: stop after the iteration that is a multiple of it */
+    float exit_duration_in_mins;  /* > 0: stop after the iteration that ends past it */
     /* logging and evaluation */
     int64_t log_interval, eval_interval, eval_iters;
     bool log_throughput;

@@ -36,11 +36,11 @@ check_recipe() {
         for f in "${refused[@]}"; do grep -q -- "error: $f is not supported: " err.txt || { cat err.txt; fail "$f not refused by name"; }; done
         [ "$errors" -le ${#refused[@]} ] || { cat err.txt; fail "errors beyond the refused flags"; }
     fi
-    # the same recipe without the refused flags (and their values)
+    # the same recipe without the refused flags (and their values: the words up to the next flag)
     for ((i = 0; i < ${#RECIPE[@]}; i++)); do
         f=${RECIPE[$i]}
         if [[ " ${refused[*]} " == *" $f "* ]]; then
-            [[ $f == --step-batch-size-schedule ]] && i=$((i + 1))
+            while [ $((i + 1)) -lt ${#RECIPE[@]} ] && [[ ${RECIPE[$((i + 1))]} != --* ]]; do i=$((i + 1)); done
             continue
         fi
         keep+=("$f")
@@ -150,5 +150,103 @@ recipe_gpt3_175b)
             --log-interval 100 --save-interval 10000 --eval-interval 1000 --save ck --load ck --eval-iters 10
             --tensorboard-dir tb)
     check_recipe "--fp16 --step-batch-size-schedule" ;;
+exit_and_model_flags)
+    # --exit-interval: stop after iteration 3 of 6, saving a checkpoint first, without the
+    # final evaluation, exit status 0 (Megatron's checkpoint_and_decide_exit)
+    "$RUN" --text-file text.txt "${TINY[@]}" --train-iters 6 --log-interval 1 --exit-interval 3 --save ck \
+        --eval-interval 100 --eval-iters 1 --split 80,20,0 --metrics-file m.jsonl > out.txt 2> err.txt ||
+        { cat out.txt err.txt; fail "--exit-interval run"; }
+    grep -q "exiting program at iteration 3" out.txt || { cat out.txt; fail "no exit line"; }
+    [ "$(grep -c '"lm_loss"' m.jsonl)" -eq 3 ] || { cat m.jsonl; fail "want 3 iterations"; }
+    grep -q val_loss m.jsonl && fail "evaluated after an early exit"
+    [ -d ck/iter_0000003 ] || { ls ck; fail "no checkpoint of iteration 3"; }
+    # --exit-duration-in-mins: the first iteration ends past 0.1 ms
+    "$RUN" --text-file text.txt "${TINY[@]}" --train-iters 6 --log-interval 1 --exit-duration-in-mins 0.000001 \
+        --metrics-file d.jsonl > out.txt 2> err.txt || { cat out.txt err.txt; fail "--exit-duration-in-mins run"; }
+    grep -q "exiting program after .* minutes" out.txt && [ "$(grep -c '"lm_loss"' d.jsonl)" -eq 1 ] ||
+        { cat out.txt; fail "--exit-duration-in-mins did not stop after the first iteration"; }
+    # --no-position-embedding: the model without a position table (Megatron's NoPE)
+    for p in "--no-position-embedding" "--position-embedding-type none" ""; do
+        # shellcheck disable=SC2086
+        "$RUN" --text-file text.txt "${TINY[@]}" --train-iters 3 $p --metrics-file "p${p// /}.jsonl" > out.txt 2> err.txt ||
+            { cat err.txt; fail "run with '$p'"; }
+    done
+    cmp -s <(grep -o '"lm_loss": [^,]*' p--no-position-embedding.jsonl) \
+           <(grep -o '"lm_loss": [^,]*' p--position-embedding-typenone.jsonl) ||
+        fail "--no-position-embedding is not --position-embedding-type none"
+    cmp -s <(grep -o '"lm_loss": [^,]*' p--no-position-embedding.jsonl) <(grep -o '"lm_loss": [^,]*' p.jsonl) &&
+        fail "--no-position-embedding changed nothing"
+    # values mgraph cannot honour, by name
+    "$RUN" --text-file text.txt "${TINY[@]}" --kv-channels 4 --optimizer sgd --moe-router-load-balancing-type sinkhorn \
+        --dry-run > out.txt 2> err.txt
+    [ $? -eq 2 ] || fail "exit $?, want 2"
+    for want in "--kv-channels 4 is not supported" "--optimizer sgd is not supported" \
+                "--moe-router-load-balancing-type sinkhorn is not supported"; do
+        grep -qF -- "$want" err.txt || { cat err.txt; fail "stderr lacks: $want"; }
+    done
+    echo "ok: --exit-interval, --exit-duration-in-mins, --no-position-embedding; values refused by name" ;;
+recipe_llama3_8b)
+    # Megatron's examples/llama/train_llama3_8b_h100_fp8.sh: every flag it passes with its
+    # default DTYPE fp8 (model, training, fp8, parallel, logging arguments), sizes scaled
+    # down (head size 8 = 64 / 8, as the recipe's 128 = 4096 / 32), parallel sizes 1; its
+    # data arguments (mock data with NullTokenizer, or a HuggingFaceTokenizer) are
+    # refused by name too, so Megatron data in GPT-2 BPE stands in for them
+    gpt2_data 1500
+    BF16=--bf16
+    grep -qw avx512_bf16 /proc/cpuinfo && BF16=
+    RECIPE=(--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 8
+            --group-query-attention --num-query-groups 2 --kv-channels 8 --seq-length 64 --max-position-embeddings 64
+            --position-embedding-type rope --rotary-base 1000000 --rotary-percent 1.0 --attention-dropout 0.0
+            --hidden-dropout 0.0 --swiglu --normalization RMSNorm --init-method-std 0.0134 --attention-backend fused
+            --apply-layernorm-1p --untie-embeddings-and-output-weights --disable-bias-linear
+            --micro-batch-size 1 --global-batch-size 8 --train-samples 800 --lr-decay-samples 780
+            --lr-warmup-samples 16 --lr 0.00015 --min-lr 0.00001 --decoupled-lr 5.0e-4 --decoupled-min-lr 4.5e-5
+            --lr-decay-style cosine --clip-grad 1.0 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --bf16
+            --grad-reduce-in-bf16 --cross-entropy-loss-fusion --calculate-per-token-loss --manual-gc
+            --empty-unused-memory-level 1 --exit-duration-in-mins 235
+            --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+            --fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max --fp8-param-gather
+            --tensor-model-parallel-size 1 --context-parallel-size 1 --sequence-parallel
+            --data-path docs_text_document "${VOCAB[@]}" --data-cache-path cache --split '99,1,0'
+            --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers 1
+            --log-interval 1 --eval-iters 32 --eval-interval 100 --save-interval 1000 --log-throughput --profile
+            --profile-step-start 4 --profile-step-end 6 --ckpt-format torch_dist --distributed-timeout-minutes 60
+            --save ck --load ck --tensorboard-dir tb)
+    check_recipe "$BF16 --decoupled-lr --decoupled-min-lr --grad-reduce-in-bf16 --fp8-format --fp8-amax-history-len
+                  --fp8-amax-compute-algo --fp8-param-gather"
+    for f in --mock-data "--tokenizer-type NullTokenizer" "--vocab-size 128256" "--tokenizer-type HuggingFaceTokenizer"; do
+        # shellcheck disable=SC2086 # the flag and its value
+        "$RUN" --text-file text.txt "${TINY[@]}" $f --dry-run > out.txt 2> err.txt
+        [ $? -eq 2 ] && grep -q -- "error: ${f% *}.*is not supported: " err.txt || { cat err.txt; fail "$f not refused by name"; }
+    done
+    echo "ok: the recipe's data flags are refused by name" ;;
+recipe_mixtral_8x7b)
+    # Megatron's examples/mixtral/train_mixtral_8x7b_distributed.sh: every flag it passes
+    # (with its optional Weights & Biases pair), sizes scaled down, parallel sizes 1, --split
+    # 90,8,2 for its 99990,8,2 (which leaves a small dataset no validation sample); the
+    # Llama2Tokenizer on a Megatron dataset tokenized with the same SentencePiece model
+    [ -f "$DATA/mistral/tokenizer.model" ] || fail "no SentencePiece model in $DATA"
+    for i in $(seq 1 1500); do printf '{"text": "Document %d: to be, or not to be, that is the question."}\n' $i; done > docs.jsonl
+    "$PRE" --input docs.jsonl --output-prefix sp --tokenizer-type SentencePieceTokenizer \
+        --tokenizer-model "$DATA/mistral/tokenizer.model" --append-eod --workers 1 > pre.txt 2>&1 || { cat pre.txt; fail "preprocess"; }
+    BF16=--bf16
+    grep -qw avx512_bf16 /proc/cpuinfo && BF16=
+    RECIPE=(--use-mcore-models --disable-bias-linear --seq-length 32 --max-position-embeddings 256 --num-layers 2
+            --hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 8 --init-method-std 0.01 --attention-dropout 0.0
+            --hidden-dropout 0.0 --normalization RMSNorm --position-embedding-type rope --swiglu
+            --untie-embeddings-and-output-weights --group-query-attention --num-query-groups 2 --no-masked-softmax-fusion
+            --no-position-embedding --rotary-base 1000000
+            --num-experts 4 --moe-router-topk 2 --moe-router-load-balancing-type aux_loss --moe-aux-loss-coeff 1e-2
+            --moe-grouped-gemm --moe-token-dispatcher-type alltoall --overlap-param-gather --overlap-grad-reduce
+            --tokenizer-type Llama2Tokenizer --tokenizer-model "$DATA/mistral/tokenizer.model" --data-path sp_text_document
+            --split 90,8,2
+            --micro-batch-size 1 --global-batch-size 8 --lr 1e-4 --train-iters 50 --lr-decay-iters 32
+            --lr-decay-style cosine --min-lr 1.0e-5 --weight-decay 0.1 --lr-warmup-iters 5 --clip-grad 1.0 --bf16
+            --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --expert-model-parallel-size 1
+            --use-distributed-optimizer --sequence-parallel
+            --log-interval 1 --save-interval 10000 --eval-interval 1000 --eval-iters 10 --save ck --load ck
+            --tensorboard-dir tb --no-load-optim --no-load-rng --wandb-project Mixtral --wandb-exp-name Mixtral_8x7B)
+    check_recipe "$BF16"
+    grep -q "vocab 32000" out.txt || { cat out.txt; fail "Llama2Tokenizer did not give the SentencePiece vocabulary"; } ;;
 *) echo "unknown case $CASE"; exit 2 ;;
 esac
