@@ -30,6 +30,7 @@ typedef struct dparam {
     int64_t off, n;          /* place in the bucket, local (tp block) numel */
     mg_tensor *grad;         /* final gradient (a dp share), in the parameter's tp state */
     mg_tensor *seg_new;      /* updated segment (NULL: no segment on this rank) */
+    const mg_tensor *new_lt; /* the logical updated parameter (AdamW's output 0) */
     bool updated;
 } dparam;
 
@@ -262,6 +263,8 @@ static int bucket_gather(part_ctx *c, int bi) {
         upd->place = old->place;
         upd->updates = old; /* written in place of the old value */
         upd->role = MG_ROLE_OPT_STATE;
+        /* readers of the updated parameter (--log-params-norm's sum of squares) get it here */
+        if (p->new_lt) c->st[p->new_lt->id] = (pt){upd, c->st[p->p->id].pl};
     }
     return MG_OK;
 }
@@ -322,8 +325,9 @@ static int dopt_adamw(part_ctx *c, const mg_node *n) {
         p->seg_new = an->out[0];
     }
     p->updated = true;
-    /* the logical outputs are not read by anything; mark them as produced */
+    /* the moments are read by nothing; the parameter is produced by the bucket's all-gather */
     for (int j = 0; j < n->n_out; j++) c->st[n->out[j]->id] = (pt){NULL, mg_placement_full()};
+    p->new_lt = n->out[0];
     if (++b->n_updated == b->count) return bucket_gather(c, p->bucket) ? c->err->code : 1;
     return 1;
 }

@@ -385,6 +385,7 @@ static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) 
     o->eps = c->adam_eps;
     o->weight_decay = c->weight_decay;
     o->clip_grad = c->clip_grad;
+    o->params_norm = c->log_params_norm;
     rc = mg_run_lr_schedule(c, &o->lr, err); /* sets --train-iters from --train-samples */
     if (rc) return rc;
     /* every batch of the ramp is whole micro-batches on every data-parallel rank (Megatron
@@ -762,7 +763,8 @@ static int train(run *r, mg_error *err) {
     bool check_nan = !c->no_check_for_nan_in_loss_and_grad;
     mg_tensor *loss_t = mg_rank_tensor(&r->train_rg, r->train.loss),
               *lr_t = mg_rank_tensor(&r->train_rg, r->train.opt.lr),
-              *gn_t = mg_rank_tensor(&r->train_rg, r->train.opt.grad_norm);
+              *gn_t = mg_rank_tensor(&r->train_rg, r->train.opt.grad_norm),
+              *pn_t = r->train.opt.params_norm ? mg_rank_tensor(&r->train_rg, r->train.opt.params_norm) : NULL;
     if (!loss_t || !lr_t || !gn_t)
         return mg_error_set(err, MG_ERR_RUNTIME, "the step graph lacks lm_loss, optimizer.lr or optimizer.grad_norm");
     int64_t start = r->resume.iteration;
@@ -802,7 +804,13 @@ static int train(run *r, mg_error *err) {
                                 isfinite(loss) ? "gradient norm" : "loss", (long long)it + 1, host);
         }
         interval_nan += nan_here;
-        char jl[32], jg[32], jm[32], moe_json[128] = "", moe_log[128] = "";
+        char jl[32], jg[32], jm[32], jp[64] = "", moe_json[128] = "", moe_log[128] = "";
+        /* --log-params-norm: after the step, as Megatron's calc_params_l2_norm */
+        double pnorm = pn_t ? (double)*(float *)mg_storage_data(r->train_st, pn_t) : (double)NAN;
+        if (pn_t) {
+            char v[32];
+            snprintf(jp, sizeof jp, ", \"params_norm\": %s", json_number(v, (float)pnorm));
+        }
         for (int i = 0; i < 2; i++)
             if (moe_t[i]) {
                 float v = *(float *)mg_storage_data(r->train_st, moe_t[i]);
@@ -811,9 +819,9 @@ static int train(run *r, mg_error *err) {
                 snprintf(moe_json + o, sizeof moe_json - o, ", \"%s\": %s", moe_names[i], json_number(jm, v));
             }
         rc = metrics_record(r, err,
-                    "{\"iteration\": %lld, \"lm_loss\": %s%s, \"lr\": %.9e, \"grad_norm\": %s, \"elapsed_ms\": %.3f, "
+                    "{\"iteration\": %lld, \"lm_loss\": %s%s, \"lr\": %.9e, \"grad_norm\": %s%s, \"elapsed_ms\": %.3f, "
                     "\"tokens_per_s\": %.1f, \"tflops\": %.6f}\n",
-                    (long long)it + 1, json_number(jl, loss), moe_json, lr, json_number(jg, gn), ms, tps, tflops);
+                    (long long)it + 1, json_number(jl, loss), moe_json, lr, json_number(jg, gn), jp, ms, tps, tflops);
         if (rc) return rc;
         interval_ms += ms;
         if (!nan_here) interval_loss += loss; /* the average is over the finite losses */
@@ -831,7 +839,7 @@ static int train(run *r, mg_error *err) {
         mg_run_log_line l = {it + 1, c->train_iters, (int64_t)consumed + gbs, avg_ms, c->log_throughput,
                              flops / (avg_ms * 1e-3 * 1e12), lr_logged, (int)gbs,
                              interval_n > interval_nan ? interval_loss / (interval_n - interval_nan) : (double)NAN, gn,
-                             interval_nan, moe_log};
+                             pnorm, interval_nan, moe_log};
         if (is_logger(r) && (due || first)) {
             mg_run_log_iteration(stdout, &l);
             fflush(stdout);

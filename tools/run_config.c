@@ -148,6 +148,8 @@ static const flag flags[] = {
     /* logging and evaluation */
     {"--log-interval", F_I64, O(log_interval), USE, NULL, "iterations between log lines"},
     {"--log-throughput", F_BOOL, O(log_throughput), USE, NULL, "add TFLOP/s per rank to the log line"},
+    {"--log-params-norm", F_BOOL, O(log_params_norm), USE, NULL,
+     "add the parameters' L2 norm after the step to the log line, metrics and TensorBoard"},
     {"--eval-interval", F_I64, O(eval_interval), USE, NULL, "iterations between validations (default, 0: none)"},
     {"--eval-iters", F_I64, O(eval_iters), USE, NULL, "batches per validation/test evaluation (0: none)"},
     {"--tensorboard-dir", F_STR, O(tensorboard_dir), USE, NULL, "write TensorBoard event files here"},

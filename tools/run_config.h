@@ -42,7 +42,7 @@ typedef struct mg_run_config {
     float exit_duration_in_mins;  /* > 0: stop after the iteration that ends past it */
     /* logging and evaluation */
     int64_t log_interval, eval_interval, eval_iters;
-    bool log_throughput;
+    bool log_throughput, log_params_norm;
     const char *tensorboard_dir;
     int64_t tensorboard_log_interval;
     bool log_timers_to_tensorboard, log_validation_ppl_to_tensorboard;

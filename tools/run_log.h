@@ -17,6 +17,7 @@ typedef struct mg_run_log_line {
     int global_batch_size;
     double lm_loss;        /* averaged over the iterations since the last line */
     double grad_norm;
+    double params_norm;    /* --log-params-norm; NaN: not logged */
     int nan_iterations;    /* since the last line (--no-check-for-nan-in-loss-and-grad) */
     const char *extra;     /* NULL or " name: value |" pieces after the lm loss (MoE's auxiliary losses) */
 } mg_run_log_line;

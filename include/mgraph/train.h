@@ -20,6 +20,7 @@ typedef struct mg_adamw_config {
     float beta1, beta2, eps, weight_decay;
     float clip_grad;             /* global-norm clipping threshold; <= 0 disables */
     mg_lr_schedule lr;
+    bool params_norm;            /* also compute the parameters' L2 norm after the step (Megatron's --log-params-norm) */
 } mg_adamw_config;
 
 /* Megatron's defaults: betas 0.9/0.999, eps 1e-8, weight decay 0.01, clip 1.0. */
@@ -28,6 +29,7 @@ mg_adamw_config mg_adamw_defaults(void);
 typedef struct mg_optimizer_outputs {
     mg_tensor *lr;               /* [1] learning rate used this step */
     mg_tensor *grad_norm;        /* [1] global gradient norm before clipping */
+    mg_tensor *params_norm;      /* [1] L2 norm of every parameter after the step (cfg.params_norm), else NULL */
 } mg_optimizer_outputs;
 
 /* Appends the optimizer step for every parameter with a gradient: the global gradient
