@@ -25,6 +25,58 @@ int mg_dataset_sample(const mg_dataset *ds, int split, uint64_t idx, int32_t *to
     return ds->ops->sample(ds, split, idx, tokens, err);
 }
 
+/* ---- one dataset per split ------------------------------------------------------------ */
+typedef struct per_split {
+    mg_dataset *part[3];
+} per_split;
+
+static uint64_t per_split_num_samples(const mg_dataset *ds, int split) {
+    const per_split *p = ds->impl;
+    return p->part[split] ? mg_dataset_num_samples(p->part[split], split) : 0;
+}
+
+static int per_split_sample(const mg_dataset *ds, int split, uint64_t idx, int32_t *tokens, mg_error *err) {
+    const per_split *p = ds->impl;
+    return mg_dataset_sample(p->part[split], split, idx, tokens, err); /* (idx < num_samples: not NULL) */
+}
+
+static void per_split_destroy(void *impl) {
+    per_split *p = impl;
+    for (int s = 0; s < 3; s++) mg_dataset_free(p->part[s]);
+    free(p);
+}
+
+static const mg_dataset_ops per_split_ops = {per_split_num_samples, per_split_sample, per_split_destroy};
+
+int mg_dataset_per_split(mg_dataset *parts[3], mg_dataset **out, mg_error *err) {
+    *out = NULL;
+    const mg_dataset *first = NULL;
+    int rc = MG_OK;
+    for (int s = 0; s < 3 && !rc; s++) {
+        if (!parts[s]) continue;
+        if (first && parts[s]->seq_length != first->seq_length)
+            rc = mg_error_set(err, MG_ERR_INVALID, "per-split datasets of %d and %d tokens per sample", first->seq_length,
+                              parts[s]->seq_length);
+        if (!first) first = parts[s];
+    }
+    per_split *p = rc ? NULL : calloc(1, sizeof *p);
+    mg_dataset *ds = p ? calloc(1, sizeof *ds) : NULL;
+    if (!rc && !ds) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    if (rc) {
+        free(p);
+        for (int s = 0; s < 3; s++) mg_dataset_free(parts[s]);
+        return rc;
+    }
+    for (int s = 0; s < 3; s++) p->part[s] = parts[s];
+    ds->ops = &per_split_ops;
+    ds->impl = p;
+    ds->kind = MG_DATASET_PER_SPLIT;
+    ds->seq_length = first ? first->seq_length : 0;
+    ds->vocab = first ? first->vocab : 0;
+    *out = ds;
+    return MG_OK;
+}
+
 void mg_dataset_free(mg_dataset *ds) {
     if (!ds) return;
     if (ds->ops && ds->impl) ds->ops->destroy(ds->impl);

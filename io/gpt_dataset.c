@@ -466,9 +466,12 @@ static int build_blend(gpt_ds *g, int split, uint64_t size, mg_error *err) {
 int mg_gpt_dataset_open(const mg_gpt_dataset_config *cfg, mg_dataset **out, mg_error *err) {
     *out = NULL;
     if (cfg->seq_length <= 0) return mg_error_set(err, MG_ERR_INVALID, "--seq-length must be positive (got %d)", cfg->seq_length);
-    double frac[3];
-    int rc = mg_parse_split(cfg->split ? cfg->split : "969,30,1", frac, err);
+    double frac[3] = {0, 0, 0};
+    if (cfg->whole && (cfg->split_index < MG_SPLIT_TRAIN || cfg->split_index > MG_SPLIT_TEST))
+        return mg_error_set(err, MG_ERR_INVALID, "split %d is not train (0), valid (1) or test (2)", cfg->split_index);
+    int rc = cfg->whole ? MG_OK : mg_parse_split(cfg->split ? cfg->split : "969,30,1", frac, err);
     if (rc) return rc;
+    if (cfg->whole) frac[cfg->split_index] = 1.0; /* the whole of every dataset */
     gpt_ds *g = calloc(1, sizeof *g);
     mg_dataset *ds = calloc(1, sizeof *ds);
     if (!g || !ds) {
@@ -508,7 +511,7 @@ int mg_gpt_dataset_open(const mg_gpt_dataset_config *cfg, mg_dataset **out, mg_e
             p->ids = mem->ids;
             /* Megatron asks each blended dataset for its share plus 0.5% surplus; the
              * count decides the dataset's epochs and so its sample order */
-            uint64_t req = cfg->num_samples[s];
+            uint64_t req = cfg->whole && s != cfg->split_index ? 0 : cfg->num_samples[s];
             if (blend && req) req = mg_blend_request(mem->weight, req);
             if (blend && mem->weight == 0) req = 0;
             uint64_t lo = b[s], hi = b[s + 1];

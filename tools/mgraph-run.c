@@ -424,13 +424,29 @@ static int open_data(run *r, mg_step_config *sc, mg_error *err) {
     /* the test split is not used by training: ask for none (0 = one epoch, possibly empty) */
     /* Megatron's get_train_valid_test_num_samples: --train-samples as given (with a ramp,
      * train iterations x global batch overstates it), else iterations x global batch */
-    uint64_t train = c->train_samples > 0 ? (uint64_t)c->train_samples : (uint64_t)c->train_iters * gbs;
+    uint64_t train = c->skip_train ? 0 /* (none read) */
+                     : c->train_samples > 0 ? (uint64_t)c->train_samples : (uint64_t)c->train_iters * gbs;
     uint64_t want[3] = {train, evals * (uint64_t)c->eval_iters * gbs, 0};
+    bool per_split = c->split_data_path[0] || c->split_data_path[1] || c->split_data_path[2];
     if (c->data_path) {
         mg_gpt_dataset_config dc = {c->data_path, c->split, c->seq_length, (uint64_t)c->seed,
                                     {want[0], want[1], want[2]}, c->data_cache_path, vocab,
-                                    mg_tokenizer_type(r->tok)};
+                                    mg_tokenizer_type(r->tok), false, 0};
         rc = mg_gpt_dataset_open(&dc, &r->data, err);
+    } else if (per_split) { /* Megatron's blend_per_split: each split from its own datasets, whole */
+        mg_dataset *parts[3] = {NULL, NULL, NULL};
+        for (int s = 0; s < 3 && !rc; s++) {
+            if (!c->split_data_path[s]) continue;
+            mg_gpt_dataset_config dc = {c->split_data_path[s], NULL, c->seq_length, (uint64_t)c->seed,
+                                        {want[0], want[1], want[2]}, c->data_cache_path, vocab,
+                                        mg_tokenizer_type(r->tok), true, s};
+            rc = mg_gpt_dataset_open(&dc, &parts[s], err);
+        }
+        if (rc) {
+            for (int s = 0; s < 3; s++) mg_dataset_free(parts[s]);
+            return rc;
+        }
+        rc = mg_dataset_per_split(parts, &r->data, err);
     } else {
         const char *path = c->text_file ? c->text_file : MG_DEFAULT_CORPUS;
         if (!*path)
@@ -440,10 +456,11 @@ static int open_data(run *r, mg_step_config *sc, mg_error *err) {
         rc = mg_text_dataset_open(&dc, &r->data, err);
     }
     if (rc) return rc;
-    if (mg_dataset_num_samples(r->data, MG_SPLIT_TRAIN) == 0)
+    if (!c->skip_train && mg_dataset_num_samples(r->data, MG_SPLIT_TRAIN) == 0)
         return mg_error_set(err, MG_ERR_INVALID, "the training split has no sample of %d tokens", c->seq_length + 1);
     if (c->eval_interval > 0 && c->eval_iters > 0 && mg_dataset_num_samples(r->data, MG_SPLIT_VALID) == 0)
-        return mg_error_set(err, MG_ERR_INVALID, "the validation split has no sample (set --split or --eval-iters 0)");
+        return mg_error_set(err, MG_ERR_INVALID, "the validation split has no sample (%s or --eval-iters 0)",
+                            per_split ? "give --valid-data-path" : "set --split");
     r->sample = malloc(((size_t)c->seq_length + 1) * sizeof *r->sample);
     return r->sample ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
 }

@@ -190,6 +190,10 @@ static const flag flags[] = {
     /* data */
     {"--text-file", F_STR, O(text_file), USE, NULL, "raw text to train on (byte-level unless a tokenizer is given)"},
     {"--data-path", F_LIST, O(data_path), USE, NULL, "Megatron indexed dataset prefix, or blend w1 p1 w2 p2 ..."},
+    {"--train-data-path", F_LIST, O(split_data_path[0]), USE, NULL,
+     "the training data alone: a prefix or blend, every document of it (instead of --data-path and --split)"},
+    {"--valid-data-path", F_LIST, O(split_data_path[1]), USE, NULL, "the validation data alone (as --train-data-path)"},
+    {"--test-data-path", F_LIST, O(split_data_path[2]), USE, NULL, "the test data alone (as --train-data-path)"},
     {"--split", F_STR, O(split), USE, NULL, "train,valid,test proportions (--data-path: 969,30,1; text: 90,10,0)"},
     {"--data-cache-path", F_STR, O(data_cache_path), USE, NULL, "where dataset indices are cached"},
     {"--tokenizer-type", F_STR, O(tokenizer_type), USE,
@@ -459,21 +463,29 @@ static const flag *find_flag(const char *a, size_t len) {
 
 static bool is_flag(const char *a) { return a && a[0] == '-' && a[1] == '-'; }
 
-/* --data-path A B C: the values joined by one space, as mg_gpt_dataset_open reads a blend. */
-static void join_list(mg_run_config *c, char **v, int n, mg_run_notes *notes) {
+/* --data-path A B C: the values joined by one space, as mg_gpt_dataset_open reads a
+ * blend, into the flag's own buffer (the n-th list flag of the table). */
+static void join_list(mg_run_config *c, const flag *f, void *dst, char **v, int n, mg_run_notes *notes) {
+    int k = 0;
+    for (const flag *g = flags; g < f; g++) k += g->type == F_LIST;
+    if (k >= (int)(sizeof c->list_buf / sizeof c->list_buf[0])) {
+        mg_run_notes_error(notes, "%s: no buffer for its values", f->name);
+        return;
+    }
+    char *buf = c->list_buf[k];
     size_t o = 0;
-    c->data_path_buf[0] = '\0';
+    buf[0] = '\0';
     for (int i = 0; i < n; i++) {
         size_t len = strlen(v[i]);
-        if (o + len + 2 > sizeof c->data_path_buf) {
-            mg_run_notes_error(notes, "--data-path: the values are longer than %zu characters", sizeof c->data_path_buf);
+        if (o + len + 2 > sizeof c->list_buf[k]) {
+            mg_run_notes_error(notes, "%s: the values are longer than %zu characters", f->name, sizeof c->list_buf[k]);
             return;
         }
-        if (i) c->data_path_buf[o++] = ' ';
-        memcpy(c->data_path_buf + o, v[i], len + 1);
+        if (i) buf[o++] = ' ';
+        memcpy(buf + o, v[i], len + 1);
         o += len;
     }
-    c->data_path = c->data_path_buf;
+    *(const char **)dst = buf;
 }
 
 static void parse_args(mg_run_config *c, int argc, const char *const *argv, mg_run_notes *notes) {
@@ -510,7 +522,7 @@ static void parse_args(mg_run_config *c, int argc, const char *const *argv, mg_r
             }
             for (int k = 0; k < n && ok; k++)
                 ok = parse_value(f, argv[first + k], f->type == F_INT3 && dst ? (int64_t *)dst + k : NULL, notes);
-            if (ok && dst && f->type == F_LIST) join_list(c, (char **)argv + first, n, notes);
+            if (ok && dst && f->type == F_LIST) join_list(c, f, dst, (char **)argv + first, n, notes);
         } else {
             const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
             /* "--dump-dot --dry-run" forgot a value: never take a flag as one */
@@ -644,10 +656,19 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     if ((c->save_interval || c->save_retain) && !c->save)
         mg_run_notes_error(n, "--save-interval and --save-retain need --save DIR");
     if (c->text_file && c->data_path) mg_run_notes_error(n, "give --text-file or --data-path, not both");
+    bool per_split = c->split_data_path[0] || c->split_data_path[1] || c->split_data_path[2];
+    if (per_split && (c->data_path || c->text_file)) /* Megatron's get_blend_and_blend_per_split */
+        mg_run_notes_error(n, "give --%s or --train-data-path / --valid-data-path / --test-data-path, not both",
+                           c->data_path ? "data-path" : "text-file");
+    else if (per_split && !c->split_data_path[0] && !c->skip_train)
+        mg_run_notes_error(n, "--valid-data-path / --test-data-path without --train-data-path: nothing to train on");
+    if (per_split && c->split)
+        mg_run_notes_warn(n, "--split has no effect with --train-data-path / --valid-data-path / --test-data-path (each "
+                             "dataset is its split, whole)");
     /* Megatron's pretrain_gpt.py defaults to GPT2BPETokenizer; mgraph's own raw-text
      * input (--text-file, the default corpus) is byte-level unless a vocabulary is given. */
     if (!c->tokenizer_type)
-        c->tokenizer_type = c->data_path || c->vocab_file || c->merge_file ? "GPT2BPETokenizer"
+        c->tokenizer_type = c->data_path || per_split || c->vocab_file || c->merge_file ? "GPT2BPETokenizer"
                             : c->tokenizer_model                           ? "SentencePieceTokenizer"
                                                                            : "ByteLevelTokenizer";
     if (!strcmp(c->tokenizer_type, "GPT2BPETokenizer") && (!c->vocab_file || !c->merge_file))

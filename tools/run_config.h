@@ -54,6 +54,7 @@ typedef struct mg_run_config {
     bool bf16; /* matrix products with bf16 inputs and fp32 sums (mg_gemm_set_precision) */
     /* data */
     const char *text_file, *data_path, *split, *data_cache_path;
+    const char *split_data_path[3]; /* --train-data-path, --valid-data-path, --test-data-path */
     const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model;
     bool eod_mask_loss; /* leave out of the loss the positions whose input is the end-of-document token */
     bool calculate_per_token_loss; /* train on the mean over the global batch's kept tokens */
@@ -86,7 +87,9 @@ typedef struct mg_run_config {
     bool help;
     bool demo;               /* no flag was given: the demo run's own values were applied */
     bool given[256];         /* flags that were on the command line, by table position */
-    char data_path_buf[4096]; /* --data-path's values (Megatron's nargs='*'), joined by spaces */
+    /* the values of --data-path and the three per-split paths (Megatron's nargs='*'),
+     * joined by spaces */
+    char list_buf[4][4096];
 } mg_run_config;
 
 /* What a command line got wrong (every bad flag, not only the first) and what it

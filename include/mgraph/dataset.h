@@ -12,6 +12,7 @@
 #define MGRAPH_DATASET_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "mgraph/error.h"
@@ -113,7 +114,17 @@ typedef struct mg_gpt_dataset_config {
     int64_t vocab_size;     /* reported by mg_dataset_vocab_size (0 if unknown); when known, every
                              * token id of every dataset is checked against it at open */
     const char *tokenizer;  /* named in that check's message (NULL: "the tokenizer") */
+    /* Megatron's --train-data-path / --valid-data-path / --test-data-path: every document
+     * of the datasets is split `split_index` (split is not read), the other splits are
+     * empty. false: --split cuts each dataset. */
+    bool whole;
+    int split_index;
 } mg_gpt_dataset_config;
+
+/* One dataset per split (NULL: the split is empty), as one: split s of the result is
+ * split s of parts[s]. Takes the parts (freed with the result, or on error). They must
+ * agree on seq_length. */
+int mg_dataset_per_split(mg_dataset *parts[3], mg_dataset **out, mg_error *err);
 
 int mg_gpt_dataset_open(const mg_gpt_dataset_config *cfg, mg_dataset **out, mg_error *err);
 /* For a GPT dataset: how many of the per-(dataset, split) indices came from the cache

@@ -13,7 +13,7 @@ static char g_prefix[600], g_cache_dir[600], g_cache_file[1200];
 static uint64_t g_key;
 
 static mg_gpt_dataset_config config(void) {
-    mg_gpt_dataset_config c = {g_prefix, "80,20,0", 8, 5, {40, 0, 0}, g_cache_dir, 256, NULL};
+    mg_gpt_dataset_config c = {g_prefix, "80,20,0", 8, 5, {40, 0, 0}, g_cache_dir, 256, NULL, false, 0};
     return c;
 }
 

@@ -39,7 +39,7 @@ static int64_t make_dataset(const char *prefix, int ndocs, uint32_t lseed, int32
 /* vocab: every token id must be below it (checked at open) */
 static mg_dataset *open_gpt_vocab(const char *path, const char *split, int seq, uint64_t seed, uint64_t ntrain,
                                   const char *cache, int64_t vocab) {
-    mg_gpt_dataset_config c = {path, split, seq, seed, {ntrain, 0, 0}, cache, vocab, NULL};
+    mg_gpt_dataset_config c = {path, split, seq, seed, {ntrain, 0, 0}, cache, vocab, NULL, false, 0};
     mg_dataset *ds = NULL;
     mg_error err = {0};
     int rc = mg_gpt_dataset_open(&c, &ds, &err);
@@ -148,7 +148,7 @@ static void gpt_determinism_and_splits(void) {
         CHECK(ok, "all multi-epoch samples readable");
         mg_dataset_free(e);
     }
-    mg_gpt_dataset_config bad = {prefix, "1,0,0", 0, 1, {0, 0, 0}, NULL, 0, NULL};
+    mg_gpt_dataset_config bad = {prefix, "1,0,0", 0, 1, {0, 0, 0}, NULL, 0, NULL, false, 0};
     mg_dataset *x = NULL;
     CHECK(mg_gpt_dataset_open(&bad, &x, NULL) == MG_ERR_INVALID, "seq_length 0 refused");
     bad.seq_length = 8;
@@ -271,7 +271,7 @@ static void gpt_blend(void) {
            (unsigned long long)n, (unsigned long long)from_a, (double)from_a / n, worst);
     mg_dataset_free(ds);
     /* the same data read with GPT-2's vocabulary: refused at open, naming B and the tokenizer */
-    mg_gpt_dataset_config small = {path, "1,0,0", 8, 42, {0, 0, 0}, NULL, 50257, "GPT2BPETokenizer"};
+    mg_gpt_dataset_config small = {path, "1,0,0", 8, 42, {0, 0, 0}, NULL, 50257, "GPT2BPETokenizer", false, 0};
     mg_dataset *y = NULL;
     mg_error ye = {0};
     CHECK(mg_gpt_dataset_open(&small, &y, &ye) == MG_ERR_INVALID && !y && strstr(ye.msg, "blend_b holds token id 1000000") &&
@@ -285,7 +285,7 @@ static void gpt_blend(void) {
         mg_dataset_free(ds);
     }
     snprintf(path, sizeof path, "0.3 %s 0.7", pa);
-    mg_gpt_dataset_config bad = {path, "1,0,0", 8, 1, {0, 0, 0}, NULL, 0, NULL};
+    mg_gpt_dataset_config bad = {path, "1,0,0", 8, 1, {0, 0, 0}, NULL, 0, NULL, false, 0};
     mg_dataset *x = NULL;
     CHECK(mg_gpt_dataset_open(&bad, &x, NULL) == MG_ERR_INVALID, "odd blend refused");
 }

@@ -38,3 +38,36 @@ awk -F'"lm_loss": ' 'NR == 1 { split($2, a, ","); l = a[1] + 0; exit !(l > 10.5 
 "$RUN" "${ARGS[@]}" --data-path nowhere > bad.txt 2>&1
 [ $? -eq 2 ] || fail "missing --data-path should exit 2"
 echo "ok: preprocess -> --data-path training, evaluation, cache, padded vocabulary"
+
+# Megatron's per-split paths: --train-data-path A --valid-data-path B trains on the whole
+# of A (the losses of --data-path A --split 100,0,0, bit for bit) and evaluates on the
+# whole of B (the validation loss of --data-path B --split 0,100,0 from the same weights)
+awk 'NR > 4000 && NR <= 6000 { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); line = line $0 " " }
+     NR % 10 == 0 && NR > 4000 && NR <= 6000 { printf "{\"text\": \"%s\"}\n", line; line = "" }' \
+    "$DATA/tinyshakespeare.txt" > other.jsonl
+"$PRE" --input other.jsonl --output-prefix other --tokenizer-type GPT2BPETokenizer \
+    --vocab-file "$DATA/gpt2/vocab.json" --merge-file "$DATA/gpt2/merges.txt" --append-eod --workers 2 \
+    > pre2.txt 2>&1 || { cat pre2.txt; fail "preprocess of the validation data"; }
+COMMON=(--tokenizer-type GPT2BPETokenizer --vocab-file "$DATA/gpt2/vocab.json" --merge-file "$DATA/gpt2/merges.txt"
+        --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 32 --micro-batch-size 2
+        --global-batch-size 4 --train-iters 6 --log-interval 3 --lr 1e-3)
+"$RUN" "${COMMON[@]}" --train-data-path shakespeare_text_document --valid-data-path other_text_document \
+    --eval-interval 3 --eval-iters 2 --save ck_split --metrics-file split.jsonl > split.txt 2>&1 ||
+    { cat split.txt; fail "training on --train-data-path / --valid-data-path"; }
+"$RUN" "${COMMON[@]}" --data-path shakespeare_text_document --split 100,0,0 --eval-iters 0 \
+    --metrics-file whole_a.jsonl > whole_a.txt 2>&1 || { cat whole_a.txt; fail "training on --data-path A --split 100,0,0"; }
+cmp -s <(grep -o '"lm_loss": [^,]*' split.jsonl) <(grep -o '"lm_loss": [^,]*' whole_a.jsonl) ||
+    fail "--train-data-path A does not train as --data-path A --split 100,0,0"
+[ "$(grep -c '"val_loss"' split.jsonl)" -eq 3 ] || fail "want 3 evaluations on --valid-data-path"
+for how in "--valid-data-path other_text_document" "--data-path other_text_document --split 0,100,0"; do
+    # shellcheck disable=SC2086 # the data flags are several words
+    "$RUN" "${COMMON[@]}" $how --load ck_split --skip-train --eval-iters 2 --metrics-file "eval_${how%% *}.jsonl" \
+        > eval.txt 2>&1 || { cat eval.txt; fail "evaluation with $how"; }
+done
+cmp -s <(grep -o '"val_loss": [^,]*' eval_--valid-data-path.jsonl) <(grep -o '"val_loss": [^,]*' eval_--data-path.jsonl) ||
+    fail "--valid-data-path B does not evaluate as --data-path B --split 0,100,0"
+"$RUN" "${COMMON[@]}" --data-path shakespeare_text_document --train-data-path shakespeare_text_document > bad.txt 2>&1
+[ $? -eq 2 ] && grep -q "give --data-path or --train-data-path" bad.txt || { cat bad.txt; fail "--data-path with --train-data-path"; }
+"$RUN" "${COMMON[@]}" --valid-data-path other_text_document > bad.txt 2>&1
+[ $? -eq 2 ] && grep -q "without --train-data-path" bad.txt || { cat bad.txt; fail "--valid-data-path alone"; }
+echo "ok: --train-data-path / --valid-data-path: each split from its own data, whole"
