@@ -14,10 +14,10 @@
  * know what a token split means: the embedding lookup (the rank's tokens' rows),
  * the cross-entropy (the rank's tokens' terms divided by the micro-batch's count of
  * kept tokens, an input counted on the whole labels: a partial sum over cp, the
- * rank's share of the mean, with or without an ignore index) and attention (below). Weight gradients come out
- * as partial sums over cp (the matmul, norm and embedding rules say so), and are
- * summed with the data-parallel reduction, over the combined dp x cp group
- * (partition.c). Tokens, labels and positions are replicated leaves; the first op
+ * rank's share of the mean, with or without an ignore index) and attention (below).
+ * Weight gradients come out as partial sums over cp (the matmul, norm and embedding
+ * rules say so), and are summed with the data-parallel reduction, over the combined
+ * dp x cp group (partition.c). Tokens, labels and positions are replicated leaves; the first op
  * that wants them split slices the rank's two chunks, so RoPE sees global positions.
  *
  * Positions and RNG. A zigzag block is not one contiguous range of the sequence, so
