@@ -173,8 +173,8 @@ int mg_graph_add_adamw(mg_graph *g, const mg_adamw_config *cfg, mg_optimizer_out
             out->grad_norm = cn->out[1];
         }
     }
-    mg_tensor **updated = calloc((size_t)k, sizeof *updated); /* (cfg->params_norm) */
-    if (!updated) mg_graph_fail(g, MG_ERR_NOMEM, "optimizer: out of memory");
+    mg_tensor **updated = cfg->params_norm ? calloc((size_t)k, sizeof *updated) : NULL;
+    if (cfg->params_norm && !updated) mg_graph_fail(g, MG_ERR_NOMEM, "optimizer: out of memory");
     for (int i = 0; i < k && cn && ln && !g->error.code; i++) {
         mg_tensor *p = params[i];
         int saved = g->n_scopes;
@@ -189,14 +189,14 @@ int mg_graph_add_adamw(mg_graph *g, const mg_adamw_config *cfg, mg_optimizer_out
             an->out[0]->updates = p;
             an->out[1]->updates = in[2];
             an->out[2]->updates = in[3];
-            updated[i] = an->out[0];
+            if (updated) updated[i] = an->out[0];
         }
     }
     /* The updated parameters' sum of squares, after every update: a partitioner may
      * produce an updated parameter only with the last update of its group (the
      * distributed optimizer's bucket all-gather). */
     mg_tensor *psum = NULL;
-    for (int i = 0; cfg->params_norm && updated && i < k && !g->error.code; i++) {
+    for (int i = 0; updated && i < k && !g->error.code; i++) {
         mg_node *sq = mg_node_new(g, MG_OP_SUMSQ, NULL, 1, &updated[i], "param_sumsq");
         mg_tensor *s = sq ? sq->out[0] : NULL;
         psum = psum ? mg_add(g, psum, s) : s;
