@@ -68,8 +68,8 @@ static int check_count(const mg_node *n, const mg_tensor *c, mg_error *err) {
     return MG_OK;
 }
 
-/* The count a kernel divides by: the input's value, 0 (no token kept) giving loss 0. */
-static double count_of(const float *c) { return c[0] > 0 ? (double)c[0] : 0.0; }
+/* x over the count input, in double; a count of 0 (no token kept) gives 0. */
+static float over_count(double x, const float *count) { return count[0] > 0 ? (float)(x / (double)count[0]) : 0.0f; }
 
 static int infer_xent(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     const mg_tensor *x = n->in[0], *t = n->in[1];
@@ -108,7 +108,7 @@ MG_SIMD static int xent_cpu(const mg_kernel_args *a, mg_error *err) {
     const float *x = a->in[0];
     const int32_t *tg = a->in[1];
     float *loss = a->out[0], *lse = a->out[1];
-    double total = 0, count = count_of(a->in[2]);
+    double total = 0;
     for (int64_t t = 0; t < T; t++) {
         const float *xr = x + t * V;
         float m = mg_row_max(xr, V);
@@ -118,7 +118,7 @@ MG_SIMD static int xent_cpu(const mg_kernel_args *a, mg_error *err) {
         if (tg[t] < 0 || tg[t] >= V) return bad_target(err, n, t, tg[t], V);
         total += l - (double)xr[tg[t]];
     }
-    loss[0] = count > 0 ? (float)(total / count) : 0.0f;
+    loss[0] = over_count(total, a->in[2]);
     return MG_OK;
 }
 
@@ -137,8 +137,7 @@ MG_SIMD static int xent_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     float *dx = a->out[0];
     for (int64_t t = 0; t < T; t++)
         if (tg[t] != ign && (tg[t] < 0 || tg[t] >= Vt)) return bad_target(err, n, t, tg[t], Vt);
-    double count = count_of(a->in[4]);
-    float s = count > 0 ? (float)((double)dl[0] / count) : 0.0f;
+    float s = over_count(dl[0], a->in[4]);
     for (int64_t t = 0; t < T; t++) {
         const float *xr = x + t * V;
         float *dr = dx + t * V;
@@ -238,14 +237,14 @@ static int vp_loss_cpu(const mg_kernel_args *a, mg_error *err) {
     const float *st = a->in[0], *m = a->in[1];
     const int32_t *tg = a->in[2];
     float *loss = a->out[0], *lse = a->out[1];
-    double total = 0, count = count_of(a->in[3]);
+    double total = 0;
     for (int64_t t = 0; t < T; t++) {
         double l = (double)m[t] + log((double)st[2 * t]);
         lse[t] = (float)l;
         if (tg[t] == n->attrs.xent.ignore_index) continue;
         total += l - (double)st[2 * t + 1];
     }
-    loss[0] = count > 0 ? (float)(total / count) : 0.0f;
+    loss[0] = over_count(total, a->in[3]);
     return MG_OK;
 }
 

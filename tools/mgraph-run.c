@@ -513,14 +513,6 @@ static int resolve_split(run *r, mg_step_config *sc, int rc, mg_error *err) {
     return MG_OK;
 }
 
-/* Writes samples [first, first + gbs) of a split into graph g's per-micro-batch inputs,
- * laid out [s, b]; with --eod-mask-loss the label of a position whose input token is the
- * end-of-document token is MG_LABEL_IGNORE (Megatron's loss_mask[tokens == eod] = 0).
- * This rank's micro-batch instance i is global micro-batch
- * i * dp + dp_rank (Megatron's sampler: each group of dp micro-batches is dealt out to
- * the data-parallel ranks in order), samples first + (that) * mbs + j. Also sets
- * loss_scale to 1 / micro-batches of the global batch. gbs is this step's global batch
- * (less than --global-batch-size during a --rampup-batch-size ramp: fewer micro-batches). */
 /* The rank graph and logical step graph g (the training or the evaluation graph) runs. */
 static const mg_rank_graph *rank_of(const run *r, const mg_graph *g) { return g == r->eval_g ? &r->eval_rg : &r->train_rg; }
 static const mg_step *step_of(const run *r, const mg_graph *g) { return g == r->eval_g ? &r->eval : &r->train; }
@@ -535,6 +527,8 @@ static int32_t label_at(const int32_t *sample, int t, int32_t eod) {
  * (every data-parallel rank's samples: each rank counts them all, no communication). */
 static int kept_tokens(run *r, int split, uint64_t first, int64_t gbs, int32_t eod, uint64_t *kept, mg_error *err) {
     uint64_t n = mg_dataset_num_samples(r->data, split);
+    *kept = (uint64_t)gbs * (uint64_t)r->cfg.seq_length;
+    if (eod < 0) return MG_OK; /* no mask: every label is kept, nothing to read */
     *kept = 0;
     for (int64_t i = 0; i < gbs; i++) {
         int rc = mg_dataset_sample(r->data, split, (first + (uint64_t)i) % n, r->sample, err);
@@ -544,6 +538,16 @@ static int kept_tokens(run *r, int split, uint64_t first, int64_t gbs, int32_t e
     return MG_OK;
 }
 
+/* Writes samples [first, first + gbs) of a split into graph g's per-micro-batch inputs,
+ * laid out [s, b]; with --eod-mask-loss the label of a position whose input token is the
+ * end-of-document token is MG_LABEL_IGNORE (Megatron's loss_mask[tokens == eod] = 0).
+ * This rank's micro-batch instance i is global micro-batch
+ * i * dp + dp_rank (Megatron's sampler: each group of dp micro-batches is dealt out to
+ * the data-parallel ranks in order), samples first + (that) * mbs + j. Also sets
+ * loss_scale to 1 / micro-batches of the global batch. gbs is this step's global batch
+ * (less than --global-batch-size during a --rampup-batch-size ramp: fewer micro-batches).
+ * With a token_scale input, or asked for *kept, counts the global batch's kept labels
+ * (kept_tokens) and sets token_scale to 1 / that count. */
 static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_t first, int64_t gbs,
                       uint64_t *kept, mg_error *err) {
     int s = r->cfg.seq_length, mbs = r->cfg.micro_batch_size, n_global = (int)(gbs / mbs);
@@ -826,7 +830,7 @@ static int train(run *r, mg_error *err) {
         double pnorm = pn_t ? (double)*(float *)mg_storage_data(r->train_st, pn_t) : (double)NAN;
         if (pn_t) {
             char v[32];
-            snprintf(jp, sizeof jp, ", \"params_norm\": %s", json_number(v, (float)pnorm));
+            snprintf(jp, sizeof jp, ", \"params_norm\": %s", json_number(v, pnorm));
         }
         for (int i = 0; i < 2; i++)
             if (moe_t[i]) {
