@@ -122,7 +122,7 @@ static void qkv_heads(mg_graph *g, const mg_gpt_config *c, const mg_gpt_layer *l
 }
 
 static mg_tensor *attention_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x,
-                                  mg_tensor *positions, bool training) {
+                                  mg_tensor *positions, mg_tensor *doc_start, bool training) {
     const mg_gpt_config *c = &m->cfg;
     if (!x) return NULL;
     int64_t s = x->shape[0], b = x->shape[1], h = c->hidden;
@@ -134,7 +134,8 @@ static mg_tensor *attention_block(mg_graph *g, const mg_gpt *m, const mg_gpt_lay
         q = mg_rope_partial(g, q, positions, c->rotary_base, rd);
         k = mg_rope_partial(g, k, positions, c->rotary_base, rd);
     }
-    mg_tensor *y = mg_attention(g, q, k, v, true, training ? c->attention_dropout : 0.0f);
+    float p = training ? c->attention_dropout : 0.0f;
+    mg_tensor *y = doc_start ? mg_attention_docs(g, q, k, v, doc_start, p) : mg_attention(g, q, k, v, true, p);
     y = mg_reshape(g, y, 3, (int64_t[]){s, b, h});
     y = mg_linear(g, y, l->proj_w, l->proj_b);
     y = mg_dropout(g, y, training ? c->hidden_dropout : 0.0f);
@@ -154,7 +155,7 @@ static mg_tensor *mlp_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l,
 }
 
 mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions,
-                               mg_tensor *targets, bool training, mg_gpt_aux *aux) {
+                               mg_tensor *doc_start, mg_tensor *targets, bool training, mg_gpt_aux *aux) {
     const mg_gpt_config *c = &m->cfg;
     memset(aux, 0, sizeof *aux);
     if (!tokens || !positions || !targets) return NULL;
@@ -163,9 +164,9 @@ mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, 
     int outer_layer = mg_graph_layer(g);
     mg_graph_set_layer(g, MG_LAYER_PRE); /* pipeline stages place layers by these marks */
     mg_tensor *x = mg_embedding(g, tokens, m->wte); /* [s, b, h] */
-    if (m->wpe) {
-        mg_tensor *pe = mg_embedding(g, positions, m->wpe); /* [s, h] */
-        x = mg_add(g, x, mg_reshape(g, pe, 3, (int64_t[]){s, 1, h}));
+    if (m->wpe) { /* positions [s]: one row for all samples; [s, b]: each its own */
+        mg_tensor *pe = mg_embedding(g, positions, m->wpe); /* [s, h] or [s, b, h] */
+        x = mg_add(g, x, positions->ndim == 1 ? mg_reshape(g, pe, 3, (int64_t[]){s, 1, h}) : pe);
     }
     x = mg_dropout(g, x, training ? c->hidden_dropout : 0.0f);
     for (int i = 0; i < c->num_layers; i++) {
@@ -173,7 +174,7 @@ mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, 
         mg_scope_push(g, gpt2 ? "h.%d" : "model.layers.%d", i);
         mg_graph_set_layer(g, i);
         mg_tensor *a = norm(g, c, x, l->ln1_w, l->ln1_b);
-        x = mg_add(g, x, attention_block(g, m, l, a, positions, training));
+        x = mg_add(g, x, attention_block(g, m, l, a, positions, doc_start, training));
         mg_tensor *f = norm(g, c, x, l->ln2_w, l->ln2_b);
         x = mg_add(g, x, l->router_w ? mg_moe_block(g, m, l, f, training, aux) : mlp_block(g, m, l, f, training));
         mg_scope_pop(g);
@@ -195,6 +196,6 @@ mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, 
 mg_tensor *mg_gpt2_forward(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions, mg_tensor *targets,
                            bool training) {
     mg_gpt_aux aux;
-    mg_tensor *loss = mg_gpt2_forward_aux(g, m, tokens, positions, targets, training, &aux);
+    mg_tensor *loss = mg_gpt2_forward_aux(g, m, tokens, positions, NULL, targets, training, &aux);
     return aux.loss ? mg_add(g, loss, aux.loss) : loss;
 }

@@ -52,7 +52,7 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
         return rc;
     }
     int64_t s = c->model.seq_length, b = c->micro_batch, one = 1;
-    st->positions = mg_input(g, "position_ids", MG_I32, 1, &s);
+    if (!c->reset_position_ids) st->positions = mg_input(g, "position_ids", MG_I32, 1, &s);
     st->loss_scale = mg_input(g, "loss_scale", MG_F32, 1, &one);
     if (st->loss_scale) st->loss_scale->init = (mg_init){MG_INIT_CONSTANT, 1.0f / (float)c->n_micro};
     bool token_mean = c->loss_token_mean || c->per_token_loss;
@@ -61,10 +61,14 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
     mg_graph_set_mb(g, 0);
     st->tokens = mg_input(g, "input_ids", MG_I32, 2, (int64_t[]){s, b});
     st->targets = mg_input(g, "labels", MG_I32, 2, (int64_t[]){s, b});
-    if (st->tokens) st->tokens->per_microbatch = true;
-    if (st->targets) st->targets->per_microbatch = true;
+    if (c->reset_position_ids) st->positions = mg_input(g, "position_ids", MG_I32, 2, (int64_t[]){s, b});
+    if (c->reset_attention_mask) st->doc_start = mg_input(g, "doc_start", MG_I32, 2, (int64_t[]){s, b});
+    mg_tensor *per_mb[4] = {st->tokens, st->targets, c->reset_position_ids ? st->positions : NULL, st->doc_start};
+    for (int i = 0; i < 4; i++)
+        if (per_mb[i]) per_mb[i]->per_microbatch = true;
     mg_gpt_aux aux;
-    mg_tensor *l = mg_gpt2_forward_aux(g, &st->model, st->tokens, st->positions, st->targets, c->training, &aux);
+    mg_tensor *l = mg_gpt2_forward_aux(g, &st->model, st->tokens, st->positions, st->doc_start, st->targets,
+                                       c->training, &aux);
     /* Megatron divides each micro-batch's loss by the number of micro-batches before
      * backward; the scaled losses summed over the step are the mean loss. */
     /* the loss scaling and its accumulation belong with the loss (the last stage) */

@@ -1,11 +1,13 @@
 /* Fused self-attention with grouped-query heads, causal mask and attention dropout.
  *
- *   attention(q [s, b, nh, hd], k [s, b, ng, hd], v [s, b, ng, hd]) -> y [s, b, nh, hd],
- *                                                                    lse [b, nh, s]
- *   attention_bwd(dy, q, k, v, y, lse) -> dq, dk, dv
+ *   attention(q [s, b, nh, hd], k [s, b, ng, hd], v [s, b, ng, hd] [, doc_start [s, b]])
+ *                                                     -> y [s, b, nh, hd], lse [b, nh, s]
+ *   attention_bwd(dy, q, k, v, y, lse [, doc_start]) -> dq, dk, dv
  *
  * Per (batch b, head h), with kv group g = h / (nh / ng):
- *   S = scale * Q Kᵀ, masked (causal: key position > query position), P = softmax(S),
+ *   S = scale * Q Kᵀ, masked (causal: key position > query position; with doc_start
+ *   (i32, causal only), also key position < doc_start[query, b]: each token sees its
+ *   own document only, Megatron's --reset-attention-mask), P = softmax(S),
  *   Pd = P * keep / (1 - p) (training and p > 0), Y = Pd V, lse_i = log Σ_j exp(S_ij).
  * The rows of one head are strided in the [s, b, nh, hd] layout; sgemm reads and
  * writes them in place through its leading dimension (B·nh·hd for q, y; B·ng·hd for
@@ -21,8 +23,11 @@
  * (b, h, i, j) has index ((b_g·NH + h_g)·Sq_g + i_g)·Sk_g + j_g in the logical
  * [B, NH, Sq, Sk] probability tensor (globals: local + logical offset of q, NH and
  * Sq the logical sizes of q, Sk of k). A head-, batch- or sequence-split run thus
- * reproduces the serial masks exactly. A query row with no visible key (possible
- * only for sequence blocks) gives y = 0 and lse = -inf.
+ * reproduces the serial masks exactly; doc_start holds logical key positions too.
+ * A query row with no visible key (a sequence block's, or one whose doc_start lies
+ * past it) gives y = 0 and lse = -inf. Each block of query rows multiplies only the key columns some row
+ * of it sees, from the block's first document start to its last row's causal end:
+ * short documents cost little.
  */
 #include <limits.h>
 #include <math.h>
@@ -60,6 +65,15 @@ static int check_qkv(const mg_node *n, const mg_tensor *q, const mg_tensor *k, c
     return MG_OK;
 }
 
+/* The optional doc_start [s, b] (i32) of queries q. */
+static int check_doc_start(const mg_node *n, const mg_tensor *q, const mg_tensor *ds, mg_error *err) {
+    if (!ds) return MG_OK;
+    if (ds->dtype != MG_I32 || ds->ndim != 2 || ds->shape[0] != q->shape[0] || ds->shape[1] != q->shape[1])
+        return mg_shape_error(err, n, "doc_start must be i32 [s, b] of the queries");
+    if (!n->attrs.attention.causal) return mg_shape_error(err, n, "doc_start needs causal attention");
+    return MG_OK;
+}
+
 static void lse_desc(const mg_tensor *q, mg_tensor_desc *d) {
     d->dtype = MG_F32;
     d->ndim = 3;
@@ -71,6 +85,7 @@ static void lse_desc(const mg_tensor *q, mg_tensor_desc *d) {
 
 static int infer_attention(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     int rc = check_qkv(n, n->in[0], n->in[1], n->in[2], err);
+    if (!rc) rc = check_doc_start(n, n->in[0], n->n_in > 3 ? n->in[3] : NULL, err);
     if (rc) return rc;
     mg_desc_of(n->in[0], &out[0]);
     lse_desc(n->in[0], &out[1]);
@@ -80,6 +95,7 @@ static int infer_attention(const mg_node *n, mg_tensor_desc *out, mg_error *err)
 static int infer_attention_bwd(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     const mg_tensor *dy = n->in[0], *q = n->in[1], *k = n->in[2], *v = n->in[3], *y = n->in[4], *lse = n->in[5];
     int rc = check_qkv(n, q, k, v, err);
+    if (!rc) rc = check_doc_start(n, q, n->n_in > 6 ? n->in[6] : NULL, err);
     if (rc) return rc;
     if (dy->dtype != MG_F32 || y->dtype != MG_F32 || !mg_same_shape(dy, q) || !mg_same_shape(y, q))
         return mg_shape_error(err, n, "dy and y must be f32 shaped like q");
@@ -110,9 +126,11 @@ typedef struct {
     bool causal, drop;
     float p, keep_scale;
     uint64_t seed, key;
+    const int32_t *ds;               /* doc_start [Sq, B] (logical key positions), or NULL */
 } attn_ctx;
 
-static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg_tensor *k, const mg_exec_info *info) {
+static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg_tensor *k, const int32_t *ds,
+                     const mg_exec_info *info) {
     const mg_attr_attention *at = &n->attrs.attention;
     memset(c, 0, sizeof *c);
     c->Sq = (int)q->shape[0];
@@ -150,6 +168,7 @@ static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg
     int64_t B_g = q->logical.ndim == 4 ? q->logical.shape[1] : c->B;
     c->iteration = info->iteration;
     c->sample0 = mg_exec_first_sample(info, B_g) + c->q_off_b;
+    c->ds = ds;
 }
 
 /* Number of keys query row i sees (a prefix of the local keys). */
@@ -158,6 +177,23 @@ static inline int n_visible(const attn_ctx *c, int i) {
     int64_t last = (int64_t)i + c->q_off_s - c->k_off_s; /* last visible local key */
     if (last < 0) return 0;
     return last + 1 < c->Sk ? (int)(last + 1) : c->Sk;
+}
+
+/* First local key query row i of sample b sees (its document's start). */
+static inline int first_visible(const attn_ctx *c, int b, int i) {
+    if (!c->ds) return 0;
+    int64_t f = (int64_t)c->ds[(size_t)i * (size_t)c->B + (size_t)b] - c->k_off_s;
+    return f <= 0 ? 0 : f < c->Sk ? (int)f : c->Sk;
+}
+
+/* The key columns [*lo, *hi) some row of the block i0 .. i0 + nr - 1 sees. */
+static inline void block_keys(const attn_ctx *c, int b, int i0, int nr, int *lo, int *hi) {
+    *hi = n_visible(c, i0 + nr - 1);
+    *lo = first_visible(c, b, i0);
+    for (int i = 1; i < nr && c->ds; i++) {
+        int f = first_visible(c, b, i0 + i);
+        *lo = f < *lo ? f : *lo;
+    }
 }
 
 /* Mask element (b, h, i, 0): the stream of sample b and the index of (h, i, 0) in it. */
@@ -183,7 +219,7 @@ static inline double exp_row(float *row, int n, float m) {
 MG_SIMD static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     attn_ctx c;
-    ctx_init(&c, n, n->in[0], n->in[1], a->info);
+    ctx_init(&c, n, n->in[0], n->in[1], n->n_in > 3 ? a->in[3] : NULL, a->info);
     const float *q = a->in[0], *k = a->in[1], *v = a->in[2];
     float *y = a->out[0], *lse = a->out[1];
     float *S = malloc((size_t)c.Sq * (size_t)c.Sk * sizeof *S);
@@ -196,45 +232,50 @@ MG_SIMD static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
             const float *K = k + ((size_t)b * c.NG + g) * c.hd, *V = v + ((size_t)b * c.NG + g) * c.hd;
             float *Yh = y + ((size_t)b * c.NH + h) * c.hd, *L = lse + ((size_t)b * c.NH + h) * c.Sq;
             for (int i0 = 0; i0 < c.Sq; i0 += c.block) {
-                int nr = c.Sq - i0 < c.block ? c.Sq - i0 : c.block, nk = n_visible(&c, i0 + nr - 1);
+                int nr = c.Sq - i0 < c.block ? c.Sq - i0 : c.block, k0, nk;
+                block_keys(&c, b, i0, nr, &k0, &nk);
                 const float *Q = Qh + (size_t)i0 * c.ldq;
                 float *Y = Yh + (size_t)i0 * c.ldq;
-                if (nk == 0) { /* no visible key in the block */
+                if (nk <= k0) { /* no visible key in the block */
                     for (int i = 0; i < nr; i++) {
                         memset(Y + (size_t)i * c.ldq, 0, (size_t)c.hd * sizeof *Y);
                         L[i0 + i] = -INFINITY;
                     }
                     continue;
                 }
-                if ((rc = mg_gemm(false, true, nr, nk, c.hd, c.scale, Q, c.ldq, K, c.ldk, 0.0f, S, c.Sk, err)))
+                /* S[:, k0:nk] = scale Q K[k0:nk]ᵀ */
+                const float *Kb = K + (size_t)k0 * c.ldk, *Vb = V + (size_t)k0 * c.ldk;
+                if ((rc = mg_gemm(false, true, nr, nk - k0, c.hd, c.scale, Q, c.ldq, Kb, c.ldk, 0.0f, S + k0, c.Sk,
+                                  err)))
                     goto done;
                 for (int i = 0; i < nr; i++) {
                     float *row = S + (size_t)i * c.Sk;
-                    int nv = n_visible(&c, i0 + i);
-                    if (nv == 0) {
-                        memset(row, 0, (size_t)nk * sizeof *row);
+                    int lo = first_visible(&c, b, i0 + i), nv = n_visible(&c, i0 + i);
+                    if (nv <= lo) {
+                        memset(row + k0, 0, (size_t)(nk - k0) * sizeof *row);
                         L[i0 + i] = -INFINITY;
                         continue;
                     }
-                    float m = mg_row_max(row, nv);
-                    double sum = exp_row(row, nv, m);
+                    float m = mg_row_max(row + lo, nv - lo);
+                    double sum = exp_row(row + lo, nv - lo, m);
                     L[i0 + i] = m + (float)log(sum);
                     float inv = (float)(1.0 / sum);
                     if (c.drop) {
                         uint64_t base = mask_base(&c, h, i0 + i);
                         float sc = inv * c.keep_scale;
                         float u[MG_RNG_CHUNK];
-                        for (int j0 = 0; j0 < nv; j0 += MG_RNG_CHUNK) {
+                        for (int j0 = lo; j0 < nv; j0 += MG_RNG_CHUNK) {
                             int m = nv - j0 < MG_RNG_CHUNK ? nv - j0 : MG_RNG_CHUNK;
                             mg_rng_uniform_block(c.seed, c.key, mask_stream(&c, b), base + (uint64_t)j0, m, u);
                             for (int j = 0; j < m; j++) row[j0 + j] = u[j] >= c.p ? row[j0 + j] * sc : 0.0f;
                         }
                     } else {
-                        for (int j = 0; j < nv; j++) row[j] *= inv;
+                        for (int j = lo; j < nv; j++) row[j] *= inv;
                     }
+                    for (int j = k0; j < lo; j++) row[j] = 0.0f;
                     for (int j = nv; j < nk; j++) row[j] = 0.0f;
                 }
-                if ((rc = mg_gemm(false, false, nr, c.hd, nk, 1.0f, S, c.Sk, V, c.ldk, 0.0f, Y, c.ldq, err)))
+                if ((rc = mg_gemm(false, false, nr, c.hd, nk - k0, 1.0f, S + k0, c.Sk, Vb, c.ldk, 0.0f, Y, c.ldq, err)))
                     goto done;
             }
         }
@@ -248,7 +289,7 @@ done:
 MG_SIMD static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     attn_ctx c;
-    ctx_init(&c, n, n->in[1], n->in[2], a->info);
+    ctx_init(&c, n, n->in[1], n->in[2], n->n_in > 6 ? a->in[6] : NULL, a->info);
     const float *dy = a->in[0], *q = a->in[1], *k = a->in[2], *v = a->in[3], *y = a->in[4], *lse = a->in[5];
     float *dq = a->out[0], *dk = a->out[1], *dv = a->out[2];
     size_t nS = (size_t)c.Sq * (size_t)c.Sk;
@@ -270,26 +311,30 @@ MG_SIMD static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
             const float *L = lse + ((size_t)b * c.NH + h) * c.Sq;
             float *dK = dk + ko, *dV = dv + ko;
             for (int i0 = 0; i0 < c.Sq; i0 += c.block) {
-                int nr = c.Sq - i0 < c.block ? c.Sq - i0 : c.block, nk = n_visible(&c, i0 + nr - 1);
+                int nr = c.Sq - i0 < c.block ? c.Sq - i0 : c.block, k0, nk;
+                block_keys(&c, b, i0, nr, &k0, &nk);
                 size_t ro = qo + (size_t)i0 * c.ldq;
                 const float *Q = q + ro, *dY = dy + ro, *Y = y + ro;
                 float *dQ = dq + ro;
-                if (nk == 0) {
+                if (nk <= k0) {
                     for (int i = 0; i < nr; i++) memset(dQ + (size_t)i * c.ldq, 0, (size_t)c.hd * sizeof *dQ);
                     continue;
                 }
-                /* A = S, Bm = dPd = dY Vᵀ (visible key columns only) */
-                if ((rc = mg_gemm(false, true, nr, nk, c.hd, c.scale, Q, c.ldq, K, c.ldk, 0.0f, A, c.Sk, err)))
+                /* A = S, Bm = dPd = dY Vᵀ (the block's key columns k0 .. nk only) */
+                size_t kb = (size_t)k0 * c.ldk;
+                if ((rc = mg_gemm(false, true, nr, nk - k0, c.hd, c.scale, Q, c.ldq, K + kb, c.ldk, 0.0f, A + k0, c.Sk,
+                                  err)))
                     goto done;
-                if ((rc = mg_gemm(false, true, nr, nk, c.hd, 1.0f, dY, c.ldq, V, c.ldk, 0.0f, Bm, c.Sk, err)))
+                if ((rc = mg_gemm(false, true, nr, nk - k0, c.hd, 1.0f, dY, c.ldq, V + kb, c.ldk, 0.0f, Bm + k0, c.Sk,
+                                  err)))
                     goto done;
                 for (int i = 0; i < nr; i++) {
                     float *ar = A + (size_t)i * c.Sk, *br = Bm + (size_t)i * c.Sk;
-                    int nv = n_visible(&c, i0 + i);
+                    int lo = first_visible(&c, b, i0 + i), nv = n_visible(&c, i0 + i);
                     float l = L[i0 + i];
-                    if (nv == 0 || isinf(l)) {
-                        memset(ar, 0, (size_t)nk * sizeof *ar);
-                        memset(br, 0, (size_t)nk * sizeof *br);
+                    if (nv <= lo || isinf(l)) {
+                        memset(ar + k0, 0, (size_t)(nk - k0) * sizeof *ar);
+                        memset(br + k0, 0, (size_t)(nk - k0) * sizeof *br);
                         continue;
                     }
                     const float *dyi = dY + (size_t)i * c.ldq, *yi = Y + (size_t)i * c.ldq;
@@ -299,7 +344,7 @@ MG_SIMD static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
                     if (c.drop) {
                         uint64_t base = mask_base(&c, h, i0 + i);
                         float u[MG_RNG_CHUNK];
-                        for (int j0 = 0; j0 < nv; j0 += MG_RNG_CHUNK) {
+                        for (int j0 = lo; j0 < nv; j0 += MG_RNG_CHUNK) {
                             int cn = nv - j0 < MG_RNG_CHUNK ? nv - j0 : MG_RNG_CHUNK;
                             mg_rng_uniform_block(c.seed, c.key, mask_stream(&c, b), base + (uint64_t)j0, cn, u);
                             float *as = ar + j0, *bs = br + j0;
@@ -311,20 +356,24 @@ MG_SIMD static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
                             }
                         }
                     } else {
-                        for (int j = 0; j < nv; j++) {
+                        for (int j = lo; j < nv; j++) {
                             float p = exp_shift(ar[j], l);
                             br[j] = p * (br[j] - D);
                             ar[j] = p;
                         }
                     }
+                    for (int j = k0; j < lo; j++) ar[j] = br[j] = 0.0f;
                     for (int j = nv; j < nk; j++) ar[j] = br[j] = 0.0f;
                 }
-                /* dV += Pdᵀ dY; dQ = scale dS K; dK += scale dSᵀ Q */
-                if ((rc = mg_gemm(true, false, nk, c.hd, nr, 1.0f, A, c.Sk, dY, c.ldq, 1.0f, dV, c.ldk, err)))
+                /* dV += Pdᵀ dY; dQ = scale dS K; dK += scale dSᵀ Q (columns k0 .. nk) */
+                int w = nk - k0;
+                if ((rc = mg_gemm(true, false, w, c.hd, nr, 1.0f, A + k0, c.Sk, dY, c.ldq, 1.0f, dV + kb, c.ldk, err)))
                     goto done;
-                if ((rc = mg_gemm(false, false, nr, c.hd, nk, c.scale, Bm, c.Sk, K, c.ldk, 0.0f, dQ, c.ldq, err)))
+                if ((rc = mg_gemm(false, false, nr, c.hd, w, c.scale, Bm + k0, c.Sk, K + kb, c.ldk, 0.0f, dQ, c.ldq,
+                                  err)))
                     goto done;
-                if ((rc = mg_gemm(true, false, nk, c.hd, nr, c.scale, Bm, c.Sk, Q, c.ldq, 1.0f, dK, c.ldk, err)))
+                if ((rc = mg_gemm(true, false, w, c.hd, nr, c.scale, Bm + k0, c.Sk, Q, c.ldq, 1.0f, dK + kb, c.ldk,
+                                  err)))
                     goto done;
             }
         }
@@ -358,15 +407,17 @@ static int attention_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout,
         return mg_graph_fail(g, MG_ERR_UNSUPPORTED, "attention: no gradient through the saved lse '%s'",
                              n->out[1]->name);
     if (!dout[0]) return MG_OK;
-    mg_tensor *in[6] = {dout[0], n->in[0], n->in[1], n->in[2], n->out[0], n->out[1]};
-    mg_node *b = mg_node_new(g, MG_OP_ATTENTION_BWD, &n->attrs, 6, in, NULL); /* same scale, mask, key */
+    mg_tensor *in[7] = {dout[0], n->in[0], n->in[1], n->in[2], n->out[0], n->out[1], n->n_in > 3 ? n->in[3] : NULL};
+    /* same scale, mask, key; the documents' starts get no gradient */
+    mg_node *b = mg_node_new(g, MG_OP_ATTENTION_BWD, &n->attrs, n->n_in > 3 ? 7 : 6, in, NULL);
     if (!b) return mg_graph_error(g)->code;
     for (int i = 0; i < 3; i++)
         if (need[i]) din[i] = b->out[i];
     return MG_OK;
 }
 
-/* Sharding (ops/op.h): heads (dim 2) or batch (dim 1) split; lse [b, nh, s] follows. */
+/* Sharding (ops/op.h): heads (dim 2) or batch (dim 1) split; lse [b, nh, s] follows,
+ * and so does doc_start [s, b] a batch split (it is whole under a heads split). */
 static mg_sharding lse_of(mg_sharding s) {
     if (!mg_sh_is_split(s)) return s;
     return mg_sh_split(s.dim == 2 ? 1 : 0);
@@ -383,30 +434,47 @@ static int shard_attention(const mg_node *n, const mg_shard_ctx *c, mg_shard_io 
             break;
         }
     }
+    mg_sharding ds = mg_sh_is_split(s) && s.dim == 1 ? s : mg_sh_full();
     if (!bwd) {
         for (int i = 0; i < 3; i++) io->want[i] = s;
+        io->want[3] = ds;
         io->out[0] = s;
         io->out[1] = lse_of(s);
-    } else { /* dy, q, k, v, y, lse */
+    } else { /* dy, q, k, v, y, lse, doc_start */
         for (int i = 0; i < 5; i++) io->want[i] = s;
         io->want[5] = lse_of(s);
+        io->want[6] = ds;
         for (int j = 0; j < 3; j++) io->out[j] = s;
     }
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_ATTENTION = {"attention", 3, 3, 0, infer_attention, attention_grad, cost_fwd, attention_cpu,
+const mg_op_def mg_opdef_ATTENTION = {"attention", 3, 4, 0, infer_attention, attention_grad, cost_fwd, attention_cpu,
                                       NULL, .shard = shard_attention};
-const mg_op_def mg_opdef_ATTENTION_BWD = {"attention_bwd", 6, 6, MG_OPF_NO_GRAD, infer_attention_bwd, NULL, cost_bwd,
+const mg_op_def mg_opdef_ATTENTION_BWD = {"attention_bwd", 6, 7, MG_OPF_NO_GRAD, infer_attention_bwd, NULL, cost_bwd,
                                           attention_bwd_cpu, NULL, .shard = shard_attention};
 
-mg_tensor *mg_attention(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, bool causal, float dropout_p) {
+static mg_tensor *attention_node(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, mg_tensor *doc_start,
+                                 bool causal, float dropout_p) {
     float scale = 1.0f;
     if (q && q->ndim == 4 && q->shape[3] > 0) scale = (float)(1.0 / sqrt((double)q->shape[3]));
     mg_attrs at = {.attention = {.scale = scale, .causal = causal, .dropout_p = dropout_p, .rng_key = 0}};
-    mg_tensor *in[3] = {q, k, v};
-    mg_node *n = mg_node_new(g, MG_OP_ATTENTION, &at, 3, in, NULL);
+    mg_tensor *in[4] = {q, k, v, doc_start};
+    mg_node *n = mg_node_new(g, MG_OP_ATTENTION, &at, doc_start ? 4 : 3, in, NULL);
     if (!n) return NULL;
     n->attrs.attention.rng_key = n->out[0]->logical.key; /* hash of the output's unique name */
     return n->out[0];
+}
+
+mg_tensor *mg_attention(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, bool causal, float dropout_p) {
+    return attention_node(g, q, k, v, NULL, causal, dropout_p);
+}
+
+mg_tensor *mg_attention_docs(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, mg_tensor *doc_start,
+                             float dropout_p) {
+    if (!doc_start) {
+        mg_graph_fail(g, MG_ERR_INVALID, "attention: doc_start is NULL");
+        return NULL;
+    }
+    return attention_node(g, q, k, v, doc_start, true, dropout_p);
 }

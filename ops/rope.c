@@ -3,9 +3,11 @@
  * is rotated by the angle pos[s] * theta^(-2i/hd):
  *   y_i        = x_i cos - x_{i+hd/2} sin
  *   y_{i+hd/2} = x_{i+hd/2} cos + x_i sin
- * x is [s, ...,  hd] (usually [s, b, nh, hd]), pos i32 [s]. With attrs.rope.inverse
- * the rotation is by -angle: the gradient (rotations are orthogonal). Positions are
- * explicit, so a sequence shard simply carries its own positions. */
+ * x is [s, ...,  hd] (usually [s, b, nh, hd]), pos i32 [s] (every sample at the same
+ * positions) or [s, b] (each sample its own: Megatron's --reset-position-ids restarts
+ * them at every document), b being x's dimension 1. With attrs.rope.inverse the
+ * rotation is by -angle: the gradient (rotations are orthogonal). Positions are
+ * explicit, so a sequence or batch shard simply carries its own positions. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -18,8 +20,9 @@ static int infer_rope(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     if (x->ndim < 2) return mg_shape_error(err, n, "x must be [s, ..., hd]");
     int64_t hd = x->shape[x->ndim - 1];
     if (hd < 2 || hd % 2) return mg_shape_error(err, n, "head dim %lld must be even", (long long)hd);
-    if (pos->dtype != MG_I32 || pos->ndim != 1 || pos->shape[0] != x->shape[0])
-        return mg_shape_error(err, n, "positions must be i32 [s] with s the first dimension of x");
+    if (pos->dtype != MG_I32 || pos->ndim < 1 || pos->ndim > 2 || pos->shape[0] != x->shape[0] ||
+        (pos->ndim == 2 && (x->ndim < 3 || pos->shape[1] != x->shape[1])))
+        return mg_shape_error(err, n, "positions must be i32 [s] or [s, b] with x [s, b, ..., hd]");
     if (!(n->attrs.rope.theta > 0.0f)) return mg_shape_error(err, n, "theta must be > 0");
     mg_desc_of(x, &out[0]);
     return 1;
@@ -34,6 +37,7 @@ static int rope_cpu(const mg_kernel_args *a, mg_error *err) {
     int64_t S = xt->shape[0], hd = xt->shape[xt->ndim - 1], h = hd / 2;
     if (mg_numel(xt) == 0) return MG_OK;
     int64_t rows = mg_numel(xt) / (S * hd); /* head vectors per sequence index */
+    int64_t pb = n->in[1]->ndim == 2 ? n->in[1]->shape[1] : 1, per = rows / pb; /* per position */
     double theta = n->attrs.rope.theta, sgn = n->attrs.rope.inverse ? -1.0 : 1.0;
     double *inv_freq = malloc((size_t)h * sizeof *inv_freq);
     float *cs = malloc((size_t)hd * sizeof *cs);
@@ -45,14 +49,17 @@ static int rope_cpu(const mg_kernel_args *a, mg_error *err) {
     for (int64_t i = 0; i < h; i++) inv_freq[i] = pow(theta, -2.0 * (double)i / (double)hd);
     float *c = cs, *sn = cs + h;
     for (int64_t s = 0; s < S; s++) {
-        for (int64_t i = 0; i < h; i++) {
-            double ang = (double)pos[s] * inv_freq[i];
-            c[i] = (float)cos(ang);
-            sn[i] = (float)(sgn * sin(ang));
-        }
         const float *xs = x + s * rows * hd;
         float *ys = y + s * rows * hd;
         for (int64_t r = 0; r < rows; r++) {
+            if (r % per == 0) { /* the angles of this position */
+                double p = (double)pos[s * pb + r / per];
+                for (int64_t i = 0; i < h; i++) {
+                    double ang = p * inv_freq[i];
+                    c[i] = (float)cos(ang);
+                    sn[i] = (float)(sgn * sin(ang));
+                }
+            }
             const float *x0 = xs + r * hd, *x1 = x0 + h;
             float *y0 = ys + r * hd, *y1 = y0 + h;
             for (int64_t i = 0; i < h; i++) {
@@ -87,13 +94,15 @@ static int rope_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, cons
 }
 
 /* Sharding (ops/op.h): x split anywhere but its last dim (heads under tp, tokens under
- * sp); the positions follow a token split, else stay whole. */
+ * sp); the positions follow a token or (per-sample positions) batch split, else stay
+ * whole. */
 static int shard_rope(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
     (void)err;
     mg_sharding s = mg_shard_whole(c, n, io, 0, true);
     if (mg_sh_is_split(s) && s.dim == n->in[0]->ndim - 1) s = mg_sh_full();
     io->want[0] = s;
-    io->want[1] = mg_sh_is_split(s) && s.dim == 0 ? s : mg_sh_full();
+    bool follows = mg_sh_is_split(s) && s.dim < n->in[1]->ndim;
+    io->want[1] = follows ? s : mg_sh_full();
     io->out[0] = s;
     return MG_OK;
 }

@@ -45,6 +45,9 @@
  * from forward to backward (the backward sends only dK/dV: C-1 blocks of each per
  * layer instead of Megatron's re-sent K/V, for one more K/V block of activation
  * memory per ring step, as sequence parallelism here keeps its gathered inputs).
+ * Within documents (--reset-attention-mask), each query chunk carries its rows of
+ * doc_start, which hold logical key positions: every pair masks the keys before its
+ * queries' documents with no shift, and nothing more travels around the ring.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +60,7 @@
 typedef struct cp_ring {
     int k_lid, v_lid, mb;
     mg_tensor *q[2];      /* the rank's query chunks (with their global offsets) */
+    mg_tensor *ds[2];     /* their doc_start chunks (attention within documents), or NULL */
     mg_tensor **kc, **vc; /* [t * 2 + e]: chunk e of the K/V block of ring step t (NULL: unused) */
 } cp_ring;
 
@@ -230,6 +234,15 @@ static mg_placement attn_pl(part_ctx *c, const mg_tensor *lt, mg_sharding tp, bo
     return p;
 }
 
+/* doc_start [s, b]: the sequence as the queries', the batch as tp splits it (whole
+ * under a heads split). Its values are logical key positions: a chunk needs no shift. */
+static mg_placement doc_start_pl(part_ctx *c, const mg_tensor *lds, mg_sharding tp) {
+    mg_placement p = *part_placement(c, lds);
+    p.ax[MG_GROUP_TP] = tp.kind == MG_SHARD_SPLIT && tp.dim == 1 ? tp : sh_full();
+    p.ax[MG_GROUP_CP] = mg_place_split(MG_GROUP_CP, 0);
+    return p;
+}
+
 static mg_tensor *get_as(part_ctx *c, const mg_tensor *lt, const mg_placement *p) { return part_get_pl(c, lt, p); }
 
 /* Chunk e (0: the first, 1: the second) of a rank's block along d, standing for
@@ -257,6 +270,14 @@ static int cp_attention_fwd(part_ctx *c, const mg_node *n) {
     int64_t qg[2] = {r, 2 * C - 1 - r};
     for (int a = 0; a < 2; a++)
         if (!(ring->q[a] = chunk_of(c, q, lq, &pq, 0, a, qg[a], "cp_q"))) return built(c, NULL);
+    if (n->n_in > 3) { /* within documents: each query chunk with its rows' document starts */
+        const mg_tensor *lds = n->in[3];
+        mg_placement pds = doc_start_pl(c, lds, ts);
+        mg_tensor *ds = get_as(c, lds, &pds);
+        for (int a = 0; a < 2; a++)
+            if (!ds || !(ring->ds[a] = chunk_of(c, ds, lds, &pds, 0, a, qg[a], "cp_doc_start"))) return built(c, NULL);
+    }
+    int n_attn = ring->ds[0] ? 4 : 3;
     /* per query chunk: (y, lse) of each visible K/V chunk, in ring order */
     mg_tensor **parts = malloc((size_t)(8 * C) * sizeof *parts);
     int np[2] = {0, 0};
@@ -283,8 +304,8 @@ static int cp_attention_fwd(part_ctx *c, const mg_node *n) {
             }
             for (int a = 0; a < 2; a++) {
                 if (kg[e] > qg[a]) continue;
-                mg_tensor *in[3] = {ring->q[a], kc, vc};
-                mg_node *nd = mg_node_new(c->P, MG_OP_ATTENTION, &n->attrs, 3, in, "cp_attention");
+                mg_tensor *in[4] = {ring->q[a], kc, vc, ring->ds[a]};
+                mg_node *nd = mg_node_new(c->P, MG_OP_ATTENTION, &n->attrs, n_attn, in, "cp_attention");
                 if (!nd) {
                     rc = built(c, NULL);
                     break;
@@ -348,8 +369,9 @@ static int cp_attention_bwd(part_ctx *c, const mg_node *n) {
             mg_tensor *kc = ring->kc[2 * t + e], *vc = ring->vc[2 * t + e];
             for (int a = 0; a < 2 && kc; a++) {
                 if (kg[e] > qg[a]) continue;
-                mg_tensor *in[6] = {dyc[a], ring->q[a], kc, vc, yc[a], lc[a]};
-                mg_node *b = mg_node_new(c->P, MG_OP_ATTENTION_BWD, &n->attrs, 6, in, "cp_attention_bwd");
+                mg_tensor *in[7] = {dyc[a], ring->q[a], kc, vc, yc[a], lc[a], ring->ds[a]};
+                mg_node *b = mg_node_new(c->P, MG_OP_ATTENTION_BWD, &n->attrs, ring->ds[a] ? 7 : 6, in,
+                                         "cp_attention_bwd");
                 if (!b) {
                     rc = built(c, NULL);
                     break;

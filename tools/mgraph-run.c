@@ -378,6 +378,8 @@ static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) 
     sc->training = true;
     sc->loss_token_mean = c->eod_mask_loss; /* Megatron's log line: the mean over the kept tokens */
     sc->per_token_loss = c->calculate_per_token_loss;
+    sc->reset_position_ids = c->reset_position_ids;
+    sc->reset_attention_mask = c->reset_attention_mask;
     mg_adamw_config *o = &sc->optim;
     *o = mg_adamw_defaults();
     o->beta1 = c->adam_beta1;
@@ -413,8 +415,12 @@ static int open_data(run *r, mg_step_config *sc, mg_error *err) {
     mg_tokenizer_config tc = {c->tokenizer_type, c->vocab_file, c->merge_file, c->tokenizer_model};
     int rc = mg_tokenizer_open(&tc, &r->tok, err);
     if (rc) return rc;
-    if (c->eod_mask_loss && mg_tokenizer_eod(r->tok) < 0)
-        return mg_error_set(err, MG_ERR_INVALID, "--eod-mask-loss: the %s has no end-of-document token",
+    const char *needs_eod = NULL; /* the flags that find documents by their end token */
+    if (c->reset_attention_mask) needs_eod = "--reset-attention-mask";
+    if (c->reset_position_ids) needs_eod = "--reset-position-ids";
+    if (c->eod_mask_loss) needs_eod = "--eod-mask-loss";
+    if (needs_eod && mg_tokenizer_eod(r->tok) < 0)
+        return mg_error_set(err, MG_ERR_INVALID, "%s: the %s has no end-of-document token", needs_eod,
                             mg_tokenizer_type(r->tok));
     int64_t vocab = mg_tokenizer_vocab_size(r->tok);
     sc->model.vocab = mg_vocab_padded(vocab, c->make_vocab_size_divisible_by, tp);
@@ -541,6 +547,10 @@ static int kept_tokens(run *r, int split, uint64_t first, int64_t gbs, int32_t e
 /* Writes samples [first, first + gbs) of a split into graph g's per-micro-batch inputs,
  * laid out [s, b]; with --eod-mask-loss the label of a position whose input token is the
  * end-of-document token is MG_LABEL_IGNORE (Megatron's loss_mask[tokens == eod] = 0).
+ * With --reset-position-ids / --reset-attention-mask, each token's document starts after
+ * the last end-of-document token before it among the sample's inputs (Megatron's
+ * _get_ltor_masks_and_position_ids): position_ids [s, b] count from that start,
+ * doc_start [s, b] holds it.
  * This rank's micro-batch instance i is global micro-batch
  * i * dp + dp_rank (Megatron's sampler: each group of dp micro-batches is dealt out to
  * the data-parallel ranks in order), samples first + (that) * mbs + j. Also sets
@@ -557,7 +567,8 @@ static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_
     const mg_rank_graph *R = rank_of(r, g);
     const mg_step *st = step_of(r, g);
     mg_tensor *tt = mg_rank_tensor(R, st->tokens), *lt = mg_rank_tensor(R, st->targets),
-              *ls = mg_rank_tensor(R, st->loss_scale);
+              *ls = mg_rank_tensor(R, st->loss_scale), *dt = mg_rank_tensor(R, st->doc_start),
+              *pt = r->cfg.reset_position_ids ? mg_rank_tensor(R, st->positions) : NULL;
     /* a pipeline stage has the inputs its layers read: tokens on the first, labels and
      * the loss scale on the last */
     if (!tt && !lt && !ls && r->plan.pp == 1)
@@ -565,6 +576,7 @@ static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_
     /* sub-batches: instance i * nsub + q holds samples q * sub .. of micro-batch i */
     int nsub = split_of(r), sub = mbs / nsub;
     int32_t eod = r->cfg.eod_mask_loss ? mg_tokenizer_eod(r->tok) : -1;
+    int32_t doc_eod = pt || dt ? mg_tokenizer_eod(r->tok) : -1;
     if (ls) *(float *)mg_storage_data(store, ls) = 1.0f / (float)(n_global * nsub);
     mg_tensor *ts = mg_rank_tensor(R, st->token_scale);
     if (kept || ts) {
@@ -574,12 +586,14 @@ static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_
         if (kept) *kept = k;
         if (ts) *(float *)mg_storage_data(store, ts) = k ? (float)(1.0 / (double)k) : 0.0f;
     }
-    if (!tt && !lt) return MG_OK;
+    if (!tt && !lt && !pt && !dt) return MG_OK;
     for (int inst = 0; inst < local_instances_of(r, gbs); inst++) {
         int i = inst / nsub, q = inst % nsub;
         uint64_t mb = (uint64_t)i * (uint64_t)dp_size(r) + (uint64_t)dp_rank(r);
         int32_t *tok = tt ? mg_storage_data_mb(store, tt, inst) : NULL,
-                *lab = lt ? mg_storage_data_mb(store, lt, inst) : NULL;
+                *lab = lt ? mg_storage_data_mb(store, lt, inst) : NULL,
+                *pos = pt ? mg_storage_data_mb(store, pt, inst) : NULL,
+                *dst = dt ? mg_storage_data_mb(store, dt, inst) : NULL;
         for (int j = 0; j < sub; j++) {
             uint64_t idx = (first + mb * (uint64_t)mbs + (uint64_t)(q * sub + j)) % n;
             int rc = mg_dataset_sample(r->data, split, idx, r->sample, err);
@@ -592,18 +606,23 @@ static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_
                                         "vocabulary of %s [0, %lld) (is the dataset tokenized with another tokenizer?)",
                                         (unsigned long long)idx, split_names[split], r->sample[t],
                                         mg_tokenizer_type(r->tok), (long long)vocab);
+            int32_t start = 0; /* the document of token t (an end-of-document token ends its own) */
             for (int t = 0; t < s; t++) {
                 if (tok) tok[t * sub + j] = r->sample[t];
                 if (lab) lab[t * sub + j] = label_at(r->sample, t, eod);
+                if (pos) pos[t * sub + j] = t - start;
+                if (dst) dst[t * sub + j] = start;
+                if (doc_eod >= 0 && r->sample[t] == doc_eod) start = t + 1;
             }
         }
     }
     return MG_OK;
 }
 
+/* Positions 0..s-1, written once (per-sample positions are fill_batch's). */
 static void fill_positions(const run *r, mg_graph *g, mg_storage *store) {
     mg_tensor *pos = mg_rank_tensor(rank_of(r, g), step_of(r, g)->positions);
-    if (!pos) return;
+    if (!pos || pos->per_microbatch) return;
     int32_t *p = mg_storage_data(store, pos);
     for (int64_t t = 0; t < mg_numel(pos); t++) p[t] = (int32_t)(pos->logical.offset[0] + t);
 }

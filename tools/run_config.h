@@ -58,6 +58,8 @@ typedef struct mg_run_config {
     const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model;
     bool eod_mask_loss; /* leave out of the loss the positions whose input is the end-of-document token */
     bool calculate_per_token_loss; /* train on the mean over the global batch's kept tokens */
+    bool reset_position_ids;   /* positions restart at 0 after each end-of-document token */
+    bool reset_attention_mask; /* attention within documents (mg_attention_docs) */
     /* parallelism */
     int tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size, expert_model_parallel_size;
     int expert_tensor_parallel_size;

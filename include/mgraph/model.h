@@ -118,8 +118,9 @@ void mg_gpt_release(mg_gpt *m);
  * Megatron's loss mask is 0 (mgraph-run --eod-mask-loss). */
 #define MG_LABEL_IGNORE (-100)
 
-/* Forward of one micro-batch: tokens, targets [s, b] (i32), positions [s] (i32): the
- * learned position table's rows, or RoPE's angles.
+/* Forward of one micro-batch: tokens, targets [s, b] (i32), positions [s] or, each
+ * sample its own (--reset-position-ids), [s, b] (i32): the learned position table's
+ * rows, or RoPE's angles.
  * Returns the mean cross-entropy over the micro-batch's tokens whose label is not
  * MG_LABEL_IGNORE ([1]; 0 when every label is). */
 mg_tensor *mg_gpt2_forward(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions,
@@ -134,9 +135,11 @@ typedef struct mg_gpt_aux {
     mg_tensor *tokens;              /* [1] the micro-batch's labels not MG_LABEL_IGNORE: the lm loss's denominator */
 } mg_gpt_aux;
 /* As mg_gpt2_forward, returning the language-model loss alone and the auxiliary losses
- * in *aux. (mg_gpt2_forward returns lm loss + aux->loss: the training objective.) */
+ * in *aux. (mg_gpt2_forward returns lm loss + aux->loss: the training objective.)
+ * doc_start (i32) [s, b], or NULL: attention within documents (--reset-attention-mask),
+ * each token's document starting at that sequence index (mg_attention_docs). */
 mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions,
-                               mg_tensor *targets, bool training, mg_gpt_aux *aux);
+                               mg_tensor *doc_start, mg_tensor *targets, bool training, mg_gpt_aux *aux);
 
 /* MoE layer (models/moe.c). */
 bool mg_moe_is_layer(const mg_gpt_config *c, int layer);
@@ -173,6 +176,13 @@ typedef struct mg_step_config {
      * the MoE auxiliary losses x token_scale, as Megatron scales them by 1 and divides
      * every gradient by the token count). Implies loss_token_mean. */
     bool per_token_loss;
+    /* Megatron's --reset-position-ids: positions become a per-micro-batch input [s, b],
+     * each sample's restarting at 0 after every end-of-document token (the host writes
+     * them). false: one [s] input, 0..s-1, written once. */
+    bool reset_position_ids;
+    /* Megatron's --reset-attention-mask: a per-micro-batch input doc_start [s, b] (the
+     * host writes each token's document start), and attention within documents. */
+    bool reset_attention_mask;
     mg_adamw_config optim;
 } mg_step_config;
 
@@ -182,7 +192,8 @@ typedef struct mg_step {
     int n_micro;             /* from the config */
     mg_tensor *tokens;       /* per-micro-batch input [s, b] "input_ids" (mg_tensor.per_microbatch) */
     mg_tensor *targets;      /* per-micro-batch input [s, b] "labels" */
-    mg_tensor *positions;    /* [s], 0..s-1 "position_ids" */
+    mg_tensor *positions;    /* "position_ids": [s], 0..s-1; per micro-batch [s, b] with reset_position_ids */
+    mg_tensor *doc_start;    /* reset_attention_mask: per-micro-batch [s, b] "doc_start"; else NULL */
     mg_tensor *loss_scale;   /* [1] input "loss_scale": 1 / micro-batches of the global batch */
     mg_tensor *token_scale;  /* [1] input "token_scale" (loss_token_mean, per_token_loss): 1 / kept tokens of the global batch; else NULL */
     mg_tensor *loss;         /* [1] "lm_loss": the mean loss over the step's micro-batches (or tokens: loss_token_mean) */

@@ -45,6 +45,11 @@ mg_tensor *mg_softmax(mg_graph *g, mg_tensor *x);  /* over the last dimension */
  * query attention: q head h uses kv group h / (nh/ng)). Output [s, b, nh, hd]. */
 mg_tensor *mg_attention(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, bool causal,
                         float dropout_p);
+/* Causal attention within documents (Megatron's --reset-attention-mask): query i of
+ * sample b sees keys j with doc_start[i, b] <= j <= i, doc_start (i32) [s, b] holding
+ * the sequence index where query i's document starts. */
+mg_tensor *mg_attention_docs(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, mg_tensor *doc_start,
+                             float dropout_p);
 
 /* ids (i32, any shape) -> ids.shape + [h], rows of table [V, h]. */
 mg_tensor *mg_embedding(mg_graph *g, mg_tensor *ids, mg_tensor *table);
@@ -53,7 +58,7 @@ mg_tensor *mg_embedding(mg_graph *g, mg_tensor *ids, mg_tensor *table);
  * (the tokens kept, the mean's denominator) and cross_entropy (ops/cross_entropy.c). */
 mg_tensor *mg_cross_entropy(mg_graph *g, mg_tensor *logits, mg_tensor *targets, int32_t ignore_index);
 /* Rotary embedding on x [s, b, nh, hd] (hd even, rotate-half / NeoX pairing as
- * LLaMA in Hugging Face), positions pos (i32) [s]. */
+ * LLaMA in Hugging Face), positions pos (i32) [s], or [s, b]: each sample its own. */
 mg_tensor *mg_rope(mg_graph *g, mg_tensor *x, mg_tensor *pos, float theta);
 /* Partial rotary embedding (Megatron's --rotary-percent): the first rot_dim channels of
  * each head rotated as mg_rope on a head of rot_dim (frequencies theta^(-2i/rot_dim)),

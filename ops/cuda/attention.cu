@@ -1,7 +1,7 @@
 /* Attention forward and backward (ops/attention.c) on cuBLAS plus row kernels.
  *
  * Same algorithm as the CPU kernel: S = scale Q Kᵀ per head, a row kernel for the
- * causal mask, softmax, lse and the dropout mask (the counter RNG at the same logical
+ * causal mask (and the documents' starts, doc_start), softmax, lse and the dropout mask (the counter RNG at the same logical
  * indices: identical masks), then Y = Pd V. Only lse is saved; the backward recomputes
  * P = exp(S - lse) (flash-attention style) and regenerates the mask:
  *   dPd = dY Vᵀ, dS = P (dPd keep/(1-p) - D), D_i = dY_i . Y_i,
@@ -36,9 +36,11 @@ typedef struct attn_ctx {
     bool causal, drop;
     uint64_t key; /* mixed with the seed */
     int64_t iteration, sample0; /* mask streams: global sample of local batch row 0 */
+    const int32_t *ds;          /* doc_start [Sq, B] on the device (logical key positions), or NULL */
 } attn_ctx;
 
-static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg_tensor *k, const mg_exec_info *info) {
+static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg_tensor *k, const void *ds,
+                     const mg_exec_info *info) {
     const mg_attr_attention *at = &n->attrs.attention;
     memset(c, 0, sizeof *c);
     c->Sq = (int)q->shape[0];
@@ -74,6 +76,7 @@ static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg
     int64_t B_g = q->logical.ndim == 4 ? q->logical.shape[1] : c->B;
     c->iteration = info->iteration;
     c->sample0 = mg_exec_first_sample(info, B_g) + c->q_off_b;
+    c->ds = (const int32_t *)ds;
 }
 
 __device__ inline int n_visible(const attn_ctx &c, int i) {
@@ -81,6 +84,13 @@ __device__ inline int n_visible(const attn_ctx &c, int i) {
     int64_t last = (int64_t)i + c.q_off_s - c.k_off_s;
     if (last < 0) return 0;
     return last + 1 < c.Sk ? (int)(last + 1) : c.Sk;
+}
+
+/* First local key query row i of sample b sees (its document's start). */
+__device__ inline int first_visible(const attn_ctx &c, int b, int i) {
+    if (!c.ds) return 0;
+    int64_t f = (int64_t)c.ds[(size_t)i * c.B + b] - c.k_off_s;
+    return f <= 0 ? 0 : f < c.Sk ? (int)f : c.Sk;
 }
 
 __device__ inline uint64_t mask_stream(const attn_ctx &c, int b) { return mg_rng_dropout_stream(c.iteration, c.sample0 + b); }
@@ -97,17 +107,17 @@ __global__ void k_attn_fwd_rows(float *S, float *lse, attn_ctx c, int bg0, int r
     int b = bg / c.NG, h = (bg % c.NG) * c.rep + r;
     float *row = S + ((size_t)bgl * c.Sq + i) * c.Sk;
     float *L = lse + ((size_t)b * c.NH + h) * c.Sq + i;
-    int nv = n_visible(c, i);
-    if (nv == 0) {
+    int lo = first_visible(c, b, i), nv = n_visible(c, i);
+    if (nv <= lo) {
         for (int j = threadIdx.x; j < c.Sk; j += blockDim.x) row[j] = 0.0f;
         if (threadIdx.x == 0) *L = -INFINITY;
         return;
     }
     float m = -INFINITY;
-    for (int j = threadIdx.x; j < nv; j += blockDim.x) m = fmaxf(m, row[j]);
+    for (int j = lo + threadIdx.x; j < nv; j += blockDim.x) m = fmaxf(m, row[j]);
     m = mg_block_max(m, shf);
     double sum = 0;
-    for (int j = threadIdx.x; j < nv; j += blockDim.x) {
+    for (int j = lo + threadIdx.x; j < nv; j += blockDim.x) {
         float e = expf(row[j] - m);
         row[j] = e;
         sum += e;
@@ -118,7 +128,7 @@ __global__ void k_attn_fwd_rows(float *S, float *lse, attn_ctx c, int bg0, int r
     uint64_t base = c.drop ? mask_base(c, h, i) : 0;
     for (int j = threadIdx.x; j < c.Sk; j += blockDim.x) {
         float v = 0.0f;
-        if (j < nv) {
+        if (j >= lo && j < nv) {
             if (c.drop) v = mg_uniform_dev(c.key, mask_stream(c, b), base + (uint64_t)j) >= c.p ? row[j] * sc : 0.0f;
             else v = row[j] * inv;
         }
@@ -134,8 +144,8 @@ __global__ void k_attn_bwd_rows(float *A, float *Bm, const float *__restrict__ d
     int b = bg / c.NG, h = (bg % c.NG) * c.rep + r;
     float *ar = A + ((size_t)bgl * c.Sq + i) * c.Sk, *br = Bm + ((size_t)bgl * c.Sq + i) * c.Sk;
     float l = lse[((size_t)b * c.NH + h) * c.Sq + i];
-    int nv = n_visible(c, i);
-    if (nv == 0 || isinf(l)) {
+    int lo = first_visible(c, b, i), nv = n_visible(c, i);
+    if (nv <= lo || isinf(l)) {
         for (int j = threadIdx.x; j < c.Sk; j += blockDim.x) ar[j] = br[j] = 0.0f;
         return;
     }
@@ -145,7 +155,7 @@ __global__ void k_attn_bwd_rows(float *A, float *Bm, const float *__restrict__ d
     float D = (float)mg_block_sum(dd, shd);
     uint64_t base = c.drop ? mask_base(c, h, i) : 0;
     for (int j = threadIdx.x; j < c.Sk; j += blockDim.x) {
-        if (j >= nv) {
+        if (j < lo || j >= nv) {
             ar[j] = br[j] = 0.0f;
             continue;
         }
@@ -188,7 +198,7 @@ static int chunk_of(const attn_ctx &c) {
 extern "C" int mg_cuda_attention(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     attn_ctx c;
-    ctx_init(&c, n, n->in[0], n->in[1], a->info);
+    ctx_init(&c, n, n->in[0], n->in[1], n->n_in > 3 ? a->in[3] : NULL, a->info);
     const float *q = (const float *)a->in[0], *k = (const float *)a->in[1], *v = (const float *)a->in[2];
     float *y = (float *)a->out[0], *lse = (float *)a->out[1];
     cublasHandle_t h = NULL;
@@ -218,7 +228,7 @@ extern "C" int mg_cuda_attention(const mg_kernel_args *a, mg_error *err) {
 extern "C" int mg_cuda_attention_bwd(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     attn_ctx c;
-    ctx_init(&c, n, n->in[1], n->in[2], a->info);
+    ctx_init(&c, n, n->in[1], n->in[2], n->n_in > 6 ? a->in[6] : NULL, a->info);
     const float *dy = (const float *)a->in[0], *q = (const float *)a->in[1], *k = (const float *)a->in[2];
     const float *v = (const float *)a->in[3], *y = (const float *)a->in[4], *lse = (const float *)a->in[5];
     float *dq = (float *)a->out[0], *dk = (float *)a->out[1], *dv = (float *)a->out[2];

@@ -69,11 +69,11 @@ extern "C" int mg_cuda_dropout(const mg_kernel_args *a, mg_error *err) {
 
 /* One thread per rotated pair (s, r, i). */
 __global__ void k_rope(const float *__restrict__ x, const int32_t *__restrict__ pos, float *y, int64_t pairs,
-                       int64_t rows, int64_t hd, double theta, double sgn) {
-    int64_t h = hd / 2;
+                       int64_t rows, int64_t pb, int64_t hd, double theta, double sgn) {
+    int64_t h = hd / 2, per = rows / pb; /* head vectors per position (pos [s] or [s, b]) */
     MG_GRID_STRIDE(t, pairs) {
         int64_t i = t % h, sr = t / h, s = sr / rows;
-        double ang = (double)pos[s] * pow(theta, -2.0 * (double)i / (double)hd);
+        double ang = (double)pos[s * pb + (sr % rows) / per] * pow(theta, -2.0 * (double)i / (double)hd);
         float c = (float)cos(ang), sn = (float)(sgn * sin(ang));
         const float *x0 = x + sr * hd;
         float *y0 = y + sr * hd;
@@ -89,8 +89,9 @@ extern "C" int mg_cuda_rope(const mg_kernel_args *a, mg_error *err) {
     int64_t S = xt->shape[0], hd = xt->shape[xt->ndim - 1];
     if (mg_numel(xt) == 0) return MG_OK;
     int64_t rows = mg_numel(xt) / (S * hd), pairs = mg_numel(xt) / 2;
+    int64_t pb = n->in[1]->ndim == 2 ? n->in[1]->shape[1] : 1;
     k_rope<<<mg_cuda_blocks(pairs, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, mg_cuda_stream()>>>(
-        (const float *)a->in[0], (const int32_t *)a->in[1], (float *)a->out[0], pairs, rows, hd,
+        (const float *)a->in[0], (const int32_t *)a->in[1], (float *)a->out[0], pairs, rows, pb, hd,
         (double)n->attrs.rope.theta, n->attrs.rope.inverse ? -1.0 : 1.0);
     return mg_cuda_check_launch("rope", err);
 }

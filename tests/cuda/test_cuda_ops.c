@@ -153,10 +153,11 @@ static mg_tensor *g_dropout(mg_graph *g) {
     return mg_add(g, loss_of(g, y), loss_of(g, y2));
 }
 
-/* positions in [0, 100) */
+/* positions in [0, 100): shared by the samples, and each sample its own */
 static mg_tensor *g_rope(mg_graph *g) {
     mg_tensor *x = PARAM(g, "x", 10, 2, 3, 16), *pos = INPUT(g, "pos", MG_I32, 10);
-    return loss_of(g, mg_rope(g, x, pos, 10000.0f));
+    mg_tensor *x2 = PARAM(g, "x2", 10, 3, 2, 8), *pos2 = INPUT(g, "pos2", MG_I32, 10, 3);
+    return mg_add(g, loss_of(g, mg_rope(g, x, pos, 10000.0f)), loss_of(g, mg_rope(g, x2, pos2, 10000.0f)));
 }
 
 static mg_tensor *attn(mg_graph *g, const char *p, int64_t s, int64_t b, int64_t nh, int64_t ng, int64_t hd,
@@ -180,7 +181,12 @@ static mg_tensor *g_attention(mg_graph *g) {
     k->logical.shape[0] = 32;
     k->logical.offset[0] = 8;
     q->logical.shape[0] = 32;
-    return mg_add(g, l, loss_of(g, mg_attention(g, q, k, v, true, 0.1f)));
+    l = mg_add(g, l, loss_of(g, mg_attention(g, q, k, v, true, 0.1f)));
+    /* within documents: doc_start uniform in [0, 40) (the case's ids_hi), rows that see
+     * no key included */
+    mg_tensor *eq = PARAM(g, "e.q", 40, 2, 4, 8), *ek = PARAM(g, "e.k", 40, 2, 2, 8), *ev = PARAM(g, "e.v", 40, 2, 2, 8);
+    mg_tensor *ds = INPUT(g, "e.doc_start", MG_I32, 40, 2);
+    return mg_add(g, l, loss_of(g, mg_attention_docs(g, eq, ek, ev, ds, 0.1f)));
 }
 
 static mg_tensor *g_reduce(mg_graph *g) {
@@ -247,7 +253,7 @@ static const cuda_case g_cases[] = {
     {"embedding", g_embedding, 50, false, 0},
     {"dropout", g_dropout, 0, false, 0},
     {"rope", g_rope, 100, false, 0},
-    {"attention", g_attention, 0, false, 0},
+    {"attention", g_attention, 40, false, 0},
     {"reduce", g_reduce, 0, false, 0},
     {"shape", g_shape, 0, false, 0},
     {"optimizer", g_optimizer, 0, true, 0},

@@ -1,7 +1,7 @@
 /* Fused attention: forward (y and lse) against a naive double loop with the same
- * dropout mask rule, gradients (MHA and GQA, causal or not, with dropout) against
- * finite differences, partitioned runs (head split, sequence split of q) against the
- * corresponding block of the whole run, and shape errors. */
+ * dropout mask rule, gradients (MHA and GQA, causal or not, with dropout, within
+ * documents) against finite differences, partitioned runs (head split, sequence split
+ * of q) against the corresponding block of the whole run, and shape errors. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,11 +13,26 @@ typedef struct {
     int S, B, NH, NG, HD;
     bool causal;
     float p;
+    bool docs; /* mg_attention_docs: sample b's documents as doc_starts writes them */
 } cfg;
 
-/* Naive reference: y [S, B, NH, HD], lse [B, NH, S], for whole (unsplit) tensors. */
-static void ref_attention(const cfg *c, const float *q, const float *k, const float *v, uint64_t seed,
-                          uint64_t key, int64_t iteration, int64_t sample0, bool training, float *y, float *lse) {
+/* doc_start [S, B] of documents ending where a deterministic draw says (about one
+ * token in five), different in every sample: each token's document start. */
+static void doc_starts(int S, int B, int32_t *ds) {
+    for (int b = 0; b < B; b++) {
+        int32_t start = 0;
+        for (int i = 0; i < S; i++) {
+            ds[i * B + b] = start;
+            if ((i * 7 + b * 3 + i / 3) % 5 == 0) start = i + 1; /* token i ends its document */
+        }
+    }
+}
+
+/* Naive reference: y [S, B, NH, HD], lse [B, NH, S], for whole (unsplit) tensors;
+ * ds: doc_start [S, B] or NULL. */
+static void ref_attention(const cfg *c, const float *q, const float *k, const float *v, const int32_t *ds,
+                          uint64_t seed, uint64_t key, int64_t iteration, int64_t sample0, bool training, float *y,
+                          float *lse) {
     int S = c->S, B = c->B, NH = c->NH, NG = c->NG, HD = c->HD, rep = NH / NG;
     double scale = 1.0 / sqrt((double)HD);
     double *s = malloc((size_t)S * sizeof *s);
@@ -30,7 +45,8 @@ static void ref_attention(const cfg *c, const float *q, const float *k, const fl
                     double d = 0;
                     for (int e = 0; e < HD; e++)
                         d += (double)q[((i * B + b) * NH + h) * HD + e] * k[((j * B + b) * NG + g) * HD + e];
-                    s[j] = (c->causal && j > i) ? -INFINITY : d * scale;
+                    bool hidden = (c->causal && j > i) || (ds && j < ds[i * B + b]);
+                    s[j] = hidden ? -INFINITY : d * scale;
                     if (s[j] > m) m = s[j];
                 }
                 double sum = 0;
@@ -60,7 +76,8 @@ static void check_forward(const cfg *c, bool training) {
     int64_t sq[4] = {c->S, c->B, c->NH, c->HD}, skv[4] = {c->S, c->B, c->NG, c->HD};
     mg_tensor *q = mg_input(g, "q", MG_F32, 4, sq), *k = mg_input(g, "k", MG_F32, 4, skv),
               *v = mg_input(g, "v", MG_F32, 4, skv);
-    mg_tensor *y = mg_attention(g, q, k, v, c->causal, c->p);
+    mg_tensor *dst = c->docs ? mg_input(g, "doc_start", MG_I32, 2, (int64_t[]){c->S, c->B}) : NULL;
+    mg_tensor *y = c->docs ? mg_attention_docs(g, q, k, v, dst, c->p) : mg_attention(g, q, k, v, c->causal, c->p);
     tk_run r;
     if (!y || tk_prepare(&r, g)) {
         TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
@@ -69,6 +86,8 @@ static void check_forward(const cfg *c, bool training) {
     }
     r.info.training = training;
     r.info.iteration = 3;
+    int32_t *ds = dst ? mg_storage_data(r.st, dst) : NULL;
+    if (ds) doc_starts(c->S, c->B, ds);
     tk_rng rng = {99};
     tk_fill(&rng, tk_f32(&r, q), mg_numel(q), -2, 2);
     tk_fill(&rng, tk_f32(&r, k), mg_numel(k), -2, 2);
@@ -81,11 +100,11 @@ static void check_forward(const cfg *c, bool training) {
     TK_CHECK(nd->attrs.attention.rng_key == mg_hash_name(y->name), "rng_key = hash of the output name");
     int64_t ny = mg_numel(y), nl = mg_numel(nd->out[1]);
     float *wy = malloc((size_t)ny * sizeof *wy), *wl = malloc((size_t)nl * sizeof *wl);
-    ref_attention(c, tk_f32(&r, q), tk_f32(&r, k), tk_f32(&r, v), r.info.seed, nd->attrs.attention.rng_key,
+    ref_attention(c, tk_f32(&r, q), tk_f32(&r, k), tk_f32(&r, v), ds, r.info.seed, nd->attrs.attention.rng_key,
                   r.info.iteration, (int64_t)(nd->mb > 0 ? nd->mb : 0) * c->B, training, wy, wl);
     char what[128];
-    snprintf(what, sizeof what, "attention y (S %d B %d nh %d ng %d hd %d causal %d p %g training %d)", c->S, c->B,
-             c->NH, c->NG, c->HD, c->causal, (double)c->p, training);
+    snprintf(what, sizeof what, "attention y (S %d B %d nh %d ng %d hd %d causal %d p %g training %d docs %d)", c->S,
+             c->B, c->NH, c->NG, c->HD, c->causal, (double)c->p, training, c->docs);
     tk_expect_close(what, tk_f32(&r, y), wy, ny, 1e-5, 1e-5);
     snprintf(what, sizeof what, "attention lse (S %d nh %d ng %d causal %d)", c->S, c->NH, c->NG, c->causal);
     tk_expect_close(what, tk_f32(&r, nd->out[1]), wl, nl, 1e-5, 1e-5);
@@ -96,18 +115,26 @@ static void check_forward(const cfg *c, bool training) {
 }
 
 static void fwd_attention(void) {
-    cfg cs[] = {{6, 2, 4, 4, 4, false, 0}, {6, 2, 4, 4, 4, true, 0}, {7, 2, 4, 2, 8, true, 0},
-                {5, 3, 6, 1, 4, false, 0}, {1, 1, 1, 1, 2, true, 0}, {33, 2, 4, 2, 16, true, 0},
-                {150, 1, 2, 1, 8, true, 0},  {130, 2, 2, 2, 4, false, 0}}; /* > one causal row block */
+    cfg cs[] = {{6, 2, 4, 4, 4, false, 0, false}, {6, 2, 4, 4, 4, true, 0, false}, {7, 2, 4, 2, 8, true, 0, false},
+                {5, 3, 6, 1, 4, false, 0, false}, {1, 1, 1, 1, 2, true, 0, false}, {33, 2, 4, 2, 16, true, 0, false},
+                {150, 1, 2, 1, 8, true, 0, false},  {130, 2, 2, 2, 4, false, 0, false}}; /* > one causal row block */
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) check_forward(&cs[i], true);
     /* dropout_p > 0 but not training: no dropout */
-    cfg e = {6, 2, 4, 2, 4, true, 0.5f};
+    cfg e = {6, 2, 4, 2, 4, true, 0.5f, false};
     check_forward(&e, false);
 }
 
 static void fwd_attention_dropout(void) {
-    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f}, {7, 2, 4, 2, 4, true, 0.5f}, {16, 2, 4, 2, 8, true, 0.1f},
-                {140, 1, 2, 1, 8, true, 0.2f}};
+    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f, false}, {7, 2, 4, 2, 4, true, 0.5f, false}, {16, 2, 4, 2, 8, true, 0.1f, false},
+                {140, 1, 2, 1, 8, true, 0.2f, false}};
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) check_forward(&cs[i], true);
+}
+
+/* Within documents: MHA and GQA, one and several causal row blocks, with dropout. */
+static void fwd_attention_docs(void) {
+    cfg cs[] = {{7, 2, 4, 2, 4, true, 0, true},      {16, 3, 2, 2, 8, true, 0, true},
+                {150, 2, 2, 1, 8, true, 0, true},    {7, 2, 4, 2, 4, true, 0.4f, true},
+                {140, 2, 2, 1, 8, true, 0.2f, true}, {1, 1, 1, 1, 2, true, 0, true}};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) check_forward(&cs[i], true);
 }
 
@@ -129,7 +156,8 @@ static void check_block(const cfg *c, const float *qa, const float *ka, const fl
     q->logical.offset[2] = h0;
     k->logical.shape[2] = v->logical.shape[2] = NG;
     k->logical.offset[2] = v->logical.offset[2] = g0;
-    mg_tensor *y = mg_attention(g, q, k, v, c->causal, c->p);
+    mg_tensor *dst = c->docs ? mg_input(g, "doc_start", MG_I32, 2, (int64_t[]){sl, B}) : NULL;
+    mg_tensor *y = c->docs ? mg_attention_docs(g, q, k, v, dst, c->p) : mg_attention(g, q, k, v, c->causal, c->p);
     tk_run r;
     if (!y || tk_prepare(&r, g)) {
         TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
@@ -137,6 +165,12 @@ static void check_block(const cfg *c, const float *qa, const float *ka, const fl
         return;
     }
     r.info.iteration = 5;
+    if (dst) { /* the block's rows of the whole doc_start: logical positions */
+        int32_t *all = malloc((size_t)S * B * sizeof *all), *ds = mg_storage_data(r.st, dst);
+        doc_starts(S, B, all);
+        memcpy(ds, all + (size_t)s0 * B, (size_t)sl * B * sizeof *ds);
+        free(all);
+    }
     float *qv = tk_f32(&r, q), *kv = tk_f32(&r, k), *vv = tk_f32(&r, v);
     for (int i = 0; i < sl; i++)
         for (int b = 0; b < B; b++)
@@ -171,7 +205,8 @@ static void split_case(const cfg *cp, const blk *bl, int nb) {
     mg_graph *g = mg_graph_new();
     mg_tensor *q = mg_input(g, "q", MG_F32, 4, sq), *k = mg_input(g, "k", MG_F32, 4, skv),
               *v = mg_input(g, "v", MG_F32, 4, skv);
-    mg_tensor *y = mg_attention(g, q, k, v, c.causal, c.p);
+    mg_tensor *dst = c.docs ? mg_input(g, "doc_start", MG_I32, 2, (int64_t[]){c.S, c.B}) : NULL;
+    mg_tensor *y = c.docs ? mg_attention_docs(g, q, k, v, dst, c.p) : mg_attention(g, q, k, v, c.causal, c.p);
     tk_run r;
     if (!y || tk_prepare(&r, g)) {
         TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
@@ -179,6 +214,7 @@ static void split_case(const cfg *cp, const blk *bl, int nb) {
         return;
     }
     r.info.iteration = 5;
+    if (dst) doc_starts(c.S, c.B, mg_storage_data(r.st, dst));
     tk_rng rng = {5};
     tk_fill(&rng, tk_f32(&r, q), mg_numel(q), -2, 2);
     tk_fill(&rng, tk_f32(&r, k), mg_numel(k), -2, 2);
@@ -201,18 +237,24 @@ static void split_case(const cfg *cp, const blk *bl, int nb) {
 }
 
 static void fwd_attention_split(void) {
-    cfg c = {7, 2, 4, 2, 4, true, 0.4f};
+    cfg c = {7, 2, 4, 2, 4, true, 0.4f, false};
     blk b[] = {{0, 7, 0, 2, "head split, heads 0-1 (kv group 0)"},
                {0, 7, 2, 2, "head split, heads 2-3 (kv group 1)"},
                {3, 4, 0, 4, "sequence split of q, rows 3-6"},
                {2, 3, 2, 2, "sequence and head split"}};
     split_case(&c, b, 4);
     /* longer than one causal row block (64): blocks start at a logical offset */
-    cfg l = {150, 1, 4, 2, 8, true, 0.2f};
+    cfg l = {150, 1, 4, 2, 8, true, 0.2f, false};
     blk bl[] = {{70, 80, 0, 4, "S 150: sequence split, rows 70-149"},
                 {0, 150, 2, 2, "S 150: head split, heads 2-3"},
                 {33, 64, 0, 2, "S 150: rows 33-96, heads 0-1"}};
     split_case(&l, bl, 3);
+    /* within documents: a block's doc_start rows hold logical positions */
+    cfg d = {150, 2, 4, 2, 8, true, 0.2f, true};
+    blk bd[] = {{70, 80, 0, 4, "docs: sequence split, rows 70-149"},
+                {0, 150, 2, 2, "docs: head split, heads 2-3"},
+                {33, 64, 0, 2, "docs: rows 33-96, heads 0-1"}};
+    split_case(&d, bd, 3);
 }
 
 /* ---- errors ------------------------------------------------------------------------------ */
@@ -253,6 +295,30 @@ static void fwd_errors(void) {
     q = mg_input(g, "q", MG_F32, 3, (int64_t[]){5, 2, 8});
     TK_CHECK(mg_attention(g, q, q, q, false, 0) == NULL && mg_graph_error(g)->code == MG_ERR_SHAPE, "rank 3");
     mg_graph_free(g);
+
+    /* doc_start: i32 [s, b] of the queries */
+    struct {
+        mg_dtype dt;
+        int nd;
+        int64_t shape[2];
+        const char *why;
+    } bds[] = {{MG_F32, 2, {5, 2}, "f32 doc_start"}, {MG_I32, 1, {5}, "doc_start [s]"},
+               {MG_I32, 2, {4, 2}, "doc_start of 4 rows"}, {MG_I32, 2, {5, 3}, "doc_start of batch 3"}};
+    for (size_t i = 0; i < sizeof bds / sizeof *bds; i++) {
+        g = mg_graph_new();
+        q = mg_input(g, "q", MG_F32, 4, (int64_t[]){5, 2, 4, 8});
+        k = mg_input(g, "k", MG_F32, 4, (int64_t[]){5, 2, 2, 8});
+        mg_tensor *ds = mg_input(g, "ds", bds[i].dt, bds[i].nd, bds[i].shape);
+        TK_CHECK(mg_attention_docs(g, q, k, k, ds, 0) == NULL && mg_graph_error(g)->code == MG_ERR_SHAPE &&
+                     strstr(mg_graph_error(g)->msg, "doc_start"),
+                 "%s must fail: %s", bds[i].why, mg_graph_error(g)->msg);
+        mg_graph_free(g);
+    }
+    g = mg_graph_new();
+    q = mg_input(g, "q", MG_F32, 4, (int64_t[]){5, 2, 4, 8});
+    TK_CHECK(mg_attention_docs(g, q, q, q, NULL, 0) == NULL && mg_graph_error(g)->code == MG_ERR_INVALID,
+             "NULL doc_start");
+    mg_graph_free(g);
 }
 
 /* ---- gradients ------------------------------------------------------------------------------ */
@@ -280,30 +346,39 @@ static void gradcheck_each(const char *name, int n, const tk_leaf *leaves, tk_bu
 
 static mg_tensor *gb_attn(mg_graph *g, mg_tensor *const *l, void *ctx) {
     const cfg *c = ctx;
-    return mg_attention(g, l[0], l[1], l[2], c->causal, c->p);
+    return c->docs ? mg_attention_docs(g, l[0], l[1], l[2], l[3], c->p) : mg_attention(g, l[0], l[1], l[2], c->causal, c->p);
 }
 
+/* With docs, doc_start is drawn uniformly in [0, S): any key bound, rows that see no
+ * key included (their output is 0 and gets no gradient). */
 static void grad_cfg(const cfg *c) {
     tk_leaf l[] = {{"q", MG_F32, 4, {c->S, c->B, c->NH, c->HD}, true, -1.5, 1.5},
                    {"k", MG_F32, 4, {c->S, c->B, c->NG, c->HD}, true, -1.5, 1.5},
-                   {"v", MG_F32, 4, {c->S, c->B, c->NG, c->HD}, true, -1, 1}};
+                   {"v", MG_F32, 4, {c->S, c->B, c->NG, c->HD}, true, -1, 1},
+                   {"doc_start", MG_I32, 2, {c->S, c->B}, false, 0, (float)c->S}};
     char name[128];
-    snprintf(name, sizeof name, "attention S %d B %d nh %d ng %d hd %d causal %d p %g", c->S, c->B, c->NH, c->NG,
-             c->HD, c->causal, (double)c->p);
-    gradcheck_each(name, 3, l, gb_attn, (void *)c, NULL);
+    snprintf(name, sizeof name, "attention S %d B %d nh %d ng %d hd %d causal %d p %g docs %d", c->S, c->B, c->NH,
+             c->NG, c->HD, c->causal, (double)c->p, c->docs);
+    gradcheck_each(name, c->docs ? 4 : 3, l, gb_attn, (void *)c, NULL);
 }
 
 static void grad_attention(void) {
-    cfg cs[] = {{5, 2, 4, 4, 4, false, 0}, {6, 2, 4, 4, 4, true, 0}, {7, 2, 4, 2, 4, false, 0},
-                {6, 2, 4, 2, 4, true, 0}};
+    cfg cs[] = {{5, 2, 4, 4, 4, false, 0, false}, {6, 2, 4, 4, 4, true, 0, false}, {7, 2, 4, 2, 4, false, 0, false},
+                {6, 2, 4, 2, 4, true, 0, false}};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) grad_cfg(&cs[i]);
 }
 
 /* The mask is a function of (seed, iteration, key, index) only, so it is the same in
  * every finite-difference run and the loss stays differentiable in q, k, v. */
 static void grad_attention_dropout(void) {
-    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f}, {7, 2, 4, 2, 4, true, 0.3f}, {5, 2, 4, 2, 4, true, 0.5f},
-                {130, 1, 2, 1, 4, true, 0.2f}}; /* three causal row blocks */
+    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f, false}, {7, 2, 4, 2, 4, true, 0.3f, false}, {5, 2, 4, 2, 4, true, 0.5f, false},
+                {130, 1, 2, 1, 4, true, 0.2f, false}}; /* three causal row blocks */
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) grad_cfg(&cs[i]);
+}
+
+static void grad_attention_docs(void) {
+    cfg cs[] = {{6, 2, 4, 2, 4, true, 0, true}, {7, 2, 4, 4, 4, true, 0.3f, true},
+                {130, 1, 2, 1, 4, true, 0.2f, true}}; /* three causal row blocks */
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) grad_cfg(&cs[i]);
 }
 
@@ -312,9 +387,11 @@ int main(int argc, char **argv) {
         {"forward.attention", fwd_attention},
         {"forward.attention_dropout", fwd_attention_dropout},
         {"forward.attention_split", fwd_attention_split},
+        {"forward.attention_docs", fwd_attention_docs},
         {"forward.errors_attention", fwd_errors},
         {"grad.attention", grad_attention},
         {"grad.attention_dropout", grad_attention_dropout},
+        {"grad.attention_docs", grad_attention_docs},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
 }

@@ -6,10 +6,11 @@
 
 #include "testkit.h"
 
-static void check_rope(int64_t S, int64_t B, int64_t NH, int64_t HD, float theta, int pos_hi) {
-    int64_t sx[4] = {S, B, NH, HD}, sp[1] = {S};
+/* per_sample: positions [S, B] (each sample its own), else [S]. */
+static void check_rope(int64_t S, int64_t B, int64_t NH, int64_t HD, float theta, int pos_hi, bool per_sample) {
+    int64_t sx[4] = {S, B, NH, HD}, sp[2] = {S, B}, pb = per_sample ? B : 1;
     mg_graph *g = mg_graph_new();
-    mg_tensor *x = mg_input(g, "x", MG_F32, 4, sx), *pos = mg_input(g, "pos", MG_I32, 1, sp);
+    mg_tensor *x = mg_input(g, "x", MG_F32, 4, sx), *pos = mg_input(g, "pos", MG_I32, per_sample ? 2 : 1, sp);
     mg_tensor *y = mg_rope(g, x, pos, theta);
     /* the inverse rotation (what the gradient uses) undoes it */
     mg_attrs inv = {.rope = {theta, true}};
@@ -26,7 +27,7 @@ static void check_rope(int64_t S, int64_t B, int64_t NH, int64_t HD, float theta
     float *xv = tk_f32(&r, x);
     int32_t *pv = tk_i32(&r, pos);
     tk_fill(&rng, xv, n, -2, 2);
-    for (int64_t s = 0; s < S; s++) pv[s] = (int32_t)floorf(tk_uniform(&rng, 0, (float)pos_hi));
+    for (int64_t s = 0; s < S * pb; s++) pv[s] = (int32_t)floorf(tk_uniform(&rng, 0, (float)pos_hi));
     pv[0] = 0; /* position 0: identity */
     TK_CHECK(tk_exec(&r) == 0, "exec");
     float *want = malloc((size_t)n * sizeof *want);
@@ -34,15 +35,16 @@ static void check_rope(int64_t S, int64_t B, int64_t NH, int64_t HD, float theta
         for (int64_t rr = 0; rr < rows; rr++) {
             const float *x0 = xv + (s * rows + rr) * HD;
             float *w0 = want + (s * rows + rr) * HD;
+            int32_t p = pv[s * pb + (per_sample ? rr / NH : 0)]; /* row rr is head rr % NH of sample rr / NH */
             for (int64_t i = 0; i < h; i++) {
-                double ang = (double)pv[s] * pow((double)theta, -2.0 * (double)i / (double)HD);
+                double ang = (double)p * pow((double)theta, -2.0 * (double)i / (double)HD);
                 w0[i] = (float)(x0[i] * cos(ang) - x0[i + h] * sin(ang));
                 w0[i + h] = (float)(x0[i + h] * cos(ang) + x0[i] * sin(ang));
             }
         }
-    char what[96];
-    snprintf(what, sizeof what, "rope [%lld, %lld, %lld, %lld] theta %g", (long long)S, (long long)B, (long long)NH,
-             (long long)HD, (double)theta);
+    char what[128];
+    snprintf(what, sizeof what, "rope [%lld, %lld, %lld, %lld] theta %g positions per sample %d", (long long)S,
+             (long long)B, (long long)NH, (long long)HD, (double)theta, per_sample);
     tk_expect_close(what, tk_f32(&r, y), want, n, 1e-5, 1e-6);
     tk_expect_close("rope inverse(rope(x)) = x", tk_f32(&r, back->out[0]), xv, n, 1e-5, 1e-6);
     free(want);
@@ -51,9 +53,12 @@ static void check_rope(int64_t S, int64_t B, int64_t NH, int64_t HD, float theta
 }
 
 static void fwd_rope(void) {
-    check_rope(6, 2, 3, 8, 10000.0f, 64);
-    check_rope(5, 1, 2, 64, 500000.0f, 4096); /* LLaMA-3 theta, long positions */
-    check_rope(3, 2, 1, 2, 10000.0f, 10);     /* one pair per head */
+    check_rope(6, 2, 3, 8, 10000.0f, 64, false);
+    check_rope(5, 1, 2, 64, 500000.0f, 4096, false); /* LLaMA-3 theta, long positions */
+    check_rope(3, 2, 1, 2, 10000.0f, 10, false);     /* one pair per head */
+    /* positions per sample (--reset-position-ids) */
+    check_rope(6, 3, 2, 8, 10000.0f, 64, true);
+    check_rope(4, 2, 1, 2, 10000.0f, 10, true);
 }
 
 static void fwd_errors(void) {
@@ -75,6 +80,17 @@ static void fwd_errors(void) {
     pos = mg_input(g, "pos", MG_F32, 1, (int64_t[]){4});
     TK_CHECK(mg_rope(g, x, pos, 10000.0f) == NULL && mg_graph_error(g)->code == MG_ERR_SHAPE, "f32 positions");
     mg_graph_free(g);
+    /* per-sample positions: [s, b] of x [s, b, ...] */
+    int64_t bad[][3] = {{4, 3, 0}, {5, 2, 0}, {4, 2, 1}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        g = mg_graph_new();
+        x = mg_input(g, "x", MG_F32, 4, (int64_t[]){4, 2, 3, 8});
+        pos = mg_input(g, "pos", MG_I32, bad[i][2] ? 3 : 2, (int64_t[]){bad[i][0], bad[i][1], 1});
+        TK_CHECK(mg_rope(g, x, pos, 10000.0f) == NULL && mg_graph_error(g)->code == MG_ERR_SHAPE,
+                 "positions [%lld, %lld%s] for x [4, 2, 3, 8] must fail", (long long)bad[i][0], (long long)bad[i][1],
+                 bad[i][2] ? ", 1" : "");
+        mg_graph_free(g);
+    }
 }
 
 /* Partial rotary embedding (--rotary-percent): the first rd channels of each head
@@ -128,6 +144,8 @@ static mg_tensor *gb_rope_partial(mg_graph *g, mg_tensor *const *l, void *c) {
 static void grad_rope_partial(void) {
     tk_leaf l[] = {{"x", MG_F32, 4, {5, 2, 2, 10}, true, -1, 1}, {"pos", MG_I32, 1, {5}, false, 0, 50}};
     tk_gradcheck("rope_partial d/dx", 2, l, gb_rope_partial, NULL, NULL);
+    tk_leaf ls[] = {{"x", MG_F32, 4, {5, 2, 2, 10}, true, -1, 1}, {"pos", MG_I32, 2, {5, 2}, false, 0, 50}};
+    tk_gradcheck("rope_partial d/dx, positions per sample", 2, ls, gb_rope_partial, NULL, NULL);
 }
 
 static mg_tensor *gb_rope(mg_graph *g, mg_tensor *const *l, void *c) {
@@ -139,6 +157,8 @@ static mg_tensor *gb_rope(mg_graph *g, mg_tensor *const *l, void *c) {
 static void grad_rope(void) {
     tk_leaf l[] = {{"x", MG_F32, 4, {5, 2, 3, 8}, true, -1, 1}, {"pos", MG_I32, 1, {5}, false, 0, 50}};
     tk_gradcheck("rope d/dx", 2, l, gb_rope, NULL, NULL);
+    tk_leaf ls[] = {{"x", MG_F32, 4, {5, 2, 3, 8}, true, -1, 1}, {"pos", MG_I32, 2, {5, 2}, false, 0, 50}};
+    tk_gradcheck("rope d/dx, positions per sample", 2, ls, gb_rope, NULL, NULL);
 }
 
 int main(int argc, char **argv) {

@@ -71,25 +71,39 @@ static int32_t label(int it, int k, int t, int j, int vocab) {
     return y;
 }
 
+/* MG_TEST_DOCUMENTS=1: --reset-position-ids and --reset-attention-mask, a token drawn
+ * below vocab / 5 ending its document (several documents per sequence, in different
+ * places in every sample): per-sample positions and attention within documents. */
+static bool g_documents;
+
 /* The inputs of this rank's micro-batch instances: instance i is global micro-batch
  * i * dp + dp_rank (mg_exec_info); the serial run is dp 1. */
 static void fill_inputs(const mg_rank_graph *R, const mg_step *step, mg_storage *st, int n_local, int dp, int dp_rank,
                         int it, int s, int b, int vocab) {
     mg_tensor *pos = mg_rank_tensor(R, step->positions);
-    if (pos) {
+    if (pos && !pos->per_microbatch) {
         int32_t *p = mg_storage_data(st, pos);
         for (int t = 0; t < s; t++) p[t] = t;
     }
     /* (a pipeline stage has the inputs its layers read: tokens first, labels last) */
-    mg_tensor *tok = mg_rank_tensor(R, step->tokens), *lab = mg_rank_tensor(R, step->targets);
-    for (int i = 0; i < n_local && (tok || lab); i++) {
+    mg_tensor *tok = mg_rank_tensor(R, step->tokens), *lab = mg_rank_tensor(R, step->targets),
+              *dst = mg_rank_tensor(R, step->doc_start);
+    if (pos && !pos->per_microbatch) pos = NULL;
+    for (int i = 0; i < n_local && (tok || lab || pos || dst); i++) {
         int k = i * dp + dp_rank;
         int32_t *x = tok ? mg_storage_data_mb(st, tok, i) : NULL, *y = lab ? mg_storage_data_mb(st, lab, i) : NULL;
-        for (int t = 0; t < s; t++)
-            for (int j = 0; j < b; j++) {
-                if (x) x[t * b + j] = token(it, k, t, j, vocab);
+        int32_t *p = pos ? mg_storage_data_mb(st, pos, i) : NULL, *d = dst ? mg_storage_data_mb(st, dst, i) : NULL;
+        for (int j = 0; j < b; j++) {
+            int32_t start = 0;
+            for (int t = 0; t < s; t++) {
+                int32_t xt = token(it, k, t, j, vocab);
+                if (x) x[t * b + j] = xt;
                 if (y) y[t * b + j] = label(it, k, t, j, vocab);
+                if (p) p[t * b + j] = t - start;
+                if (d) d[t * b + j] = start;
+                if (xt < vocab / 5) start = t + 1;
             }
+        }
     }
 }
 
@@ -228,6 +242,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     alarm(300); /* never hang a test run */
     g_ignore_labels = getenv("MG_TEST_IGNORE_LABELS") && !strcmp(getenv("MG_TEST_IGNORE_LABELS"), "1");
+    g_documents = getenv("MG_TEST_DOCUMENTS") && !strcmp(getenv("MG_TEST_DOCUMENTS"), "1");
     if (argc < 4) {
         fprintf(stderr, "usage: test_equivalence TP SP(0|1) DISTOPT(0|1) [ITERS [OVERLAP(0|1) [MATMUL_TILES]]]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
@@ -272,6 +287,7 @@ int main(int argc, char **argv) {
         sc.model.untie_embeddings = true;
         sc.model.disable_bias_linear = true;
     }
+    sc.reset_position_ids = sc.reset_attention_mask = g_documents;
     sc.micro_batch = 2;
     sc.n_micro = (plan.pp > 1 ? 2 * plan.pp : 2) * dp; /* a pipeline gets a steady 1F1B phase */
     sc.training = true;

@@ -1,4 +1,4 @@
-# Sourced by the mgraph-run test scripts (eod_mask.sh, per_token_loss.sh, params_norm.sh):
+# Sourced by the mgraph-run test scripts (eod_mask.sh, per_token_loss.sh, params_norm.sh, documents.sh):
 # reading --metrics-file output, comparing two runs, and a dataset with many documents.
 
 # column NAME FILE: metric NAME of every iteration of a metrics file, one per line

@@ -1,16 +1,24 @@
 #!/usr/bin/env python3
-"""mgraph-run --eod-mask-loss against Hugging Face transformers (reference check, not a
-runtime dependency).
+"""mgraph-run's document flags against Hugging Face transformers (reference check, not a
+runtime dependency): --eod-mask-loss, --reset-position-ids, --reset-attention-mask.
 
-  hf_eod_mask.py MGRAPH_RUN MGRAPH_CONVERT VOCAB_JSON MERGES_TXT WORK_DIR
+  hf_documents.py MGRAPH_RUN MGRAPH_CONVERT VOCAB_JSON MERGES_TXT WORK_DIR
 
-A random GPT2LMHeadModel over GPT-2's vocabulary is imported with --from-hf. The text is documents of 1 to 6 one-letter words, each ended by
+A random GPT2LMHeadModel (learned positions) over GPT-2's vocabulary is imported with
+--from-hf. The text is documents of 1 to 6 one-letter words, each ended by
 "<|endoftext|>", so the end-of-document token falls anywhere in the evaluation windows
-and every window and batch keeps a different number of tokens. `mgraph-run --skip-train
---eod-mask-loss` on the validation half must give transformers' cross-entropy with
-Megatron's loss mask (label -100 where the input token is EOD), averaged over all the
-kept tokens of all the windows (Megatron's evaluation), within 1e-5 relative. The
-unmasked loss of the same windows must be visibly different, so that the check can fail.
+and every window and batch keeps a different number of tokens. `mgraph-run --skip-train`
+on the validation half, with each flag and without, must give transformers' loss of the
+same windows computed independently of mgraph, within 1e-5 relative:
+  - --eod-mask-loss: cross-entropy with Megatron's loss mask (label -100 where the input
+    token is EOD), averaged over all the kept tokens of all the windows (Megatron's
+    evaluation);
+  - --reset-position-ids: the whole window with position_ids restarting at 0 after each
+    EOD of the input (Megatron's _get_ltor_masks_and_position_ids);
+  - --reset-attention-mask: each document of the window run through the model on its
+    own, at its positions in the window (a token sees only its document);
+  - both: each document on its own from position 0.
+Each must differ visibly from the plain loss, so that the check can fail.
 Exits 77 (skipped) with a loud message when torch or transformers cannot be imported.
 """
 import json
@@ -68,6 +76,33 @@ kept = [int((masked[w] != -100).sum()) for w in range(W)]
 print(f"{W} windows of {SEQ} positions, kept per window: {kept}")
 
 
+def documents(x):
+    """[start, end) of each document of input window x: an EOD ends its own."""
+    spans, a = [], 0
+    for t, tok in enumerate(x.tolist()):
+        if tok == EOD:
+            spans.append((a, t + 1))
+            a = t + 1
+    if a < len(x):
+        spans.append((a, len(x)))
+    return spans
+
+
+def window_logits(model, x, reset_positions, per_document):
+    """logits [SEQ, V] of window x, computed by transformers alone."""
+    if not per_document:
+        pos = torch.arange(SEQ)
+        if reset_positions:
+            for a, e in documents(x):
+                pos[a:e] = torch.arange(e - a)
+        return model(x[None], position_ids=pos[None]).logits[0]
+    parts = []
+    for a, e in documents(x):
+        pos = torch.arange(e - a) if reset_positions else torch.arange(a, e)
+        parts.append(model(x[None, a:e], position_ids=pos[None]).logits[0])
+    return torch.cat(parts)
+
+
 def fail(msg):
     print("FAIL:", msg)
     sys.exit(1)
@@ -90,8 +125,13 @@ with torch.no_grad():
         p.copy_(torch.randn_like(p) * (0.5 if p.dim() == 1 else 0.3) + (1.0 if "ln" in name and "weight" in name else 0.0))
     hf.eval()
     logits = hf(inputs).logits.double().reshape(-1, V)
-    want = torch.nn.functional.cross_entropy(logits, masked.reshape(-1), ignore_index=-100).item()
-    unmasked = torch.nn.functional.cross_entropy(logits, labels.reshape(-1)).item()
+    xent = torch.nn.functional.cross_entropy
+    want = {"eod-mask-loss": xent(logits, masked.reshape(-1), ignore_index=-100).item(),
+            "plain": xent(logits, labels.reshape(-1)).item()}
+    for tag, reset, per_doc in (("reset-position-ids", True, False), ("reset-attention-mask", False, True),
+                                ("reset-position-ids+reset-attention-mask", True, True)):
+        lg = torch.cat([window_logits(hf, inputs[w], reset, per_doc) for w in range(W)]).double()
+        want[tag] = xent(lg, labels.reshape(-1)).item()
 hf.save_pretrained("hf", safe_serialization=True)
 run([CONVERT, "--from-hf", "hf", "--save", "ck", "--make-vocab-size-divisible-by", "1", "--tokenizer-type",
      "GPT2BPETokenizer"], "mgraph-convert --from-hf")
@@ -101,19 +141,18 @@ ARGS = ["--text-file", "data.txt", "--tokenizer-type", "GPT2BPETokenizer", "--vo
         "--seq-length", str(SEQ), "--micro-batch-size", str(MBS), "--global-batch-size", str(GBS),
         "--eval-iters", str(EVAL_ITERS), "--make-vocab-size-divisible-by", "1", "--cpu-workers", "1", "--load", "ck",
         "--skip-train"]
-got = {}
-for tag, extra in (("masked", ["--eod-mask-loss"]), ("unmasked", [])):
-    run([RUN, *ARGS, *extra, "--metrics-file", f"{tag}.jsonl"], f"mgraph-run --skip-train ({tag})")
+for tag, ref in want.items():
+    flags = [] if tag == "plain" else ["--" + f for f in tag.split("+")]
+    run([RUN, *ARGS, *flags, "--metrics-file", f"{tag}.jsonl"], f"mgraph-run --skip-train {' '.join(flags)}")
     vals = [json.loads(l)["val_loss"] for l in open(f"{tag}.jsonl") if "val_loss" in l]
     if len(vals) != 1:
         fail(f"{tag}: want one validation loss, got {vals}")
-    got[tag] = vals[0]
-
-for tag, ref in (("masked", want), ("unmasked", unmasked)):
-    rel = abs(got[tag] - ref) / abs(ref)
-    print(f"{tag}: mgraph {got[tag]:.9f}, transformers {ref:.9f}, relative difference {rel:.2e}")
+    rel = abs(vals[0] - ref) / abs(ref)
+    moved = abs(ref - want["plain"]) / abs(want["plain"])
+    print(f"{tag}: mgraph {vals[0]:.9f}, transformers {ref:.9f}, relative difference {rel:.2e}"
+          + ("" if tag == "plain" else f" (the flag moves the loss by {moved:.2%})"))
     if not rel <= 1e-5:
         fail(f"{tag}: relative difference {rel:.2e} > 1e-5")
-if abs(want - unmasked) / abs(unmasked) < 1e-3:
-    fail(f"the mask hardly changes the loss ({want} against {unmasked}): no test")
-print("ok: --eod-mask-loss gives transformers' loss with Megatron's loss mask")
+    if tag != "plain" and moved < 1e-3:
+        fail(f"{tag} hardly changes the loss ({ref} against {want['plain']}): no test")
+print("ok: --eod-mask-loss, --reset-position-ids and --reset-attention-mask give transformers' losses")
