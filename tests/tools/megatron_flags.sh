@@ -80,14 +80,14 @@ accepted_without_effect)
     echo "ok: 8 flags accepted with a warning" ;;
 refused_by_name)
     "$RUN" --text-file text.txt "${TINY[@]}" --bf16 --step-batch-size-schedule "0:16 1000:32" \
-        --position-embedding-type yarn --reset-attention-mask --dry-run > out.txt 2> err.txt
+        --position-embedding-type yarn --squared-relu --dry-run > out.txt 2> err.txt
     [ $? -eq 2 ] || fail "exit $?, want 2"
     # --bf16 needs AVX512-BF16 (tests/tools/bf16.sh); where the CPU has it, it runs
     bf16_want="--bf16 is not supported: bf16 matrix products on CPUs need AVX512-BF16"
     grep -qw avx512_bf16 /proc/cpuinfo && bf16_want="--step-batch-size-schedule is not supported"
     for want in "$bf16_want" "--step-batch-size-schedule is not supported" \
                 "--position-embedding-type yarn is not supported" \
-                "--reset-attention-mask is not supported: attention is causal over the whole sequence"; do
+                "--squared-relu is not supported: the MLP activation is GELU or SwiGLU"; do
         grep -qF -- "$want" err.txt || { cat err.txt; fail "stderr lacks: $want"; }
     done
     "$RUN" --text-file text.txt "${TINY[@]}" --rampup-batch-size 16 16 > out.txt 2> err.txt
