@@ -33,13 +33,18 @@ static void linear_params(mg_graph *g, const char *name, int64_t out, int64_t in
     *b = bias ? vec(g, nm, out, MG_INIT_ZEROS) : NULL;
 }
 
-/* A norm "<name>.weight" (ones) and, for LayerNorm, "<name>.bias" (zeros). */
-static void norm_params(mg_graph *g, const mg_gpt_config *c, const char *name, mg_tensor **w, mg_tensor **b) {
+/* A norm of n features "<name>.weight" (ones) and, for LayerNorm, "<name>.bias" (zeros). */
+static void norm_params_n(mg_graph *g, const mg_gpt_config *c, const char *name, int64_t n, mg_tensor **w,
+                          mg_tensor **b) {
     char nm[96];
     snprintf(nm, sizeof nm, "%s.weight", name);
-    *w = vec(g, nm, c->hidden, MG_INIT_ONES);
+    *w = vec(g, nm, n, MG_INIT_ONES);
     snprintf(nm, sizeof nm, "%s.bias", name);
-    *b = c->norm == MG_NORM_LAYERNORM ? vec(g, nm, c->hidden, MG_INIT_ZEROS) : NULL;
+    *b = c->norm == MG_NORM_LAYERNORM ? vec(g, nm, n, MG_INIT_ZEROS) : NULL;
+}
+
+static void norm_params(mg_graph *g, const mg_gpt_config *c, const char *name, mg_tensor **w, mg_tensor **b) {
+    norm_params_n(g, c, name, c->hidden, w, b);
 }
 
 static void gpt2_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer *l, float std, float out_std) {
@@ -55,11 +60,18 @@ static void gpt2_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer 
 
 static void llama_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer *l, float std, float out_std) {
     int64_t h = c->hidden, f = c->ffn_hidden, kv = (int64_t)mg_gpt_kv_groups(c) * (h / c->heads);
-    bool bias = !c->disable_bias_linear;
+    bool bias = !c->disable_bias_linear, qkv_bias = bias || c->add_qkv_bias;
     norm_params(g, c, "input_layernorm", &l->ln1_w, &l->ln1_b);
-    linear_params(g, "self_attn.q_proj", h, h, std, bias, &l->q_w, &l->q_b);
-    linear_params(g, "self_attn.k_proj", kv, h, std, bias, &l->k_w, &l->k_b);
-    linear_params(g, "self_attn.v_proj", kv, h, std, bias, &l->v_w, &l->v_b);
+    linear_params(g, "self_attn.q_proj", h, h, std, qkv_bias, &l->q_w, &l->q_b);
+    linear_params(g, "self_attn.k_proj", kv, h, std, qkv_bias, &l->k_w, &l->k_b);
+    linear_params(g, "self_attn.v_proj", kv, h, std, qkv_bias, &l->v_w, &l->v_b);
+    if (c->qk_layernorm) { /* decayed only with --apply-wd-to-qk-layernorm (Megatron) */
+        norm_params_n(g, c, "self_attn.q_norm", h / c->heads, &l->q_norm_w, &l->q_norm_b);
+        norm_params_n(g, c, "self_attn.k_norm", h / c->heads, &l->k_norm_w, &l->k_norm_b);
+        mg_tensor *qk[4] = {l->q_norm_w, l->q_norm_b, l->k_norm_w, l->k_norm_b};
+        for (int i = 0; i < 4; i++)
+            if (qk[i]) qk[i]->no_weight_decay = !c->qk_layernorm_wd;
+    }
     linear_params(g, "self_attn.o_proj", h, h, out_std, bias, &l->proj_w, &l->proj_b);
     norm_params(g, c, "post_attention_layernorm", &l->ln2_w, &l->ln2_b);
     if (l->router_w) return; /* an MoE layer: experts in place of the MLP */
@@ -129,6 +141,10 @@ static mg_tensor *attention_block(mg_graph *g, const mg_gpt *m, const mg_gpt_lay
     mg_scope_push(g, l->qkv_w ? "attn" : "self_attn");
     mg_tensor *q = NULL, *k = NULL, *v = NULL;
     qkv_heads(g, c, l, x, &q, &k, &v);
+    if (l->q_norm_w) { /* per head, before the rotation (Megatron's q_layernorm / k_layernorm) */
+        q = norm(g, c, q, l->q_norm_w, l->q_norm_b);
+        k = norm(g, c, k, l->k_norm_w, l->k_norm_b);
+    }
     if (c->pos_emb == MG_POS_ROPE) {
         int64_t rd = mg_gpt_rotary_dim(c);
         q = mg_rope_partial(g, q, positions, c->rotary_base, rd);

@@ -75,15 +75,17 @@ int mg_gpt_rotary_dim(const mg_gpt_config *c) {
 
 bool mg_gpt_is_gpt2(const mg_gpt_config *c) {
     return c->norm == MG_NORM_LAYERNORM && c->pos_emb == MG_POS_LEARNED && !c->swiglu &&
-           mg_gpt_kv_groups(c) == c->heads && !c->untie_embeddings && !c->disable_bias_linear;
+           mg_gpt_kv_groups(c) == c->heads && !c->untie_embeddings && !c->disable_bias_linear && !c->qk_layernorm;
 }
 
 int64_t mg_gpt_num_params(const mg_gpt_config *c) {
     int64_t h = c->hidden, f = c->ffn_hidden, kv = (int64_t)mg_gpt_kv_groups(c) * (h / c->heads);
     int64_t norm = c->norm == MG_NORM_RMSNORM ? h : 2 * h;
-    int64_t bias = c->disable_bias_linear ? 0 : 1;
-    int64_t mlp_in = c->swiglu ? 2 : 1;
-    int64_t layer = 2 * norm + (h + 2 * kv) * (h + bias) + h * (h + bias) + mlp_in * f * (h + bias) + h * (f + bias);
+    int64_t bias = c->disable_bias_linear ? 0 : 1, qkv_bias = bias || c->add_qkv_bias;
+    int64_t mlp_in = c->swiglu ? 2 : 1, hd = h / c->heads;
+    int64_t qk_norm = c->qk_layernorm ? 2 * (c->norm == MG_NORM_RMSNORM ? hd : 2 * hd) : 0;
+    int64_t layer = 2 * norm + qk_norm + (h + 2 * kv) * (h + qkv_bias) + h * (h + bias) + mlp_in * f * (h + bias) +
+                    h * (f + bias);
     int64_t pos = c->pos_emb == MG_POS_LEARNED ? (int64_t)c->max_position * h : 0;
     int64_t out = c->untie_embeddings ? c->vocab * h : 0;
     int64_t n = c->vocab * h + out + pos + c->num_layers * layer + norm;

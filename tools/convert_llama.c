@@ -1,6 +1,9 @@
 /* Hugging Face LlamaForCausalLM <-> mgraph's GPT with LLaMA's options (tools/convert.h):
  * --normalization RMSNorm --position-embedding-type rope --swiglu, grouped-query attention
  * (--num-query-groups), tied or untied output layer, biases or --disable-bias-linear.
+ * Two variants share its names and layouts: Qwen2ForCausalLM (biases on q, k, v only:
+ * --disable-bias-linear --add-qkv-bias) and Qwen3ForCausalLM (q_norm / k_norm, an RMSNorm
+ * of each head's q and k before RoPE: --qk-layernorm; biases on q/k/v/o or none).
  *
  * models/gpt2.c gives this model Hugging Face's own names and layouts: q/k/v/o, gate/up/down
  * weights [out, in] as torch.nn.Linear, q's rows head after head and k/v's group after group
@@ -22,14 +25,20 @@ static int alloc(cv_model *m, mg_error *err) {
     int rc = cv_add(m, "model.embed_tokens.weight", c->padded, h, err);
     char nm[128];
     for (int l = 0; l < c->layers && !rc; l++) {
-        const struct { const char *s; int64_t r, cols; bool bias; } p[] = {
-            {"input_layernorm", h, 0, false}, {"self_attn.q_proj", h, h, true},   {"self_attn.k_proj", kv, h, true},
-            {"self_attn.v_proj", kv, h, true}, {"self_attn.o_proj", h, h, true},  {"post_attention_layernorm", h, 0, false},
-            {"mlp.gate_proj", f, h, true},     {"mlp.up_proj", f, h, true},       {"mlp.down_proj", h, f, true}};
+        bool b = c->bias, qkv = b || c->qkv_bias, qn = c->qk_norm;
+        int64_t hd = h / c->heads;
+        const struct { const char *s; int64_t r, cols; bool bias, here; } p[] = {
+            {"input_layernorm", h, 0, false, true},  {"self_attn.q_proj", h, h, qkv, true},
+            {"self_attn.k_proj", kv, h, qkv, true},  {"self_attn.v_proj", kv, h, qkv, true},
+            {"self_attn.q_norm", hd, 0, false, qn},  {"self_attn.k_norm", hd, 0, false, qn},
+            {"self_attn.o_proj", h, h, b, true},     {"post_attention_layernorm", h, 0, false, true},
+            {"mlp.gate_proj", f, h, b, true},        {"mlp.up_proj", f, h, b, true},
+            {"mlp.down_proj", h, f, b, true}};
         for (size_t k = 0; k < sizeof p / sizeof *p && !rc; k++) {
+            if (!p[k].here) continue;
             snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, p[k].s);
             rc = cv_add(m, nm, p[k].r, p[k].cols, err);
-            if (!rc && p[k].bias && c->bias) {
+            if (!rc && p[k].bias) {
                 snprintf(nm, sizeof nm, "model.layers.%d.%s.bias", l, p[k].s);
                 rc = cv_add(m, nm, p[k].r, 0, err);
             }
@@ -85,26 +94,52 @@ static int read_rope(json_t *cfg, const char *path, double *theta, mg_error *err
     return MG_OK;
 }
 
-static int read_config(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) {
+/* The biases of each class: LLaMA's attention_bias (q/k/v/o) with mlp_bias, Qwen2's q/k/v
+ * (always, and nothing else), Qwen3's attention_bias (q/k/v/o, no MLP bias). */
+static int read_biases(json_t *cfg, const char *path, const char *type, cv_cfg *c, mg_error *err) {
+    json_t *ab = json_object_get(cfg, "attention_bias"), *mb = json_object_get(cfg, "mlp_bias");
+    if ((ab && !json_is_boolean(ab)) || (mb && !json_is_boolean(mb)))
+        return mg_error_set(err, MG_ERR_INVALID, "%s: attention_bias / mlp_bias are not booleans", path);
+    bool abias = json_is_true(ab), mbias = json_is_true(mb);
+    c->qkv_bias = c->qk_norm = false;
+    if (!strcmp(type, "qwen2")) { /* Qwen2Attention: q/k/v with bias, o without; no MLP bias */
+        c->bias = false, c->qkv_bias = true;
+        return MG_OK;
+    }
+    if (!strcmp(type, "qwen3")) { /* attention_bias on q/k/v/o; the MLP has none */
+        c->qk_norm = true;
+        if (abias)
+            return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: attention_bias true (biases on q/k/v/o, none in the MLP; "
+                                "mgraph has them on every linear layer, on q/k/v alone, or on none)", path);
+        c->bias = false;
+        return MG_OK;
+    }
+    /* Megatron's --disable-bias-linear switches both */
+    if (abias != mbias)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                            "%s: attention_bias %s with mlp_bias %s (mgraph has biases on both or, with "
+                            "--disable-bias-linear, on neither)", path, abias ? "true" : "false", mbias ? "true" : "false");
+    c->bias = abias;
+    return MG_OK;
+}
+
+static int read_family(json_t *cfg, const char *path, const char *type, cv_cfg *c, mg_error *err) {
     const char *act = json_string_value(json_object_get(cfg, "hidden_act"));
     if (act && strcmp(act, "silu"))
         return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: hidden_act '%s' (mgraph's --swiglu is SiLU-gated)", path, act);
     json_t *ptp = json_object_get(cfg, "pretraining_tp");
     if (ptp && !json_is_null(ptp) && !(json_is_integer(ptp) && json_integer_value(ptp) >= 1))
         return mg_error_set(err, MG_ERR_INVALID, "%s: pretraining_tp is not a positive integer", path);
-    json_t *ab = json_object_get(cfg, "attention_bias"), *mb = json_object_get(cfg, "mlp_bias");
-    if ((ab && !json_is_boolean(ab)) || (mb && !json_is_boolean(mb)))
-        return mg_error_set(err, MG_ERR_INVALID, "%s: attention_bias / mlp_bias are not booleans", path);
-    bool abias = json_is_true(ab), mbias = json_is_true(mb);
-    /* Megatron's --disable-bias-linear switches both */
-    if (abias != mbias)
-        return mg_error_set(err, MG_ERR_UNSUPPORTED,
-                            "%s: attention_bias %s with mlp_bias %s (mgraph has biases on both or, with "
-                            "--disable-bias-linear, on neither)", path, abias ? "true" : "false", mbias ? "true" : "false");
+    json_t *sw = json_object_get(cfg, "use_sliding_window");
+    if (sw && !json_is_null(sw) && !json_is_false(sw))
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: use_sliding_window (mgraph's attention is causal over the "
+                            "whole sequence)", path);
+    int rc = read_biases(cfg, path, type, c, err);
+    if (rc) return rc;
     json_t *tie = json_object_get(cfg, "tie_word_embeddings");
     if (tie && !json_is_boolean(tie)) return mg_error_set(err, MG_ERR_INVALID, "%s: tie_word_embeddings is not a boolean", path);
     int64_t L = 0, h = 0, nh = 0, G = 0, P = 0, V = 0, f = 0, hd = 0;
-    int rc = cv_cfg_int(cfg, "num_hidden_layers", -1, &L, path, err);
+    rc = cv_cfg_int(cfg, "num_hidden_layers", -1, &L, path, err);
     if (!rc) rc = cv_cfg_int(cfg, "hidden_size", -1, &h, path, err);
     if (!rc) rc = cv_cfg_int(cfg, "intermediate_size", -1, &f, path, err);
     if (!rc) rc = cv_cfg_int(cfg, "num_attention_heads", -1, &nh, path, err);
@@ -128,7 +163,7 @@ static int read_config(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) 
     json_t *ad = json_object_get(cfg, "attention_dropout");
     c->arch = CV_LLAMA;
     c->layers = (int)L, c->hidden = (int)h, c->ffn = (int)f, c->heads = (int)nh, c->groups = (int)G, c->positions = (int)P;
-    c->vocab = V, c->eps = e, c->rope_base = theta, c->bias = abias;
+    c->vocab = V, c->eps = e, c->rope_base = theta;
     c->untied = tie ? json_is_false(tie) : true; /* LlamaConfig's default: untied */
     c->hidden_dropout = 0; /* LLaMA has no hidden dropout */
     c->attention_dropout = json_is_number(ad) ? json_number_value(ad) : 0;
@@ -136,11 +171,16 @@ static int read_config(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) 
     return MG_OK;
 }
 
-static json_t *write_config(const cv_cfg *c) {
+static int read_llama(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) { return read_family(cfg, path, "llama", c, err); }
+static int read_qwen2(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) { return read_family(cfg, path, "qwen2", c, err); }
+static int read_qwen3(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) { return read_family(cfg, path, "qwen3", c, err); }
+
+/* config.json of class `arch` (model_type `type`): LLaMA's keys, and the variant's. */
+static json_t *write_family(const cv_cfg *c, const char *arch, const char *type) {
     double theta = cv_float_decimal((float)c->rope_base);
     json_t *cfg = json_pack("{s:[s], s:s, s:I, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:f, s:f, s:{s:s, s:f}, s:b, s:b, "
                             "s:f, s:b, s:f, s:i, s:b, s:s, s:n, s:n}",
-                            "architectures", "LlamaForCausalLM", "model_type", "llama", "vocab_size", (json_int_t)c->vocab,
+                            "architectures", arch, "model_type", type, "vocab_size", (json_int_t)c->vocab,
                             "hidden_size", c->hidden, "intermediate_size", c->ffn, "num_hidden_layers", c->layers,
                             "num_attention_heads", c->heads, "num_key_value_heads", c->groups, "head_dim",
                             c->hidden / c->heads, "hidden_act", "silu", "max_position_embeddings", c->positions,
@@ -149,8 +189,21 @@ static json_t *write_config(const cv_cfg *c) {
                             "attention_dropout", cv_float_decimal((float)c->attention_dropout), "tie_word_embeddings", !c->untied,
                             "initializer_range", 0.02, "pretraining_tp", 1, "use_cache", 1, "torch_dtype", "float32",
                             "bos_token_id", "eos_token_id"); /* the tokenizer's special tokens are not known here */
+    if (cfg && strcmp(type, "llama")) { /* the Qwen classes read no mlp_bias; all attention layers full */
+        json_object_del(cfg, "mlp_bias");
+        json_object_set_new(cfg, "use_sliding_window", json_false());
+        if (!strcmp(type, "qwen2")) json_object_del(cfg, "attention_bias");
+    }
     return cfg;
 }
 
+static json_t *write_llama(const cv_cfg *c) { return write_family(c, "LlamaForCausalLM", "llama"); }
+static json_t *write_qwen2(const cv_cfg *c) { return write_family(c, "Qwen2ForCausalLM", "qwen2"); }
+static json_t *write_qwen3(const cv_cfg *c) { return write_family(c, "Qwen3ForCausalLM", "qwen3"); }
+
 const cv_arch cv_llama = {"LlamaForCausalLM", "llama", "model.embed_tokens.weight", alloc, hf_key, hf_shape, convert,
-                          read_config, write_config};
+                          read_llama, write_llama};
+const cv_arch cv_qwen2 = {"Qwen2ForCausalLM", "qwen2", "model.embed_tokens.weight", alloc, hf_key, hf_shape, convert,
+                          read_qwen2, write_qwen2};
+const cv_arch cv_qwen3 = {"Qwen3ForCausalLM", "qwen3", "model.embed_tokens.weight", alloc, hf_key, hf_shape, convert,
+                          read_qwen3, write_qwen3};

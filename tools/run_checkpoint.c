@@ -157,8 +157,7 @@ static json_t *model_json(const mg_run_config *c, const mg_gpt_config *m, int64_
     const char *norms[] = {"LayerNorm", "RMSNorm"}, *pos[] = {"learned_absolute", "rope", "none"};
     int groups = m->query_groups > 0 ? m->query_groups : m->heads;
     /* GPT-2 exactly (what mgraph-convert exports), or another of Megatron's GPT variants */
-    bool gpt2 = m->norm == MG_NORM_LAYERNORM && m->pos_emb == MG_POS_LEARNED && !m->swiglu && groups == m->heads &&
-                !m->untie_embeddings && !m->disable_bias_linear && m->moe.num_experts == 0;
+    bool gpt2 = mg_gpt_is_gpt2(m) && m->moe.num_experts == 0;
     json_t *j = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:i, s:s, s:f}", "arch", gpt2 ? "gpt2" : "gpt",
                           "num_layers", m->num_layers, "hidden_size", m->hidden, "ffn_hidden_size", m->ffn_hidden,
                           "num_attention_heads", m->heads, "max_position_embeddings", m->max_position, "seq_length",
@@ -173,6 +172,9 @@ static json_t *model_json(const mg_run_config *c, const mg_gpt_config *m, int64_
                              (double)m->rotary_percent);
     if (j && more) json_object_update(j, more);
     json_decref(more);
+    /* the variants' switches (Qwen2's q/k/v biases, Qwen3's per-head q/k norms) */
+    if (j) json_object_set_new(j, "add_qkv_bias", json_boolean(m->add_qkv_bias && m->disable_bias_linear));
+    if (j) json_object_set_new(j, "qk_layernorm", json_boolean(m->qk_layernorm));
     /* MoE: the flags that shape the expert parameters (models/moe.c) */
     if (j) json_object_set_new(j, "num_experts", json_integer(m->moe.num_experts));
     if (j && m->moe.num_experts > 0) {
@@ -275,6 +277,8 @@ static int check_model(const mg_ckpt *ck, json_t *saved, const mg_run_config *c,
         {"num_query_groups", "--num-query-groups"},
         {"untie_embeddings_and_output_weights", "--untie-embeddings-and-output-weights"},
         {"disable_bias_linear", "--disable-bias-linear"},
+        {"add_qkv_bias", "--add-qkv-bias"},
+        {"qk_layernorm", "--qk-layernorm"},
     };
     int rc = MG_OK;
     for (size_t i = 0; i < sizeof fl / sizeof *fl && !rc; i++) {

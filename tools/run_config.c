@@ -69,8 +69,11 @@ static const flag flags[] = {
     {"--apply-layernorm-1p", F_BOOL, NOFF, NOOP, NULL,
      "norm weights are kept as the weights, not as weight - 1; without weight decay on them (here and in Megatron) "
      "training is the same up to rounding"},
-    {"--qk-layernorm", F_BOOL, NOFF, REFUSE, NULL, "no norm on queries and keys"},
-    {"--add-qkv-bias", F_BOOL, NOFF, REFUSE, NULL, "biases on Q, K, V come with every linear's or none (--disable-bias-linear)"},
+    {"--qk-layernorm", F_BOOL, O(qk_layernorm), USE, NULL,
+     "queries and keys normalised per head (--normalization over the head dim) before RoPE"},
+    {"--apply-wd-to-qk-layernorm", F_BOOL, O(apply_wd_to_qk_layernorm), USE, NULL,
+     "weight decay on the --qk-layernorm weights (by default none, as on every norm)"},
+    {"--add-qkv-bias", F_BOOL, O(add_qkv_bias), USE, NULL, "biases on the Q, K, V projections even with --disable-bias-linear"},
     {"--squared-relu", F_BOOL, NOFF, REFUSE, NULL, "the MLP activation is GELU or SwiGLU"},
     {"--rotary-seq-len-interpolation-factor", F_INT, NOFF, REFUSE, NULL, "RoPE has no position interpolation"},
     {"--use-rope-scaling", F_BOOL, NOFF, REFUSE, NULL, "RoPE has no Llama 3.1 frequency scaling"},
@@ -719,6 +722,9 @@ int mg_run_config_model(const mg_run_config *c, mg_gpt_config *m, mg_error *err)
     m->query_groups = c->group_query_attention ? c->num_query_groups : 0;
     m->untie_embeddings = c->untie_embeddings_and_output_weights;
     m->disable_bias_linear = c->disable_bias_linear;
+    m->add_qkv_bias = c->add_qkv_bias;
+    m->qk_layernorm = c->qk_layernorm;
+    m->qk_layernorm_wd = c->apply_wd_to_qk_layernorm;
     return MG_OK;
 }
 

@@ -57,6 +57,10 @@ typedef struct mg_gpt_config {
     int query_groups;        /* --num-query-groups with --group-query-attention; 0 = heads */
     bool untie_embeddings;   /* --untie-embeddings-and-output-weights */
     bool disable_bias_linear;/* --disable-bias-linear: no bias on QKV, projection, MLP */
+    bool add_qkv_bias;       /* --add-qkv-bias: biases on q, k and v even so (Qwen2) */
+    bool qk_layernorm;       /* --qk-layernorm: q and k each normalised per head (the model's norm
+                                over the head dim, weights [head dim]) before RoPE (Qwen3, OLMo 2) */
+    bool qk_layernorm_wd;    /* --apply-wd-to-qk-layernorm: weight decay on those norm weights */
     mg_moe_config moe;
 } mg_gpt_config;
 
@@ -84,6 +88,7 @@ typedef struct mg_gpt_layer {
     mg_tensor *ln1_w, *ln1_b;
     mg_tensor *qkv_w, *qkv_b;                          /* GPT-2: fused, per head [q k v] */
     mg_tensor *q_w, *q_b, *k_w, *k_b, *v_w, *v_b;      /* LLaMA names: separate */
+    mg_tensor *q_norm_w, *q_norm_b, *k_norm_w, *k_norm_b; /* --qk-layernorm: [head dim] */
     mg_tensor *proj_w, *proj_b;
     mg_tensor *ln2_w, *ln2_b;
     mg_tensor *gate_w, *gate_b, *fc_w, *fc_b, *fc2_w, *fc2_b; /* gate, up (c_fc), down (c_proj) */
@@ -111,6 +116,8 @@ typedef struct mg_gpt {
  * k and v [G·hd, h], heads contiguous as HF's view(..., heads, head_dim)),
  * post_attention_layernorm.weight, mlp.{gate,up,down}_proj.weight, model.norm.weight,
  * lm_head.weight [V, h] when untied; .bias beside each where the config has one;
+ * with --qk-layernorm self_attn.q_norm.weight and k_norm.weight [hd] (Qwen3's names;
+ * .bias beside them with LayerNorm);
  * model.embed_positions.weight [P, h] with learned positions. */
 int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *out, mg_error *err);
 void mg_gpt_release(mg_gpt *m);

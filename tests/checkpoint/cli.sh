@@ -309,6 +309,10 @@ convert_llama)
     "$RUN" "${ARGS[@]}" --normalization RMSNorm --position-embedding-type rope --train-iters 1 --save nogate > s2.txt 2>&1 ||
         { cat s2.txt; fail "save without --swiglu"; }
     conv2 "needs --swiglu" --load nogate --to-hf x
+    # Qwen3's q/k norms come without biases (its attention_bias would bias o_proj too)
+    "$RUN" "${ARGS[@]}" --normalization RMSNorm --position-embedding-type rope --swiglu --qk-layernorm --train-iters 1 \
+        --save qkbias > s3.txt 2>&1 || { cat s3.txt; fail "save with --qk-layernorm and biases"; }
+    conv2 "qk-layernorm with biases is no Hugging Face class" --load qkbias --to-hf x
     bad() { # $1 message part, $2 sed expression on config.json
         rm -rf hf_bad && cp -r hf hf_bad && sed -i "$2" hf_bad/config.json
         conv2 "$1" --from-hf hf_bad --save x
@@ -318,6 +322,8 @@ convert_llama)
     bad "mlp_bias" 's/"mlp_bias": false/"mlp_bias": true/'
     bad "hidden_act" 's/"silu"/"gelu"/'
     bad "model_type" 's/"llama"/"mistral"/'
+    bad "attention_bias true" 's/"model_type": "llama"/"model_type": "qwen3"/; s/"attention_bias": false/"attention_bias": true/'
+    bad "use_sliding_window" 's/"model_type": "llama"/"model_type": "qwen2"/; s/"use_cache": true/"use_sliding_window": true, "use_cache": true/'
     bad "head_dim" 's/"head_dim": 16/"head_dim": 32/'
     bad "num_key_value_heads" 's/"num_key_value_heads": 2/"num_key_value_heads": 3/'
     bad "shape" 's/"intermediate_size": [0-9]*/"intermediate_size": 64/'

@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
-"""mgraph-convert's LlamaForCausalLM side against Hugging Face transformers (reference
-check, not a runtime dependency).
+"""mgraph-convert's LlamaForCausalLM side, and its Qwen2 / Qwen3 variants, against Hugging
+Face transformers (reference check, not a runtime dependency).
 
   hf_llama.py MGRAPH_RUN MGRAPH_CONVERT WORK_DIR
 
-For two variants (Mistral-like: grouped-query attention 8 heads / 2 groups, untied output
+For four variants (Mistral-like: grouped-query attention 8 heads / 2 groups, untied output
 layer, no biases, RoPE base 10000, rms_norm_eps 1e-5; LLaMA-3-like: 4 heads without
 grouping, tied output layer, biases, RoPE base 500000, rms_norm_eps 1e-6,
-max_position_embeddings larger than the sequence):
-1. A random LlamaForCausalLM (every weight, bias and norm perturbed, so that a wrong
+max_position_embeddings larger than the sequence; Qwen2-like: Qwen2ForCausalLM, biases on
+q, k, v only, mgraph's --disable-bias-linear --add-qkv-bias; Qwen3-like: Qwen3ForCausalLM,
+each head's q and k RMS-normalised before RoPE, mgraph's --qk-layernorm):
+1. A random model of the class (every weight, bias and norm perturbed, so that a wrong
    layout cannot hide behind zeros and ones) is saved with save_pretrained, imported with
    --from-hf, and `mgraph-run --skip-train` with the matching LLaMA flags gives
    transformers' loss on the same token windows (relative 1e-5); saved in shards
    (model.safetensors.index.json), it imports to the same tensors.
 2. mgraph trains that checkpoint a few iterations (--save), --to-hf exports it,
-   LlamaForCausalLM.from_pretrained loads it with no missing or unexpected tensor and
+   the class's from_pretrained loads it with no missing or unexpected tensor and
    gives mgraph's loss (relative 1e-5), and re-importing the export reproduces it bit for
    bit.
 Exits 77 (skipped) with a loud message when torch or transformers cannot be imported.
@@ -28,7 +30,8 @@ import sys
 try:
     import torch
     import transformers
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                              Qwen3ForCausalLM)
     from safetensors.torch import load_file
 except Exception as e:  # noqa: BLE001
     print("=" * 78)
@@ -57,7 +60,33 @@ windows = torch.tensor([list(valid[w * SEQ: w * SEQ + SEQ + 1]) for w in range(W
 VARIANTS = [
     dict(name="mistral-like", heads=8, groups=2, tied=False, bias=False, theta=10000.0, eps=1e-5, positions=SEQ),
     dict(name="llama3-like", heads=4, groups=4, tied=True, bias=True, theta=500000.0, eps=1e-6, positions=4 * SEQ),
+    dict(name="qwen2-like", heads=8, groups=2, tied=False, bias=False, theta=1000000.0, eps=1e-6, positions=SEQ,
+         cls="qwen2"),
+    dict(name="qwen3-like", heads=4, groups=2, tied=True, bias=False, theta=1000000.0, eps=1e-6, positions=SEQ,
+         cls="qwen3"),
 ]
+
+
+def hf_model(v):
+    """A random model of the variant's class."""
+    common = dict(vocab_size=V, hidden_size=H, intermediate_size=FFN, num_hidden_layers=L,
+                  num_attention_heads=v["heads"], num_key_value_heads=v["groups"], rms_norm_eps=v["eps"],
+                  max_position_embeddings=v["positions"], tie_word_embeddings=v["tied"], bos_token_id=None,
+                  eos_token_id=None)
+    cls = v.get("cls", "llama")
+    if cls == "qwen2":
+        cfg = Qwen2Config(**common, rope_parameters={"rope_type": "default", "rope_theta": v["theta"]})
+        return Qwen2ForCausalLM._from_config(cfg, attn_implementation="eager")
+    if cls == "qwen3":
+        cfg = Qwen3Config(**common, head_dim=H // v["heads"], attention_bias=False,
+                          rope_parameters={"rope_type": "default", "rope_theta": v["theta"]})
+        return Qwen3ForCausalLM._from_config(cfg, attn_implementation="eager")
+    cfg = LlamaConfig(**common, rope_theta=v["theta"], attention_bias=v["bias"], mlp_bias=v["bias"],
+                      attn_implementation="eager")
+    return LlamaForCausalLM(cfg)
+
+
+HF_CLASS = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "qwen3": Qwen3ForCausalLM}
 
 
 def fail(msg):
@@ -85,6 +114,7 @@ def mgraph_args(v):
         a += ["--untie-embeddings-and-output-weights"]
     if not v["bias"]:
         a += ["--disable-bias-linear"]
+    a += {"qwen2": ["--add-qkv-bias"], "qwen3": ["--qk-layernorm"]}.get(v.get("cls"), [])
     return a
 
 
@@ -114,18 +144,13 @@ def close(a, b, what):
 for v in VARIANTS:
     n = v["name"]
     # 1. transformers -> mgraph
-    cfg = LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=FFN, num_hidden_layers=L,
-                      num_attention_heads=v["heads"], num_key_value_heads=v["groups"], rms_norm_eps=v["eps"],
-                      rope_theta=v["theta"], max_position_embeddings=v["positions"], tie_word_embeddings=v["tied"],
-                      attention_bias=v["bias"], mlp_bias=v["bias"], bos_token_id=None, eos_token_id=None,
-                      attn_implementation="eager")
-    hf = LlamaForCausalLM(cfg).float()
+    hf = hf_model(v).float()
     with torch.no_grad():
         for name, p in hf.named_parameters():
             p.copy_(torch.randn_like(p) * (0.3 if p.dim() == 1 else 0.15) + (1.0 if "norm" in name else 0.0))
     hf.save_pretrained(f"{n}-hf", safe_serialization=True)
     run([CONVERT, "--from-hf", f"{n}-hf", "--save", f"{n}-ck"], f"{n}: mgraph-convert --from-hf")
-    close(mgraph_loss(v, f"{n}-ck", f"{n}-imported"), hf_loss(hf), f"{n}: imported LlamaForCausalLM")
+    close(mgraph_loss(v, f"{n}-ck", f"{n}-imported"), hf_loss(hf), f"{n}: imported {type(hf).__name__}")
     # the same model saved in shards (model.safetensors.index.json) imports to the same tensors
     hf.save_pretrained(f"{n}-hf-sharded", safe_serialization=True, max_shard_size="64KB")
     if not os.path.exists(f"{n}-hf-sharded/model.safetensors.index.json"):
@@ -142,7 +167,8 @@ for v in VARIANTS:
     run([RUN, *mgraph_args(v), "--load", f"{n}-ck", "--train-iters", "3", "--save", f"{n}-trained", "--lr", "1e-3",
          "--lr-warmup-iters", "0"], f"{n}: mgraph-run training the import")
     run([CONVERT, "--load", f"{n}-trained", "--to-hf", f"{n}-hf2"], f"{n}: mgraph-convert --to-hf")
-    hf2, info = LlamaForCausalLM.from_pretrained(f"{n}-hf2", output_loading_info=True, attn_implementation="eager")
+    hf2, info = HF_CLASS[v.get("cls", "llama")].from_pretrained(f"{n}-hf2", output_loading_info=True,
+                                                                 attn_implementation="eager")
     bad = {k: info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys") if info.get(k)}
     if bad:
         fail(f"{n}: transformers loaded the export with {bad}")

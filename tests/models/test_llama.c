@@ -111,6 +111,44 @@ static void test_names(void) {
              (long long)n, (long long)mg_gpt_num_params(&c));
     mg_graph_free(g);
 
+    /* Qwen2: --disable-bias-linear --add-qkv-bias, biases on q, k, v only */
+    c = llama_config();
+    c.add_qkv_bias = true;
+    g = mg_graph_new();
+    n = params_of(g, &c, false);
+    expect_param(g, "model.layers.1.self_attn.q_proj.bias", 1, 32, 0);
+    expect_param(g, "model.layers.1.self_attn.k_proj.bias", 1, 16, 0);
+    expect_param(g, "model.layers.1.self_attn.v_proj.bias", 1, 16, 0);
+    TK_CHECK(!mg_graph_find(g, "model.layers.1.self_attn.o_proj.bias") && !mg_graph_find(g, "model.layers.1.mlp.up_proj.bias"),
+             "--add-qkv-bias: no bias on o_proj or the MLP");
+    TK_CHECK(n == mg_gpt_num_params(&c), "Qwen2: %lld parameters, mg_gpt_num_params says %lld", (long long)n,
+             (long long)mg_gpt_num_params(&c));
+    mg_graph_free(g);
+
+    /* Qwen3: --qk-layernorm, a norm of head dim 8 on q and k, not decayed unless asked */
+    c = llama_config();
+    c.qk_layernorm = true;
+    for (int wd = 0; wd < 2; wd++) {
+        c.qk_layernorm_wd = wd;
+        g = mg_graph_new();
+        n = params_of(g, &c, false);
+        expect_param(g, "model.layers.0.self_attn.q_norm.weight", 1, 8, 0);
+        expect_param(g, "model.layers.0.self_attn.k_norm.weight", 1, 8, 0);
+        const mg_tensor *qn = mg_graph_find(g, "model.layers.0.self_attn.q_norm.weight");
+        TK_CHECK(qn && qn->no_weight_decay == !wd, "q_norm weight decay %d, want %d", qn ? !qn->no_weight_decay : -1, wd);
+        TK_CHECK(!mg_graph_find(g, "model.layers.0.self_attn.q_norm.bias"), "RMSNorm: no q_norm bias");
+        TK_CHECK(n == mg_gpt_num_params(&c), "Qwen3: %lld parameters, mg_gpt_num_params says %lld", (long long)n,
+                 (long long)mg_gpt_num_params(&c));
+        mg_graph_free(g);
+    }
+    c.norm = MG_NORM_LAYERNORM; /* LayerNorm's q/k norms have biases */
+    g = mg_graph_new();
+    n = params_of(g, &c, false);
+    expect_param(g, "model.layers.1.self_attn.k_norm.bias", 1, 8, 0);
+    TK_CHECK(n == mg_gpt_num_params(&c), "qk LayerNorm: %lld parameters, mg_gpt_num_params says %lld", (long long)n,
+             (long long)mg_gpt_num_params(&c));
+    mg_graph_free(g);
+
     /* GPT-2 */
     c = mg_gpt_defaults();
     c.num_layers = 1, c.hidden = 16, c.heads = 2, c.ffn_hidden = 64, c.seq_length = 4, c.max_position = 4;
@@ -128,7 +166,7 @@ static void test_names(void) {
 
 /* Published parameter counts: Mistral-7B 7,241,732,096 and LLaMA-2-70B 68,976,648,192
  * (Hugging Face's config.json of each: vocab 32000, RMSNorm, SwiGLU, 8 key/value groups,
- * untied, no biases). */
+ * untied, no biases), Qwen2.5-7B 7,615,616,512. */
 static void test_known_sizes(void) {
     mg_gpt_config c = llama_config();
     c.num_layers = 32, c.hidden = 4096, c.heads = 32, c.query_groups = 8, c.ffn_hidden = 14336, c.vocab = 32000;
@@ -136,6 +174,10 @@ static void test_known_sizes(void) {
     c.num_layers = 80, c.hidden = 8192, c.heads = 64, c.query_groups = 8, c.ffn_hidden = 28672;
     TK_CHECK(mg_gpt_num_params(&c) == 68976648192LL, "LLaMA-2-70B: %lld parameters",
              (long long)mg_gpt_num_params(&c));
+    /* Qwen2.5-7B, 7,615,616,512 (q/k/v biases: --add-qkv-bias; 4 key/value groups) */
+    c.num_layers = 28, c.hidden = 3584, c.heads = 28, c.query_groups = 4, c.ffn_hidden = 18944, c.vocab = 152064;
+    c.add_qkv_bias = true;
+    TK_CHECK(mg_gpt_num_params(&c) == 7615616512LL, "Qwen2.5-7B: %lld parameters", (long long)mg_gpt_num_params(&c));
 }
 
 static void expect_invalid(mg_gpt_config c, const char *needle) {

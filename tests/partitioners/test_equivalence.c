@@ -2,8 +2,9 @@
  *
  * Run under mpirun: test_equivalence TP SP DISTOPT [ITERS [OVERLAP [TILES [MODEL [CLIP [CP [PP [VPP [SCHEDULE]]]]]]]]]
  * (dp = world / (tp cp pp); PP pipeline stages with VPP model chunks each, SCHEDULE auto,
- * 1f1b, interleaved or gpipe; MODEL gpt2, the default, or llama: RMSNorm, RoPE, SwiGLU, 4 heads
- * in 2 key/value groups, untied output layer, no linear biases).
+ * 1f1b, interleaved or gpipe; MODEL gpt2, the default, llama: RMSNorm, RoPE, SwiGLU, 4 heads
+ * in 2 key/value groups, untied output layer, no linear biases, or qwen: llama with biases
+ * on q, k, v and each head's q and k normalised, --add-qkv-bias --qk-layernorm).
  * Every rank builds the same logical step graph of a small GPT (dropout on, several
  * micro-batches), runs it serially with the reference executor, then partitions it
  * for its rank and runs the physical graph on the StarPU engine with MPI
@@ -256,7 +257,7 @@ int main(int argc, char **argv) {
     int iters = argc > 4 ? atoi(argv[4]) : 3;
     bool overlap = argc > 5 && atoi(argv[5]); /* collectives on the communication thread */
     plan.matmul_tiles = argc > 6 ? atoi(argv[6]) : 1;
-    bool llama = argc > 7 && !strcmp(argv[7], "llama");
+    bool qwen = argc > 7 && !strcmp(argv[7], "qwen"), llama = qwen || (argc > 7 && !strcmp(argv[7], "llama"));
     plan.matmul_tile_min_flops = 0; /* tile every matmul of this small model */
     plan.pp = argc > 10 ? atoi(argv[10]) : 1;
     plan.vpp = argc > 11 ? atoi(argv[11]) : 1;
@@ -286,6 +287,7 @@ int main(int argc, char **argv) {
         sc.model.query_groups = 2;
         sc.model.untie_embeddings = true;
         sc.model.disable_bias_linear = true;
+        sc.model.add_qkv_bias = sc.model.qk_layernorm = qwen;
     }
     sc.reset_position_ids = sc.reset_attention_mask = g_documents;
     sc.micro_batch = 2;
@@ -401,7 +403,7 @@ int main(int argc, char **argv) {
     if (rank_ == 0)
         printf("%s plan tp=%d cp=%d pp=%d vpp=%d (%s) dp=%d sp=%d distopt=%d tiles=%d: %d iterations, worst loss relative error %.3g (grad norm %.3g), worst parameter "
                "error %.3g of tolerance (2-norm, 1e-5 relative + 1e-7 per element); worst element %.3g x (1e-5 relative + 1e-6): %s\n",
-               llama ? "llama" : "gpt2", plan.tp, plan.cp, plan.pp, plan.vpp, mg_pp_schedule_name(plan.pp_schedule), dp,
+               qwen ? "qwen" : llama ? "llama" : "gpt2", plan.tp, plan.cp, plan.pp, plan.vpp, mg_pp_schedule_name(plan.pp_schedule), dp,
                plan.sequence_parallel, plan.distributed_optimizer,
                plan.matmul_tiles, iters, red[0], red[3], red[1], red[2], total_fail ? "FAILED" : "ok");
     mg_engine_free(eng);

@@ -185,6 +185,37 @@ exit_and_model_flags)
         grep -qF -- "$want" err.txt || { cat err.txt; fail "stderr lacks: $want"; }
     done
     echo "ok: --exit-interval, --exit-duration-in-mins, --no-position-embedding; values refused by name" ;;
+attention_variants)
+    # --add-qkv-bias, --qk-layernorm (Qwen2, Qwen3; checked against transformers in
+    # checkpoint.hf_llama_transformers): they train, a checkpoint remembers them, and the
+    # q/k norms are decayed only with --apply-wd-to-qk-layernorm
+    Q=(--text-file text.txt "${TINY[@]}" --num-layers 2 --hidden-size 16 --num-attention-heads 4 --normalization RMSNorm
+       --position-embedding-type rope --swiglu --ffn-hidden-size 32 --disable-bias-linear --train-iters 4
+       --log-interval 1 --lr 1e-2 --lr-warmup-iters 0 --weight-decay 0.5)
+    for f in "" "--add-qkv-bias" "--qk-layernorm" "--qk-layernorm --apply-wd-to-qk-layernorm"; do
+        # shellcheck disable=SC2086 # several flags
+        "$RUN" "${Q[@]}" $f --metrics-file "q${f// /}.jsonl" > out.txt 2> err.txt || { cat err.txt; fail "run with '$f'"; }
+        [ "$(grep -c '"lm_loss"' "q${f// /}.jsonl")" -eq 4 ] || fail "'$f': want 4 iterations"
+    done
+    loss() { grep -o '"lm_loss": [^,]*' "$1" | sed -n "${2}p"; }
+    for f in --add-qkv-bias --qk-layernorm; do
+        [ "$(loss "q$f.jsonl" 4)" != "$(loss q.jsonl 4)" ] || fail "$f changed nothing"
+    done
+    # weight decay on the norms: the same first loss, then another trajectory
+    [ "$(loss q--qk-layernorm.jsonl 1)" = "$(loss q--qk-layernorm--apply-wd-to-qk-layernorm.jsonl 1)" ] &&
+        [ "$(loss q--qk-layernorm.jsonl 4)" != "$(loss q--qk-layernorm--apply-wd-to-qk-layernorm.jsonl 4)" ] ||
+        fail "--apply-wd-to-qk-layernorm: want the same first loss and different later ones"
+    "$RUN" "${Q[@]}" --qk-layernorm --add-qkv-bias --save ck > out.txt 2> err.txt || { cat err.txt; fail "--save"; }
+    for f in --qk-layernorm --add-qkv-bias; do
+        others=(--qk-layernorm --add-qkv-bias)
+        # shellcheck disable=SC2206 # the other flag
+        keep=(${others[@]/$f})
+        "$RUN" "${Q[@]}" "${keep[@]}" --load ck --train-iters 5 > out.txt 2> err.txt
+        rc=$?
+        [ $rc -eq 2 ] && grep -q -- "$f does not match the checkpoint" err.txt || { cat err.txt; fail "--load without $f: exit $rc"; }
+    done
+    "$RUN" "${Q[@]}" --qk-layernorm --add-qkv-bias --load ck --train-iters 5 > out.txt 2> err.txt || { cat err.txt; fail "--load"; }
+    echo "ok: --add-qkv-bias, --qk-layernorm and --apply-wd-to-qk-layernorm train, and a checkpoint keeps them" ;;
 recipe_llama3_8b)
     # Megatron's examples/llama/train_llama3_8b_h100_fp8.sh: every flag it passes with its
     # default DTYPE fp8 (model, training, fp8, parallel, logging arguments), sizes scaled
