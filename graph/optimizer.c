@@ -165,6 +165,14 @@ int mg_graph_add_adamw(mg_graph *g, const mg_adamw_config *cfg, mg_optimizer_out
     mg_node *cn = mg_node_new(g, MG_OP_CLIP_COEF, &clip, 1, &total, "clip_coef");
     mg_attrs lra = {.lr = cfg->lr};
     mg_node *ln = mg_node_new(g, MG_OP_LR_SCHEDULE, &lra, 0, NULL, "lr");
+    /* the embedding and output layers' rate: the same schedule between other bounds */
+    mg_node *dn = ln;
+    if (cfg->decoupled) {
+        mg_attrs dla = {.lr = cfg->lr};
+        dla.lr.lr = cfg->decoupled_lr;
+        dla.lr.min_lr = cfg->decoupled_min_lr;
+        dn = mg_node_new(g, MG_OP_LR_SCHEDULE, &dla, 0, NULL, "decoupled_lr");
+    }
     if (cn && ln) {
         mg_set_name(g, cn->out[1], "grad_norm");
         cn->out[0]->persistent = cn->out[1]->persistent = ln->out[0]->persistent = true; /* read by the host */
@@ -175,11 +183,12 @@ int mg_graph_add_adamw(mg_graph *g, const mg_adamw_config *cfg, mg_optimizer_out
     }
     mg_tensor **updated = cfg->params_norm ? calloc((size_t)k, sizeof *updated) : NULL;
     if (cfg->params_norm && !updated) mg_graph_fail(g, MG_ERR_NOMEM, "optimizer: out of memory");
-    for (int i = 0; i < k && cn && ln && !g->error.code; i++) {
+    for (int i = 0; i < k && cn && ln && dn && !g->error.code; i++) {
         mg_tensor *p = params[i];
         int saved = g->n_scopes;
         g->n_scopes = 0; /* names derive from the parameter's absolute name */
-        mg_tensor *in[6] = {p, grads[i], moment(g, p, "exp_avg"), moment(g, p, "exp_avg_sq"), ln->out[0], cn->out[0]};
+        mg_tensor *lr = p->embedding_or_output ? dn->out[0] : ln->out[0];
+        mg_tensor *in[6] = {p, grads[i], moment(g, p, "exp_avg"), moment(g, p, "exp_avg_sq"), lr, cn->out[0]};
         mg_attrs at = {.adamw = {cfg->beta1, cfg->beta2, cfg->eps, p->no_weight_decay ? 0.0f : cfg->weight_decay}};
         char nm[512];
         snprintf(nm, sizeof nm, "%s.new", p->name);

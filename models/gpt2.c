@@ -91,6 +91,7 @@ int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m, mg_error *err
     float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->num_layers);
     bool gpt2 = mg_gpt_is_gpt2(c);
     m->wte = weight(g, gpt2 ? "wte.weight" : "model.embed_tokens.weight", c->vocab, h, std);
+    if (m->wte) m->wte->embedding_or_output = true; /* (Megatron's decoupled learning rate) */
     if (c->pos_emb == MG_POS_LEARNED)
         m->wpe = weight(g, gpt2 ? "wpe.weight" : "model.embed_positions.weight", c->max_position, h, std);
     for (int i = 0; i < c->num_layers; i++) {
@@ -102,6 +103,7 @@ int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m, mg_error *err
     }
     norm_params(g, c, gpt2 ? "ln_f" : "model.norm", &m->lnf_w, &m->lnf_b);
     if (c->untie_embeddings) m->lm_head = weight(g, "lm_head.weight", c->vocab, h, std);
+    if (m->lm_head) m->lm_head->embedding_or_output = true;
     if (mg_graph_error(g)->code) return mg_error_set(err, mg_graph_error(g)->code, "%s", mg_graph_error(g)->msg);
     return MG_OK;
 }

@@ -390,6 +390,9 @@ static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) 
     o->params_norm = c->log_params_norm;
     rc = mg_run_lr_schedule(c, &o->lr, err); /* sets --train-iters from --train-samples */
     if (rc) return rc;
+    o->decoupled = mg_run_config_given(c, "--decoupled-lr");
+    o->decoupled_lr = c->decoupled_lr;
+    o->decoupled_min_lr = mg_run_config_given(c, "--decoupled-min-lr") ? c->decoupled_min_lr : o->lr.min_lr;
     /* every batch of the ramp is whole micro-batches on every data-parallel rank (Megatron
      * asserts it at each batch it reaches: start and increment cover them all) */
     int64_t unit = (int64_t)c->micro_batch_size * dp;

@@ -126,10 +126,10 @@ static const flag flags[] = {
     {"--clip-grad", F_FLOAT, O(clip_grad), USE, NULL, "global gradient-norm clip (0: off)"},
     {"--seed", F_I64, O(seed), USE, NULL, "seed of weights, dropout and data order"},
     {"--optimizer", F_STR, O(optimizer), USE, "adam|sgd|muon|dist_muon", "adam (AdamW; the others are not supported)"},
-    {"--decoupled-lr", F_FLOAT, NOFF, REFUSE, NULL,
-     "one learning-rate schedule drives every parameter (no separate rate for the embedding and output layers)"},
-    {"--decoupled-min-lr", F_FLOAT, NOFF, REFUSE, NULL,
-     "one learning-rate schedule drives every parameter (no separate rate for the embedding and output layers)"},
+    {"--decoupled-lr", F_FLOAT, O(decoupled_lr), USE, NULL,
+     "the word embedding's and output layer's peak learning rate (their own schedule, --lr's shape)"},
+    {"--decoupled-min-lr", F_FLOAT, O(decoupled_min_lr), USE, NULL,
+     "with --decoupled-lr, their minimum learning rate (default --min-lr)"},
     {"--start-weight-decay", F_FLOAT, NOFF, REFUSE, NULL, "weight decay is constant (--weight-decay)"},
     {"--end-weight-decay", F_FLOAT, NOFF, REFUSE, NULL, "weight decay is constant (--weight-decay)"},
     {"--weight-decay-incr-style", F_STR, NOFF, REFUSE, "constant|linear|cosine", "weight decay is constant (--weight-decay)"},
@@ -638,6 +638,13 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
         mg_run_notes_error(n, "need 0 <= --min-lr <= --lr (got --min-lr %g, --lr %g)", c->min_lr, c->lr);
     if (!(c->lr_warmup_init >= 0) || c->lr_warmup_init > c->lr)
         mg_run_notes_error(n, "need 0 <= --lr-warmup-init <= --lr (got %g)", c->lr_warmup_init);
+    bool dlr = mg_run_config_given(c, "--decoupled-lr"), dmin = mg_run_config_given(c, "--decoupled-min-lr");
+    float dlo = dmin ? c->decoupled_min_lr : c->min_lr; /* (Megatron's default: --min-lr) */
+    if (dlr && (!(c->decoupled_lr >= 0) || !(dlo >= 0) || dlo > c->decoupled_lr))
+        mg_run_notes_error(n, "need 0 <= --decoupled-min-lr (default --min-lr) <= --decoupled-lr (got %g, %g)", dlo,
+                           c->decoupled_lr);
+    if (dmin && !dlr)
+        mg_run_notes_warn(n, "--decoupled-min-lr has no effect without --decoupled-lr (as in Megatron)");
     if (!strcmp(c->lr_decay_style, "WSD") && c->lr_wsd_decay_iters < 0 && c->lr_wsd_decay_samples < 0)
         mg_run_notes_error(n, "--lr-decay-style WSD needs --lr-wsd-decay-%s", by_samples ? "samples" : "iters");
     if (c->lr_wsd_decay_iters == 0 || c->lr_wsd_decay_samples == 0 || c->lr_wsd_decay_iters < -1 ||

@@ -121,6 +121,8 @@ typedef struct mg_tensor {
     struct mg_tensor *grad;       /* set by autodiff on tensors that got a gradient */
     bool requires_grad;           /* parameters (and anything a test marks) */
     bool no_weight_decay;         /* norms and biases, as Megatron */
+    bool embedding_or_output;     /* the word embedding and the untied output layer (Megatron's
+                                   * is_embedding_or_output_parameter: --decoupled-lr drives them) */
     bool persistent;              /* lives across steps (params, grads accumulators, moments) */
     bool per_microbatch;          /* an input with one value per micro-batch of a step (token ids,
                                    * labels): storage keeps one copy per micro-batch instance */

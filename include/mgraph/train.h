@@ -21,6 +21,10 @@ typedef struct mg_adamw_config {
     float clip_grad;             /* global-norm clipping threshold; <= 0 disables */
     mg_lr_schedule lr;
     bool params_norm;            /* also compute the parameters' L2 norm after the step (Megatron's --log-params-norm) */
+    /* Megatron's --decoupled-lr / --decoupled-min-lr: parameters marked
+     * embedding_or_output follow lr's schedule between these two rates instead */
+    bool decoupled;
+    float decoupled_lr, decoupled_min_lr;
 } mg_adamw_config;
 
 /* Megatron's defaults: betas 0.9/0.999, eps 1e-8, weight decay 0.01, clip 1.0. */
@@ -34,7 +38,8 @@ typedef struct mg_optimizer_outputs {
 
 /* Appends the optimizer step for every parameter with a gradient: the global gradient
  * norm (sum of squares of all gradients), the clipping coefficient, the learning rate
- * of this iteration, and one AdamW node per parameter that writes the parameter and
+ * of this iteration (a second one for the embedding and output layers with
+ * cfg.decoupled), and one AdamW node per parameter that writes the parameter and
  * its two moments in place (decoupled weight decay, bias correction; no decay on
  * tensors marked no_weight_decay). */
 int mg_graph_add_adamw(mg_graph *g, const mg_adamw_config *cfg, mg_optimizer_outputs *out, mg_error *err);
