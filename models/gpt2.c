@@ -165,7 +165,9 @@ static mg_tensor *mlp_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l,
     mg_scope_push(g, "mlp");
     mg_tensor *y = mg_linear(g, x, l->fc_w, l->fc_b);
     /* SwiGLU as LLaMA: silu(gate(x)) * up(x); two column-parallel layers under TP */
-    y = m->cfg.swiglu ? mg_mul(g, mg_silu(g, mg_linear(g, x, l->gate_w, l->gate_b)), y) : mg_gelu(g, y);
+    y = m->cfg.swiglu         ? mg_mul(g, mg_silu(g, mg_linear(g, x, l->gate_w, l->gate_b)), y)
+        : m->cfg.squared_relu ? mg_squared_relu(g, y)
+                              : mg_gelu(g, y);
     y = mg_linear(g, y, l->fc2_w, l->fc2_b);
     y = mg_dropout(g, y, training ? m->cfg.hidden_dropout : 0.0f);
     mg_scope_pop(g);

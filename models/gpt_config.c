@@ -55,6 +55,8 @@ int mg_gpt_check(const mg_gpt_config *c, mg_error *err) {
                                 "rotary dimension int(head dim %d x --rotary-percent %g) = %d must be even and >= 2", hd,
                                 c->rotary_percent, rd);
     }
+    if (c->swiglu && c->squared_relu)
+        return mg_error_set(err, MG_ERR_INVALID, "--swiglu and --squared-relu are two MLP activations: give one");
     if (c->vocab < 1) return mg_error_set(err, MG_ERR_INVALID, "vocabulary size must be >= 1");
     if (!(c->init_std >= 0)) return mg_error_set(err, MG_ERR_INVALID, "--init-method-std must be >= 0");
     if (!(c->hidden_dropout >= 0 && c->hidden_dropout < 1))
@@ -75,7 +77,8 @@ int mg_gpt_rotary_dim(const mg_gpt_config *c) {
 
 bool mg_gpt_is_gpt2(const mg_gpt_config *c) {
     return c->norm == MG_NORM_LAYERNORM && c->pos_emb == MG_POS_LEARNED && !c->swiglu &&
-           mg_gpt_kv_groups(c) == c->heads && !c->untie_embeddings && !c->disable_bias_linear && !c->qk_layernorm;
+           mg_gpt_kv_groups(c) == c->heads && !c->untie_embeddings && !c->disable_bias_linear && !c->qk_layernorm &&
+           !c->squared_relu;
 }
 
 int64_t mg_gpt_num_params(const mg_gpt_config *c) {

@@ -1,6 +1,7 @@
 /* Activations: gelu (tanh approximation, as GPT-2), silu, swiglu (Megatron's gated
- * layout: x [..., 2F] -> silu(x[..., :F]) * x[..., F:]), and their fused backward
- * ops gelu_bwd(dy, x), silu_bwd(dy, x), swiglu_bwd(dy, x) -> dx. */
+ * layout: x [..., 2F] -> silu(x[..., :F]) * x[..., F:]), squared_relu (Megatron's
+ * --squared-relu: relu(x)², Nemotron), and their fused backward ops gelu_bwd(dy, x),
+ * silu_bwd(dy, x), swiglu_bwd(dy, x), squared_relu_bwd(dy, x) -> dx. */
 #include <math.h>
 
 #include "ops/fastmath.h"
@@ -113,6 +114,28 @@ MG_SIMD static int silu_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     return MG_OK;
 }
 
+/* relu(x)² and its derivative 2 relu(x) (0 at x = 0 from both sides) */
+MG_SIMD static int squared_relu_cpu(const mg_kernel_args *a, mg_error *err) {
+    (void)err;
+    const float *x = a->in[0];
+    float *y = a->out[0];
+    int64_t ne = mg_numel(a->node->out[0]);
+    for (int64_t i = 0; i < ne; i++) {
+        float r = x[i] > 0.0f ? x[i] : 0.0f;
+        y[i] = r * r;
+    }
+    return MG_OK;
+}
+
+MG_SIMD static int squared_relu_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
+    (void)err;
+    const float *dy = a->in[0], *x = a->in[1];
+    float *dx = a->out[0];
+    int64_t ne = mg_numel(a->node->out[0]);
+    for (int64_t i = 0; i < ne; i++) dx[i] = x[i] > 0.0f ? 2.0f * x[i] * dy[i] : 0.0f;
+    return MG_OK;
+}
+
 MG_SIMD static int swiglu_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const mg_tensor *xt = a->node->in[0];
@@ -164,6 +187,10 @@ static int silu_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, cons
 static int swiglu_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const bool *need, mg_tensor **din) {
     return act_grad(g, n, dout, need, din, MG_OP_SWIGLU_BWD);
 }
+static int squared_relu_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const bool *need,
+                             mg_tensor **din) {
+    return act_grad(g, n, dout, need, din, MG_OP_SQUARED_RELU_BWD);
+}
 
 const mg_op_def mg_opdef_GELU = {"gelu", 1, 1, 0, infer_unary, gelu_grad, cost_fwd, gelu_cpu, NULL, .shard = mg_shard_rule_pointwise};
 const mg_op_def mg_opdef_SILU = {"silu", 1, 1, 0, infer_unary, silu_grad, cost_fwd, silu_cpu, NULL, .shard = mg_shard_rule_pointwise};
@@ -174,6 +201,10 @@ const mg_op_def mg_opdef_SILU_BWD = {"silu_bwd", 2, 2, MG_OPF_NO_GRAD, infer_una
                                      NULL, .shard = mg_shard_rule_pointwise};
 const mg_op_def mg_opdef_SWIGLU_BWD = {"swiglu_bwd", 2, 2, MG_OPF_NO_GRAD, infer_swiglu_bwd, NULL, cost_bwd,
                                        swiglu_bwd_cpu, NULL, .shard = mg_shard_rule_rowwise};
+const mg_op_def mg_opdef_SQUARED_RELU = {"squared_relu", 1, 1, 0, infer_unary, squared_relu_grad, cost_fwd,
+                                         squared_relu_cpu, NULL, .shard = mg_shard_rule_pointwise};
+const mg_op_def mg_opdef_SQUARED_RELU_BWD = {"squared_relu_bwd", 2, 2, MG_OPF_NO_GRAD, infer_unary_bwd, NULL, cost_bwd,
+                                             squared_relu_bwd_cpu, NULL, .shard = mg_shard_rule_pointwise};
 
 static mg_tensor *unary(mg_graph *g, mg_op op, mg_tensor *x) {
     mg_node *n = mg_node_new(g, op, NULL, 1, &x, NULL);
@@ -182,3 +213,4 @@ static mg_tensor *unary(mg_graph *g, mg_op op, mg_tensor *x) {
 mg_tensor *mg_gelu(mg_graph *g, mg_tensor *x) { return unary(g, MG_OP_GELU, x); }
 mg_tensor *mg_silu(mg_graph *g, mg_tensor *x) { return unary(g, MG_OP_SILU, x); }
 mg_tensor *mg_swiglu(mg_graph *g, mg_tensor *x) { return unary(g, MG_OP_SWIGLU, x); }
+mg_tensor *mg_squared_relu(mg_graph *g, mg_tensor *x) { return unary(g, MG_OP_SQUARED_RELU, x); }

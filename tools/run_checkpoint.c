@@ -175,6 +175,7 @@ static json_t *model_json(const mg_run_config *c, const mg_gpt_config *m, int64_
     /* the variants' switches (Qwen2's q/k/v biases, Qwen3's per-head q/k norms) */
     if (j) json_object_set_new(j, "add_qkv_bias", json_boolean(m->add_qkv_bias && m->disable_bias_linear));
     if (j) json_object_set_new(j, "qk_layernorm", json_boolean(m->qk_layernorm));
+    if (j) json_object_set_new(j, "squared_relu", json_boolean(m->squared_relu));
     /* MoE: the flags that shape the expert parameters (models/moe.c) */
     if (j) json_object_set_new(j, "num_experts", json_integer(m->moe.num_experts));
     if (j && m->moe.num_experts > 0) {
@@ -279,6 +280,7 @@ static int check_model(const mg_ckpt *ck, json_t *saved, const mg_run_config *c,
         {"disable_bias_linear", "--disable-bias-linear"},
         {"add_qkv_bias", "--add-qkv-bias"},
         {"qk_layernorm", "--qk-layernorm"},
+        {"squared_relu", "--squared-relu"},
     };
     int rc = MG_OK;
     for (size_t i = 0; i < sizeof fl / sizeof *fl && !rc; i++) {

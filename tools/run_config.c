@@ -74,7 +74,7 @@ static const flag flags[] = {
     {"--apply-wd-to-qk-layernorm", F_BOOL, O(apply_wd_to_qk_layernorm), USE, NULL,
      "weight decay on the --qk-layernorm weights (by default none, as on every norm)"},
     {"--add-qkv-bias", F_BOOL, O(add_qkv_bias), USE, NULL, "biases on the Q, K, V projections even with --disable-bias-linear"},
-    {"--squared-relu", F_BOOL, NOFF, REFUSE, NULL, "the MLP activation is GELU or SwiGLU"},
+    {"--squared-relu", F_BOOL, O(squared_relu), USE, NULL, "the MLP activation relu(x)^2 (Nemotron), not GELU"},
     {"--rotary-seq-len-interpolation-factor", F_INT, NOFF, REFUSE, NULL, "RoPE has no position interpolation"},
     {"--use-rope-scaling", F_BOOL, NOFF, REFUSE, NULL, "RoPE has no Llama 3.1 frequency scaling"},
     /* mixture of experts */
@@ -731,6 +731,7 @@ int mg_run_config_model(const mg_run_config *c, mg_gpt_config *m, mg_error *err)
     m->disable_bias_linear = c->disable_bias_linear;
     m->add_qkv_bias = c->add_qkv_bias;
     m->qk_layernorm = c->qk_layernorm;
+    m->squared_relu = c->squared_relu;
     m->qk_layernorm_wd = c->apply_wd_to_qk_layernorm;
     return MG_OK;
 }

@@ -24,7 +24,7 @@ typedef struct mg_run_config {
     /* the LLaMA family (Megatron's names) */
     float rotary_base, rotary_percent, norm_epsilon;
     bool swiglu, group_query_attention, untie_embeddings_and_output_weights, disable_bias_linear;
-    bool add_qkv_bias, qk_layernorm, apply_wd_to_qk_layernorm;
+    bool add_qkv_bias, qk_layernorm, apply_wd_to_qk_layernorm, squared_relu;
     int num_query_groups;
     int kv_channels;            /* 0: hidden / heads (the only size supported) */
     bool no_position_embedding; /* Megatron's: no learned position table (with rope: nothing changes) */

@@ -54,6 +54,7 @@ typedef struct mg_gpt_config {
     float rotary_base;       /* --rotary-base (10000) */
     float rotary_percent;    /* --rotary-percent (1.0): RoPE on the first percent of each head */
     bool swiglu;             /* --swiglu: gate and up projections of ffn_hidden each */
+    bool squared_relu;       /* --squared-relu: the MLP's activation relu(x)² instead of GELU (Nemotron) */
     int query_groups;        /* --num-query-groups with --group-query-attention; 0 = heads */
     bool untie_embeddings;   /* --untie-embeddings-and-output-weights */
     bool disable_bias_linear;/* --disable-bias-linear: no bias on QKV, projection, MLP */

@@ -1,4 +1,4 @@
-/* gelu (tanh approximation), silu, swiglu and their fused backward ops; the same
+/* gelu (tanh approximation), silu, squared_relu, swiglu and their fused backward ops; the same
  * formulas as ops/activation.c (gelu as x * sigmoid(2u): no cancellation). */
 #include "ops/cuda/cuda_common.h"
 
@@ -13,13 +13,13 @@ __device__ inline float gelu_df(float x) {
     return s + 2.0f * x * s * (1.0f - s) * GELU_K * (1.0f + 3.0f * GELU_C * x2);
 }
 
-enum { ACT_GELU, ACT_SILU };
+enum { ACT_GELU, ACT_SILU, ACT_RELU2 };
 
 template <int A>
 __global__ void k_act(const float *__restrict__ x, float *y, int64_t n) {
     MG_GRID_STRIDE(i, n) {
-        float v = x[i];
-        y[i] = A == ACT_GELU ? gelu_f(v) : v * sigmoid_f(v);
+        float v = x[i], r = v > 0.0f ? v : 0.0f;
+        y[i] = A == ACT_GELU ? gelu_f(v) : A == ACT_RELU2 ? r * r : v * sigmoid_f(v);
     }
 }
 
@@ -29,6 +29,8 @@ __global__ void k_act_bwd(const float *__restrict__ dy, const float *__restrict_
         float v = x[i], d;
         if (A == ACT_GELU) {
             d = gelu_df(v);
+        } else if (A == ACT_RELU2) {
+            d = v > 0.0f ? 2.0f * v : 0.0f;
         } else {
             float s = sigmoid_f(v);
             d = s * (1.0f + v * (1.0f - s));
@@ -58,6 +60,8 @@ static int act_bwd(const mg_kernel_args *a, mg_error *err) {
 extern "C" int mg_cuda_gelu(const mg_kernel_args *a, mg_error *err) { return act<ACT_GELU>(a, err); }
 extern "C" int mg_cuda_silu(const mg_kernel_args *a, mg_error *err) { return act<ACT_SILU>(a, err); }
 extern "C" int mg_cuda_gelu_bwd(const mg_kernel_args *a, mg_error *err) { return act_bwd<ACT_GELU>(a, err); }
+extern "C" int mg_cuda_squared_relu(const mg_kernel_args *a, mg_error *err) { return act<ACT_RELU2>(a, err); }
+extern "C" int mg_cuda_squared_relu_bwd(const mg_kernel_args *a, mg_error *err) { return act_bwd<ACT_RELU2>(a, err); }
 extern "C" int mg_cuda_silu_bwd(const mg_kernel_args *a, mg_error *err) { return act_bwd<ACT_SILU>(a, err); }
 
 /* x [rows, 2F] = [gate | value] -> y [rows, F] */

@@ -20,6 +20,8 @@ K(silu)
 K(swiglu)
 K(gelu_bwd)
 K(silu_bwd)
+K(squared_relu)
+K(squared_relu_bwd)
 K(swiglu_bwd)
 K(layernorm)
 K(layernorm_bwd)
@@ -74,6 +76,8 @@ const mg_kernel_fn mg_cuda_kernels[MG_OP_COUNT] = {
     [MG_OP_SWIGLU] = mg_cuda_swiglu,
     [MG_OP_GELU_BWD] = mg_cuda_gelu_bwd,
     [MG_OP_SILU_BWD] = mg_cuda_silu_bwd,
+    [MG_OP_SQUARED_RELU] = mg_cuda_squared_relu,
+    [MG_OP_SQUARED_RELU_BWD] = mg_cuda_squared_relu_bwd,
     [MG_OP_SWIGLU_BWD] = mg_cuda_swiglu_bwd,
     [MG_OP_LAYERNORM] = mg_cuda_layernorm,
     [MG_OP_LAYERNORM_BWD] = mg_cuda_layernorm_bwd,

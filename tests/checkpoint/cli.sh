@@ -313,6 +313,8 @@ convert_llama)
     "$RUN" "${ARGS[@]}" --normalization RMSNorm --position-embedding-type rope --swiglu --qk-layernorm --train-iters 1 \
         --save qkbias > s3.txt 2>&1 || { cat s3.txt; fail "save with --qk-layernorm and biases"; }
     conv2 "qk-layernorm with biases is no Hugging Face class" --load qkbias --to-hf x
+    "$RUN" "${ARGS[@]}" --squared-relu --train-iters 1 --save relu2 > s4.txt 2>&1 || { cat s4.txt; fail "save with --squared-relu"; }
+    conv2 "squared-relu: no Hugging Face class" --load relu2 --to-hf x
     bad() { # $1 message part, $2 sed expression on config.json
         rm -rf hf_bad && cp -r hf hf_bad && sed -i "$2" hf_bad/config.json
         conv2 "$1" --from-hf hf_bad --save x

@@ -1,4 +1,4 @@
-/* gelu (tanh approximation), silu, swiglu: forward against double formulas,
+/* gelu (tanh approximation), silu, swiglu, squared_relu: forward against double formulas,
  * gradients against finite differences, shape errors. */
 #include <math.h>
 #include <stdlib.h>
@@ -10,6 +10,7 @@ static double gelu_ref(double x) {
     return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
 }
 static double silu_ref(double x) { return x / (1.0 + exp(-x)); }
+static double squared_relu_ref(double x) { return x > 0 ? x * x : 0.0; }
 
 typedef mg_tensor *(*build1)(mg_graph *g, mg_tensor *x);
 
@@ -72,6 +73,7 @@ static void fwd_gelu(void) {
 }
 static void fwd_silu(void) { check("silu", mg_silu, false, silu_ref); }
 static void fwd_swiglu(void) { check("swiglu", mg_swiglu, true, NULL); }
+static void fwd_squared_relu(void) { check("squared_relu", mg_squared_relu, false, squared_relu_ref); }
 
 static void fwd_errors(void) {
     mg_graph *g = mg_graph_new();
@@ -90,12 +92,17 @@ static void fwd_errors(void) {
     x = mg_input(g, "x", MG_I32, 2, (int64_t[]){3, 4});
     TK_CHECK(mg_silu(g, x) == NULL && mg_graph_error(g)->code == MG_ERR_SHAPE, "silu of i32");
     mg_graph_free(g);
+    g = mg_graph_new();
+    x = mg_input(g, "x", MG_I32, 2, (int64_t[]){3, 4});
+    TK_CHECK(mg_squared_relu(g, x) == NULL && mg_graph_error(g)->code == MG_ERR_SHAPE, "squared_relu of i32");
+    mg_graph_free(g);
 }
 
 /* ---- gradients: smooth functions, default eps 1e-2 and tolerances ---------------------- */
 static mg_tensor *gb_gelu(mg_graph *g, mg_tensor *const *l, void *c) { (void)c; return mg_gelu(g, l[0]); }
 static mg_tensor *gb_silu(mg_graph *g, mg_tensor *const *l, void *c) { (void)c; return mg_silu(g, l[0]); }
 static mg_tensor *gb_swiglu(mg_graph *g, mg_tensor *const *l, void *c) { (void)c; return mg_swiglu(g, l[0]); }
+static mg_tensor *gb_squared_relu(mg_graph *g, mg_tensor *const *l, void *c) { (void)c; return mg_squared_relu(g, l[0]); }
 
 static void grad_gelu(void) {
     tk_leaf x[] = {{"x", MG_F32, 3, {2, 3, 8}, true, -4, 4}};
@@ -112,10 +119,20 @@ static void grad_swiglu(void) {
     tk_gradcheck("swiglu [2] -> [1]", 1, x2, gb_swiglu, NULL, NULL);
 }
 
+/* Each side of the kink at 0 on its own: relu(x)² is smooth on either side, and central
+ * differences across 0 are off by up to eps there (its second derivative jumps). */
+static void grad_squared_relu(void) {
+    tk_leaf pos[] = {{"x", MG_F32, 3, {2, 3, 8}, true, 0.1f, 3}};
+    tk_gradcheck("squared_relu, x > 0", 1, pos, gb_squared_relu, NULL, NULL);
+    tk_leaf neg[] = {{"x", MG_F32, 3, {2, 3, 8}, true, -3, -0.1f}};
+    tk_gradcheck("squared_relu, x < 0", 1, neg, gb_squared_relu, NULL, NULL);
+}
+
 int main(int argc, char **argv) {
     static const tk_case cases[] = {
         {"forward.gelu", fwd_gelu},   {"forward.silu", fwd_silu}, {"forward.swiglu", fwd_swiglu},
-        {"forward.errors_activation", fwd_errors},
+        {"forward.squared_relu", fwd_squared_relu}, {"forward.errors_activation", fwd_errors},
+        {"grad.squared_relu", grad_squared_relu},
         {"grad.gelu", grad_gelu},     {"grad.silu", grad_silu},   {"grad.swiglu", grad_swiglu},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));

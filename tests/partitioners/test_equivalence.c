@@ -4,7 +4,8 @@
  * (dp = world / (tp cp pp); PP pipeline stages with VPP model chunks each, SCHEDULE auto,
  * 1f1b, interleaved or gpipe; MODEL gpt2, the default, llama: RMSNorm, RoPE, SwiGLU, 4 heads
  * in 2 key/value groups, untied output layer, no linear biases, or qwen: llama with biases
- * on q, k, v and each head's q and k normalised, --add-qkv-bias --qk-layernorm).
+ * on q, k, v and each head's q and k normalised, --add-qkv-bias --qk-layernorm, or relu2:
+ * gpt2 with the MLP's relu(x)², --squared-relu).
  * Every rank builds the same logical step graph of a small GPT (dropout on, several
  * micro-batches), runs it serially with the reference executor, then partitions it
  * for its rank and runs the physical graph on the StarPU engine with MPI
@@ -258,6 +259,7 @@ int main(int argc, char **argv) {
     bool overlap = argc > 5 && atoi(argv[5]); /* collectives on the communication thread */
     plan.matmul_tiles = argc > 6 ? atoi(argv[6]) : 1;
     bool qwen = argc > 7 && !strcmp(argv[7], "qwen"), llama = qwen || (argc > 7 && !strcmp(argv[7], "llama"));
+    bool relu2 = argc > 7 && !strcmp(argv[7], "relu2");
     plan.matmul_tile_min_flops = 0; /* tile every matmul of this small model */
     plan.pp = argc > 10 ? atoi(argv[10]) : 1;
     plan.vpp = argc > 11 ? atoi(argv[11]) : 1;
@@ -280,6 +282,7 @@ int main(int argc, char **argv) {
     sc.model.seq_length = 8;
     sc.model.max_position = 8;
     sc.model.vocab = 128 * plan.tp; /* Megatron pads to a multiple of 128 * tp */
+    sc.model.squared_relu = relu2;
     if (llama) {
         sc.model.norm = MG_NORM_RMSNORM;
         sc.model.pos_emb = MG_POS_ROPE;
@@ -356,7 +359,7 @@ int main(int argc, char **argv) {
         die("parallel build", &err);
     mg_tensor *loss = mg_rank_tensor(&R, ser.loss), *gn = mg_rank_tensor(&R, ser.opt.grad_norm);
     CHECK(loss != NULL && gn != NULL, "physical graph has lm_loss and %s", ser.opt.grad_norm->name);
-    check_partitioned(ser.g, &R, &mesh, n_local, !llama, &sc, plan.distributed_optimizer);
+    check_partitioned(ser.g, &R, &mesh, n_local, mg_gpt_is_gpt2(&sc.model), &sc, plan.distributed_optimizer);
     mg_comm_reset_bytes(comm);
     double worst_loss = 0, worst_gn = 0;
     for (int it = 0; it < iters && loss; it++) {
@@ -403,7 +406,7 @@ int main(int argc, char **argv) {
     if (rank_ == 0)
         printf("%s plan tp=%d cp=%d pp=%d vpp=%d (%s) dp=%d sp=%d distopt=%d tiles=%d: %d iterations, worst loss relative error %.3g (grad norm %.3g), worst parameter "
                "error %.3g of tolerance (2-norm, 1e-5 relative + 1e-7 per element); worst element %.3g x (1e-5 relative + 1e-6): %s\n",
-               qwen ? "qwen" : llama ? "llama" : "gpt2", plan.tp, plan.cp, plan.pp, plan.vpp, mg_pp_schedule_name(plan.pp_schedule), dp,
+               argc > 7 ? argv[7] : "gpt2", plan.tp, plan.cp, plan.pp, plan.vpp, mg_pp_schedule_name(plan.pp_schedule), dp,
                plan.sequence_parallel, plan.distributed_optimizer,
                plan.matmul_tiles, iters, red[0], red[3], red[1], red[2], total_fail ? "FAILED" : "ok");
     mg_engine_free(eng);

@@ -80,14 +80,14 @@ accepted_without_effect)
     echo "ok: 8 flags accepted with a warning" ;;
 refused_by_name)
     "$RUN" --text-file text.txt "${TINY[@]}" --bf16 --step-batch-size-schedule "0:16 1000:32" \
-        --position-embedding-type yarn --squared-relu --dry-run > out.txt 2> err.txt
+        --position-embedding-type yarn --use-rope-scaling --dry-run > out.txt 2> err.txt
     [ $? -eq 2 ] || fail "exit $?, want 2"
     # --bf16 needs AVX512-BF16 (tests/tools/bf16.sh); where the CPU has it, it runs
     bf16_want="--bf16 is not supported: bf16 matrix products on CPUs need AVX512-BF16"
     grep -qw avx512_bf16 /proc/cpuinfo && bf16_want="--step-batch-size-schedule is not supported"
     for want in "$bf16_want" "--step-batch-size-schedule is not supported" \
                 "--position-embedding-type yarn is not supported" \
-                "--squared-relu is not supported: the MLP activation is GELU or SwiGLU"; do
+                "--use-rope-scaling is not supported: RoPE has no Llama 3.1 frequency scaling"; do
         grep -qF -- "$want" err.txt || { cat err.txt; fail "stderr lacks: $want"; }
     done
     "$RUN" --text-file text.txt "${TINY[@]}" --rampup-batch-size 16 16 > out.txt 2> err.txt
@@ -216,6 +216,24 @@ attention_variants)
     done
     "$RUN" "${Q[@]}" --qk-layernorm --add-qkv-bias --load ck --train-iters 5 > out.txt 2> err.txt || { cat err.txt; fail "--load"; }
     echo "ok: --add-qkv-bias, --qk-layernorm and --apply-wd-to-qk-layernorm train, and a checkpoint keeps them" ;;
+squared_relu)
+    # --squared-relu (Nemotron's MLP, relu(x)²; the op's forward and gradient are in
+    # ops.forward/grad.squared_relu, tp x cp x SP in partitioners.equivalence_relu2_*):
+    # it trains, differs from GELU, a checkpoint remembers it, and SwiGLU with it is refused
+    R=(--text-file text.txt "${TINY[@]}" --num-layers 2 --hidden-size 16 --num-attention-heads 4 --train-iters 4
+       --log-interval 1 --lr 1e-2 --lr-warmup-iters 0)
+    "$RUN" "${R[@]}" --metrics-file gelu.jsonl > out.txt 2> err.txt || { cat err.txt; fail "GELU run"; }
+    "$RUN" "${R[@]}" --squared-relu --save ck --metrics-file relu2.jsonl > out.txt 2> err.txt ||
+        { cat err.txt; fail "--squared-relu run"; }
+    [ "$(grep -c '"lm_loss"' relu2.jsonl)" -eq 4 ] || fail "want 4 iterations"
+    cmp -s <(grep -o '"lm_loss": [^,]*' gelu.jsonl) <(grep -o '"lm_loss": [^,]*' relu2.jsonl) && fail "--squared-relu changed nothing"
+    "$RUN" "${R[@]}" --load ck --train-iters 5 > out.txt 2> err.txt
+    rc=$?
+    [ $rc -eq 2 ] && grep -q -- "--squared-relu does not match the checkpoint" err.txt || { cat err.txt; fail "--load without --squared-relu: exit $rc"; }
+    "$RUN" "${R[@]}" --squared-relu --swiglu --ffn-hidden-size 32 --dry-run > out.txt 2> err.txt
+    rc=$?
+    [ $rc -eq 2 ] && grep -q -- "--swiglu and --squared-relu are two MLP activations" err.txt || { cat err.txt; fail "--swiglu with --squared-relu: exit $rc"; }
+    echo "ok: --squared-relu trains, a checkpoint keeps it, --swiglu with it refused" ;;
 recipe_llama3_8b)
     # Megatron's examples/llama/train_llama3_8b_h100_fp8.sh: every flag it passes with its
     # default DTYPE fp8 (model, training, fp8, parallel, logging arguments), sizes scaled
