@@ -54,6 +54,19 @@ float mg_lr_at_iteration(const mg_lr_schedule *s, int64_t iteration) {
     return mg_lr_at(s, mg_lr_samples_before(s, iteration));
 }
 
+/* Megatron's OptimizerParamScheduler.get_wd: constant, or linear / cosine from start to
+ * end over wd_incr_steps (the cosine rises as 0.5 (cos(pi (1 - r)) + 1)). */
+float mg_wd_at(const mg_lr_schedule *s, int64_t step) {
+    if (s->wd_style == MG_WD_CONSTANT || step > s->wd_incr_steps) return s->wd_end;
+    double r = (double)step / (double)s->wd_incr_steps;
+    double coeff = s->wd_style == MG_WD_LINEAR ? r : 0.5 * (cos(M_PI * (1.0 - r)) + 1.0);
+    return (float)(s->wd_start + coeff * ((double)s->wd_end - s->wd_start));
+}
+
+float mg_wd_at_iteration(const mg_lr_schedule *s, int64_t iteration) {
+    return mg_wd_at(s, mg_lr_samples_before(s, iteration));
+}
+
 /* ---- batch-size ramp (Megatron's --rampup-batch-size) ------------------------------
  * Megatron's calculator computes the batch from the samples consumed so far, in
  * doubles: steps = int(consumed / (ramp_samples / increments)). The same double
@@ -183,16 +196,20 @@ int mg_graph_add_adamw(mg_graph *g, const mg_adamw_config *cfg, mg_optimizer_out
     }
     mg_tensor **updated = cfg->params_norm ? calloc((size_t)k, sizeof *updated) : NULL;
     if (cfg->params_norm && !updated) mg_graph_fail(g, MG_ERR_NOMEM, "optimizer: out of memory");
+    /* a scheduled decay is lr_schedule's second output, times each node's 1 (or 0: no decay) */
+    bool sched = cfg->lr.wd_style != MG_WD_CONSTANT;
     for (int i = 0; i < k && cn && ln && dn && !g->error.code; i++) {
         mg_tensor *p = params[i];
         int saved = g->n_scopes;
         g->n_scopes = 0; /* names derive from the parameter's absolute name */
         mg_tensor *lr = p->embedding_or_output ? dn->out[0] : ln->out[0];
-        mg_tensor *in[6] = {p, grads[i], moment(g, p, "exp_avg"), moment(g, p, "exp_avg_sq"), lr, cn->out[0]};
-        mg_attrs at = {.adamw = {cfg->beta1, cfg->beta2, cfg->eps, p->no_weight_decay ? 0.0f : cfg->weight_decay}};
+        mg_tensor *in[7] = {p, grads[i], moment(g, p, "exp_avg"), moment(g, p, "exp_avg_sq"), lr, cn->out[0],
+                            ln->out[1]};
+        float wd = sched ? 1.0f : cfg->weight_decay;
+        mg_attrs at = {.adamw = {cfg->beta1, cfg->beta2, cfg->eps, p->no_weight_decay ? 0.0f : wd}};
         char nm[512];
         snprintf(nm, sizeof nm, "%s.new", p->name);
-        mg_node *an = mg_node_new(g, MG_OP_ADAMW, &at, 6, in, nm);
+        mg_node *an = mg_node_new(g, MG_OP_ADAMW, &at, sched ? 7 : 6, in, nm);
         g->n_scopes = saved;
         if (an) {
             an->out[0]->updates = p;

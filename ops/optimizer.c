@@ -49,7 +49,7 @@ static void cost_accumulate(const mg_node *n, double *flops, double *bytes) {
 const mg_op_def mg_opdef_ACCUMULATE = {"accumulate", 2, 2, MG_OPF_NO_GRAD | MG_OPF_LINEAR, infer_accumulate, NULL, cost_accumulate,
                                        accumulate_cpu, NULL, .shard = mg_shard_rule_linear};
 
-/* ---- lr_schedule: () -> lr [1] at this iteration --------------------------------- */
+/* ---- lr_schedule: () -> lr [1], weight decay [1] at this iteration -------------------- */
 static int infer_lr(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     const mg_lr_schedule *s = &n->attrs.lr;
     /* Megatron's OptimizerParamScheduler asserts these */
@@ -60,13 +60,18 @@ static int infer_lr(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
         return mg_shape_error(err, n, "invalid schedule (lr %g, min %g, init %g, warmup %g, decay %lld, wsd %lld)", s->lr,
                               s->min_lr, s->init_lr, s->warmup_steps, (long long)s->decay_steps,
                               (long long)s->wsd_decay_steps);
+    if (!(s->wd_start >= 0) || !(s->wd_end >= 0) || (s->wd_style != MG_WD_CONSTANT && s->wd_incr_steps < 1))
+        return mg_shape_error(err, n, "invalid weight-decay schedule (start %g, end %g, over %lld steps)", s->wd_start,
+                              s->wd_end, (long long)s->wd_incr_steps);
     scalar_desc(&out[0]);
-    return 1;
+    scalar_desc(&out[1]);
+    return 2;
 }
 
 static int lr_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     ((float *)a->out[0])[0] = mg_lr_at_iteration(&a->node->attrs.lr, a->info->iteration);
+    ((float *)a->out[1])[0] = mg_wd_at_iteration(&a->node->attrs.lr, a->info->iteration);
     return MG_OK;
 }
 
@@ -97,14 +102,16 @@ static int clip_cpu(const mg_kernel_args *a, mg_error *err) {
 
 const mg_op_def mg_opdef_CLIP_COEF = {"clip_coef", 1, 1, MG_OPF_NO_GRAD, infer_clip, NULL, NULL, clip_cpu, NULL, .shard = mg_shard_rule_replicated};
 
-/* ---- adamw: (p, g, m, v, lr, coef) -> (p', m', v') written in place ----------------- */
+/* ---- adamw: (p, g, m, v, lr, coef [, wd]) -> (p', m', v') written in place ----------
+ * Decay attrs.weight_decay, or attrs.weight_decay x wd with the scheduled wd input. */
 static int infer_adamw(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     const mg_tensor *p = n->in[0];
     for (int i = 1; i < 4; i++)
         if (!mg_same_shape(p, n->in[i]) || n->in[i]->dtype != MG_F32)
             return mg_shape_error(err, n, "parameter, gradient and moments must share one f32 shape");
-    for (int i = 4; i < 6; i++)
-        if (mg_numel(n->in[i]) != 1) return mg_shape_error(err, n, "lr and clip coefficient must be scalars");
+    for (int i = 4; i < n->n_in; i++)
+        if (mg_numel(n->in[i]) != 1 || n->in[i]->dtype != MG_F32)
+            return mg_shape_error(err, n, "lr, clip coefficient and weight decay must be f32 scalars");
     for (int i = 0; i < 3; i++) mg_desc_of(p, &out[i]);
     return 3;
 }
@@ -119,6 +126,7 @@ MG_SIMD static int adamw_cpu(const mg_kernel_args *a, mg_error *err) {
     /* bias corrections folded into two multipliers; one division per element */
     float ibc1 = (float)(1.0 / (1.0 - pow(c->beta1, t))), ibc2 = (float)(1.0 / (1.0 - pow(c->beta2, t)));
     float b1 = c->beta1, b2 = c->beta2, eps = c->eps, wd = c->weight_decay;
+    if (a->node->n_in > 6) wd *= ((const float *)a->in[6])[0];
     int64_t n = mg_numel(a->node->in[0]);
     /* p', m', v' are p, m, v (in place): element i reads and writes only index i, which
      * GCC cannot prove, so without ivdep it keeps the loop scalar */
@@ -142,14 +150,14 @@ static void cost_adamw(const mg_node *n, double *flops, double *bytes) {
 }
 
 /* Sharding (ops/op.h): the update runs on the parameter's block; gradient and moments
- * in the same state, the learning rate and clip coefficient replicated. */
+ * in the same state, the learning rate, clip coefficient and scheduled decay replicated. */
 static int shard_adamw(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
-    (void)n, (void)c, (void)err;
+    (void)c, (void)err;
     mg_sharding s = io->in[0];
     for (int i = 0; i < 4; i++) io->want[i] = s;
-    io->want[4] = io->want[5] = mg_sh_full();
+    for (int i = 4; i < n->n_in; i++) io->want[i] = mg_sh_full();
     for (int j = 0; j < 3; j++) io->out[j] = s;
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_ADAMW = {"adamw", 6, 6, MG_OPF_NO_GRAD, infer_adamw, NULL, cost_adamw, adamw_cpu, NULL, .shard = shard_adamw};
+const mg_op_def mg_opdef_ADAMW = {"adamw", 6, 7, MG_OPF_NO_GRAD, infer_adamw, NULL, cost_adamw, adamw_cpu, NULL, .shard = shard_adamw};

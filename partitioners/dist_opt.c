@@ -301,20 +301,22 @@ static int dopt_adamw(part_ctx *c, const mg_node *n) {
     mg_sharding ps = c->tp > 1 ? part_state(c, p->p) : sh_full();
     mg_tensor *pp = part_get(c, p->p, ps);
     mg_tensor *lr = part_get_dp_full(c, n->in[4], sh_full()), *coef = part_get_dp_full(c, n->in[5], sh_full());
-    if (!pp || !lr || !coef) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
+    mg_tensor *wd = n->n_in > 6 ? part_get_dp_full(c, n->in[6], sh_full()) : NULL; /* a scheduled decay */
+    if (!pp || !lr || !coef || (n->n_in > 6 && !wd)) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
     if (z > a) {
-        mg_tensor *in[6];
+        mg_tensor *in[7];
         in[0] = mg_slice(c->P, flat(c, pp), 0, a - p->off, z - a);
         in[1] = mg_slice(c->P, b->shard_grad, 0, a - range_lo(c, b), z - a);
         in[2] = moment_segment(c, n->in[2], ps, z - a, a - p->off);
         in[3] = moment_segment(c, n->in[3], ps, z - a, a - p->off);
         in[4] = lr;
         in[5] = coef;
+        in[6] = wd;
         for (int i = 0; i < 4; i++)
             if (!in[i]) {
                 return part_graph_error(c);
             }
-        mg_node *an = mg_node_new(c->P, MG_OP_ADAMW, &n->attrs, 6, in, NULL);
+        mg_node *an = mg_node_new(c->P, MG_OP_ADAMW, &n->attrs, n->n_in, in, NULL);
         if (!an) {
             return part_graph_error(c);
         }

@@ -130,9 +130,11 @@ static const flag flags[] = {
      "the word embedding's and output layer's peak learning rate (their own schedule, --lr's shape)"},
     {"--decoupled-min-lr", F_FLOAT, O(decoupled_min_lr), USE, NULL,
      "with --decoupled-lr, their minimum learning rate (default --min-lr)"},
-    {"--start-weight-decay", F_FLOAT, NOFF, REFUSE, NULL, "weight decay is constant (--weight-decay)"},
-    {"--end-weight-decay", F_FLOAT, NOFF, REFUSE, NULL, "weight decay is constant (--weight-decay)"},
-    {"--weight-decay-incr-style", F_STR, NOFF, REFUSE, "constant|linear|cosine", "weight decay is constant (--weight-decay)"},
+    {"--start-weight-decay", F_FLOAT, O(start_weight_decay), USE, NULL,
+     "the weight decay at the first step (with a linear or cosine --weight-decay-incr-style)"},
+    {"--end-weight-decay", F_FLOAT, O(end_weight_decay), USE, NULL, "the weight decay at the last training step"},
+    {"--weight-decay-incr-style", F_STR, O(weight_decay_incr_style), USE, "constant|linear|cosine",
+     "constant (--weight-decay throughout), or linear / cosine from --start- to --end-weight-decay over the run"},
     {"--exit-interval", F_I64, O(exit_interval), USE, NULL,
      "stop after the iteration that is a multiple of N (saving a checkpoint first with --save)"},
     {"--exit-duration-in-mins", F_FLOAT, O(exit_duration_in_mins), USE, NULL,
@@ -389,6 +391,7 @@ void mg_run_config_defaults(mg_run_config *c) {
     c->lr_decay_iters = c->lr_decay_samples = -1;
     c->lr_wsd_decay_iters = c->lr_wsd_decay_samples = -1;
     c->weight_decay = 0.01f;
+    c->weight_decay_incr_style = "constant";
     c->adam_beta1 = 0.9f;
     c->adam_beta2 = 0.999f;
     c->adam_eps = 1e-8f;
@@ -645,6 +648,17 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
                            c->decoupled_lr);
     if (dmin && !dlr)
         mg_run_notes_warn(n, "--decoupled-min-lr has no effect without --decoupled-lr (as in Megatron)");
+    /* Megatron's weight-decay schedule: its arguments.py asserts these */
+    bool wd0 = mg_run_config_given(c, "--start-weight-decay"), wd1 = mg_run_config_given(c, "--end-weight-decay");
+    if (!strcmp(c->weight_decay_incr_style, "constant") && (wd0 || wd1))
+        mg_run_notes_error(n, "--start-weight-decay / --end-weight-decay need --weight-decay-incr-style linear or "
+                              "cosine (constant is --weight-decay throughout)");
+    if (strcmp(c->weight_decay_incr_style, "constant") && (!wd0 || !wd1))
+        mg_run_notes_error(n, "--weight-decay-incr-style %s needs --start-weight-decay and --end-weight-decay",
+                           c->weight_decay_incr_style);
+    if ((wd0 && !(c->start_weight_decay >= 0)) || (wd1 && !(c->end_weight_decay >= 0)))
+        mg_run_notes_error(n, "--start-weight-decay and --end-weight-decay must be >= 0 (got %g, %g)",
+                           c->start_weight_decay, c->end_weight_decay);
     if (!strcmp(c->lr_decay_style, "WSD") && c->lr_wsd_decay_iters < 0 && c->lr_wsd_decay_samples < 0)
         mg_run_notes_error(n, "--lr-decay-style WSD needs --lr-wsd-decay-%s", by_samples ? "samples" : "iters");
     if (c->lr_wsd_decay_iters == 0 || c->lr_wsd_decay_samples == 0 || c->lr_wsd_decay_iters < -1 ||

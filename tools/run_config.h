@@ -35,6 +35,8 @@ typedef struct mg_run_config {
     int64_t rampup_batch_size[3];              /* start, increment, ramp-up samples; start 0: no ramp */
     float lr, min_lr, lr_warmup_init, lr_warmup_fraction;
     float decoupled_lr, decoupled_min_lr; /* (given or not: mg_run_config_given) */
+    float start_weight_decay, end_weight_decay; /* with weight_decay_incr_style linear / cosine */
+    const char *weight_decay_incr_style;        /* constant (default) | linear | cosine */
     const char *lr_decay_style, *lr_wsd_decay_style;
     int64_t lr_warmup_iters, lr_decay_iters, lr_warmup_samples, lr_decay_samples;
     int64_t lr_wsd_decay_iters, lr_wsd_decay_samples;

@@ -77,6 +77,14 @@ int mg_run_lr_schedule(mg_run_config *c, mg_lr_schedule *s, mg_error *err) {
         s->warmup_steps = (double)(c->lr_warmup_iters * gbs);
     }
     if (c->lr_warmup_fraction != -1) s->warmup_steps = (double)c->lr_warmup_fraction * (double)s->decay_steps;
+    /* the weight decay's schedule spans the whole run (Megatron's wd_incr_steps) */
+    static const char *const wd_styles[] = {"constant", "linear", "cosine"};
+    int ws = style_of(c->weight_decay_incr_style, wd_styles, 3);
+    if (ws < 0) return mg_error_set(err, MG_ERR_INVALID, "unknown --weight-decay-incr-style '%s'", c->weight_decay_incr_style);
+    s->wd_style = (mg_wd_incr)ws;
+    s->wd_start = ws ? c->start_weight_decay : c->weight_decay;
+    s->wd_end = ws ? c->end_weight_decay : c->weight_decay;
+    s->wd_incr_steps = by_samples ? c->train_samples : c->train_iters * gbs;
     if (!(s->warmup_steps < (double)s->decay_steps))
         return mg_error_set(err, MG_ERR_INVALID,
                             "the warmup (%g samples) must be shorter than the decay span (--lr-decay-%s, default "

@@ -153,6 +153,8 @@ typedef struct mg_attr_transpose { int perm[MG_MAX_DIMS]; } mg_attr_transpose;
 typedef struct mg_attr_split { int dim; int n; int64_t sizes[MG_MAX_SPLIT]; } mg_attr_split;
 typedef struct mg_attr_slice { int dim; int64_t start, len; } mg_attr_slice; /* pad: len = padded size */
 typedef struct mg_attr_axis { int dim; bool keepdim; } mg_attr_axis;  /* dim may be MG_ALL_AXES */
+/* weight_decay: the decay, or, when the node has a 7th input (a scheduled decay),
+ * the multiplier of that input (Megatron's wd_mult: 1, or 0 for norms and biases). */
 typedef struct mg_attr_adamw { float beta1, beta2, eps, weight_decay; } mg_attr_adamw;
 typedef struct mg_attr_clip { float max_norm; } mg_attr_clip;
 /* Mixture-of-experts routing and dispatch (ops/moe_*.c, include/mgraph/moe.h). */
@@ -171,6 +173,8 @@ typedef enum mg_lr_decay {
 } mg_lr_decay;
 /* How WSD anneals in its last wsd_decay_steps (Megatron's --lr-wsd-decay-style). */
 typedef enum mg_lr_wsd_decay { MG_WSD_EXPONENTIAL, MG_WSD_LINEAR, MG_WSD_COSINE, MG_WSD_MINUS_SQRT } mg_lr_wsd_decay;
+/* How weight decay moves from its start to its end (Megatron's --weight-decay-incr-style). */
+typedef enum mg_wd_incr { MG_WD_CONSTANT, MG_WD_LINEAR, MG_WD_COSINE } mg_wd_incr;
 /* Megatron's OptimizerParamScheduler. It counts steps, and an iteration advances it by
  * steps_per_iter: Megatron counts samples, so mgraph-run sets the global batch size
  * and gives warmup and decay in samples (iterations x global batch, or --lr-*-samples).
@@ -190,6 +194,13 @@ typedef struct mg_lr_schedule {
      * (the full global batch) over ramp_samples samples, and iteration i runs at the
      * step count of the samples before it (mg_lr_samples_before), not i x steps_per_iter. */
     int64_t ramp_start, ramp_increment, ramp_samples;
+    /* Weight decay, the scheduler's other rate (Megatron's --start-weight-decay,
+     * --end-weight-decay, --weight-decay-incr-style): from wd_start to wd_end over
+     * wd_incr_steps, then wd_end. MG_WD_CONSTANT (zeroed): no schedule, the optimizer's
+     * constant weight decay. */
+    mg_wd_incr wd_style;
+    float wd_start, wd_end;
+    int64_t wd_incr_steps;
 } mg_lr_schedule;
 
 typedef enum mg_reduce_op { MG_REDUCE_SUM, MG_REDUCE_MAX } mg_reduce_op;

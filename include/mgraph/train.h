@@ -40,7 +40,8 @@ typedef struct mg_optimizer_outputs {
  * norm (sum of squares of all gradients), the clipping coefficient, the learning rate
  * of this iteration (a second one for the embedding and output layers with
  * cfg.decoupled), and one AdamW node per parameter that writes the parameter and
- * its two moments in place (decoupled weight decay, bias correction; no decay on
+ * its two moments in place (decoupled weight decay: weight_decay, or cfg.lr's
+ * weight-decay schedule when its wd_style is not constant; bias correction; no decay on
  * tensors marked no_weight_decay). */
 int mg_graph_add_adamw(mg_graph *g, const mg_adamw_config *cfg, mg_optimizer_outputs *out, mg_error *err);
 
@@ -52,6 +53,10 @@ float mg_lr_at(const mg_lr_schedule *s, int64_t step);
  * samples of the iterations before it (mg_lr_samples_before; iteration x
  * steps_per_iter without a batch-size ramp). The LR_SCHEDULE op computes exactly this. */
 float mg_lr_at_iteration(const mg_lr_schedule *s, int64_t iteration);
+/* Megatron's OptimizerParamScheduler.get_wd at step count `step`, and at an iteration
+ * (the same step count as the rate's). */
+float mg_wd_at(const mg_lr_schedule *s, int64_t step);
+float mg_wd_at_iteration(const mg_lr_schedule *s, int64_t iteration);
 
 /* The global batch size after `consumed` samples: Megatron's
  * RampupBatchsizeNumMicroBatchesCalculator.update (start + int(consumed / (samples /

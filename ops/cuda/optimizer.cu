@@ -31,7 +31,9 @@ extern "C" int mg_cuda_accumulate(const mg_kernel_args *a, mg_error *err) {
 __global__ void k_set1(float *out, float v) { out[0] = v; }
 
 extern "C" int mg_cuda_lr_schedule(const mg_kernel_args *a, mg_error *err) {
-    k_set1<<<1, 1, 0, mg_cuda_stream()>>>((float *)a->out[0], mg_lr_at_iteration(&a->node->attrs.lr, a->info->iteration));
+    const mg_lr_schedule *s = &a->node->attrs.lr;
+    k_set1<<<1, 1, 0, mg_cuda_stream()>>>((float *)a->out[0], mg_lr_at_iteration(s, a->info->iteration));
+    k_set1<<<1, 1, 0, mg_cuda_stream()>>>((float *)a->out[1], mg_wd_at_iteration(s, a->info->iteration));
     return mg_cuda_check_launch("lr_schedule", err);
 }
 
@@ -52,9 +54,11 @@ extern "C" int mg_cuda_clip_coef(const mg_kernel_args *a, mg_error *err) {
 }
 
 __global__ void k_adamw(const float *p, const float *__restrict__ g, const float *m, const float *v,
-                        const float *__restrict__ lr_, const float *__restrict__ coef_, float *po, float *mo, float *vo,
-                        int64_t n, float b1, float b2, float eps, float wd, float ibc1, float ibc2) {
+                        const float *__restrict__ lr_, const float *__restrict__ coef_, const float *__restrict__ wd_,
+                        float *po, float *mo, float *vo, int64_t n, float b1, float b2, float eps, float wd, float ibc1,
+                        float ibc2) {
     float lr = lr_[0], coef = coef_[0];
+    if (wd_) wd = __fmul_rn(wd, wd_[0]); /* a scheduled decay (ops/optimizer.c) */
     MG_GRID_STRIDE(i, n) {
         float gi = __fmul_rn(g[i], coef);
         float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(1.0f - b1, gi));
@@ -75,7 +79,8 @@ extern "C" int mg_cuda_adamw(const mg_kernel_args *a, mg_error *err) {
     float ibc1 = (float)(1.0 / (1.0 - pow(c->beta1, t))), ibc2 = (float)(1.0 / (1.0 - pow(c->beta2, t)));
     k_adamw<<<mg_cuda_blocks(n, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, mg_cuda_stream()>>>(
         (const float *)a->in[0], (const float *)a->in[1], (const float *)a->in[2], (const float *)a->in[3],
-        (const float *)a->in[4], (const float *)a->in[5], (float *)a->out[0], (float *)a->out[1], (float *)a->out[2], n,
+        (const float *)a->in[4], (const float *)a->in[5], a->node->n_in > 6 ? (const float *)a->in[6] : NULL,
+        (float *)a->out[0], (float *)a->out[1], (float *)a->out[2], n,
         c->beta1, c->beta2, c->eps, c->weight_decay, ibc1, ibc2);
     return mg_cuda_check_launch("adamw", err);
 }

@@ -35,7 +35,7 @@ typedef struct cuda_case {
      * a graph error fails the case). */
     mg_tensor *(*build)(mg_graph *g);
     int32_t ids_hi; /* i32 leaves are uniform in [0, ids_hi) */
-    bool optimizer; /* append the AdamW step */
+    int optimizer;  /* append the AdamW step: 1, 2 with a scheduled weight decay (its 7th input) */
     int mb_local;   /* the micro-batch instance the kernels see (accumulate: 0 copies, > 0 adds) */
 } cuda_case;
 
@@ -243,23 +243,24 @@ static mg_tensor *g_step(mg_graph *g) {
 }
 
 static const cuda_case g_cases[] = {
-    {"matmul", g_matmul, 0, false, 0},
-    {"elementwise", g_elementwise, 0, false, 0},
-    {"activation", g_activation, 0, false, 0},
-    {"norm", g_norm, 0, false, 0},
-    {"softmax", g_softmax, 0, false, 0},
-    {"cross_entropy", g_xent, 50, false, 0},
-    {"xent_vp", g_xent_vp, 50, false, 0},
-    {"embedding", g_embedding, 50, false, 0},
-    {"dropout", g_dropout, 0, false, 0},
-    {"rope", g_rope, 100, false, 0},
-    {"attention", g_attention, 40, false, 0},
-    {"reduce", g_reduce, 0, false, 0},
-    {"shape", g_shape, 0, false, 0},
-    {"optimizer", g_optimizer, 0, true, 0},
-    {"collective", g_collective, 0, false, 0},
-    {"step (first micro-batch)", g_step, 0, false, 0},
-    {"step (later micro-batch)", g_step, 0, false, 1},
+    {"matmul", g_matmul, 0, 0, 0},
+    {"elementwise", g_elementwise, 0, 0, 0},
+    {"activation", g_activation, 0, 0, 0},
+    {"norm", g_norm, 0, 0, 0},
+    {"softmax", g_softmax, 0, 0, 0},
+    {"cross_entropy", g_xent, 50, 0, 0},
+    {"xent_vp", g_xent_vp, 50, 0, 0},
+    {"embedding", g_embedding, 50, 0, 0},
+    {"dropout", g_dropout, 0, 0, 0},
+    {"rope", g_rope, 100, 0, 0},
+    {"attention", g_attention, 40, 0, 0},
+    {"reduce", g_reduce, 0, 0, 0},
+    {"shape", g_shape, 0, 0, 0},
+    {"optimizer", g_optimizer, 0, 1, 0},
+    {"optimizer (scheduled weight decay)", g_optimizer, 0, 2, 0},
+    {"collective", g_collective, 0, 0, 0},
+    {"step (first micro-batch)", g_step, 0, 0, 0},
+    {"step (later micro-batch)", g_step, 0, 0, 1},
 };
 enum { N_CASES = sizeof g_cases / sizeof g_cases[0] };
 
@@ -391,6 +392,8 @@ static int walk_case(const cuda_case *c, mg_op only, mg_cuda_gemm prec) {
     if (c->optimizer) {
         mg_adamw_config cfg = mg_adamw_defaults();
         cfg.lr.lr = 1e-3f;
+        if (c->optimizer == 2) /* cosine from 0.02 to 0.1 */
+            cfg.lr.wd_style = MG_WD_COSINE, cfg.lr.wd_start = 0.02f, cfg.lr.wd_end = 0.1f, cfg.lr.wd_incr_steps = 10;
         mg_optimizer_outputs oo;
         if (mg_graph_add_adamw(g, &cfg, &oo, &err)) TK_CHECK(0, "%s: adamw: %s", c->name, err.msg);
     }

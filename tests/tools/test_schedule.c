@@ -4,7 +4,9 @@
  * case: the iterations mg_run_lr_schedule sets from --train-samples, the batch of every
  * iteration (mg_lr_batch_at of mg_lr_samples_before), the samples before it, and the
  * learning rate the LR_SCHEDULE op gives it (the scheduler's at those samples). Also the
- * ramp's bad values, refused with a message. */
+ * ramp's bad values, refused with a message, and the weight-decay schedule against
+ * Megatron's get_wd written out by hand. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +96,40 @@ static void bad_ramps(void) {
     TK_CHECK(mg_lr_samples_before(&s, 5) == 40 && mg_lr_batch_at(&s, 40) == 8, "constant batch");
 }
 
+/* Megatron's OptimizerParamScheduler.get_wd: start + coeff (end - start), coeff = r
+ * (linear) or 0.5 (cos(pi (1 - r)) + 1) (cosine), r = step / wd_incr_steps; end after. */
+static void weight_decay_schedule(void) {
+    mg_lr_schedule s = {.lr = 1e-3f, .decay_steps = 100, .steps_per_iter = 4, .wd_style = MG_WD_LINEAR,
+                        .wd_start = 0.1f, .wd_end = 0.3f, .wd_incr_steps = 100};
+    const struct { mg_wd_incr style; int64_t step; double want; } v[] = {
+        {MG_WD_LINEAR, 0, 0.1},  {MG_WD_LINEAR, 25, 0.15}, {MG_WD_LINEAR, 100, 0.3}, {MG_WD_LINEAR, 150, 0.3},
+        {MG_WD_COSINE, 0, 0.1},  {MG_WD_COSINE, 25, 0.1 + 0.2 * 0.5 * (cos(M_PI * 0.75) + 1.0)},
+        {MG_WD_COSINE, 50, 0.2}, {MG_WD_COSINE, 100, 0.3}, {MG_WD_CONSTANT, 40, 0.3}};
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        s.wd_style = v[i].style;
+        double got = mg_wd_at(&s, v[i].step);
+        TK_CHECK(fabs(got - v[i].want) < 1e-7, "style %d step %lld: weight decay %.9g, want %.9g", (int)v[i].style,
+                 (long long)v[i].step, got, v[i].want);
+    }
+    /* iteration 3 of global batch 4 runs at step 12 */
+    s.wd_style = MG_WD_LINEAR;
+    TK_CHECK(fabsf(mg_wd_at_iteration(&s, 3) - mg_wd_at(&s, 12)) == 0, "iteration 3 at step 12");
+    /* mgraph-run's flags: over --train-iters x --global-batch-size samples, or --train-samples */
+    mg_run_config c;
+    mg_run_config_defaults(&c);
+    c.global_batch_size = 8, c.micro_batch_size = 1, c.train_iters = 50;
+    c.weight_decay_incr_style = "cosine", c.start_weight_decay = 0.0f, c.end_weight_decay = 0.5f;
+    mg_error err = {0};
+    TK_CHECK(mg_run_lr_schedule(&c, &s, &err) == MG_OK && s.wd_style == MG_WD_COSINE && s.wd_incr_steps == 400 &&
+                 s.wd_start == 0.0f && s.wd_end == 0.5f,
+             "cosine 0 -> 0.5 over 50 x 8 samples (%s)", err.msg);
+    c.train_iters = -1, c.train_samples = 1000;
+    TK_CHECK(mg_run_lr_schedule(&c, &s, &err) == MG_OK && s.wd_incr_steps == 1000, "over --train-samples (%s)", err.msg);
+    c.weight_decay_incr_style = "constant", c.weight_decay = 0.02f;
+    TK_CHECK(mg_run_lr_schedule(&c, &s, &err) == MG_OK && s.wd_style == MG_WD_CONSTANT && s.wd_end == 0.02f,
+             "constant: --weight-decay (%s)", err.msg);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_tools_schedule ramp_vectors.txt\n");
@@ -114,7 +150,8 @@ int main(int argc, char **argv) {
     fclose(f);
     TK_CHECK(n_cases >= 10, "only %d vectors read", n_cases);
     bad_ramps();
+    weight_decay_schedule();
     if (tk_failures) return 1;
-    printf("ok: %d ramps as Megatron's calculator\n", n_cases);
+    printf("ok: %d ramps as Megatron's calculator; the weight-decay schedule as Megatron's get_wd\n", n_cases);
     return 0;
 }
