@@ -82,15 +82,16 @@ static bool g_documents;
  * i * dp + dp_rank (mg_exec_info); the serial run is dp 1. */
 static void fill_inputs(const mg_rank_graph *R, const mg_step *step, mg_storage *st, int n_local, int dp, int dp_rank,
                         int it, int s, int b, int vocab) {
+    /* positions: one [s] for every sample, or per sample (documents: per micro-batch) */
     mg_tensor *pos = mg_rank_tensor(R, step->positions);
     if (pos && !pos->per_microbatch) {
         int32_t *p = mg_storage_data(st, pos);
         for (int t = 0; t < s; t++) p[t] = t;
+        pos = NULL;
     }
     /* (a pipeline stage has the inputs its layers read: tokens first, labels last) */
     mg_tensor *tok = mg_rank_tensor(R, step->tokens), *lab = mg_rank_tensor(R, step->targets),
               *dst = mg_rank_tensor(R, step->doc_start);
-    if (pos && !pos->per_microbatch) pos = NULL;
     for (int i = 0; i < n_local && (tok || lab || pos || dst); i++) {
         int k = i * dp + dp_rank;
         int32_t *x = tok ? mg_storage_data_mb(st, tok, i) : NULL, *y = lab ? mg_storage_data_mb(st, lab, i) : NULL;

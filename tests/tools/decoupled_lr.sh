@@ -23,11 +23,7 @@ BASE=(--text-file "$TEXT" --num-layers 2 --hidden-size 32 --num-attention-heads 
       --lr-decay-style cosine --lr-warmup-iters 1 --adam-eps 1e-3 --cpu-workers 1 --normalization RMSNorm
       --position-embedding-type rope --swiglu --ffn-hidden-size 64 --untie-embeddings-and-output-weights
       --disable-bias-linear)
-train() { # OUT ARGS...
-    local out=$1; shift
-    timeout 120 "$RUN" "${BASE[@]}" "$@" --metrics-file "$out.jsonl" > "$out.txt" 2>&1 || { cat "$out.txt"; fail "run $out"; }
-    [ "$(column lm_loss "$out.jsonl" | wc -l)" -eq 3 ] || fail "$out: want 3 iterations"
-}
+train() { local out=$1; shift; train_n 3 "$out" "${BASE[@]}" "$@"; } # OUT ARGS...
 
 # ---- 1. the same rate ---------------------------------------------------------------------------
 train plain

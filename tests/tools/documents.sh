@@ -34,11 +34,7 @@ GPT=(--split 100,0,0 "${TOK[@]}" --num-layers 2 --hidden-size 32 --num-attention
      --hidden-dropout 0.1)
 LLAMA=("${GPT[@]}" --normalization RMSNorm --position-embedding-type rope --swiglu --num-query-groups 2
        --group-query-attention --untie-embeddings-and-output-weights --disable-bias-linear)
-train() { # OUT ARGS...: a serial run, metrics in OUT.jsonl
-    local out=$1; shift
-    timeout 120 "$RUN" "$@" --metrics-file "$out.jsonl" > "$out.txt" 2>&1 || { cat "$out.txt"; fail "run $out"; }
-    [ "$(column lm_loss "$out.jsonl" | wc -l)" -eq 5 ] || fail "$out: want 5 iterations"
-}
+train() { train_n 5 "$@"; } # OUT ARGS...
 same() { # A B: bitwise equal losses and gradient norms
     cmp -s <(column lm_loss "$1.jsonl") <(column lm_loss "$2.jsonl") &&
         cmp -s <(column grad_norm "$1.jsonl") <(column grad_norm "$2.jsonl")

@@ -1,4 +1,5 @@
-# Sourced by the mgraph-run test scripts (eod_mask.sh, per_token_loss.sh, params_norm.sh, documents.sh):
+# Sourced by the mgraph-run test scripts (eod_mask.sh, per_token_loss.sh, params_norm.sh, documents.sh,
+# decoupled_lr.sh, wd_schedule.sh):
 # reading --metrics-file output, comparing two runs, and a dataset with many documents.
 
 # column NAME FILE: metric NAME of every iteration of a metrics file, one per line
@@ -12,6 +13,15 @@ within() {
         { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r; if (r > bound) bad++ }
         END { printf "  %s: %d iterations, worst relative difference %.3g (bound %s)\n", name, n, w, bound;
               exit (n != want || bad > 0) }'
+}
+
+# train_n N OUT ARGS...: one serial mgraph-run ($RUN) with ARGS, metrics in OUT.jsonl, which
+# must hold exactly N iterations; the script's fail() on any error
+train_n() {
+    local n=$1 out=$2
+    shift 2
+    timeout 120 "$RUN" "$@" --metrics-file "$out.jsonl" > "$out.txt" 2>&1 || { cat "$out.txt"; fail "run $out"; }
+    [ "$(column lm_loss "$out.jsonl" | wc -l)" -eq "$n" ] || fail "$out: want $n iterations"
 }
 
 # lines_dataset PREPROCESS TEXT TOKENIZER-FLAGS...: lines_text_document in the working

@@ -21,11 +21,7 @@ source "$(dirname "$0")/metrics_lib.sh"
 BASE=(--text-file "$TEXT" --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2
       --global-batch-size 8 --train-iters 4 --eval-iters 0 --log-interval 1 --lr 1e-2 --lr-warmup-iters 0
       --adam-eps 1e-3 --cpu-workers 1)
-train() { # OUT ARGS...
-    local out=$1; shift
-    timeout 120 "$RUN" "${BASE[@]}" "$@" --metrics-file "$out.jsonl" > "$out.txt" 2>&1 || { cat "$out.txt"; fail "run $out"; }
-    [ "$(column lm_loss "$out.jsonl" | wc -l)" -eq 4 ] || fail "$out: want 4 iterations"
-}
+train() { local out=$1; shift; train_n 4 "$out" "${BASE[@]}" "$@"; } # OUT ARGS...
 nth() { column lm_loss "$1.jsonl" | sed -n "${2}p"; }
 
 # ---- 1. a schedule that stays put ---------------------------------------------------------------
