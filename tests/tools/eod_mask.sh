@@ -20,8 +20,9 @@ set -u
 PRE=$1 RUN=$2 MPI=$3 DATA=$4 WORK=$5
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 fail() { echo "FAIL: $*"; exit 1; }
-[ -f "$DATA/gpt2/vocab.json" ] && [ -f "$DATA/tinyshakespeare.txt" ] || fail "no fixtures in $DATA"
-TOK=(--tokenizer-type GPT2BPETokenizer --vocab-file "$DATA/gpt2/vocab.json" --merge-file "$DATA/gpt2/merges.txt")
+[ -f "$DATA/gpt2-small/vocab.json" ] && [ -f "$DATA/tinyshakespeare.txt" ] || fail "no fixtures in $DATA"
+# GPT-2's tokenizer cut to 896 tokens (tests/data/gpt2-small: a small output layer, the same EOD)
+TOK=(--tokenizer-type GPT2BPETokenizer --vocab-file "$DATA/gpt2-small/vocab.json" --merge-file "$DATA/gpt2-small/merges.txt")
 preprocess() { # JSONL PREFIX [--append-eod]
     "$PRE" --input "$1" --output-prefix "$2" "${TOK[@]}" "${@:3}" --workers 1 > "$2.pre.txt" 2>&1 ||
         { cat "$2.pre.txt"; fail "preprocess $1"; }
@@ -61,7 +62,7 @@ lines_dataset "$PRE" "$DATA/tinyshakespeare.txt" "${TOK[@]}"
 SH=(--data-path lines_text_document --split 100,0,0 "${TOK[@]}" --num-layers 2 --hidden-size 32 --num-attention-heads 4
     --seq-length 16 --micro-batch-size 2 --global-batch-size 8 --train-iters 5 --eval-iters 0 --log-interval 1
     --lr 3e-3 --lr-warmup-iters 0 --adam-eps 1e-5 --cpu-workers 1 --make-vocab-size-divisible-by 64)
-# (64: the vocabulary is padded to 50304 at tp 1 and tp 2 alike, the same model)
+# (64: the vocabulary (tests/data/gpt2-small, 896 tokens) is padded to 896 at tp 1 and tp 2 alike, the same model)
 # one iteration from large initial weights (per-token losses far apart), global batch 8
 # as micro-batches of 1, 2 and 8 sequences
 for mbs in 1 2 8; do

@@ -15,8 +15,9 @@ set -u
 PRE=$1 RUN=$2 MPI=$3 DATA=$4 WORK=$5
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 fail() { echo "FAIL: $*"; exit 1; }
-[ -f "$DATA/gpt2/vocab.json" ] && [ -f "$DATA/tinyshakespeare.txt" ] || fail "no fixtures in $DATA"
-TOK=(--tokenizer-type GPT2BPETokenizer --vocab-file "$DATA/gpt2/vocab.json" --merge-file "$DATA/gpt2/merges.txt")
+[ -f "$DATA/gpt2-small/vocab.json" ] && [ -f "$DATA/tinyshakespeare.txt" ] || fail "no fixtures in $DATA"
+# GPT-2's tokenizer cut to 896 tokens (tests/data/gpt2-small: a small output layer, the same EOD)
+TOK=(--tokenizer-type GPT2BPETokenizer --vocab-file "$DATA/gpt2-small/vocab.json" --merge-file "$DATA/gpt2-small/merges.txt")
 source "$(dirname "$0")/metrics_lib.sh"
 run() { # NAME FLAGS...: one run, its metrics in NAME.jsonl
     local name=$1; shift
@@ -24,7 +25,7 @@ run() { # NAME FLAGS...: one run, its metrics in NAME.jsonl
 }
 
 lines_dataset "$PRE" "$DATA/tinyshakespeare.txt" "${TOK[@]}"
-# (vocabulary padded by 64: 50304 at tp 1 and tp 2 alike, the same model)
+# (vocabulary padded by 64: 896 at tp 1 and tp 2 alike, the same model)
 BASE=(--data-path lines_text_document --split 100,0,0 "${TOK[@]}" --num-layers 2 --hidden-size 32 --num-attention-heads 4
       --seq-length 16 --global-batch-size 8 --train-iters 4 --eval-iters 0 --log-interval 1 --lr 3e-3
       --lr-warmup-iters 0 --adam-eps 1e-5 --cpu-workers 1 --make-vocab-size-divisible-by 64)
