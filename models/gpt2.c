@@ -136,7 +136,7 @@ static void qkv_heads(mg_graph *g, const mg_gpt_config *c, const mg_gpt_layer *l
 }
 
 static mg_tensor *attention_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x,
-                                  mg_tensor *positions, mg_tensor *doc_start, bool training) {
+                                  mg_tensor *positions, mg_tensor *doc_start, int64_t window, bool training) {
     const mg_gpt_config *c = &m->cfg;
     if (!x) return NULL;
     int64_t s = x->shape[0], b = x->shape[1], h = c->hidden;
@@ -153,7 +153,7 @@ static mg_tensor *attention_block(mg_graph *g, const mg_gpt *m, const mg_gpt_lay
         k = mg_rope_partial(g, k, positions, c->rotary_base, rd);
     }
     float p = training ? c->attention_dropout : 0.0f;
-    mg_tensor *y = doc_start ? mg_attention_docs(g, q, k, v, doc_start, p) : mg_attention(g, q, k, v, true, p);
+    mg_tensor *y = mg_attention_masked(g, q, k, v, doc_start, window, p);
     y = mg_reshape(g, y, 3, (int64_t[]){s, b, h});
     y = mg_linear(g, y, l->proj_w, l->proj_b);
     y = mg_dropout(g, y, training ? c->hidden_dropout : 0.0f);
@@ -194,7 +194,7 @@ mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, 
         mg_scope_push(g, gpt2 ? "h.%d" : "model.layers.%d", i);
         mg_graph_set_layer(g, i);
         mg_tensor *a = norm(g, c, x, l->ln1_w, l->ln1_b);
-        x = mg_add(g, x, attention_block(g, m, l, a, positions, doc_start, training));
+        x = mg_add(g, x, attention_block(g, m, l, a, positions, doc_start, mg_gpt_layer_window(c, i), training));
         mg_tensor *f = norm(g, c, x, l->ln2_w, l->ln2_b);
         x = mg_add(g, x, l->router_w ? mg_moe_block(g, m, l, f, training, aux) : mlp_block(g, m, l, f, training));
         mg_scope_pop(g);

@@ -55,6 +55,10 @@ int mg_gpt_check(const mg_gpt_config *c, mg_error *err) {
                                 "rotary dimension int(head dim %d x --rotary-percent %g) = %d must be even and >= 2", hd,
                                 c->rotary_percent, rd);
     }
+    if (c->window < 0) return mg_error_set(err, MG_ERR_INVALID, "sliding window of %d keys: must be >= 0", c->window);
+    if (c->window_skip_freq < 0 || (c->window_skip_freq > 0 && c->window == 0))
+        return mg_error_set(err, MG_ERR_INVALID, "--window-attn-skip-freq %d: needs --window-size and must be >= 1",
+                            c->window_skip_freq);
     if (c->swiglu && c->squared_relu)
         return mg_error_set(err, MG_ERR_INVALID, "--swiglu and --squared-relu are two MLP activations: give one");
     if (c->vocab < 1) return mg_error_set(err, MG_ERR_INVALID, "vocabulary size must be >= 1");
@@ -75,10 +79,15 @@ int mg_gpt_rotary_dim(const mg_gpt_config *c) {
     return (int)((float)hd * c->rotary_percent);
 }
 
+int mg_gpt_layer_window(const mg_gpt_config *c, int layer) {
+    if (c->window_skip_freq > 0 && (layer + 1) % c->window_skip_freq == 0) return 0;
+    return c->window;
+}
+
 bool mg_gpt_is_gpt2(const mg_gpt_config *c) {
     return c->norm == MG_NORM_LAYERNORM && c->pos_emb == MG_POS_LEARNED && !c->swiglu &&
            mg_gpt_kv_groups(c) == c->heads && !c->untie_embeddings && !c->disable_bias_linear && !c->qk_layernorm &&
-           !c->squared_relu;
+           !c->squared_relu && c->window == 0;
 }
 
 int64_t mg_gpt_num_params(const mg_gpt_config *c) {

@@ -7,7 +7,9 @@
  * Per (batch b, head h), with kv group g = h / (nh / ng):
  *   S = scale * Q Kᵀ, masked (causal: key position > query position; with doc_start
  *   (i32, causal only), also key position < doc_start[query, b]: each token sees its
- *   own document only, Megatron's --reset-attention-mask), P = softmax(S),
+ *   own document only, Megatron's --reset-attention-mask; with a window W (attribute,
+ *   causal only), also key position <= query position - W: a sliding window, Megatron's
+ *   --window-size W-1,0), P = softmax(S),
  *   Pd = P * keep / (1 - p) (training and p > 0), Y = Pd V, lse_i = log Σ_j exp(S_ij).
  * The rows of one head are strided in the [s, b, nh, hd] layout; sgemm reads and
  * writes them in place through its leading dimension (B·nh·hd for q, y; B·ng·hd for
@@ -26,8 +28,8 @@
  * reproduces the serial masks exactly; doc_start holds logical key positions too.
  * A query row with no visible key (a sequence block's, or one whose doc_start lies
  * past it) gives y = 0 and lse = -inf. Each block of query rows multiplies only the key columns some row
- * of it sees, from the block's first document start to its last row's causal end:
- * short documents cost little.
+ * of it sees, from its rows' first visible key (document start or window) to its last
+ * row's causal end: short documents and narrow windows cost little.
  */
 #include <limits.h>
 #include <math.h>
@@ -74,6 +76,13 @@ static int check_doc_start(const mg_node *n, const mg_tensor *q, const mg_tensor
     return MG_OK;
 }
 
+static int check_window(const mg_node *n, mg_error *err) {
+    const mg_attr_attention *at = &n->attrs.attention;
+    if (at->window < 0) return mg_shape_error(err, n, "window = %lld must be >= 0", (long long)at->window);
+    if (at->window > 0 && !at->causal) return mg_shape_error(err, n, "a window needs causal attention");
+    return MG_OK;
+}
+
 static void lse_desc(const mg_tensor *q, mg_tensor_desc *d) {
     d->dtype = MG_F32;
     d->ndim = 3;
@@ -86,6 +95,7 @@ static void lse_desc(const mg_tensor *q, mg_tensor_desc *d) {
 static int infer_attention(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     int rc = check_qkv(n, n->in[0], n->in[1], n->in[2], err);
     if (!rc) rc = check_doc_start(n, n->in[0], n->n_in > 3 ? n->in[3] : NULL, err);
+    if (!rc) rc = check_window(n, err);
     if (rc) return rc;
     mg_desc_of(n->in[0], &out[0]);
     lse_desc(n->in[0], &out[1]);
@@ -96,6 +106,7 @@ static int infer_attention_bwd(const mg_node *n, mg_tensor_desc *out, mg_error *
     const mg_tensor *dy = n->in[0], *q = n->in[1], *k = n->in[2], *v = n->in[3], *y = n->in[4], *lse = n->in[5];
     int rc = check_qkv(n, q, k, v, err);
     if (!rc) rc = check_doc_start(n, q, n->n_in > 6 ? n->in[6] : NULL, err);
+    if (!rc) rc = check_window(n, err);
     if (rc) return rc;
     if (dy->dtype != MG_F32 || y->dtype != MG_F32 || !mg_same_shape(dy, q) || !mg_same_shape(y, q))
         return mg_shape_error(err, n, "dy and y must be f32 shaped like q");
@@ -127,6 +138,7 @@ typedef struct {
     float p, keep_scale;
     uint64_t seed, key;
     const int32_t *ds;               /* doc_start [Sq, B] (logical key positions), or NULL */
+    int64_t window;                  /* sliding window (keys per query), 0: none */
 } attn_ctx;
 
 static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg_tensor *k, const int32_t *ds,
@@ -169,6 +181,7 @@ static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg
     c->iteration = info->iteration;
     c->sample0 = mg_exec_first_sample(info, B_g) + c->q_off_b;
     c->ds = ds;
+    c->window = at->window;
 }
 
 /* Number of keys query row i sees (a prefix of the local keys). */
@@ -179,10 +192,12 @@ static inline int n_visible(const attn_ctx *c, int i) {
     return last + 1 < c->Sk ? (int)(last + 1) : c->Sk;
 }
 
-/* First local key query row i of sample b sees (its document's start). */
+/* First local key query row i of sample b sees (its document's start, its window's). */
 static inline int first_visible(const attn_ctx *c, int b, int i) {
-    if (!c->ds) return 0;
-    int64_t f = (int64_t)c->ds[(size_t)i * (size_t)c->B + (size_t)b] - c->k_off_s;
+    int64_t f = c->ds ? (int64_t)c->ds[(size_t)i * (size_t)c->B + (size_t)b] : 0;
+    int64_t w = (int64_t)i + c->q_off_s - c->window + 1; /* logical position of the window's first key */
+    if (c->window > 0 && w > f) f = w;
+    f -= c->k_off_s;
     return f <= 0 ? 0 : f < c->Sk ? (int)f : c->Sk;
 }
 
@@ -190,7 +205,7 @@ static inline int first_visible(const attn_ctx *c, int b, int i) {
 static inline void block_keys(const attn_ctx *c, int b, int i0, int nr, int *lo, int *hi) {
     *hi = n_visible(c, i0 + nr - 1);
     *lo = first_visible(c, b, i0);
-    for (int i = 1; i < nr && c->ds; i++) {
+    for (int i = 1; i < nr && c->ds; i++) { /* (a window alone: the first row's is the least) */
         int f = first_visible(c, b, i0 + i);
         *lo = f < *lo ? f : *lo;
     }
@@ -455,10 +470,10 @@ const mg_op_def mg_opdef_ATTENTION_BWD = {"attention_bwd", 6, 7, MG_OPF_NO_GRAD,
                                           attention_bwd_cpu, NULL, .shard = shard_attention};
 
 static mg_tensor *attention_node(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, mg_tensor *doc_start,
-                                 bool causal, float dropout_p) {
+                                 bool causal, int64_t window, float dropout_p) {
     float scale = 1.0f;
     if (q && q->ndim == 4 && q->shape[3] > 0) scale = (float)(1.0 / sqrt((double)q->shape[3]));
-    mg_attrs at = {.attention = {.scale = scale, .causal = causal, .dropout_p = dropout_p, .rng_key = 0}};
+    mg_attrs at = {.attention = {.scale = scale, .causal = causal, .dropout_p = dropout_p, .rng_key = 0, .window = window}};
     mg_tensor *in[4] = {q, k, v, doc_start};
     mg_node *n = mg_node_new(g, MG_OP_ATTENTION, &at, doc_start ? 4 : 3, in, NULL);
     if (!n) return NULL;
@@ -467,14 +482,10 @@ static mg_tensor *attention_node(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_ten
 }
 
 mg_tensor *mg_attention(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, bool causal, float dropout_p) {
-    return attention_node(g, q, k, v, NULL, causal, dropout_p);
+    return attention_node(g, q, k, v, NULL, causal, 0, dropout_p);
 }
 
-mg_tensor *mg_attention_docs(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, mg_tensor *doc_start,
-                             float dropout_p) {
-    if (!doc_start) {
-        mg_graph_fail(g, MG_ERR_INVALID, "attention: doc_start is NULL");
-        return NULL;
-    }
-    return attention_node(g, q, k, v, doc_start, true, dropout_p);
+mg_tensor *mg_attention_masked(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, mg_tensor *doc_start,
+                               int64_t window, float dropout_p) {
+    return attention_node(g, q, k, v, doc_start, true, window, dropout_p);
 }

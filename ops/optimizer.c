@@ -122,7 +122,7 @@ MG_SIMD static int adamw_cpu(const mg_kernel_args *a, mg_error *err) {
     const float *p = a->in[0], *g = a->in[1], *m = a->in[2], *v = a->in[3];
     float lr = ((const float *)a->in[4])[0], coef = ((const float *)a->in[5])[0];
     float *po = a->out[0], *mo = a->out[1], *vo = a->out[2];
-    double t = (double)(a->info->iteration + 1);
+    double t = (double)(a->info->iteration + 1 - a->info->optim_start);
     /* bias corrections folded into two multipliers; one division per element */
     float ibc1 = (float)(1.0 / (1.0 - pow(c->beta1, t))), ibc2 = (float)(1.0 / (1.0 - pow(c->beta2, t)));
     float b1 = c->beta1, b2 = c->beta2, eps = c->eps, wd = c->weight_decay;

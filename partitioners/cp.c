@@ -47,7 +47,9 @@
  * memory per ring step, as sequence parallelism here keeps its gathered inputs).
  * Within documents (--reset-attention-mask), each query chunk carries its rows of
  * doc_start, which hold logical key positions: every pair masks the keys before its
- * queries' documents with no shift, and nothing more travels around the ring.
+ * queries' documents with no shift, and nothing more travels around the ring. With a
+ * sliding window (attribute window), a pair whose keys all lie before every one of its
+ * queries' windows is skipped like a future one (its block still travels on).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -257,6 +259,14 @@ static mg_tensor *chunk_of(part_ctx *c, mg_tensor *x, const mg_tensor *lt, const
     return y;
 }
 
+/* Whether some query of global chunk qg sees some key of chunk kg (chunks of cl
+ * positions): not all in its future, and with a window, not all before it (the chunk's
+ * last key against the window of its first query). */
+static bool pair_visible(const mg_node *n, int64_t qg, int64_t kg, int64_t cl) {
+    int64_t w = n->attrs.attention.window;
+    return kg <= qg && (w == 0 || (kg + 1) * cl - 1 >= qg * cl - w + 1);
+}
+
 static int cp_attention_fwd(part_ctx *c, const mg_node *n) {
     int C = cp_size(c), r = cp_rank(c), rc = MG_OK;
     const mg_tensor *lq = n->in[0], *lk = n->in[1], *lv = n->in[2];
@@ -267,7 +277,7 @@ static int cp_attention_fwd(part_ctx *c, const mg_node *n) {
     cp_ring *ring = ring_new(c);
     if (!ring) return oom(c);
     ring->k_lid = lk->id, ring->v_lid = lv->id, ring->mb = n->mb;
-    int64_t qg[2] = {r, 2 * C - 1 - r};
+    int64_t qg[2] = {r, 2 * C - 1 - r}, cl = lq->shape[0] / (2 * C);
     for (int a = 0; a < 2; a++)
         if (!(ring->q[a] = chunk_of(c, q, lq, &pq, 0, a, qg[a], "cp_q"))) return built(c, NULL);
     if (n->n_in > 3) { /* within documents: each query chunk with its rows' document starts */
@@ -295,7 +305,7 @@ static int cp_attention_fwd(part_ctx *c, const mg_node *n) {
         int src = (r - t + C) % C;
         int64_t kg[2] = {src, 2 * C - 1 - src};
         for (int e = 0; e < 2 && !rc; e++) {
-            if (kg[e] > qg[1]) continue; /* in the future of both query chunks */
+            if (!pair_visible(n, qg[0], kg[e], cl) && !pair_visible(n, qg[1], kg[e], cl)) continue; /* seen by neither */
             mg_tensor *kc = chunk_of(c, kt, lk, &pk, 0, e, kg[e], "cp_k"), *vc = chunk_of(c, vt, lv, &pv, 0, e, kg[e], "cp_v");
             ring->kc[2 * t + e] = kc, ring->vc[2 * t + e] = vc;
             if (!kc || !vc) {
@@ -303,7 +313,7 @@ static int cp_attention_fwd(part_ctx *c, const mg_node *n) {
                 break;
             }
             for (int a = 0; a < 2; a++) {
-                if (kg[e] > qg[a]) continue;
+                if (!pair_visible(n, qg[a], kg[e], cl)) continue;
                 mg_tensor *in[4] = {ring->q[a], kc, vc, ring->ds[a]};
                 mg_node *nd = mg_node_new(c->P, MG_OP_ATTENTION, &n->attrs, n_attn, in, "cp_attention");
                 if (!nd) {
@@ -352,7 +362,7 @@ static int cp_attention_bwd(part_ctx *c, const mg_node *n) {
     mg_placement pk = attn_pl(c, lk, ts, false), pv = attn_pl(c, lv, ts, false);
     mg_tensor *dy = get_as(c, ldy, &pdy), *y = get_as(c, ly, &py), *lse = get_as(c, ll, &pl);
     if (!dy || !y || !lse) return built(c, NULL);
-    int64_t qg[2] = {r, 2 * C - 1 - r};
+    int64_t qg[2] = {r, 2 * C - 1 - r}, cl = lq->shape[0] / (2 * C);
     mg_tensor *dyc[2], *yc[2], *lc[2], *dq[2] = {0};
     for (int a = 0; a < 2; a++) {
         dyc[a] = chunk_of(c, dy, ldy, &pdy, 0, a, qg[a], "cp_dy");
@@ -368,7 +378,7 @@ static int cp_attention_bwd(part_ctx *c, const mg_node *n) {
         for (int e = 0; e < 2 && !rc; e++) {
             mg_tensor *kc = ring->kc[2 * t + e], *vc = ring->vc[2 * t + e];
             for (int a = 0; a < 2 && kc; a++) {
-                if (kg[e] > qg[a]) continue;
+                if (!pair_visible(n, qg[a], kg[e], cl)) continue;
                 mg_tensor *in[7] = {dyc[a], ring->q[a], kc, vc, yc[a], lc[a], ring->ds[a]};
                 mg_node *b = mg_node_new(c->P, MG_OP_ATTENTION_BWD, &n->attrs, ring->ds[a] ? 7 : 6, in,
                                          "cp_attention_bwd");

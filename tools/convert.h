@@ -1,6 +1,6 @@
 /* mgraph-convert's model descriptions: one per Hugging Face architecture it reads and
  * writes (convert_gpt2.c: GPT2LMHeadModel, convert_llama.c: LlamaForCausalLM and its
- * variants Qwen2ForCausalLM, Qwen3ForCausalLM). Each says
+ * variants Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM). Each says
  * which parameters mgraph's model has (models/gpt2.c names and layouts), how a tensor maps
  * to and from the Hugging Face one, and how config.json reads and writes. mgraph-convert.c
  * does the files (mgraph checkpoints, safetensors) and the command line. */
@@ -26,6 +26,8 @@ typedef struct cv_cfg {
     bool bias;               /* LLaMA: biases on q/k/v/o and the MLP (GPT-2 always has them) */
     bool qkv_bias;           /* LLaMA family: biases on q/k/v even without `bias` (Qwen2, --add-qkv-bias) */
     bool qk_norm;            /* LLaMA family: per-head RMSNorm of q and k (Qwen3, --qk-layernorm) */
+    int window;              /* LLaMA family: sliding-window attention over this many keys in every
+                                layer (Mistral's sliding_window, --window-size window-1,0); 0: none */
     const char *tokenizer_type;
     double hidden_dropout, attention_dropout;
     int divisible_by;
@@ -71,7 +73,7 @@ typedef struct cv_arch {
     json_t *(*write_config)(const cv_cfg *c);
 } cv_arch;
 
-extern const cv_arch cv_gpt2, cv_llama, cv_qwen2, cv_qwen3;
+extern const cv_arch cv_gpt2, cv_llama, cv_qwen2, cv_qwen3, cv_mistral;
 
 /* A positive integer field of config.json (def when absent or null; def < 0: required). */
 int cv_cfg_int(json_t *cfg, const char *k, int64_t def, int64_t *v, const char *path, mg_error *err);

@@ -1,9 +1,10 @@
 /* Hugging Face LlamaForCausalLM <-> mgraph's GPT with LLaMA's options (tools/convert.h):
  * --normalization RMSNorm --position-embedding-type rope --swiglu, grouped-query attention
  * (--num-query-groups), tied or untied output layer, biases or --disable-bias-linear.
- * Two variants share its names and layouts: Qwen2ForCausalLM (biases on q, k, v only:
- * --disable-bias-linear --add-qkv-bias) and Qwen3ForCausalLM (q_norm / k_norm, an RMSNorm
- * of each head's q and k before RoPE: --qk-layernorm; biases on q/k/v/o or none).
+ * Three variants share its names and layouts: Qwen2ForCausalLM (biases on q, k, v only:
+ * --disable-bias-linear --add-qkv-bias), Qwen3ForCausalLM (q_norm / k_norm, an RMSNorm
+ * of each head's q and k before RoPE: --qk-layernorm; biases on q/k/v/o or none) and
+ * MistralForCausalLM (no biases; sliding_window W: --window-size W-1,0 in every layer).
  *
  * models/gpt2.c gives this model Hugging Face's own names and layouts: q/k/v/o, gate/up/down
  * weights [out, in] as torch.nn.Linear, q's rows head after head and k/v's group after group
@@ -102,6 +103,10 @@ static int read_biases(json_t *cfg, const char *path, const char *type, cv_cfg *
         return mg_error_set(err, MG_ERR_INVALID, "%s: attention_bias / mlp_bias are not booleans", path);
     bool abias = json_is_true(ab), mbias = json_is_true(mb);
     c->qkv_bias = c->qk_norm = false;
+    if (!strcmp(type, "mistral")) { /* MistralAttention and MistralMLP: no biases, no such keys */
+        c->bias = false;
+        return MG_OK;
+    }
     if (!strcmp(type, "qwen2")) { /* Qwen2Attention: q/k/v with bias, o without; no MLP bias */
         c->bias = false, c->qkv_bias = true;
         return MG_OK;
@@ -131,9 +136,30 @@ static int read_family(json_t *cfg, const char *path, const char *type, cv_cfg *
     if (ptp && !json_is_null(ptp) && !(json_is_integer(ptp) && json_integer_value(ptp) >= 1))
         return mg_error_set(err, MG_ERR_INVALID, "%s: pretraining_tp is not a positive integer", path);
     json_t *sw = json_object_get(cfg, "use_sliding_window");
-    if (sw && !json_is_null(sw) && !json_is_false(sw))
-        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: use_sliding_window (mgraph's attention is causal over the "
-                            "whole sequence)", path);
+    if (sw && !json_is_null(sw) && !json_is_false(sw)) /* Qwen2's: windows from max_window_layers on */
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: use_sliding_window (windows in the layers from "
+                            "max_window_layers on; mgraph's --window-attn-skip-freq makes every N-th layer a full one)",
+                            path);
+    c->window = 0;
+    if (!strcmp(type, "mistral")) { /* MistralConfig's sliding_window: 4096 when absent, null for none */
+        json_t *w = json_object_get(cfg, "sliding_window");
+        if (!w) c->window = 4096;
+        else if (json_is_integer(w) && json_integer_value(w) >= 1 && json_integer_value(w) <= 100000000)
+            c->window = (int)json_integer_value(w);
+        else if (!json_is_null(w))
+            return mg_error_set(err, MG_ERR_INVALID, "%s: sliding_window is neither null nor a positive integer", path);
+    }
+    /* transformers 5 writes each layer's kind: all one, the kind the class's keys say */
+    json_t *lt = json_object_get(cfg, "layer_types"), *kt;
+    size_t i;
+    const char *kind = c->window ? "sliding_attention" : "full_attention";
+    json_array_foreach(lt, i, kt) {
+        if (!json_is_string(kt) || strcmp(json_string_value(kt), kind))
+            return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: layer_types[%zu] is '%s' (mgraph-convert reads every "
+                                "layer as %s here)", path, i, json_is_string(kt) ? json_string_value(kt) : "?", kind);
+    }
+    if (lt && !json_is_null(lt) && !json_is_array(lt))
+        return mg_error_set(err, MG_ERR_INVALID, "%s: layer_types is not a list", path);
     int rc = read_biases(cfg, path, type, c, err);
     if (rc) return rc;
     json_t *tie = json_object_get(cfg, "tie_word_embeddings");
@@ -174,6 +200,9 @@ static int read_family(json_t *cfg, const char *path, const char *type, cv_cfg *
 static int read_llama(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) { return read_family(cfg, path, "llama", c, err); }
 static int read_qwen2(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) { return read_family(cfg, path, "qwen2", c, err); }
 static int read_qwen3(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) { return read_family(cfg, path, "qwen3", c, err); }
+static int read_mistral(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) {
+    return read_family(cfg, path, "mistral", c, err);
+}
 
 /* config.json of class `arch` (model_type `type`): LLaMA's keys, and the variant's. */
 static json_t *write_family(const cv_cfg *c, const char *arch, const char *type) {
@@ -189,7 +218,11 @@ static json_t *write_family(const cv_cfg *c, const char *arch, const char *type)
                             "attention_dropout", cv_float_decimal((float)c->attention_dropout), "tie_word_embeddings", !c->untied,
                             "initializer_range", 0.02, "pretraining_tp", 1, "use_cache", 1, "torch_dtype", "float32",
                             "bos_token_id", "eos_token_id"); /* the tokenizer's special tokens are not known here */
-    if (cfg && strcmp(type, "llama")) { /* the Qwen classes read no mlp_bias; all attention layers full */
+    if (cfg && !strcmp(type, "mistral")) { /* no bias keys; the window in every layer */
+        json_object_del(cfg, "mlp_bias");
+        json_object_del(cfg, "attention_bias");
+        json_object_set_new(cfg, "sliding_window", json_integer(c->window));
+    } else if (cfg && strcmp(type, "llama")) { /* the Qwen classes read no mlp_bias; all attention layers full */
         json_object_del(cfg, "mlp_bias");
         json_object_set_new(cfg, "use_sliding_window", json_false());
         if (!strcmp(type, "qwen2")) json_object_del(cfg, "attention_bias");
@@ -200,6 +233,7 @@ static json_t *write_family(const cv_cfg *c, const char *arch, const char *type)
 static json_t *write_llama(const cv_cfg *c) { return write_family(c, "LlamaForCausalLM", "llama"); }
 static json_t *write_qwen2(const cv_cfg *c) { return write_family(c, "Qwen2ForCausalLM", "qwen2"); }
 static json_t *write_qwen3(const cv_cfg *c) { return write_family(c, "Qwen3ForCausalLM", "qwen3"); }
+static json_t *write_mistral(const cv_cfg *c) { return write_family(c, "MistralForCausalLM", "mistral"); }
 
 const cv_arch cv_llama = {"LlamaForCausalLM", "llama", "model.embed_tokens.weight", alloc, hf_key, hf_shape, convert,
                           read_llama, write_llama};
@@ -207,3 +241,5 @@ const cv_arch cv_qwen2 = {"Qwen2ForCausalLM", "qwen2", "model.embed_tokens.weigh
                           read_qwen2, write_qwen2};
 const cv_arch cv_qwen3 = {"Qwen3ForCausalLM", "qwen3", "model.embed_tokens.weight", alloc, hf_key, hf_shape, convert,
                           read_qwen3, write_qwen3};
+const cv_arch cv_mistral = {"MistralForCausalLM", "mistral", "model.embed_tokens.weight", alloc, hf_key, hf_shape,
+                            convert, read_mistral, write_mistral};

@@ -1,5 +1,5 @@
 /* mgraph-convert: mgraph checkpoints <-> Hugging Face GPT2LMHeadModel / LlamaForCausalLM
- * (and its variants Qwen2ForCausalLM, Qwen3ForCausalLM).
+ * (and its variants Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM).
  *
  *   mgraph-convert --load CKPT --to-hf DIR      config.json + model.safetensors
  *   mgraph-convert --from-hf DIR --save CKPT    an mgraph checkpoint at iteration 0
@@ -91,7 +91,7 @@ int cv_cfg_int(json_t *cfg, const char *k, int64_t def, int64_t *v, const char *
 /* The class of c: the LLaMA family's by its switches (model_arch refuses the others). */
 static const cv_arch *arch_of(const cv_cfg *c) {
     if (c->arch != CV_LLAMA) return &cv_gpt2;
-    return c->qk_norm ? &cv_qwen3 : c->qkv_bias && !c->bias ? &cv_qwen2 : &cv_llama;
+    return c->window ? &cv_mistral : c->qk_norm ? &cv_qwen3 : c->qkv_bias && !c->bias ? &cv_qwen2 : &cv_llama;
 }
 
 
@@ -135,16 +135,26 @@ static int model_arch(json_t *mm, const char *path, cv_cfg *c, mg_error *err) {
     int rc = json_int(mm, "num_query_groups", &g, path, err);
     json_t *un = json_object_get(mm, "untie_embeddings_and_output_weights"), *nb = json_object_get(mm, "disable_bias_linear");
     json_t *qb = json_object_get(mm, "add_qkv_bias"), *qn = json_object_get(mm, "qk_layernorm"); /* (absent: older) */
+    json_t *w = json_object_get(mm, "window"), *wf = json_object_get(mm, "window_attn_skip_freq");
     if (!rc && (!json_is_boolean(un) || !json_is_boolean(nb) || !json_is_number(rb) || g < 1 || g > 1000000 ||
-                (qb && !json_is_boolean(qb)) || (qn && !json_is_boolean(qn))))
+                (qb && !json_is_boolean(qb)) || (qn && !json_is_boolean(qn)) ||
+                (w && !(json_is_integer(w) && json_integer_value(w) >= 0 && json_integer_value(w) <= 100000000)) ||
+                (wf && !json_is_integer(wf))))
         rc = mg_error_set(err, MG_ERR_IO, "%s: model flags missing or invalid", path);
     if (rc) return rc;
     c->arch = CV_LLAMA, c->groups = (int)g, c->untied = json_is_true(un), c->bias = !json_is_true(nb);
     c->qkv_bias = json_is_true(qb), c->qk_norm = json_is_true(qn);
     c->rope_base = json_number_value(rb);
+    c->window = w ? (int)json_integer_value(w) : 0;
     if (c->qk_norm && (c->bias || c->qkv_bias)) /* Qwen3's attention_bias would bias o_proj too */
         return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: --qk-layernorm with biases is no Hugging Face class "
                             "(Qwen3ForCausalLM has q/k norms with --disable-bias-linear and no --add-qkv-bias)", path);
+    if (c->window && wf && json_integer_value(wf) != 0) /* Mistral's window is in every layer */
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: --window-attn-skip-freq (full-attention layers among the "
+                            "windowed ones) is no Hugging Face class mgraph-convert writes", path);
+    if (c->window && (c->bias || c->qkv_bias || c->qk_norm))
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: a sliding window with biases or --qk-layernorm is no Hugging "
+                            "Face class mgraph-convert writes (MistralForCausalLM has neither)", path);
     return MG_OK;
 }
 
@@ -197,11 +207,12 @@ static json_t *model_json(const cv_cfg *c) {
                           c->positions, "padded_vocab_size", (json_int_t)c->padded, "vocab_size", (json_int_t)c->vocab,
                           "make_vocab_size_divisible_by", c->divisible_by, "tokenizer_type", c->tokenizer_type,
                           "layernorm_epsilon", (double)(float)c->eps);
-    json_t *more = json_pack("{s:s, s:s, s:b, s:i, s:b, s:b, s:f, s:f, s:b, s:b}", "normalization",
+    json_t *more = json_pack("{s:s, s:s, s:b, s:i, s:b, s:b, s:f, s:f, s:b, s:b, s:i, s:i}", "normalization",
                              llama ? "RMSNorm" : "LayerNorm", "position_embedding_type", llama ? "rope" : "learned_absolute",
                              "swiglu", llama, "num_query_groups", c->groups, "untie_embeddings_and_output_weights",
                              c->untied, "disable_bias_linear", !c->bias, "rotary_base", (double)(float)c->rope_base,
-                             "rotary_percent", 1.0, "add_qkv_bias", c->qkv_bias && !c->bias, "qk_layernorm", c->qk_norm);
+                             "rotary_percent", 1.0, "add_qkv_bias", c->qkv_bias && !c->bias, "qk_layernorm", c->qk_norm,
+                             "window", c->window, "window_attn_skip_freq", 0);
     if (j && more) json_object_update(j, more);
     json_decref(more);
     if (j) json_object_set_new(j, "num_experts", json_integer(0));
@@ -370,12 +381,12 @@ static int load_hf(const opts *o, cv_model *m, mg_error *err) {
         return mg_error_set(err, MG_ERR_INVALID, "%s: not a JSON object (%s)", path, je.text);
     }
     const char *mt = json_string_value(json_object_get(cfg, "model_type"));
-    const cv_arch *known[] = {&cv_gpt2, &cv_llama, &cv_qwen2, &cv_qwen3}, *a = NULL;
+    const cv_arch *known[] = {&cv_gpt2, &cv_llama, &cv_qwen2, &cv_qwen3, &cv_mistral}, *a = NULL;
     for (size_t i = 0; i < sizeof known / sizeof *known && mt; i++)
         if (!strcmp(mt, known[i]->model_type)) a = known[i];
     int rc = a ? a->read_config(cfg, path, &m->cfg, err)
                : mg_error_set(err, MG_ERR_UNSUPPORTED,
-                              "%s: model_type '%s' (mgraph-convert reads gpt2, llama, qwen2 and qwen3)", path,
+                              "%s: model_type '%s' (mgraph-convert reads gpt2, llama, qwen2, qwen3 and mistral)", path,
                               mt ? mt : "missing");
     json_decref(cfg);
     if (rc) return rc;

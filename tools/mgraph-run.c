@@ -138,6 +138,46 @@ static int metrics_open(run *r, mg_error *err) {
     return MG_OK;
 }
 
+/* ---- --exit-signal-handler ----------------------------------------------------------------
+ * Megatron's DistributedSignalHandler: the signal (--exit-signal, SIGTERM by default) only
+ * sets a flag; at the end of each iteration the ranks learn whether any of them got it
+ * (one integer, all-reduced), then save a checkpoint (with --save) and end with exit 0,
+ * as after --exit-interval. A cluster's preemption (SLURM signals every task) thus costs
+ * at most the iteration under way. A second signal meets the handler this one replaced
+ * (the metrics file's stop above, or the default): a stuck run can still be stopped. */
+static volatile sig_atomic_t g_exit_signalled;
+static struct sigaction g_exit_prev;
+
+static void on_exit_signal(int sig) {
+    g_exit_signalled = 1;
+    sigaction(sig, &g_exit_prev, NULL); /* (async-signal-safe) */
+}
+
+static int signal_number(const char *name) {
+    static const struct { const char *name; int sig; } sigs[] = {
+        {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT}, {"SIGHUP", SIGHUP}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+        if (!strcmp(sigs[i].name, name)) return sigs[i].sig;
+    return SIGTERM; /* (the flag's choices are these) */
+}
+
+static void exit_signal_install(const mg_run_config *c) {
+    if (!c->exit_signal_handler) return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_exit_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(signal_number(c->exit_signal), &sa, &g_exit_prev);
+}
+
+/* Whether any rank got the exit signal (every rank calls this at the same iteration). */
+static bool exit_signalled(const run *r) {
+    int got = g_exit_signalled;
+    if (r->mpi_world > 1) MPI_Allreduce(MPI_IN_PLACE, &got, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return got != 0;
+}
+
 /* A number as JSON has it: NaN and Inf are not numbers there, they become null. */
 static const char *json_number(char buf[32], double v) {
     if (isfinite(v)) snprintf(buf, 32, "%.9e", v);
@@ -698,7 +738,8 @@ static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, m
 
 static int execute(run *r, mg_graph *g, mg_storage *store, mg_engine *eng, int64_t iteration, bool training,
                    int64_t gbs, mg_error *err) {
-    mg_exec_info info = {.seed = r->resume.seed, .iteration = iteration, .training = training, .comm = r->comm,
+    mg_exec_info info = {.seed = r->resume.seed, .iteration = iteration, .optim_start = r->resume.optim_start,
+                         .training = training, .comm = r->comm,
                          .n_micro = local_instances_of(r, gbs), .mb_offset = dp_rank(r), .mb_stride = dp_size(r),
                          .mb_split = split_of(r)};
     return eng ? mg_engine_run(eng, &info, err) : mg_exec_reference(g, store, &info, err);
@@ -782,7 +823,7 @@ static void read_test_hooks(run *r) {
 /* --save: the state after `iteration` iterations. */
 static int save(run *r, int64_t iteration, uint64_t consumed, mg_error *err) {
     mg_run_save_state s = {iteration, (int64_t)consumed, r->eval_batches_done, r->resume.seed,
-                           mg_tokenizer_vocab_size(r->tok)};
+                           mg_tokenizer_vocab_size(r->tok), r->resume.optim_start};
     double t0 = now_s();
     int rc = mg_run_save(&r->cfg, r->sc, &r->plan, &r->mesh, r->mpi_world, r->train_g, r->train_st, &s, err);
     if (!rc && r->mesh.rank == 0) {
@@ -812,6 +853,7 @@ static int train(run *r, mg_error *err) {
         return mg_error_set(err, MG_ERR_RUNTIME, "the step graph lacks lm_loss, optimizer.lr or optimizer.grad_norm");
     int64_t start = r->resume.iteration;
     uint64_t consumed = (uint64_t)r->resume.consumed_samples; /* samples before this iteration */
+    exit_signal_install(c);
     for (int64_t it = start; it < c->train_iters; it++) {
         double t0 = now_s();
         /* Megatron's update_num_microbatches(consumed samples): the ramp's batch, else the global batch */
@@ -907,11 +949,13 @@ static int train(run *r, mg_error *err) {
             saved = true;
         }
         consumed += (uint64_t)gbs;
-        /* Megatron's checkpoint_and_decide_exit: after --exit-duration-in-mins (from the
-         * start of the run; every rank takes the latest clock) or at a multiple of
-         * --exit-interval, save if not saved, say so and end, without the final evaluation */
+        /* Megatron's checkpoint_and_decide_exit: after the exit signal (any rank's), after
+         * --exit-duration-in-mins (from the start of the run; every rank takes the latest
+         * clock) or at a multiple of --exit-interval, save if not saved, say so and end,
+         * without the final evaluation */
         char why[96] = "";
-        if (c->exit_duration_in_mins > 0) {
+        if (c->exit_signal_handler && exit_signalled(r)) snprintf(why, sizeof why, "after receiving %s", c->exit_signal);
+        if (!*why && c->exit_duration_in_mins > 0) {
             double mins = (now_s() - r->t_start) / 60.0;
             if (r->mpi_world > 1) MPI_Allreduce(MPI_IN_PLACE, &mins, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
             if (mins > c->exit_duration_in_mins) snprintf(why, sizeof why, "after %g minutes", mins);

@@ -176,6 +176,9 @@ static json_t *model_json(const mg_run_config *c, const mg_gpt_config *m, int64_
     if (j) json_object_set_new(j, "add_qkv_bias", json_boolean(m->add_qkv_bias && m->disable_bias_linear));
     if (j) json_object_set_new(j, "qk_layernorm", json_boolean(m->qk_layernorm));
     if (j) json_object_set_new(j, "squared_relu", json_boolean(m->squared_relu));
+    /* the sliding window in keys (Hugging Face's sliding_window; 0: none) */
+    if (j) json_object_set_new(j, "window", json_integer(m->window));
+    if (j) json_object_set_new(j, "window_attn_skip_freq", json_integer(m->window_skip_freq));
     /* MoE: the flags that shape the expert parameters (models/moe.c) */
     if (j) json_object_set_new(j, "num_experts", json_integer(m->moe.num_experts));
     if (j && m->moe.num_experts > 0) {
@@ -207,7 +210,11 @@ static char *meta_text(const mg_run_config *c, const mg_step_config *sc, const m
         "optimizer", "beta1", (double)o->beta1, "beta2", (double)o->beta2, "eps", (double)o->eps, "weight_decay",
         (double)o->weight_decay, "clip_grad", (double)o->clip_grad,
         "dropout", "hidden", (double)sc->model.hidden_dropout, "attention", (double)sc->model.attention_dropout);
-    if (m) json_object_set_new(m, "optimizer_state", json_true());
+    /* --no-save-optim: the model without the Adam moments; --no-save-rng: without the seed
+     * (a run loading it uses its own --seed, as Megatron's distributed checkpoints do) */
+    if (m) json_object_set_new(m, "optimizer_state", json_boolean(!c->no_save_optim));
+    if (m && !c->no_save_optim) json_object_set_new(m, "optimizer_start", json_integer(s->optim_start));
+    if (m && c->no_save_rng) json_object_del(m, "rng");
     if (m) json_object_set_new(json_object_get(m, "plan"), "pipeline_model_parallel_size", json_integer(plan->pp));
     char *text = m ? json_dumps(m, JSON_COMPACT) : NULL;
     json_decref(m);
@@ -230,7 +237,7 @@ int mg_run_save(const mg_run_config *cfg, const mg_step_config *sc, const mg_pla
     rc = agree(mpi_world, rc, err);
     mg_ckpt_piece *pieces = NULL;
     int n = 0;
-    if (!rc) rc = collect(g, mesh, st, true, true, &pieces, &n, err);
+    if (!rc) rc = collect(g, mesh, st, true, !cfg->no_save_optim, &pieces, &n, err);
     /* (every rank of a pipeline group gathers, whether or not its collect failed) */
     int drc = mesh->size[MG_GROUP_PP] > 1 ? drop_lower_stages(mesh, pieces, &n, err) : MG_OK;
     if (!rc) rc = drc;
@@ -305,16 +312,19 @@ static int check_model(const mg_ckpt *ck, json_t *saved, const mg_run_config *c,
             free(y);
         }
     }
-    /* MoE flags (absent from dense checkpoints and those saved before MoE: 0 experts) */
+    /* MoE flags (absent from dense checkpoints and those saved before MoE: 0 experts),
+     * the sliding window (absent from those saved before it: none) */
     const struct { const char *key, *flag; } moe[] = {
         {"num_experts", "--num-experts"},
         {"moe_ffn_hidden_size", "--moe-ffn-hidden-size"},
         {"moe_layer_freq", "--moe-layer-freq"},
+        {"window", "--window-size (the sliding window, in keys: L + 1)"},
+        {"window_attn_skip_freq", "--window-attn-skip-freq"},
     };
     for (size_t i = 0; i < sizeof moe / sizeof *moe && !rc; i++) {
         json_t *a = json_object_get(saved, moe[i].key), *b = json_object_get(now, moe[i].key);
         json_t *zero = json_integer(0);
-        if (!a && i == 0) a = zero;
+        if (!a && (i == 0 || i >= 3)) a = zero;
         if ((a || b) && !json_equal(a, b)) {
             char *x = a ? json_dumps(a, JSON_ENCODE_ANY) : NULL, *y = b ? json_dumps(b, JSON_ENCODE_ANY) : NULL;
             rc = mg_error_set(err, MG_ERR_INVALID, "%s does not match the checkpoint %s: it was saved with %s, this run has %s",
@@ -376,13 +386,21 @@ int mg_run_resume_open(const mg_run_config *cfg, const mg_gpt_config *model, int
     if (!meta) rc = mg_error_set(err, MG_ERR_IO, "%s: metadata is not JSON", mg_ckpt_dir(out->ck));
     if (!rc) rc = check_model(out->ck, json_object_get(meta, "model"), cfg, model, vocab_unpadded, err);
     bool ok = true;
+    bool has_rng = json_object_get(meta, "rng") != NULL; /* (--no-save-rng: none) */
     int64_t it = get_int(meta, "iteration", NULL, &ok), consumed = get_int(meta, "consumed_samples", NULL, &ok),
-            evals = get_int(meta, "data", "eval_batches_done", &ok), seed = get_int(meta, "rng", "seed", &ok);
+            evals = get_int(meta, "data", "eval_batches_done", &ok),
+            seed = has_rng ? get_int(meta, "rng", "seed", &ok) : 0;
     if (!rc && (!ok || it < 0 || consumed < 0 || evals < 0 || it != mg_ckpt_iteration(out->ck)))
         rc = mg_error_set(err, MG_ERR_IO, "%s: iteration, consumed_samples, data or rng state missing or inconsistent",
                           mg_ckpt_dir(out->ck));
-    /* a checkpoint without optimizer state (mgraph-convert --from-hf) loads its model only */
+    /* a checkpoint without optimizer state (mgraph-convert --from-hf, --no-save-optim)
+     * loads its model only */
     bool has_optim = json_is_true(json_object_get(meta, "optimizer_state"));
+    json_t *os = json_object_get(meta, "optimizer_start"); /* (absent: saved before it, 0) */
+    int64_t optim_start = json_is_integer(os) ? json_integer_value(os) : 0;
+    if (!rc && has_optim && (optim_start < 0 || optim_start > it))
+        rc = mg_error_set(err, MG_ERR_IO, "%s: optimizer_start %lld is not in [0, iteration %lld]", mg_ckpt_dir(out->ck),
+                          (long long)optim_start, (long long)it);
     json_decref(meta);
     if (rc) {
         mg_run_resume_close(out);
@@ -394,8 +412,11 @@ int mg_run_resume_open(const mg_run_config *cfg, const mg_gpt_config *model, int
         out->iteration = it;
         out->consumed_samples = consumed;
         out->eval_batches_done = evals;
-        if (!cfg->no_load_rng) out->seed = (uint64_t)seed;
+        if (!cfg->no_load_rng && has_rng) out->seed = (uint64_t)seed;
     }
+    /* Adam's step counts from where its moments started: the saved moments' start, or
+     * here for fresh ones (torch's Adam restarts its step with a new state) */
+    out->optim_start = out->load_optim ? optim_start : out->iteration;
     return MG_OK;
 }
 

@@ -24,6 +24,8 @@ typedef struct mg_run_resume {
     int64_t eval_batches_done;   /* validation batches already drawn */
     uint64_t seed;               /* the counter RNG's seed (dropout) */
     bool load_optim;             /* fill the Adam moments too */
+    int64_t optim_start;         /* mg_exec_info.optim_start: the checkpoint's with the moments,
+                                    else the iteration resumed at (the moments start from zero) */
 } mg_run_resume;
 
 /* --load: opens the checkpoint, checks the model flags it was made with against this
@@ -39,6 +41,7 @@ typedef struct mg_run_save_state {
     int64_t iteration, consumed_samples, eval_batches_done;
     uint64_t seed;
     int64_t vocab_unpadded;
+    int64_t optim_start; /* where the saved moments started from zero (mg_exec_info.optim_start) */
 } mg_run_save_state;
 
 /* --save: every rank writes the pieces it holds (each piece by one rank only), rank 0

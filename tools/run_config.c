@@ -75,6 +75,10 @@ static const flag flags[] = {
      "weight decay on the --qk-layernorm weights (by default none, as on every norm)"},
     {"--add-qkv-bias", F_BOOL, O(add_qkv_bias), USE, NULL, "biases on the Q, K, V projections even with --disable-bias-linear"},
     {"--squared-relu", F_BOOL, O(squared_relu), USE, NULL, "the MLP activation relu(x)^2 (Nemotron), not GELU"},
+    {"--window-size", F_STR, O(window_size), USE, NULL,
+     "L,0: sliding-window attention, each token sees itself and the L tokens before it (Mistral); -1,0: none"},
+    {"--window-attn-skip-freq", F_STR, O(window_attn_skip_freq), USE, NULL,
+     "N: every N-th layer (N, 2N, ...) attends over the whole sequence, the others over --window-size"},
     {"--rotary-seq-len-interpolation-factor", F_INT, NOFF, REFUSE, NULL, "RoPE has no position interpolation"},
     {"--use-rope-scaling", F_BOOL, NOFF, REFUSE, NULL, "RoPE has no Llama 3.1 frequency scaling"},
     /* mixture of experts */
@@ -139,6 +143,11 @@ static const flag flags[] = {
      "stop after the iteration that is a multiple of N (saving a checkpoint first with --save)"},
     {"--exit-duration-in-mins", F_FLOAT, O(exit_duration_in_mins), USE, NULL,
      "stop after the first iteration that ends N minutes after training started (saving a checkpoint first with --save)"},
+    {"--exit-signal-handler", F_BOOL, O(exit_signal_handler), USE, NULL,
+     "on --exit-signal (any rank's), stop after the iteration, saving a checkpoint first with --save; a second one stops "
+     "at once"},
+    {"--exit-signal", F_STR, O(exit_signal), USE, "SIGTERM|SIGINT|SIGHUP|SIGUSR1|SIGUSR2",
+     "the signal of --exit-signal-handler (default SIGTERM; mpirun forwards SIGUSR1 and SIGUSR2 to every rank)"},
     {"--fp16", F_BOOL, NOFF, REFUSE, NULL, "fp16 training needs loss scaling, which mgraph does not have"},
     {"--grad-reduce-in-bf16", F_BOOL, NOFF, REFUSE, NULL, "gradients are accumulated and reduced in fp32"},
     {"--fp8-format", F_STR, NOFF, REFUSE, "e4m3|hybrid", "no fp8 arithmetic"},
@@ -186,7 +195,12 @@ static const flag flags[] = {
     {"--save-interval", F_I64, O(save_interval), USE, NULL, "iterations between checkpoints (and one at the end)"},
     {"--save-retain", F_INT, O(save_retain), USE, NULL, "keep the newest N checkpoints in --save (0: all)"},
     {"--load", F_STR, O(load), USE, NULL, "checkpoint directory (or iter_N directory) to resume from"},
-    {"--no-load-optim", F_BOOL, O(no_load_optim), USE, NULL, "with --load: do not load the Adam moments"},
+    {"--no-load-optim", F_BOOL, O(no_load_optim), USE, NULL,
+     "with --load: do not load the Adam moments (they start from zero, and Adam's step count with them)"},
+    {"--no-save-optim", F_BOOL, O(no_save_optim), USE, NULL,
+     "with --save: the model only, without the Adam moments (loading it starts them from zero)"},
+    {"--no-save-rng", F_BOOL, O(no_save_rng), USE, NULL,
+     "with --save: without the RNG seed (loading it uses that run's --seed)"},
     {"--no-load-rng", F_BOOL, O(no_load_rng), USE, NULL, "with --load: use --seed, not the checkpoint's RNG seed"},
     {"--finetune", F_BOOL, O(finetune), USE, NULL, "with --load: load the model only, start at iteration 0"},
     {"--skip-train", F_BOOL, O(skip_train), USE, NULL, "evaluate on the validation split, train nothing"},
@@ -371,6 +385,7 @@ void mg_run_config_defaults(mg_run_config *c) {
     c->moe_router_topk = 2;
     c->expert_tensor_parallel_size = 1;
     c->moe_layer_freq = 1;
+    c->exit_signal = "SIGTERM";
     c->moe_token_drop_policy = "probs";
     c->moe_token_dispatcher_type = "alltoall";
     c->position_embedding_type = "learned_absolute";
@@ -567,7 +582,50 @@ void mg_run_config_parse(mg_run_config *c, int argc, char **argv, mg_run_notes *
 }
 
 /* ---- checks -------------------------------------------------------------------------------- */
+/* Megatron's tuple_type: "L,R" or "(L,R)", integers. */
+static bool parse_int_pair(const char *s, long *a, long *b) {
+    char *e;
+    while (*s == ' ') s++;
+    bool paren = *s == '(';
+    if (paren) s++;
+    errno = 0;
+    *a = strtol(s, &e, 10);
+    if (e == s || *e != ',' || errno) return false;
+    s = e + 1;
+    *b = strtol(s, &e, 10);
+    if (e == s || errno) return false;
+    if (paren && *e++ != ')') return false;
+    return *e == 0;
+}
+
+/* --window-size and --window-attn-skip-freq into window (keys) and window_skip. */
+static void check_window(mg_run_config *c, mg_run_notes *n) {
+    long l = -1, r = 0;
+    if (c->window_size && !parse_int_pair(c->window_size, &l, &r)) {
+        mg_run_notes_error(n, "--window-size '%s': want two integers L,R (Megatron's tuple, e.g. 4095,0)", c->window_size);
+        return;
+    }
+    if (c->window_size && (l < -1 || l >= INT_MAX || r != 0)) {
+        mg_run_notes_error(n, "--window-size %s: want L >= -1 (-1: no window) and R = 0 (mgraph's GPT is causal: a "
+                              "token sees no later one)", c->window_size);
+        return;
+    }
+    c->window = l >= 0 ? (int)l + 1 : 0;
+    if (!c->window_attn_skip_freq) return;
+    char *e;
+    errno = 0;
+    long f = strtol(c->window_attn_skip_freq, &e, 10);
+    if (e == c->window_attn_skip_freq || *e || errno || f < 1 || f > INT_MAX)
+        mg_run_notes_error(n, "--window-attn-skip-freq '%s': want an integer N >= 1 (Megatron's list patterns are not "
+                              "supported)", c->window_attn_skip_freq);
+    else if (!c->window)
+        mg_run_notes_error(n, "--window-attn-skip-freq needs --window-size L,0 with L >= 0");
+    else
+        c->window_skip = (int)f;
+}
+
 void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
+    check_window(c, n);
     /* Megatron: with SwiGLU the default ffn keeps the parameter count of 4h, rounded
      * down to a multiple of 64 */
     if (c->ffn_hidden_size <= 0) { /* in 64 bits, capped: a huge --hidden-size is reported, never overflows */
@@ -747,6 +805,8 @@ int mg_run_config_model(const mg_run_config *c, mg_gpt_config *m, mg_error *err)
     m->qk_layernorm = c->qk_layernorm;
     m->squared_relu = c->squared_relu;
     m->qk_layernorm_wd = c->apply_wd_to_qk_layernorm;
+    m->window = c->window;
+    m->window_skip_freq = c->window_skip;
     return MG_OK;
 }
 

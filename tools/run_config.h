@@ -25,6 +25,11 @@ typedef struct mg_run_config {
     float rotary_base, rotary_percent, norm_epsilon;
     bool swiglu, group_query_attention, untie_embeddings_and_output_weights, disable_bias_linear;
     bool add_qkv_bias, qk_layernorm, apply_wd_to_qk_layernorm, squared_relu;
+    /* Megatron's --window-size "L,R" and --window-attn-skip-freq N as given (NULL: not),
+     * and what mg_run_config_check makes of them: window = L + 1 keys (0: none), and
+     * window_skip = N (0: every layer windowed) */
+    const char *window_size, *window_attn_skip_freq;
+    int window, window_skip;
     int num_query_groups;
     int kv_channels;            /* 0: hidden / heads (the only size supported) */
     bool no_position_embedding; /* Megatron's: no learned position table (with rope: nothing changes) */
@@ -63,7 +68,7 @@ typedef struct mg_run_config {
     bool eod_mask_loss; /* leave out of the loss the positions whose input is the end-of-document token */
     bool calculate_per_token_loss; /* train on the mean over the global batch's kept tokens */
     bool reset_position_ids;   /* positions restart at 0 after each end-of-document token */
-    bool reset_attention_mask; /* attention within documents (mg_attention_docs) */
+    bool reset_attention_mask; /* attention within documents (mg_attention_masked) */
     /* parallelism */
     int tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size, expert_model_parallel_size;
     int expert_tensor_parallel_size;
@@ -89,7 +94,10 @@ typedef struct mg_run_config {
     int64_t save_interval;
     int save_retain;         /* keep the newest N iteration directories (0: all) */
     bool no_load_optim, no_load_rng, finetune, skip_train;
+    bool no_save_optim, no_save_rng; /* --save without the Adam moments / without the RNG seed */
     bool exit_on_missing_checkpoint; /* --load finding no checkpoint is an error, not a fresh start */
+    bool exit_signal_handler;        /* --exit-signal: save (with --save) and end after the iteration */
+    const char *exit_signal;         /* SIGTERM (default) | SIGINT | SIGHUP | SIGUSR1 | SIGUSR2 */
     bool help;
     bool demo;               /* no flag was given: the demo run's own values were applied */
     bool given[256];         /* flags that were on the command line, by table position */

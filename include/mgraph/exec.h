@@ -17,7 +17,11 @@ typedef struct mg_comm mg_comm; /* per-rank communicators (scheduler/comm) */
 /* What a kernel may know about the step besides its node and buffers. */
 typedef struct mg_exec_info {
     uint64_t seed;        /* run seed: weights, dropout */
-    int64_t iteration;    /* 0-based training iteration (Adam's step is iteration + 1) */
+    int64_t iteration;    /* 0-based training iteration */
+    int64_t optim_start;  /* the iteration at which the Adam moments started from zero: Adam's
+                           * step is iteration + 1 - optim_start (0 unless a run resumed
+                           * without the moments, --no-load-optim: torch's Adam restarts its
+                           * step count with its state, and so do the bias corrections here) */
     bool training;        /* false: dropout is the identity */
     mg_comm *comm;        /* NULL on a single rank */
     /* The micro-batch schedule of this step. A graph's per-micro-batch part (nodes with

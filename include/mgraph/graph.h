@@ -138,6 +138,9 @@ typedef struct mg_attr_attention {
     bool causal;
     float dropout_p;    /* attention-probability dropout */
     uint64_t rng_key;   /* dropout stream, from the logical name */
+    int64_t window;     /* causal only; > 0: query i sees at most the keys i - window + 1 .. i
+                         * (a sliding window: Megatron's --window-size window-1,0, Hugging
+                         * Face's sliding_window); 0: no window */
 } mg_attr_attention;
 typedef struct mg_attr_embedding {
     int64_t vocab_offset; /* ids outside [offset, offset + rows) give zero rows (vocab-parallel) */

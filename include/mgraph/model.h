@@ -62,6 +62,10 @@ typedef struct mg_gpt_config {
     bool qk_layernorm;       /* --qk-layernorm: q and k each normalised per head (the model's norm
                                 over the head dim, weights [head dim]) before RoPE (Qwen3, OLMo 2) */
     bool qk_layernorm_wd;    /* --apply-wd-to-qk-layernorm: weight decay on those norm weights */
+    int window;              /* --window-size W-1,0: sliding-window attention, each query sees its
+                                last W keys (itself included; Hugging Face's sliding_window); 0: none */
+    int window_skip_freq;    /* --window-attn-skip-freq N: layers N, 2N, ... (1-based) attend over
+                                the whole sequence, the others over the window; 0: every layer windowed */
     mg_moe_config moe;
 } mg_gpt_config;
 
@@ -74,6 +78,10 @@ int mg_gpt_check(const mg_gpt_config *c, mg_error *err);
  * (Megatron: int(head_dim * rotary_percent)). */
 int mg_gpt_kv_groups(const mg_gpt_config *c);
 int mg_gpt_rotary_dim(const mg_gpt_config *c);
+/* The sliding window of layer i (0-based), in keys: cfg.window, or 0 (whole sequence)
+ * where --window-attn-skip-freq makes the layer a full-attention one (Megatron's
+ * is_layer_window_attention). */
+int mg_gpt_layer_window(const mg_gpt_config *c, int layer);
 /* True when the config is exactly GPT-2's architecture (then parameters have GPT-2's
  * Hugging Face names); any LLaMA option selects Hugging Face LLaMA names. */
 bool mg_gpt_is_gpt2(const mg_gpt_config *c);
@@ -145,7 +153,7 @@ typedef struct mg_gpt_aux {
 /* As mg_gpt2_forward, returning the language-model loss alone and the auxiliary losses
  * in *aux. (mg_gpt2_forward returns lm loss + aux->loss: the training objective.)
  * doc_start (i32) [s, b], or NULL: attention within documents (--reset-attention-mask),
- * each token's document starting at that sequence index (mg_attention_docs). */
+ * each token's document starting at that sequence index (mg_attention_masked). */
 mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions,
                                mg_tensor *doc_start, mg_tensor *targets, bool training, mg_gpt_aux *aux);
 

@@ -46,11 +46,13 @@ mg_tensor *mg_softmax(mg_graph *g, mg_tensor *x);  /* over the last dimension */
  * query attention: q head h uses kv group h / (nh/ng)). Output [s, b, nh, hd]. */
 mg_tensor *mg_attention(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, bool causal,
                         float dropout_p);
-/* Causal attention within documents (Megatron's --reset-attention-mask): query i of
- * sample b sees keys j with doc_start[i, b] <= j <= i, doc_start (i32) [s, b] holding
- * the sequence index where query i's document starts. */
-mg_tensor *mg_attention_docs(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, mg_tensor *doc_start,
-                             float dropout_p);
+/* Causal attention with Megatron's masks: query i of sample b sees keys j with
+ * max(doc_start[i, b], i - window + 1) <= j <= i. doc_start (i32) [s, b], the sequence
+ * index where query i's document starts (--reset-attention-mask), or NULL: 0. window > 0:
+ * a sliding window of that many keys (--window-size window-1,0; Hugging Face's
+ * sliding_window), 0: none. */
+mg_tensor *mg_attention_masked(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, mg_tensor *doc_start,
+                               int64_t window, float dropout_p);
 
 /* ids (i32, any shape) -> ids.shape + [h], rows of table [V, h]. */
 mg_tensor *mg_embedding(mg_graph *g, mg_tensor *ids, mg_tensor *table);

@@ -1,8 +1,9 @@
 /* Attention forward and backward (ops/attention.c) on cuBLAS plus row kernels.
  *
  * Same algorithm as the CPU kernel: S = scale Q Kᵀ per head, a row kernel for the
- * causal mask (and the documents' starts, doc_start), softmax, lse and the dropout mask (the counter RNG at the same logical
- * indices: identical masks), then Y = Pd V. Only lse is saved; the backward recomputes
+ * causal mask (and the documents' starts, doc_start, and the sliding window), softmax,
+ * lse and the dropout mask (the counter RNG at the same logical indices: identical
+ * masks), then Y = Pd V. Only lse is saved; the backward recomputes
  * P = exp(S - lse) (flash-attention style) and regenerates the mask:
  *   dPd = dY Vᵀ, dS = P (dPd keep/(1-p) - D), D_i = dY_i . Y_i,
  *   dV += Pdᵀ dY, dQ = scale dS K, dK += scale dSᵀ Q.
@@ -37,6 +38,7 @@ typedef struct attn_ctx {
     uint64_t key; /* mixed with the seed */
     int64_t iteration, sample0; /* mask streams: global sample of local batch row 0 */
     const int32_t *ds;          /* doc_start [Sq, B] on the device (logical key positions), or NULL */
+    int64_t window;             /* sliding window (keys per query), 0: none */
 } attn_ctx;
 
 static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg_tensor *k, const void *ds,
@@ -77,6 +79,7 @@ static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg
     c->iteration = info->iteration;
     c->sample0 = mg_exec_first_sample(info, B_g) + c->q_off_b;
     c->ds = (const int32_t *)ds;
+    c->window = at->window;
 }
 
 __device__ inline int n_visible(const attn_ctx &c, int i) {
@@ -86,10 +89,12 @@ __device__ inline int n_visible(const attn_ctx &c, int i) {
     return last + 1 < c.Sk ? (int)(last + 1) : c.Sk;
 }
 
-/* First local key query row i of sample b sees (its document's start). */
+/* First local key query row i of sample b sees (its document's start, its window's). */
 __device__ inline int first_visible(const attn_ctx &c, int b, int i) {
-    if (!c.ds) return 0;
-    int64_t f = (int64_t)c.ds[(size_t)i * c.B + b] - c.k_off_s;
+    int64_t f = c.ds ? (int64_t)c.ds[(size_t)i * c.B + b] : 0;
+    int64_t w = (int64_t)i + c.q_off_s - c.window + 1;
+    if (c.window > 0 && w > f) f = w;
+    f -= c.k_off_s;
     return f <= 0 ? 0 : f < c.Sk ? (int)f : c.Sk;
 }
 

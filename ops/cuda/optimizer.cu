@@ -75,7 +75,7 @@ extern "C" int mg_cuda_adamw(const mg_kernel_args *a, mg_error *err) {
     const mg_attr_adamw *c = &a->node->attrs.adamw;
     int64_t n = mg_numel(a->node->in[0]);
     if (n == 0) return MG_OK;
-    double t = (double)(a->info->iteration + 1);
+    double t = (double)(a->info->iteration + 1 - a->info->optim_start);
     float ibc1 = (float)(1.0 / (1.0 - pow(c->beta1, t))), ibc2 = (float)(1.0 / (1.0 - pow(c->beta2, t)));
     k_adamw<<<mg_cuda_blocks(n, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, mg_cuda_stream()>>>(
         (const float *)a->in[0], (const float *)a->in[1], (const float *)a->in[2], (const float *)a->in[3],

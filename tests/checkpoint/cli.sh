@@ -15,7 +15,8 @@
 #             pp=2 x dp=2; pp=2 resumes its own checkpoint bitwise
 #   cp        save under cp=2 x dp=2 with the distributed optimizer (4 ranks: optimizer
 #             state cut over dp x cp), load under 1 rank within 1e-5, resume bitwise
-#   flags     --finetune, --no-load-optim, --no-load-rng, --save-retain, --skip-train
+#   flags     --finetune, --no-load-optim (Adam's step restarts with the moments), --no-load-rng,
+#             --no-save-optim, --no-save-rng, --save-retain, --skip-train
 #   bad       model-flag mismatch, corrupt and truncated checkpoints: exit 2 with a message
 #   convert   mgraph-convert (5th argument) without transformers: --to-hf then --from-hf gives
 #             back the same model (same validation loss, bitwise); bad input exits 2
@@ -185,6 +186,36 @@ flags)
     # iteration 5's loss only depends on the weights (equal); iteration 6 on the moments
     [ "$(after noopt.jsonl 4 | head -1)" = "$(after full.jsonl 4 | head -1)" ] || fail "--no-load-optim changed the weights"
     [ "$(after noopt.jsonl 5 | head -1)" != "$(after full.jsonl 5 | head -1)" ] || fail "--no-load-optim loaded the moments"
+    # --no-save-optim --no-save-rng: the model alone (no Adam moments, no seed), which
+    # resumes as --no-load-optim does, bit for bit (the run's --seed is the saved one)
+    "$RUN" "${ARGS[@]}" --train-iters 4 --save ckm --no-save-optim --no-save-rng > m.txt 2>&1 || { cat m.txt; fail "--no-save-optim"; }
+    full_kb=$(du -sk ck/iter_0000004 | cut -f1) model_kb=$(du -sk ckm/iter_0000004 | cut -f1)
+    [ "$model_kb" -lt $((full_kb / 2)) ] || fail "--no-save-optim wrote $model_kb KiB, the full checkpoint $full_kb KiB"
+    "$RUN" "${ARGS[@]}" --train-iters 6 --load ckm --metrics-file nosave.jsonl > nosave.txt 2>&1 || fail "load --no-save-optim"
+    same_bits noopt.jsonl nosave.jsonl 4
+    echo "ok: --no-save-optim --no-save-rng: $model_kb KiB against $full_kb KiB, resumes as --no-load-optim"
+    # fresh moments restart Adam's step count (torch's Adam does, with its state): the first
+    # step after the resume moves each weight by lr g / (|g| + eps), just under lr for the
+    # largest gradients, where step t from zero moments would move it by
+    # lr (1 - beta1) / (1 - beta1^t) / sqrt((1 - beta2) / (1 - beta2^t)): 0.55 lr at t = 5
+    "$RUN" "${ARGS[@]}" --train-iters 5 --load ckm --save ckm5 --lr-decay-style constant --lr-warmup-iters 0 \
+        --weight-decay 0 --clip-grad 0 > m5.txt 2>&1 || { cat m5.txt; fail "one step from ckm"; }
+    "$CONVERT" --load ckm --to-hf hf4 > c4.txt 2>&1 && "$CONVERT" --load ckm5 --to-hf hf5 > c5.txt 2>&1 ||
+        { cat c4.txt c5.txt; fail "mgraph-convert --to-hf"; }
+    python3 - hf4/model.safetensors hf5/model.safetensors << 'PY' || fail "Adam's first step after fresh moments"
+import json, struct, sys
+def tensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    return {k: struct.unpack(f"<{(v['data_offsets'][1] - v['data_offsets'][0]) // 4}f",
+                             raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in head.items() if k != "__metadata__"}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+step = max(abs(x - y) for k in a for x, y in zip(a[k], b[k])) / 1e-3
+print(f"largest weight change in the first step after fresh moments: {step:.4f} x lr")
+sys.exit(0 if 0.99 < step <= 1.0 + 1e-4 else 1)
+PY
     # --no-load-rng with another --seed: other dropout masks (and data order), so other losses
     "$RUN" "${ARGS[@]}" --train-iters 5 --load ck --seed 99 --metrics-file seed99.jsonl > s99.txt 2>&1 || fail "--seed 99"
     "$RUN" "${ARGS[@]}" --train-iters 5 --load ck --seed 99 --no-load-rng --metrics-file rng.jsonl > rng.txt 2>&1 ||
@@ -315,6 +346,13 @@ convert_llama)
     conv2 "qk-layernorm with biases is no Hugging Face class" --load qkbias --to-hf x
     "$RUN" "${ARGS[@]}" --squared-relu --train-iters 1 --save relu2 > s4.txt 2>&1 || { cat s4.txt; fail "save with --squared-relu"; }
     conv2 "squared-relu: no Hugging Face class" --load relu2 --to-hf x
+    # MistralForCausalLM: a window in every layer, no biases
+    W=(--normalization RMSNorm --position-embedding-type rope --swiglu --window-size 3,0 --train-iters 1)
+    "$RUN" "${ARGS[@]}" "${W[@]}" --disable-bias-linear --window-attn-skip-freq 2 --save wskip > s5.txt 2>&1 ||
+        { cat s5.txt; fail "save with --window-attn-skip-freq"; }
+    conv2 "window-attn-skip-freq (full-attention layers among the windowed ones) is no Hugging Face class" --load wskip --to-hf x
+    "$RUN" "${ARGS[@]}" "${W[@]}" --save wbias > s6.txt 2>&1 || { cat s6.txt; fail "save with a window and biases"; }
+    conv2 "a sliding window with biases or --qk-layernorm is no Hugging Face class" --load wbias --to-hf x
     bad() { # $1 message part, $2 sed expression on config.json
         rm -rf hf_bad && cp -r hf hf_bad && sed -i "$2" hf_bad/config.json
         conv2 "$1" --from-hf hf_bad --save x
@@ -323,7 +361,9 @@ convert_llama)
     bad "rope_parameters" 's/"rope_type": "default"/"rope_type": "yarn"/'
     bad "mlp_bias" 's/"mlp_bias": false/"mlp_bias": true/'
     bad "hidden_act" 's/"silu"/"gelu"/'
-    bad "model_type" 's/"llama"/"mistral"/'
+    bad "model_type" 's/"llama"/"gemma"/'
+    bad "sliding_window is neither null nor a positive integer" 's/"model_type": "llama"/"model_type": "mistral", "sliding_window": 0/'
+    bad "layer_types\[1\] is 'full_attention'" 's/"model_type": "llama"/"model_type": "mistral", "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"]/'
     bad "attention_bias true" 's/"model_type": "llama"/"model_type": "qwen3"/; s/"attention_bias": false/"attention_bias": true/'
     bad "use_sliding_window" 's/"model_type": "llama"/"model_type": "qwen2"/; s/"use_cache": true/"use_sliding_window": true, "use_cache": true/'
     bad "head_dim" 's/"head_dim": 16/"head_dim": 32/'

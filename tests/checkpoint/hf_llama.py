@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""mgraph-convert's LlamaForCausalLM side, and its Qwen2 / Qwen3 variants, against Hugging
-Face transformers (reference check, not a runtime dependency).
+"""mgraph-convert's LlamaForCausalLM side, and its Qwen2 / Qwen3 / Mistral variants, against
+Hugging Face transformers (reference check, not a runtime dependency).
 
   hf_llama.py MGRAPH_RUN MGRAPH_CONVERT WORK_DIR
 
-For four variants (Mistral-like: grouped-query attention 8 heads / 2 groups, untied output
+For five variants (Mistral-like: grouped-query attention 8 heads / 2 groups, untied output
 layer, no biases, RoPE base 10000, rms_norm_eps 1e-5; LLaMA-3-like: 4 heads without
 grouping, tied output layer, biases, RoPE base 500000, rms_norm_eps 1e-6,
 max_position_embeddings larger than the sequence; Qwen2-like: Qwen2ForCausalLM, biases on
 q, k, v only, mgraph's --disable-bias-linear --add-qkv-bias; Qwen3-like: Qwen3ForCausalLM,
-each head's q and k RMS-normalised before RoPE, mgraph's --qk-layernorm):
+each head's q and k RMS-normalised before RoPE, mgraph's --qk-layernorm; Mistral with a
+sliding window: MistralForCausalLM, sliding_window 5 of the 16 tokens, mgraph's
+--window-size 4,0, the window changing transformers' loss by far more than the bound):
 1. A random model of the class (every weight, bias and norm perturbed, so that a wrong
    layout cannot hide behind zeros and ones) is saved with save_pretrained, imported with
    --from-hf, and `mgraph-run --skip-train` with the matching LLaMA flags gives
@@ -30,8 +32,8 @@ import sys
 try:
     import torch
     import transformers
-    from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                              Qwen3ForCausalLM)
+    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                              Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
     from safetensors.torch import load_file
 except Exception as e:  # noqa: BLE001
     print("=" * 78)
@@ -64,6 +66,8 @@ VARIANTS = [
          cls="qwen2"),
     dict(name="qwen3-like", heads=4, groups=2, tied=True, bias=False, theta=1000000.0, eps=1e-6, positions=SEQ,
          cls="qwen3"),
+    dict(name="mistral-window", heads=8, groups=2, tied=False, bias=False, theta=10000.0, eps=1e-5, positions=SEQ,
+         cls="mistral", window=5),
 ]
 
 
@@ -77,6 +81,10 @@ def hf_model(v):
     if cls == "qwen2":
         cfg = Qwen2Config(**common, rope_parameters={"rope_type": "default", "rope_theta": v["theta"]})
         return Qwen2ForCausalLM._from_config(cfg, attn_implementation="eager")
+    if cls == "mistral":
+        cfg = MistralConfig(**common, sliding_window=v["window"],
+                            rope_parameters={"rope_type": "default", "rope_theta": v["theta"]})
+        return MistralForCausalLM._from_config(cfg, attn_implementation="eager")
     if cls == "qwen3":
         cfg = Qwen3Config(**common, head_dim=H // v["heads"], attention_bias=False,
                           rope_parameters={"rope_type": "default", "rope_theta": v["theta"]})
@@ -86,7 +94,8 @@ def hf_model(v):
     return LlamaForCausalLM(cfg)
 
 
-HF_CLASS = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "qwen3": Qwen3ForCausalLM}
+HF_CLASS = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "qwen3": Qwen3ForCausalLM,
+            "mistral": MistralForCausalLM}
 
 
 def fail(msg):
@@ -115,6 +124,8 @@ def mgraph_args(v):
     if not v["bias"]:
         a += ["--disable-bias-linear"]
     a += {"qwen2": ["--add-qkv-bias"], "qwen3": ["--qk-layernorm"]}.get(v.get("cls"), [])
+    if v.get("window"):
+        a += ["--window-size", f"{v['window'] - 1},0"]
     return a
 
 
@@ -151,6 +162,14 @@ for v in VARIANTS:
     hf.save_pretrained(f"{n}-hf", safe_serialization=True)
     run([CONVERT, "--from-hf", f"{n}-hf", "--save", f"{n}-ck"], f"{n}: mgraph-convert --from-hf")
     close(mgraph_loss(v, f"{n}-ck", f"{n}-imported"), hf_loss(hf), f"{n}: imported {type(hf).__name__}")
+    if v.get("window"):  # the window matters: transformers without it is far off
+        with_window = hf_loss(hf)
+        hf.config.sliding_window = None
+        whole = hf_loss(hf)
+        hf.config.sliding_window = v["window"]
+        print(f"{n}: transformers' loss with the window {with_window:.6f}, without {whole:.6f}")
+        if not abs(whole - with_window) > 1e-3 * abs(with_window):
+            fail(f"{n}: the window changes transformers' loss by too little for the check to mean anything")
     # the same model saved in shards (model.safetensors.index.json) imports to the same tensors
     hf.save_pretrained(f"{n}-hf-sharded", safe_serialization=True, max_shard_size="64KB")
     if not os.path.exists(f"{n}-hf-sharded/model.safetensors.index.json"):
@@ -175,7 +194,8 @@ for v in VARIANTS:
     tied = hf2.lm_head.weight.data_ptr() == hf2.model.embed_tokens.weight.data_ptr()
     if tied != v["tied"]:
         fail(f"{n}: exported lm_head tied {tied}, want {v['tied']}")
-    if hf2.config.num_key_value_heads != v["groups"] or hf2.config.rms_norm_eps != v["eps"]:
+    if (hf2.config.num_key_value_heads != v["groups"] or hf2.config.rms_norm_eps != v["eps"] or
+            getattr(hf2.config, "sliding_window", None) != v.get("window")):
         fail(f"{n}: exported config {hf2.config}")
     if torch.equal(hf2.model.layers[0].self_attn.k_proj.weight, hf.model.layers[0].self_attn.k_proj.weight):
         fail(f"{n}: training changed nothing")

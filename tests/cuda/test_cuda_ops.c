@@ -186,7 +186,11 @@ static mg_tensor *g_attention(mg_graph *g) {
      * no key included */
     mg_tensor *eq = PARAM(g, "e.q", 40, 2, 4, 8), *ek = PARAM(g, "e.k", 40, 2, 2, 8), *ev = PARAM(g, "e.v", 40, 2, 2, 8);
     mg_tensor *ds = INPUT(g, "e.doc_start", MG_I32, 40, 2);
-    return mg_add(g, l, loss_of(g, mg_attention_docs(g, eq, ek, ev, ds, 0.1f)));
+    l = mg_add(g, l, loss_of(g, mg_attention_masked(g, eq, ek, ev, ds, 0, 0.1f)));
+    /* a sliding window of 9 keys, alone and with the documents */
+    mg_tensor *wq = PARAM(g, "w.q", 40, 2, 4, 8), *wk = PARAM(g, "w.k", 40, 2, 2, 8), *wv = PARAM(g, "w.v", 40, 2, 2, 8);
+    l = mg_add(g, l, loss_of(g, mg_attention_masked(g, wq, wk, wv, NULL, 9, 0.1f)));
+    return mg_add(g, l, loss_of(g, mg_attention_masked(g, wq, wk, wv, ds, 9, 0.0f)));
 }
 
 static mg_tensor *g_reduce(mg_graph *g) {

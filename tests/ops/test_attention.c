@@ -1,6 +1,6 @@
 /* Fused attention: forward (y and lse) against a naive double loop with the same
  * dropout mask rule, gradients (MHA and GQA, causal or not, with dropout, within
- * documents) against finite differences, partitioned runs (head split, sequence split
+ * documents, in a sliding window) against finite differences, partitioned runs (head split, sequence split
  * of q) against the corresponding block of the whole run, and shape errors. */
 #include <math.h>
 #include <stdlib.h>
@@ -13,8 +13,15 @@ typedef struct {
     int S, B, NH, NG, HD;
     bool causal;
     float p;
-    bool docs; /* mg_attention_docs: sample b's documents as doc_starts writes them */
+    bool docs;  /* mg_attention_masked: sample b's documents as doc_starts writes them */
+    int window; /* mg_attention_masked: a sliding window of this many keys (0: none) */
 } cfg;
+
+/* The builder a case asks for: mg_attention_masked with documents or a window. */
+static mg_tensor *attention_of(mg_graph *g, const cfg *c, mg_tensor *q, mg_tensor *k, mg_tensor *v, mg_tensor *ds) {
+    if (c->docs || c->window) return mg_attention_masked(g, q, k, v, ds, c->window, c->p);
+    return mg_attention(g, q, k, v, c->causal, c->p);
+}
 
 /* doc_start [S, B] of documents ending where a deterministic draw says (about one
  * token in five), different in every sample: each token's document start. */
@@ -45,7 +52,8 @@ static void ref_attention(const cfg *c, const float *q, const float *k, const fl
                     double d = 0;
                     for (int e = 0; e < HD; e++)
                         d += (double)q[((i * B + b) * NH + h) * HD + e] * k[((j * B + b) * NG + g) * HD + e];
-                    bool hidden = (c->causal && j > i) || (ds && j < ds[i * B + b]);
+                    bool hidden = (c->causal && j > i) || (ds && j < ds[i * B + b]) ||
+                                  (c->window && j <= i - c->window);
                     s[j] = hidden ? -INFINITY : d * scale;
                     if (s[j] > m) m = s[j];
                 }
@@ -77,7 +85,7 @@ static void check_forward(const cfg *c, bool training) {
     mg_tensor *q = mg_input(g, "q", MG_F32, 4, sq), *k = mg_input(g, "k", MG_F32, 4, skv),
               *v = mg_input(g, "v", MG_F32, 4, skv);
     mg_tensor *dst = c->docs ? mg_input(g, "doc_start", MG_I32, 2, (int64_t[]){c->S, c->B}) : NULL;
-    mg_tensor *y = c->docs ? mg_attention_docs(g, q, k, v, dst, c->p) : mg_attention(g, q, k, v, c->causal, c->p);
+    mg_tensor *y = attention_of(g, c, q, k, v, dst);
     tk_run r;
     if (!y || tk_prepare(&r, g)) {
         TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
@@ -103,8 +111,8 @@ static void check_forward(const cfg *c, bool training) {
     ref_attention(c, tk_f32(&r, q), tk_f32(&r, k), tk_f32(&r, v), ds, r.info.seed, nd->attrs.attention.rng_key,
                   r.info.iteration, (int64_t)(nd->mb > 0 ? nd->mb : 0) * c->B, training, wy, wl);
     char what[128];
-    snprintf(what, sizeof what, "attention y (S %d B %d nh %d ng %d hd %d causal %d p %g training %d docs %d)", c->S,
-             c->B, c->NH, c->NG, c->HD, c->causal, (double)c->p, training, c->docs);
+    snprintf(what, sizeof what, "attention y (S %d B %d nh %d ng %d hd %d causal %d p %g training %d docs %d window %d)",
+             c->S, c->B, c->NH, c->NG, c->HD, c->causal, (double)c->p, training, c->docs, c->window);
     tk_expect_close(what, tk_f32(&r, y), wy, ny, 1e-5, 1e-5);
     snprintf(what, sizeof what, "attention lse (S %d nh %d ng %d causal %d)", c->S, c->NH, c->NG, c->causal);
     tk_expect_close(what, tk_f32(&r, nd->out[1]), wl, nl, 1e-5, 1e-5);
@@ -115,26 +123,37 @@ static void check_forward(const cfg *c, bool training) {
 }
 
 static void fwd_attention(void) {
-    cfg cs[] = {{6, 2, 4, 4, 4, false, 0, false}, {6, 2, 4, 4, 4, true, 0, false}, {7, 2, 4, 2, 8, true, 0, false},
-                {5, 3, 6, 1, 4, false, 0, false}, {1, 1, 1, 1, 2, true, 0, false}, {33, 2, 4, 2, 16, true, 0, false},
-                {150, 1, 2, 1, 8, true, 0, false},  {130, 2, 2, 2, 4, false, 0, false}}; /* > one causal row block */
+    cfg cs[] = {{6, 2, 4, 4, 4, false, 0, false, 0}, {6, 2, 4, 4, 4, true, 0, false, 0}, {7, 2, 4, 2, 8, true, 0, false, 0},
+                {5, 3, 6, 1, 4, false, 0, false, 0}, {1, 1, 1, 1, 2, true, 0, false, 0}, {33, 2, 4, 2, 16, true, 0, false, 0},
+                {150, 1, 2, 1, 8, true, 0, false, 0},  {130, 2, 2, 2, 4, false, 0, false, 0}}; /* > one causal row block */
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) check_forward(&cs[i], true);
     /* dropout_p > 0 but not training: no dropout */
-    cfg e = {6, 2, 4, 2, 4, true, 0.5f, false};
+    cfg e = {6, 2, 4, 2, 4, true, 0.5f, false, 0};
     check_forward(&e, false);
 }
 
 static void fwd_attention_dropout(void) {
-    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f, false}, {7, 2, 4, 2, 4, true, 0.5f, false}, {16, 2, 4, 2, 8, true, 0.1f, false},
-                {140, 1, 2, 1, 8, true, 0.2f, false}};
+    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f, false, 0}, {7, 2, 4, 2, 4, true, 0.5f, false, 0}, {16, 2, 4, 2, 8, true, 0.1f, false, 0},
+                {140, 1, 2, 1, 8, true, 0.2f, false, 0}};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) check_forward(&cs[i], true);
 }
 
 /* Within documents: MHA and GQA, one and several causal row blocks, with dropout. */
 static void fwd_attention_docs(void) {
-    cfg cs[] = {{7, 2, 4, 2, 4, true, 0, true},      {16, 3, 2, 2, 8, true, 0, true},
-                {150, 2, 2, 1, 8, true, 0, true},    {7, 2, 4, 2, 4, true, 0.4f, true},
-                {140, 2, 2, 1, 8, true, 0.2f, true}, {1, 1, 1, 1, 2, true, 0, true}};
+    cfg cs[] = {{7, 2, 4, 2, 4, true, 0, true, 0},      {16, 3, 2, 2, 8, true, 0, true, 0},
+                {150, 2, 2, 1, 8, true, 0, true, 0},    {7, 2, 4, 2, 4, true, 0.4f, true, 0},
+                {140, 2, 2, 1, 8, true, 0.2f, true, 0}, {1, 1, 1, 1, 2, true, 0, true, 0}};
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) check_forward(&cs[i], true);
+}
+
+/* In a sliding window: narrower and wider than a causal row block (64), a window of one
+ * key (each token sees itself), one as long as the sequence (the plain causal mask),
+ * with dropout, and with documents (the later of the two starts binds). */
+static void fwd_attention_window(void) {
+    cfg cs[] = {{9, 2, 4, 2, 4, true, 0, false, 3},       {150, 2, 2, 1, 8, true, 0, false, 20},
+                {150, 1, 2, 2, 8, true, 0, false, 100},   {7, 2, 4, 4, 4, true, 0, false, 1},
+                {7, 2, 4, 2, 4, true, 0, false, 7},       {140, 2, 2, 1, 8, true, 0.2f, false, 30},
+                {150, 2, 2, 1, 8, true, 0, true, 4},      {140, 2, 4, 2, 8, true, 0.3f, true, 70}};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) check_forward(&cs[i], true);
 }
 
@@ -157,7 +176,7 @@ static void check_block(const cfg *c, const float *qa, const float *ka, const fl
     k->logical.shape[2] = v->logical.shape[2] = NG;
     k->logical.offset[2] = v->logical.offset[2] = g0;
     mg_tensor *dst = c->docs ? mg_input(g, "doc_start", MG_I32, 2, (int64_t[]){sl, B}) : NULL;
-    mg_tensor *y = c->docs ? mg_attention_docs(g, q, k, v, dst, c->p) : mg_attention(g, q, k, v, c->causal, c->p);
+    mg_tensor *y = attention_of(g, c, q, k, v, dst);
     tk_run r;
     if (!y || tk_prepare(&r, g)) {
         TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
@@ -206,7 +225,7 @@ static void split_case(const cfg *cp, const blk *bl, int nb) {
     mg_tensor *q = mg_input(g, "q", MG_F32, 4, sq), *k = mg_input(g, "k", MG_F32, 4, skv),
               *v = mg_input(g, "v", MG_F32, 4, skv);
     mg_tensor *dst = c.docs ? mg_input(g, "doc_start", MG_I32, 2, (int64_t[]){c.S, c.B}) : NULL;
-    mg_tensor *y = c.docs ? mg_attention_docs(g, q, k, v, dst, c.p) : mg_attention(g, q, k, v, c.causal, c.p);
+    mg_tensor *y = attention_of(g, &c, q, k, v, dst);
     tk_run r;
     if (!y || tk_prepare(&r, g)) {
         TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
@@ -237,24 +256,32 @@ static void split_case(const cfg *cp, const blk *bl, int nb) {
 }
 
 static void fwd_attention_split(void) {
-    cfg c = {7, 2, 4, 2, 4, true, 0.4f, false};
+    cfg c = {7, 2, 4, 2, 4, true, 0.4f, false, 0};
     blk b[] = {{0, 7, 0, 2, "head split, heads 0-1 (kv group 0)"},
                {0, 7, 2, 2, "head split, heads 2-3 (kv group 1)"},
                {3, 4, 0, 4, "sequence split of q, rows 3-6"},
                {2, 3, 2, 2, "sequence and head split"}};
     split_case(&c, b, 4);
     /* longer than one causal row block (64): blocks start at a logical offset */
-    cfg l = {150, 1, 4, 2, 8, true, 0.2f, false};
+    cfg l = {150, 1, 4, 2, 8, true, 0.2f, false, 0};
     blk bl[] = {{70, 80, 0, 4, "S 150: sequence split, rows 70-149"},
                 {0, 150, 2, 2, "S 150: head split, heads 2-3"},
                 {33, 64, 0, 2, "S 150: rows 33-96, heads 0-1"}};
     split_case(&l, bl, 3);
     /* within documents: a block's doc_start rows hold logical positions */
-    cfg d = {150, 2, 4, 2, 8, true, 0.2f, true};
+    cfg d = {150, 2, 4, 2, 8, true, 0.2f, true, 0};
     blk bd[] = {{70, 80, 0, 4, "docs: sequence split, rows 70-149"},
                 {0, 150, 2, 2, "docs: head split, heads 2-3"},
                 {33, 64, 0, 2, "docs: rows 33-96, heads 0-1"}};
     split_case(&d, bd, 3);
+    /* in a sliding window: a block's rows see keys from their logical position - window */
+    cfg w = {150, 2, 4, 2, 8, true, 0.2f, false, 24};
+    blk bw[] = {{70, 80, 0, 4, "window: sequence split, rows 70-149"},
+                {0, 150, 2, 2, "window: head split, heads 2-3"},
+                {33, 64, 0, 2, "window: rows 33-96, heads 0-1"}};
+    split_case(&w, bw, 3);
+    w.docs = true;
+    split_case(&w, bw, 3);
 }
 
 /* ---- errors ------------------------------------------------------------------------------ */
@@ -309,15 +336,16 @@ static void fwd_errors(void) {
         q = mg_input(g, "q", MG_F32, 4, (int64_t[]){5, 2, 4, 8});
         k = mg_input(g, "k", MG_F32, 4, (int64_t[]){5, 2, 2, 8});
         mg_tensor *ds = mg_input(g, "ds", bds[i].dt, bds[i].nd, bds[i].shape);
-        TK_CHECK(mg_attention_docs(g, q, k, k, ds, 0) == NULL && mg_graph_error(g)->code == MG_ERR_SHAPE &&
+        TK_CHECK(mg_attention_masked(g, q, k, k, ds, 0, 0) == NULL && mg_graph_error(g)->code == MG_ERR_SHAPE &&
                      strstr(mg_graph_error(g)->msg, "doc_start"),
                  "%s must fail: %s", bds[i].why, mg_graph_error(g)->msg);
         mg_graph_free(g);
     }
     g = mg_graph_new();
     q = mg_input(g, "q", MG_F32, 4, (int64_t[]){5, 2, 4, 8});
-    TK_CHECK(mg_attention_docs(g, q, q, q, NULL, 0) == NULL && mg_graph_error(g)->code == MG_ERR_INVALID,
-             "NULL doc_start");
+    TK_CHECK(mg_attention_masked(g, q, q, q, NULL, -1, 0) == NULL && mg_graph_error(g)->code == MG_ERR_SHAPE &&
+                 strstr(mg_graph_error(g)->msg, "window = -1 must be >= 0"),
+             "negative window: %s", mg_graph_error(g)->msg);
     mg_graph_free(g);
 }
 
@@ -346,7 +374,7 @@ static void gradcheck_each(const char *name, int n, const tk_leaf *leaves, tk_bu
 
 static mg_tensor *gb_attn(mg_graph *g, mg_tensor *const *l, void *ctx) {
     const cfg *c = ctx;
-    return c->docs ? mg_attention_docs(g, l[0], l[1], l[2], l[3], c->p) : mg_attention(g, l[0], l[1], l[2], c->causal, c->p);
+    return attention_of(g, c, l[0], l[1], l[2], c->docs ? l[3] : NULL);
 }
 
 /* With docs, doc_start is drawn uniformly in [0, S): any key bound, rows that see no
@@ -357,28 +385,34 @@ static void grad_cfg(const cfg *c) {
                    {"v", MG_F32, 4, {c->S, c->B, c->NG, c->HD}, true, -1, 1},
                    {"doc_start", MG_I32, 2, {c->S, c->B}, false, 0, (float)c->S}};
     char name[128];
-    snprintf(name, sizeof name, "attention S %d B %d nh %d ng %d hd %d causal %d p %g docs %d", c->S, c->B, c->NH,
-             c->NG, c->HD, c->causal, (double)c->p, c->docs);
+    snprintf(name, sizeof name, "attention S %d B %d nh %d ng %d hd %d causal %d p %g docs %d window %d", c->S, c->B,
+             c->NH, c->NG, c->HD, c->causal, (double)c->p, c->docs, c->window);
     gradcheck_each(name, c->docs ? 4 : 3, l, gb_attn, (void *)c, NULL);
 }
 
 static void grad_attention(void) {
-    cfg cs[] = {{5, 2, 4, 4, 4, false, 0, false}, {6, 2, 4, 4, 4, true, 0, false}, {7, 2, 4, 2, 4, false, 0, false},
-                {6, 2, 4, 2, 4, true, 0, false}};
+    cfg cs[] = {{5, 2, 4, 4, 4, false, 0, false, 0}, {6, 2, 4, 4, 4, true, 0, false, 0}, {7, 2, 4, 2, 4, false, 0, false, 0},
+                {6, 2, 4, 2, 4, true, 0, false, 0}};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) grad_cfg(&cs[i]);
 }
 
 /* The mask is a function of (seed, iteration, key, index) only, so it is the same in
  * every finite-difference run and the loss stays differentiable in q, k, v. */
 static void grad_attention_dropout(void) {
-    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f, false}, {7, 2, 4, 2, 4, true, 0.3f, false}, {5, 2, 4, 2, 4, true, 0.5f, false},
-                {130, 1, 2, 1, 4, true, 0.2f, false}}; /* three causal row blocks */
+    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f, false, 0}, {7, 2, 4, 2, 4, true, 0.3f, false, 0}, {5, 2, 4, 2, 4, true, 0.5f, false, 0},
+                {130, 1, 2, 1, 4, true, 0.2f, false, 0}}; /* three causal row blocks */
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) grad_cfg(&cs[i]);
 }
 
 static void grad_attention_docs(void) {
-    cfg cs[] = {{6, 2, 4, 2, 4, true, 0, true}, {7, 2, 4, 4, 4, true, 0.3f, true},
-                {130, 1, 2, 1, 4, true, 0.2f, true}}; /* three causal row blocks */
+    cfg cs[] = {{6, 2, 4, 2, 4, true, 0, true, 0}, {7, 2, 4, 4, 4, true, 0.3f, true, 0},
+                {130, 1, 2, 1, 4, true, 0.2f, true, 0}}; /* three causal row blocks */
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) grad_cfg(&cs[i]);
+}
+
+static void grad_attention_window(void) {
+    cfg cs[] = {{7, 2, 4, 2, 4, true, 0, false, 3}, {7, 2, 4, 4, 4, true, 0.3f, false, 2},
+                {8, 2, 4, 2, 4, true, 0.3f, true, 3}, {130, 1, 2, 1, 4, true, 0.2f, false, 40}};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) grad_cfg(&cs[i]);
 }
 
@@ -388,10 +422,12 @@ int main(int argc, char **argv) {
         {"forward.attention_dropout", fwd_attention_dropout},
         {"forward.attention_split", fwd_attention_split},
         {"forward.attention_docs", fwd_attention_docs},
+        {"forward.attention_window", fwd_attention_window},
         {"forward.errors_attention", fwd_errors},
         {"grad.attention", grad_attention},
         {"grad.attention_dropout", grad_attention_dropout},
         {"grad.attention_docs", grad_attention_docs},
+        {"grad.attention_window", grad_attention_window},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
 }

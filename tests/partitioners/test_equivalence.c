@@ -4,8 +4,9 @@
  * (dp = world / (tp cp pp); PP pipeline stages with VPP model chunks each, SCHEDULE auto,
  * 1f1b, interleaved or gpipe; MODEL gpt2, the default, llama: RMSNorm, RoPE, SwiGLU, 4 heads
  * in 2 key/value groups, untied output layer, no linear biases, or qwen: llama with biases
- * on q, k, v and each head's q and k normalised, --add-qkv-bias --qk-layernorm, or relu2:
- * gpt2 with the MLP's relu(x)², --squared-relu).
+ * on q, k, v and each head's q and k normalised, --add-qkv-bias --qk-layernorm, relu2:
+ * gpt2 with the MLP's relu(x)², --squared-relu, or mistral: llama with a sliding window of
+ * 3 keys in the first of its two layers, --window-size 2,0 --window-attn-skip-freq 2).
  * Every rank builds the same logical step graph of a small GPT (dropout on, several
  * micro-batches), runs it serially with the reference executor, then partitions it
  * for its rank and runs the physical graph on the StarPU engine with MPI
@@ -259,7 +260,8 @@ int main(int argc, char **argv) {
     int iters = argc > 4 ? atoi(argv[4]) : 3;
     bool overlap = argc > 5 && atoi(argv[5]); /* collectives on the communication thread */
     plan.matmul_tiles = argc > 6 ? atoi(argv[6]) : 1;
-    bool qwen = argc > 7 && !strcmp(argv[7], "qwen"), llama = qwen || (argc > 7 && !strcmp(argv[7], "llama"));
+    bool qwen = argc > 7 && !strcmp(argv[7], "qwen"), mistral = argc > 7 && !strcmp(argv[7], "mistral");
+    bool llama = qwen || mistral || (argc > 7 && !strcmp(argv[7], "llama"));
     bool relu2 = argc > 7 && !strcmp(argv[7], "relu2");
     plan.matmul_tile_min_flops = 0; /* tile every matmul of this small model */
     plan.pp = argc > 10 ? atoi(argv[10]) : 1;
@@ -292,6 +294,10 @@ int main(int argc, char **argv) {
         sc.model.untie_embeddings = true;
         sc.model.disable_bias_linear = true;
         sc.model.add_qkv_bias = sc.model.qk_layernorm = qwen;
+        if (mistral) { /* a window of 3 keys in layer 1, the whole sequence in layer 2 */
+            sc.model.window = 3;
+            sc.model.window_skip_freq = 2;
+        }
     }
     sc.reset_position_ids = sc.reset_attention_mask = g_documents;
     sc.micro_batch = 2;

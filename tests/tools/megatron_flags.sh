@@ -234,6 +234,49 @@ squared_relu)
     rc=$?
     [ $rc -eq 2 ] && grep -q -- "--swiglu and --squared-relu are two MLP activations" err.txt || { cat err.txt; fail "--swiglu with --squared-relu: exit $rc"; }
     echo "ok: --squared-relu trains, a checkpoint keeps it, --swiglu with it refused" ;;
+sliding_window)
+    # --window-size L,0 and --window-attn-skip-freq N (Mistral's, Gemma's and GPT-OSS's
+    # attention; the kernel against a naive loop in ops.forward.attention_window, against
+    # transformers' MistralForCausalLM in checkpoint.hf_llama_transformers, cp x tp x SP and
+    # pp against serial in partitioners.equivalence_mistral_*): a window as long as the
+    # sequence, or longer, or every layer made a full one, trains bit for bit as no window;
+    # a narrow window, and one skipped in every second layer, train differently; a
+    # checkpoint remembers both; malformed values and what a causal GPT cannot do refused
+    W=(--text-file text.txt --num-layers 2 --hidden-size 16 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2
+       --global-batch-size 4 --normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 32
+       --disable-bias-linear --train-iters 3 --log-interval 1 --lr 1e-2 --lr-warmup-iters 0)
+    losses() { grep -o '"lm_loss": [^,]*' "$1"; }
+    for f in "" "--window-size 15,0" "--window-size (40,0)" "--window-size 3,0 --window-attn-skip-freq 1" \
+             "--window-size 3,0" "--window-size 3,0 --window-attn-skip-freq 2"; do
+        # shellcheck disable=SC2086 # several flags
+        "$RUN" "${W[@]}" $f --metrics-file "w${f//[ ,()]/}.jsonl" > out.txt 2> err.txt || { cat err.txt; fail "run with '$f'"; }
+        [ "$(grep -c '"lm_loss"' "w${f//[ ,()]/}.jsonl")" -eq 3 ] || fail "'$f': want 3 iterations"
+    done
+    for f in --window-size150 --window-size400 --window-size30--window-attn-skip-freq1; do
+        cmp -s <(losses w.jsonl) <(losses "w$f.jsonl") || fail "$f: want the losses of no window, bit for bit"
+    done
+    cmp -s <(losses w.jsonl) <(losses w--window-size30.jsonl) && fail "a window of 4 keys changed nothing"
+    cmp -s <(losses w--window-size30.jsonl) <(losses w--window-size30--window-attn-skip-freq2.jsonl) &&
+        fail "--window-attn-skip-freq 2 changed nothing"
+    "$RUN" "${W[@]}" --window-size 3,0 --window-attn-skip-freq 2 --save ck > out.txt 2> err.txt || { cat err.txt; fail "--save"; }
+    "$RUN" "${W[@]}" --window-size 3,0 --window-attn-skip-freq 2 --load ck --train-iters 4 > out.txt 2> err.txt ||
+        { cat err.txt; fail "--load with the same window"; }
+    for f in "--window-size 4,0 --window-attn-skip-freq 2" "--window-size 3,0" ""; do
+        # shellcheck disable=SC2086 # several flags
+        "$RUN" "${W[@]}" $f --load ck --train-iters 4 > out.txt 2> err.txt
+        rc=$?
+        [ $rc -eq 2 ] && grep -q -- "--window-.* does not match the checkpoint" err.txt ||
+            { cat err.txt; fail "--load with '$f': exit $rc"; }
+    done
+    for bad in "--window-size 3|want two integers L,R" "--window-size 3,1|R = 0 (mgraph's GPT is causal" \
+               "--window-size -2,0|want L >= -1" "--window-attn-skip-freq 2|needs --window-size" \
+               "--window-size 3,0 --window-attn-skip-freq [1,0]|list patterns are not supported"; do
+        # shellcheck disable=SC2086 # several flags
+        "$RUN" "${W[@]}" ${bad%%|*} --dry-run > out.txt 2> err.txt
+        rc=$?
+        [ $rc -eq 2 ] && grep -qF -- "${bad#*|}" err.txt || { cat err.txt; fail "'${bad%%|*}': exit $rc"; }
+    done
+    echo "ok: --window-size and --window-attn-skip-freq train, a checkpoint keeps them, bad values refused" ;;
 recipe_llama3_8b)
     # Megatron's examples/llama/train_llama3_8b_h100_fp8.sh: every flag it passes with its
     # default DTYPE fp8 (model, training, fp8, parallel, logging arguments), sizes scaled
