@@ -167,6 +167,7 @@ static mg_tensor *mlp_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l,
     /* SwiGLU as LLaMA: silu(gate(x)) * up(x); two column-parallel layers under TP */
     y = m->cfg.swiglu         ? mg_mul(g, mg_silu(g, mg_linear(g, x, l->gate_w, l->gate_b)), y)
         : m->cfg.squared_relu ? mg_squared_relu(g, y)
+        : m->cfg.gelu_exact   ? mg_gelu_erf(g, y)
                               : mg_gelu(g, y);
     y = mg_linear(g, y, l->fc2_w, l->fc2_b);
     y = mg_dropout(g, y, training ? m->cfg.hidden_dropout : 0.0f);

@@ -69,7 +69,10 @@ mg_tensor *mg_moe_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_
     mg_moe_route(g, logits, &o, &probs, &map);
     mg_tensor *xs = mg_moe_permute(g, x2, map, NULL, mg_moe_dispatch_rows(T, mc->num_experts, &o), &counts);
     mg_tensor *hs = mg_moe_grouped_matmul(g, xs, counts, l->experts_fc1_w, true);
-    hs = c->swiglu ? mg_swiglu(g, hs) : c->squared_relu ? mg_squared_relu(g, hs) : mg_gelu(g, hs);
+    hs = c->swiglu         ? mg_swiglu(g, hs)
+         : c->squared_relu ? mg_squared_relu(g, hs)
+         : c->gelu_exact   ? mg_gelu_erf(g, hs)
+                           : mg_gelu(g, hs);
     mg_tensor *ys = mg_moe_grouped_matmul(g, hs, counts, l->experts_fc2_w, true);
     mg_tensor *y = mg_moe_unpermute(g, ys, map, probs);
     y = mg_reshape(g, y, 3, (int64_t[]){s, b, h});

@@ -1,7 +1,9 @@
-/* Activations: gelu (tanh approximation, as GPT-2), silu, swiglu (Megatron's gated
- * layout: x [..., 2F] -> silu(x[..., :F]) * x[..., F:]), squared_relu (Megatron's
- * --squared-relu: relu(x)², Nemotron), and their fused backward ops gelu_bwd(dy, x),
- * silu_bwd(dy, x), swiglu_bwd(dy, x), squared_relu_bwd(dy, x) -> dx. */
+/* Activations: gelu (tanh approximation, as GPT-2 and Megatron's fused bias-GELU),
+ * gelu_erf (the exact x Φ(x), torch's F.gelu: Megatron's unfused MLP), silu, swiglu
+ * (Megatron's gated layout: x [..., 2F] -> silu(x[..., :F]) * x[..., F:]), squared_relu
+ * (Megatron's --squared-relu: relu(x)², Nemotron), and their fused backward ops
+ * gelu_bwd(dy, x), gelu_erf_bwd(dy, x), silu_bwd(dy, x), swiglu_bwd(dy, x),
+ * squared_relu_bwd(dy, x) -> dx. */
 #include <math.h>
 
 #include "ops/fastmath.h"
@@ -26,6 +28,16 @@ static inline float gelu_df(float x) {
     return s + 2.0f * x * s * (1.0f - s) * GELU_K * (1.0f + 3.0f * GELU_C * x2);
 }
 static inline float sigmoid_f(float x) { return 1.0f / (1.0f + mg_expf(-x)); }
+/* x Φ(x) = x (1 + erf(x / sqrt 2)) / 2, and d/dx = Φ(x) + x φ(x), in double (libm's erf
+ * does not vectorise either way), so that CPU and CUDA agree to a rounding of the float
+ * result whatever their erff. */
+#define GELU_RSQRT2 0.70710678118654752440
+#define GELU_RSQRT2PI 0.39894228040143267794 /* 1 / sqrt(2 pi) */
+static inline float gelu_erf_f(float x) { return (float)(0.5 * x * (1.0 + erf(x * GELU_RSQRT2))); }
+static inline float gelu_erf_df(float x) {
+    double d = x;
+    return (float)(0.5 * (1.0 + erf(d * GELU_RSQRT2)) + d * GELU_RSQRT2PI * exp(-0.5 * d * d));
+}
 
 static void cost_act(const mg_node *n, double *flops, double *bytes, double per_elem) {
     double b = 0;
@@ -90,6 +102,24 @@ MG_SIMD static int gelu_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     float *dx = a->out[0];
     int64_t ne = mg_numel(a->node->out[0]);
     for (int64_t i = 0; i < ne; i++) dx[i] = dy[i] * gelu_df(x[i]);
+    return MG_OK;
+}
+
+static int gelu_erf_cpu(const mg_kernel_args *a, mg_error *err) {
+    (void)err;
+    const float *x = a->in[0];
+    float *y = a->out[0];
+    int64_t ne = mg_numel(a->node->out[0]);
+    for (int64_t i = 0; i < ne; i++) y[i] = gelu_erf_f(x[i]);
+    return MG_OK;
+}
+
+static int gelu_erf_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
+    (void)err;
+    const float *dy = a->in[0], *x = a->in[1];
+    float *dx = a->out[0];
+    int64_t ne = mg_numel(a->node->out[0]);
+    for (int64_t i = 0; i < ne; i++) dx[i] = dy[i] * gelu_erf_df(x[i]);
     return MG_OK;
 }
 
@@ -181,6 +211,9 @@ static int act_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const
 static int gelu_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const bool *need, mg_tensor **din) {
     return act_grad(g, n, dout, need, din, MG_OP_GELU_BWD);
 }
+static int gelu_erf_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const bool *need, mg_tensor **din) {
+    return act_grad(g, n, dout, need, din, MG_OP_GELU_ERF_BWD);
+}
 static int silu_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const bool *need, mg_tensor **din) {
     return act_grad(g, n, dout, need, din, MG_OP_SILU_BWD);
 }
@@ -205,6 +238,10 @@ const mg_op_def mg_opdef_SQUARED_RELU = {"squared_relu", 1, 1, 0, infer_unary, s
                                          squared_relu_cpu, NULL, .shard = mg_shard_rule_pointwise};
 const mg_op_def mg_opdef_SQUARED_RELU_BWD = {"squared_relu_bwd", 2, 2, MG_OPF_NO_GRAD, infer_unary_bwd, NULL, cost_bwd,
                                              squared_relu_bwd_cpu, NULL, .shard = mg_shard_rule_pointwise};
+const mg_op_def mg_opdef_GELU_ERF = {"gelu_erf", 1, 1, 0, infer_unary, gelu_erf_grad, cost_fwd, gelu_erf_cpu, NULL,
+                                     .shard = mg_shard_rule_pointwise};
+const mg_op_def mg_opdef_GELU_ERF_BWD = {"gelu_erf_bwd", 2, 2, MG_OPF_NO_GRAD, infer_unary_bwd, NULL, cost_bwd,
+                                         gelu_erf_bwd_cpu, NULL, .shard = mg_shard_rule_pointwise};
 
 static mg_tensor *unary(mg_graph *g, mg_op op, mg_tensor *x) {
     mg_node *n = mg_node_new(g, op, NULL, 1, &x, NULL);
@@ -214,3 +251,4 @@ mg_tensor *mg_gelu(mg_graph *g, mg_tensor *x) { return unary(g, MG_OP_GELU, x); 
 mg_tensor *mg_silu(mg_graph *g, mg_tensor *x) { return unary(g, MG_OP_SILU, x); }
 mg_tensor *mg_swiglu(mg_graph *g, mg_tensor *x) { return unary(g, MG_OP_SWIGLU, x); }
 mg_tensor *mg_squared_relu(mg_graph *g, mg_tensor *x) { return unary(g, MG_OP_SQUARED_RELU, x); }
+mg_tensor *mg_gelu_erf(mg_graph *g, mg_tensor *x) { return unary(g, MG_OP_GELU_ERF, x); }

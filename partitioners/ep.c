@@ -242,7 +242,7 @@ static int expert_node(part_ctx *c, const mg_node *n) {
     switch (n->op) {
     case MG_OP_MOE_GROUPED_MATMUL: case MG_OP_MOE_GROUPED_MATMUL_DW: case MG_OP_GELU: case MG_OP_GELU_BWD:
     case MG_OP_SILU: case MG_OP_SILU_BWD: case MG_OP_SWIGLU: case MG_OP_SWIGLU_BWD: case MG_OP_SQUARED_RELU:
-    case MG_OP_SQUARED_RELU_BWD: case MG_OP_ADD: case MG_OP_SUB:
+    case MG_OP_SQUARED_RELU_BWD: case MG_OP_GELU_ERF: case MG_OP_GELU_ERF_BWD: case MG_OP_ADD: case MG_OP_SUB:
     case MG_OP_MUL: case MG_OP_SCALE:
         break;
     default:

@@ -26,6 +26,8 @@ typedef struct cv_cfg {
     bool bias;               /* LLaMA: biases on q/k/v/o and the MLP (GPT-2 always has them) */
     bool qkv_bias;           /* LLaMA family: biases on q/k/v even without `bias` (Qwen2, --add-qkv-bias) */
     bool qk_norm;            /* LLaMA family: per-head RMSNorm of q and k (Qwen3, --qk-layernorm) */
+    bool gelu_exact;         /* GPT-2: activation_function "gelu" (x Φ(x), --no-bias-gelu-fusion), not
+                                "gelu_new" (the tanh approximation) */
     int window;              /* LLaMA family: sliding-window attention over this many keys in every
                                 layer (Mistral's sliding_window, --window-size window-1,0); 0: none */
     const char *tokenizer_type;

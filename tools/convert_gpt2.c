@@ -80,9 +80,12 @@ static int hf_shape(const cv_cfg *c, const cv_tensor *t, int64_t *s) {
 static int read_config(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) {
     int rc = MG_OK;
     const char *act = json_string_value(json_object_get(cfg, "activation_function"));
-    /* mgraph's GELU is the tanh approximation (GPT-2's gelu_new) */
-    if (act && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
-        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: activation_function '%s' (mgraph's GPT-2 uses gelu_new)", path, act);
+    /* the tanh approximation (GPT-2's gelu_new, mgraph's default), or the exact GELU
+     * (transformers' "gelu": mgraph's --no-bias-gelu-fusion) */
+    bool exact = act && !strcmp(act, "gelu");
+    if (act && !exact && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: activation_function '%s' (mgraph's GPT-2 has gelu_new, or gelu "
+                            "with --no-bias-gelu-fusion)", path, act);
     if (json_is_false(json_object_get(cfg, "scale_attn_weights")) ||
         json_is_true(json_object_get(cfg, "scale_attn_by_inverse_layer_idx")))
         return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: attention scaling other than 1/sqrt(head dim)", path);
@@ -103,7 +106,7 @@ static int read_config(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) 
     json_t *dr = json_object_get(cfg, "resid_pdrop"), *ad = json_object_get(cfg, "attn_pdrop");
     c->arch = CV_GPT2;
     c->layers = (int)L, c->hidden = (int)h, c->ffn = (int)f, c->heads = c->groups = (int)nh, c->positions = (int)P;
-    c->vocab = V, c->eps = e, c->rope_base = 10000, c->untied = false, c->bias = true;
+    c->vocab = V, c->eps = e, c->rope_base = 10000, c->untied = false, c->bias = true, c->gelu_exact = exact;
     c->hidden_dropout = json_is_number(dr) ? json_number_value(dr) : 0.1;
     c->attention_dropout = json_is_number(ad) ? json_number_value(ad) : 0.1;
     c->tokenizer_type = V == 256 ? "ByteLevelTokenizer" : "GPT2BPETokenizer";
@@ -114,7 +117,8 @@ static json_t *write_config(const cv_cfg *c) {
     json_t *cfg = json_pack("{s:[s], s:s, s:I, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:b, s:b, s:b, s:s}",
                             "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", (json_int_t)c->vocab,
                             "n_positions", c->positions, "n_embd", c->hidden, "n_layer", c->layers, "n_head", c->heads,
-                            "n_inner", c->ffn, "activation_function", "gelu_new", "resid_pdrop", c->hidden_dropout,
+                            "n_inner", c->ffn, "activation_function", c->gelu_exact ? "gelu" : "gelu_new",
+                            "resid_pdrop", c->hidden_dropout,
                             "embd_pdrop", c->hidden_dropout, "attn_pdrop", c->attention_dropout, "layer_norm_epsilon",
                             cv_float_decimal((float)c->eps), "initializer_range", 0.02, "scale_attn_weights", 1,
                             "tie_word_embeddings", 1, "use_cache", 1, "torch_dtype", "float32");

@@ -114,6 +114,9 @@ static int model_arch(json_t *mm, const char *path, cv_cfg *c, mg_error *err) {
     if (json_is_true(json_object_get(mm, "squared_relu")))
         return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: --squared-relu: no Hugging Face class mgraph-convert writes "
                             "has that MLP", path);
+    json_t *ge = json_object_get(mm, "gelu_exact"); /* (absent: saved before it, the tanh form) */
+    if (ge && !json_is_boolean(ge)) return mg_error_set(err, MG_ERR_IO, "%s: model flags missing or invalid", path);
+    c->gelu_exact = json_is_true(ge);
     if (arch && !strcmp(arch, "gpt2")) {
         c->arch = CV_GPT2, c->bias = true, c->untied = false, c->rope_base = 10000;
         return MG_OK;
@@ -213,6 +216,7 @@ static json_t *model_json(const cv_cfg *c) {
                              c->untied, "disable_bias_linear", !c->bias, "rotary_base", (double)(float)c->rope_base,
                              "rotary_percent", 1.0, "add_qkv_bias", c->qkv_bias && !c->bias, "qk_layernorm", c->qk_norm,
                              "window", c->window, "window_attn_skip_freq", 0);
+    if (more) json_object_set_new(more, "gelu_exact", json_boolean(c->gelu_exact));
     if (j && more) json_object_update(j, more);
     json_decref(more);
     if (j) json_object_set_new(j, "num_experts", json_integer(0));

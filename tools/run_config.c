@@ -277,7 +277,9 @@ static const flag flags[] = {
     {"--attention-backend", F_STR, NOFF, NOOP, "auto|flash|fused|unfused|local", "mgraph has one fused attention kernel"},
     {"--no-masked-softmax-fusion", F_BOOL, NOFF, NOOP, NULL, "mgraph's attention kernel fuses scale, mask and softmax"},
     {"--use-flash-attn", F_BOOL, NOFF, NOOP, NULL, "mgraph has one fused attention kernel (no s x s scores stored)"},
-    {"--no-bias-gelu-fusion", F_BOOL, NOFF, NOOP, NULL, "kernel fusion does not change what is computed"},
+    {"--no-bias-gelu-fusion", F_BOOL, O(no_bias_gelu_fusion), USE, NULL,
+     "the exact GELU x Phi(x), as Megatron's unfused MLP (torch's F.gelu); its fused bias-GELU, the default, is the tanh "
+     "approximation"},
     {"--no-bias-dropout-fusion", F_BOOL, NOFF, NOOP, NULL, "kernel fusion does not change what is computed"},
     {"--no-bias-swiglu-fusion", F_BOOL, NOFF, NOOP, NULL, "kernel fusion does not change what is computed"},
     {"--no-rope-fusion", F_BOOL, NOFF, NOOP, NULL, "kernel fusion does not change what is computed"},
@@ -626,6 +628,12 @@ static void check_window(mg_run_config *c, mg_run_notes *n) {
 
 void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     check_window(c, n);
+    /* Megatron refuses its fused bias-GELU without a bias (TransformerConfig) and so needs
+     * --no-bias-gelu-fusion there, which makes its GELU the exact one */
+    if (c->disable_bias_linear && !c->swiglu && !c->squared_relu && !c->no_bias_gelu_fusion)
+        mg_run_notes_warn(n, "--disable-bias-linear with a GELU MLP: Megatron requires --no-bias-gelu-fusion here (its "
+                             "fused bias-GELU needs the bias) and then applies the exact GELU; without it mgraph keeps "
+                             "the tanh approximation");
     /* Megatron: with SwiGLU the default ffn keeps the parameter count of 4h, rounded
      * down to a multiple of 64 */
     if (c->ffn_hidden_size <= 0) { /* in 64 bits, capped: a huge --hidden-size is reported, never overflows */
@@ -804,6 +812,7 @@ int mg_run_config_model(const mg_run_config *c, mg_gpt_config *m, mg_error *err)
     m->add_qkv_bias = c->add_qkv_bias;
     m->qk_layernorm = c->qk_layernorm;
     m->squared_relu = c->squared_relu;
+    m->gelu_exact = c->no_bias_gelu_fusion && !c->swiglu && !c->squared_relu; /* (only a GELU MLP has it) */
     m->qk_layernorm_wd = c->apply_wd_to_qk_layernorm;
     m->window = c->window;
     m->window_skip_freq = c->window_skip;

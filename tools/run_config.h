@@ -25,6 +25,7 @@ typedef struct mg_run_config {
     float rotary_base, rotary_percent, norm_epsilon;
     bool swiglu, group_query_attention, untie_embeddings_and_output_weights, disable_bias_linear;
     bool add_qkv_bias, qk_layernorm, apply_wd_to_qk_layernorm, squared_relu;
+    bool no_bias_gelu_fusion; /* the exact GELU (Megatron's unfused MLP) */
     /* Megatron's --window-size "L,R" and --window-attn-skip-freq N as given (NULL: not),
      * and what mg_run_config_check makes of them: window = L + 1 keys (0: none), and
      * window_skip = N (0: every layer windowed) */

@@ -55,6 +55,9 @@ typedef struct mg_gpt_config {
     float rotary_percent;    /* --rotary-percent (1.0): RoPE on the first percent of each head */
     bool swiglu;             /* --swiglu: gate and up projections of ffn_hidden each */
     bool squared_relu;       /* --squared-relu: the MLP's activation relu(x)² instead of GELU (Nemotron) */
+    bool gelu_exact;         /* --no-bias-gelu-fusion: the exact GELU x Φ(x) (Megatron's unfused MLP,
+                                torch's F.gelu) instead of the tanh approximation (its fused
+                                bias-GELU, the default; GPT-2's gelu_new) */
     int query_groups;        /* --num-query-groups with --group-query-attention; 0 = heads */
     bool untie_embeddings;   /* --untie-embeddings-and-output-weights */
     bool disable_bias_linear;/* --disable-bias-linear: no bias on QKV, projection, MLP */

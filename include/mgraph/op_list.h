@@ -38,6 +38,7 @@ MG_OP(MOE_PERMUTE, "moe_permute")
 MG_OP(MOE_UNPERMUTE, "moe_unpermute")
 MG_OP(MOE_GROUPED_MATMUL, "moe_grouped_matmul")
 MG_OP(SQUARED_RELU, "squared_relu")
+MG_OP(GELU_ERF, "gelu_erf")
 /* piecewise-constant forward ops: they stop gradients (no gradient rule needed) */
 MG_OP(MOE_TOPK_COUNT, "moe_topk_count")
 MG_OP(XENT_COUNT, "xent_count")
@@ -57,6 +58,7 @@ MG_OP(MOE_ROUTE_BWD, "moe_route_bwd")
 MG_OP(MOE_ROW_DOT, "moe_row_dot")
 MG_OP(MOE_GROUPED_MATMUL_DW, "moe_grouped_matmul_dw")
 MG_OP(SQUARED_RELU_BWD, "squared_relu_bwd")
+MG_OP(GELU_ERF_BWD, "gelu_erf_bwd")
 /* activation recompute (graph/recompute.c): a copy of x once `after` exists */
 MG_OP(RECOMPUTE_GATE, "recompute_gate")
 /* vocab-parallel cross-entropy pieces (emitted by the tensor-parallel partitioner) */

@@ -35,6 +35,7 @@ mg_tensor *mg_layernorm(mg_graph *g, mg_tensor *x, mg_tensor *w, mg_tensor *b, f
 mg_tensor *mg_rmsnorm(mg_graph *g, mg_tensor *x, mg_tensor *w, float eps);
 
 mg_tensor *mg_gelu(mg_graph *g, mg_tensor *x);     /* tanh approximation (GPT-2) */
+mg_tensor *mg_gelu_erf(mg_graph *g, mg_tensor *x); /* exact x Φ(x) (torch's F.gelu) */
 mg_tensor *mg_squared_relu(mg_graph *g, mg_tensor *x); /* relu(x)² (Megatron's --squared-relu) */
 mg_tensor *mg_silu(mg_graph *g, mg_tensor *x);
 /* x [..., 2F] -> silu(x[..., :F]) * x[..., F:]  (Megatron's gated layout: gate first) */

@@ -1,5 +1,6 @@
-/* gelu (tanh approximation), silu, squared_relu, swiglu and their fused backward ops; the same
- * formulas as ops/activation.c (gelu as x * sigmoid(2u): no cancellation). */
+/* gelu (tanh approximation), gelu_erf (exact), silu, squared_relu, swiglu and their fused
+ * backward ops; the same formulas as ops/activation.c (gelu as x * sigmoid(2u): no
+ * cancellation; gelu_erf in double). */
 #include "ops/cuda/cuda_common.h"
 
 #define GELU_K 0.7978845608028654f
@@ -13,13 +14,19 @@ __device__ inline float gelu_df(float x) {
     return s + 2.0f * x * s * (1.0f - s) * GELU_K * (1.0f + 3.0f * GELU_C * x2);
 }
 
-enum { ACT_GELU, ACT_SILU, ACT_RELU2 };
+__device__ inline float gelu_erf_f(float x) { return (float)(0.5 * x * (1.0 + erf(x * 0.70710678118654752440))); }
+__device__ inline float gelu_erf_df(float x) {
+    double d = x;
+    return (float)(0.5 * (1.0 + erf(d * 0.70710678118654752440)) + d * 0.39894228040143267794 * exp(-0.5 * d * d));
+}
+
+enum { ACT_GELU, ACT_SILU, ACT_RELU2, ACT_GELU_ERF };
 
 template <int A>
 __global__ void k_act(const float *__restrict__ x, float *y, int64_t n) {
     MG_GRID_STRIDE(i, n) {
         float v = x[i], r = v > 0.0f ? v : 0.0f;
-        y[i] = A == ACT_GELU ? gelu_f(v) : A == ACT_RELU2 ? r * r : v * sigmoid_f(v);
+        y[i] = A == ACT_GELU ? gelu_f(v) : A == ACT_GELU_ERF ? gelu_erf_f(v) : A == ACT_RELU2 ? r * r : v * sigmoid_f(v);
     }
 }
 
@@ -29,6 +36,8 @@ __global__ void k_act_bwd(const float *__restrict__ dy, const float *__restrict_
         float v = x[i], d;
         if (A == ACT_GELU) {
             d = gelu_df(v);
+        } else if (A == ACT_GELU_ERF) {
+            d = gelu_erf_df(v);
         } else if (A == ACT_RELU2) {
             d = v > 0.0f ? 2.0f * v : 0.0f;
         } else {
@@ -58,6 +67,8 @@ static int act_bwd(const mg_kernel_args *a, mg_error *err) {
 }
 
 extern "C" int mg_cuda_gelu(const mg_kernel_args *a, mg_error *err) { return act<ACT_GELU>(a, err); }
+extern "C" int mg_cuda_gelu_erf(const mg_kernel_args *a, mg_error *err) { return act<ACT_GELU_ERF>(a, err); }
+extern "C" int mg_cuda_gelu_erf_bwd(const mg_kernel_args *a, mg_error *err) { return act_bwd<ACT_GELU_ERF>(a, err); }
 extern "C" int mg_cuda_silu(const mg_kernel_args *a, mg_error *err) { return act<ACT_SILU>(a, err); }
 extern "C" int mg_cuda_gelu_bwd(const mg_kernel_args *a, mg_error *err) { return act_bwd<ACT_GELU>(a, err); }
 extern "C" int mg_cuda_squared_relu(const mg_kernel_args *a, mg_error *err) { return act<ACT_RELU2>(a, err); }

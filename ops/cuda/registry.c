@@ -22,6 +22,8 @@ K(gelu_bwd)
 K(silu_bwd)
 K(squared_relu)
 K(squared_relu_bwd)
+K(gelu_erf)
+K(gelu_erf_bwd)
 K(swiglu_bwd)
 K(layernorm)
 K(layernorm_bwd)
@@ -78,6 +80,8 @@ const mg_kernel_fn mg_cuda_kernels[MG_OP_COUNT] = {
     [MG_OP_SILU_BWD] = mg_cuda_silu_bwd,
     [MG_OP_SQUARED_RELU] = mg_cuda_squared_relu,
     [MG_OP_SQUARED_RELU_BWD] = mg_cuda_squared_relu_bwd,
+    [MG_OP_GELU_ERF] = mg_cuda_gelu_erf,
+    [MG_OP_GELU_ERF_BWD] = mg_cuda_gelu_erf_bwd,
     [MG_OP_SWIGLU_BWD] = mg_cuda_swiglu_bwd,
     [MG_OP_LAYERNORM] = mg_cuda_layernorm,
     [MG_OP_LAYERNORM_BWD] = mg_cuda_layernorm_bwd,

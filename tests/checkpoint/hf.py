@@ -10,6 +10,9 @@
 2. mgraph trains that checkpoint a few iterations (--save), --to-hf exports it,
    transformers loads it as GPT2LMHeadModel and gives mgraph's loss (relative 1e-5), and
    re-importing the export reproduces the checkpoint's tensors bit for bit.
+3. With activation_function "gelu" (the exact GELU, not GPT-2's tanh approximation): the
+   import needs --no-bias-gelu-fusion (exit 2 naming it without), then gives transformers'
+   loss, ten times closer than the tanh twin's, and exports as "gelu".
 Exits 77 (skipped) with a loud message when torch or transformers cannot be imported.
 """
 import json
@@ -114,4 +117,32 @@ from safetensors.torch import load_file  # noqa: E402  (installed with transform
 a, b = load_file("hf2/model.safetensors"), load_file("hf3/model.safetensors")
 if a.keys() != b.keys() or any(not torch.equal(a[k], b[k]) for k in a):
     fail("round trip --to-hf -> --from-hf -> --to-hf changed tensors")
+
+# 3. the exact GELU (transformers' "gelu", torch's F.gelu; Megatron's unfused MLP): imported,
+# it needs --no-bias-gelu-fusion, evaluates as transformers does, and exports as "gelu"
+cfg3 = GPT2Config(vocab_size=V, n_positions=SEQ, n_embd=H, n_layer=L, n_head=NH, activation_function="gelu",
+                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5, bos_token_id=None,
+                  eos_token_id=None)
+hf3 = GPT2LMHeadModel(cfg3)
+with torch.no_grad():  # larger weights: the MLP's inputs reach where the two GELUs differ most
+    for name, p in hf3.named_parameters():
+        p.copy_(torch.randn_like(p) * (0.5 if p.dim() == 1 else 0.3) + (1.0 if "ln" in name and "weight" in name else 0.0))
+hf3.save_pretrained("hf_erf", safe_serialization=True)
+tanh_twin = GPT2LMHeadModel(GPT2Config(**{**cfg3.to_dict(), "activation_function": "gelu_new"}))
+tanh_twin.load_state_dict(hf3.state_dict())
+exact, approx = hf_loss(hf3), hf_loss(tanh_twin)
+print(f"transformers on the same weights: gelu {exact:.9f}, gelu_new {approx:.9f}, relative difference "
+      f"{abs(exact - approx) / exact:.2e}")
+run([CONVERT, "--from-hf", "hf_erf", "--save", "ck_erf"], "mgraph-convert --from-hf (gelu)")
+p = subprocess.run([RUN, *ARGS, "--load", "ck_erf", "--skip-train"], capture_output=True, text=True)
+if p.returncode != 2 or "--no-bias-gelu-fusion" not in p.stderr:
+    fail(f"loading an exact-GELU import without --no-bias-gelu-fusion: exit {p.returncode}, {p.stderr}")
+ARGS += ["--no-bias-gelu-fusion"]
+got = mgraph_loss("ck_erf", "erf")
+close(got, exact, "imported GPT-2 with the exact GELU")
+if not abs(got - exact) < abs(exact - approx) / 10:
+    fail("the two GELUs differ too little here to tell which one mgraph applied")
+run([CONVERT, "--load", "ck_erf", "--to-hf", "hf_erf2"], "mgraph-convert --to-hf (gelu)")
+if json.load(open("hf_erf2/config.json"))["activation_function"] != "gelu":
+    fail("the export of an exact-GELU checkpoint does not say activation_function gelu")
 print(f"ok: transformers {transformers.__version__}, torch {torch.__version__}")

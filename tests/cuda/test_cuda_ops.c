@@ -90,6 +90,7 @@ static mg_tensor *g_elementwise(mg_graph *g) {
 static mg_tensor *g_activation(mg_graph *g) {
     mg_tensor *x = PARAM(g, "x", 7, 3, 40);
     mg_tensor *y = mg_add(g, mg_add(g, mg_gelu(g, x), mg_silu(g, x)), mg_squared_relu(g, x));
+    y = mg_add(g, y, mg_gelu_erf(g, x));
     return mg_add(g, loss_of(g, y), loss_of(g, mg_swiglu(g, x)));
 }
 

@@ -2,7 +2,7 @@
  * single-rank run (the harness of tests/partitioners/test_equivalence.c, for MoE).
  *
  * Run under mpirun: test_ep_equivalence TP EP [ITERS [ACT [CAPACITY [DISTOPT [SP]]]]]
- *   dp = world / tp; ACT swiglu (default) or gelu; CAPACITY a capacity factor (default 0:
+ *   dp = world / tp; ACT swiglu (default), gelu or gelu_erf (the exact GELU); CAPACITY a capacity factor (default 0:
  *   dropless); DISTOPT 1: the distributed optimizer (dense parameters); SP 1: sequence
  *   parallelism. A LLaMA-style model (RMSNorm, RoPE) of 2 layers, both MoE with 4 experts,
  *   top-2, load-balancing and z losses on, dropout on, 2 micro-batches per rank.
@@ -122,7 +122,8 @@ static void model(mg_step_config *sc, int tp, int dp, const char *act, double ca
     sc->model.vocab = 128 * tp;
     sc->model.norm = MG_NORM_RMSNORM;
     sc->model.pos_emb = MG_POS_ROPE;
-    sc->model.swiglu = strcmp(act, "gelu") != 0;
+    sc->model.swiglu = strcmp(act, "gelu") != 0 && strcmp(act, "gelu_erf") != 0;
+    sc->model.gelu_exact = strcmp(act, "gelu_erf") == 0;
     sc->model.untie_embeddings = true;
     sc->model.disable_bias_linear = true;
     sc->model.moe.num_experts = experts_;
@@ -236,7 +237,7 @@ int main(int argc, char **argv) {
         return tf ? 1 : 0;
     }
     if (argc < 3) {
-        fprintf(stderr, "usage: test_ep_equivalence TP EP [ITERS [swiglu|gelu [CAPACITY]]] | bytes TP EP\n");
+        fprintf(stderr, "usage: test_ep_equivalence TP EP [ITERS [swiglu|gelu|gelu_erf [CAPACITY]]] | bytes TP EP\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     mg_plan plan;

@@ -1,3 +1,3 @@
 mg_op_tests(activation
-  FORWARD gelu silu swiglu squared_relu errors_activation
-  GRAD gelu silu swiglu squared_relu)
+  FORWARD gelu silu swiglu squared_relu gelu_erf errors_activation
+  GRAD gelu silu swiglu squared_relu gelu_erf)

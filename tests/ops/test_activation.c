@@ -1,4 +1,4 @@
-/* gelu (tanh approximation), silu, swiglu, squared_relu: forward against double formulas,
+/* gelu (tanh approximation), gelu_erf, silu, swiglu, squared_relu: forward against double formulas,
  * gradients against finite differences, shape errors. */
 #include <math.h>
 #include <stdlib.h>
@@ -11,6 +11,7 @@ static double gelu_ref(double x) {
 }
 static double silu_ref(double x) { return x / (1.0 + exp(-x)); }
 static double squared_relu_ref(double x) { return x > 0 ? x * x : 0.0; }
+static double gelu_erf_ref(double x) { return 0.5 * x * (1.0 + erf(x / sqrt(2.0))); }
 
 typedef mg_tensor *(*build1)(mg_graph *g, mg_tensor *x);
 
@@ -74,6 +75,23 @@ static void fwd_gelu(void) {
 static void fwd_silu(void) { check("silu", mg_silu, false, silu_ref); }
 static void fwd_swiglu(void) { check("swiglu", mg_swiglu, true, NULL); }
 static void fwd_squared_relu(void) { check("squared_relu", mg_squared_relu, false, squared_relu_ref); }
+/* the exact form: gelu_erf(1) = 0.841345 (the tanh approximation's 0.841192 is 1.5e-4 off) */
+static void fwd_gelu_erf(void) {
+    check("gelu_erf", mg_gelu_erf, false, gelu_erf_ref);
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_input(g, "x", MG_F32, 1, (int64_t[]){1}), *y = mg_gelu_erf(g, x);
+    tk_run r;
+    if (!y || tk_prepare(&r, g)) {
+        TK_CHECK(0, "build");
+        mg_graph_free(g);
+        return;
+    }
+    tk_f32(&r, x)[0] = 1.0f;
+    tk_exec(&r);
+    TK_CHECK(fabsf(tk_f32(&r, y)[0] - 0.8413447f) < 1e-6f, "gelu_erf(1) = %.7f", (double)tk_f32(&r, y)[0]);
+    tk_release(&r);
+    mg_graph_free(g);
+}
 
 static void fwd_errors(void) {
     mg_graph *g = mg_graph_new();
@@ -103,10 +121,15 @@ static mg_tensor *gb_gelu(mg_graph *g, mg_tensor *const *l, void *c) { (void)c; 
 static mg_tensor *gb_silu(mg_graph *g, mg_tensor *const *l, void *c) { (void)c; return mg_silu(g, l[0]); }
 static mg_tensor *gb_swiglu(mg_graph *g, mg_tensor *const *l, void *c) { (void)c; return mg_swiglu(g, l[0]); }
 static mg_tensor *gb_squared_relu(mg_graph *g, mg_tensor *const *l, void *c) { (void)c; return mg_squared_relu(g, l[0]); }
+static mg_tensor *gb_gelu_erf(mg_graph *g, mg_tensor *const *l, void *c) { (void)c; return mg_gelu_erf(g, l[0]); }
 
 static void grad_gelu(void) {
     tk_leaf x[] = {{"x", MG_F32, 3, {2, 3, 8}, true, -4, 4}};
     tk_gradcheck("gelu", 1, x, gb_gelu, NULL, NULL);
+}
+static void grad_gelu_erf(void) {
+    tk_leaf x[] = {{"x", MG_F32, 3, {2, 3, 8}, true, -4, 4}};
+    tk_gradcheck("gelu_erf", 1, x, gb_gelu_erf, NULL, NULL);
 }
 static void grad_silu(void) {
     tk_leaf x[] = {{"x", MG_F32, 3, {2, 3, 8}, true, -5, 5}};
@@ -131,7 +154,8 @@ static void grad_squared_relu(void) {
 int main(int argc, char **argv) {
     static const tk_case cases[] = {
         {"forward.gelu", fwd_gelu},   {"forward.silu", fwd_silu}, {"forward.swiglu", fwd_swiglu},
-        {"forward.squared_relu", fwd_squared_relu}, {"forward.errors_activation", fwd_errors},
+        {"forward.squared_relu", fwd_squared_relu}, {"forward.gelu_erf", fwd_gelu_erf},
+        {"forward.errors_activation", fwd_errors},  {"grad.gelu_erf", grad_gelu_erf},
         {"grad.squared_relu", grad_squared_relu},
         {"grad.gelu", grad_gelu},     {"grad.silu", grad_silu},   {"grad.swiglu", grad_swiglu},
     };

@@ -6,7 +6,8 @@
  * in 2 key/value groups, untied output layer, no linear biases, or qwen: llama with biases
  * on q, k, v and each head's q and k normalised, --add-qkv-bias --qk-layernorm, relu2:
  * gpt2 with the MLP's relu(x)², --squared-relu, or mistral: llama with a sliding window of
- * 3 keys in the first of its two layers, --window-size 2,0 --window-attn-skip-freq 2).
+ * 3 keys in the first of its two layers, --window-size 2,0 --window-attn-skip-freq 2, or
+ * gelu_erf: gpt2 with the exact GELU, --no-bias-gelu-fusion).
  * Every rank builds the same logical step graph of a small GPT (dropout on, several
  * micro-batches), runs it serially with the reference executor, then partitions it
  * for its rank and runs the physical graph on the StarPU engine with MPI
@@ -262,7 +263,7 @@ int main(int argc, char **argv) {
     plan.matmul_tiles = argc > 6 ? atoi(argv[6]) : 1;
     bool qwen = argc > 7 && !strcmp(argv[7], "qwen"), mistral = argc > 7 && !strcmp(argv[7], "mistral");
     bool llama = qwen || mistral || (argc > 7 && !strcmp(argv[7], "llama"));
-    bool relu2 = argc > 7 && !strcmp(argv[7], "relu2");
+    bool relu2 = argc > 7 && !strcmp(argv[7], "relu2"), erf = argc > 7 && !strcmp(argv[7], "gelu_erf");
     plan.matmul_tile_min_flops = 0; /* tile every matmul of this small model */
     plan.pp = argc > 10 ? atoi(argv[10]) : 1;
     plan.vpp = argc > 11 ? atoi(argv[11]) : 1;
@@ -286,6 +287,7 @@ int main(int argc, char **argv) {
     sc.model.max_position = 8;
     sc.model.vocab = 128 * plan.tp; /* Megatron pads to a multiple of 128 * tp */
     sc.model.squared_relu = relu2;
+    sc.model.gelu_exact = erf;
     if (llama) {
         sc.model.norm = MG_NORM_RMSNORM;
         sc.model.pos_emb = MG_POS_ROPE;

@@ -44,18 +44,24 @@ ends_within() {
     fail "pid $1 still running $2 s after the signal"
 }
 saved_iteration() { cat "$1/latest_checkpointed_iteration.txt"; }
+# stopped_well PID LOG METRICS CHECKPOINT SIGNAL: the run ends within 30 s with exit 0 and
+# Megatron's message, its checkpoint at its last logged iteration (in $stopped_at)
+stopped_well() {
+    ends_within "$1" 30
+    [ "$status" -eq 0 ] || { cat "$2"; fail "$5 ($2): exit $status, want 0"; }
+    grep -q "exiting program after receiving $5" "$2" || { cat "$2"; fail "$5 ($2): no exit message"; }
+    stopped_at=$(saved_iteration "$4")
+    [ "$stopped_at" = "$(column lm_loss "$3" | wc -l)" ] ||
+        fail "$5 ($2): checkpoint at $stopped_at, not at the last logged iteration"
+}
 
 # ---- 1. one rank ------------------------------------------------------------------------------
 "$RUN" "${LONG[@]}" --save "$WORK/run/ck1" --metrics-file one.jsonl > one.txt 2>&1 &
 pid=$!
 wait_iters one.jsonl 3
 kill -TERM $pid
-ends_within $pid 30
-[ "$status" -eq 0 ] || { cat one.txt; fail "SIGTERM with --exit-signal-handler: exit $status, want 0"; }
-grep -q "exiting program after receiving SIGTERM" one.txt || { cat one.txt; fail "no exit message"; }
-k=$(saved_iteration run/ck1)
-last=$(column lm_loss one.jsonl | wc -l)
-[ "$k" = "$last" ] || fail "checkpoint at iteration $k, last logged iteration $last"
+stopped_well $pid one.txt one.jsonl run/ck1 SIGTERM
+k=$stopped_at
 echo "ok: SIGTERM after iteration $k: exit 0, checkpoint at $k"
 # resumed for two more iterations against the uninterrupted run over the same span
 "$RUN" "${BASE[@]}" --train-iters $((k + 2)) --load run/ck1 --metrics-file resumed.jsonl > resumed.txt 2>&1 ||
@@ -76,22 +82,16 @@ for p in $(pgrep -f -- "$WORK/run/ck2"); do
 done
 [ -n "$rank1" ] || fail "rank 1's process not found"
 kill -TERM "$rank1"
-ends_within $mpid 30
-[ "$status" -eq 0 ] || { cat two.txt; fail "2 ranks, SIGTERM to rank 1: exit $status, want 0"; }
-grep -q "exiting program after receiving SIGTERM" two.txt || { cat two.txt; fail "2 ranks: no exit message"; }
-k=$(saved_iteration run/ck2)
-[ "$k" = "$(column lm_loss two.jsonl | wc -l)" ] || fail "2 ranks: checkpoint at $k, not the last logged iteration"
-echo "ok: 2 ranks, SIGTERM to rank 1 alone: both stopped after iteration $k, exit 0, checkpoint at $k"
+stopped_well $mpid two.txt two.jsonl run/ck2 SIGTERM
+echo "ok: 2 ranks, SIGTERM to rank 1 alone: both stopped after iteration $stopped_at, exit 0, checkpoint there"
 
 # ---- 3. SIGUSR1 through mpirun -------------------------------------------------------------------
 "$MPI" -np 2 "$RUN" "${LONG[@]}" --exit-signal SIGUSR1 --save "$WORK/run/ck3" --metrics-file usr1.jsonl > usr1.txt 2>&1 &
 mpid=$!
 wait_iters usr1.jsonl 3
 kill -USR1 $mpid
-ends_within $mpid 30
-[ "$status" -eq 0 ] || { cat usr1.txt; fail "SIGUSR1 to mpirun: exit $status, want 0"; }
-grep -q "exiting program after receiving SIGUSR1" usr1.txt || { cat usr1.txt; fail "SIGUSR1: no exit message"; }
-echo "ok: --exit-signal SIGUSR1 sent to mpirun: exit 0, checkpoint at $(saved_iteration run/ck3)"
+stopped_well $mpid usr1.txt usr1.jsonl run/ck3 SIGUSR1
+echo "ok: --exit-signal SIGUSR1 sent to mpirun: exit 0, checkpoint at $stopped_at"
 
 # ---- 4. a second signal: at once ------------------------------------------------------------------
 # iterations of about a second (longer under the sanitizers), so that both signals land

@@ -234,6 +234,34 @@ squared_relu)
     rc=$?
     [ $rc -eq 2 ] && grep -q -- "--swiglu and --squared-relu are two MLP activations" err.txt || { cat err.txt; fail "--swiglu with --squared-relu: exit $rc"; }
     echo "ok: --squared-relu trains, a checkpoint keeps it, --swiglu with it refused" ;;
+exact_gelu)
+    # --no-bias-gelu-fusion: Megatron's unfused MLP applies torch's exact GELU, its fused
+    # bias-GELU (the default) the tanh approximation (the ops in ops.forward.gelu_erf and
+    # ops.forward.gelu, transformers' "gelu" in checkpoint.hf_transformers, tp x cp x SP and
+    # ep in *.equivalence_*gelu_erf*): it trains differently, a checkpoint keeps it, it
+    # changes nothing for a SwiGLU MLP, and --disable-bias-linear without it warns
+    G=(--text-file text.txt "${TINY[@]}" --num-layers 2 --hidden-size 16 --num-attention-heads 4 --train-iters 4
+       --log-interval 1 --lr 1e-2 --lr-warmup-iters 0 --init-method-std 0.5)
+    losses() { grep -o '"lm_loss": [^,]*' "$1"; }
+    "$RUN" "${G[@]}" --metrics-file tanh.jsonl > out.txt 2> err.txt || { cat err.txt; fail "default GELU run"; }
+    "$RUN" "${G[@]}" --no-bias-gelu-fusion --save ck --metrics-file erf.jsonl > out.txt 2> err.txt ||
+        { cat err.txt; fail "--no-bias-gelu-fusion run"; }
+    [ "$(grep -c '"lm_loss"' erf.jsonl)" -eq 4 ] || fail "want 4 iterations"
+    cmp -s <(losses tanh.jsonl) <(losses erf.jsonl) && fail "--no-bias-gelu-fusion changed nothing"
+    "$RUN" "${G[@]}" --load ck --train-iters 5 > out.txt 2> err.txt
+    rc=$?
+    [ $rc -eq 2 ] && grep -q -- "--no-bias-gelu-fusion (the exact GELU) does not match the checkpoint" err.txt ||
+        { cat err.txt; fail "--load without --no-bias-gelu-fusion: exit $rc"; }
+    S=("${G[@]}" --normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 32)
+    "$RUN" "${S[@]}" --metrics-file s.jsonl > out.txt 2> err.txt || { cat err.txt; fail "SwiGLU run"; }
+    "$RUN" "${S[@]}" --no-bias-gelu-fusion --metrics-file s_erf.jsonl > out.txt 2> err.txt || { cat err.txt; fail "SwiGLU run with the flag"; }
+    cmp -s <(losses s.jsonl) <(losses s_erf.jsonl) || fail "--no-bias-gelu-fusion changed a SwiGLU MLP"
+    "$RUN" "${G[@]}" --disable-bias-linear --dry-run > out.txt 2> err.txt || { cat err.txt; fail "--disable-bias-linear dry run"; }
+    grep -q "warning: --disable-bias-linear with a GELU MLP: Megatron requires --no-bias-gelu-fusion" err.txt ||
+        { cat err.txt; fail "no warning for --disable-bias-linear with the fused GELU"; }
+    "$RUN" "${G[@]}" --disable-bias-linear --no-bias-gelu-fusion --dry-run > out.txt 2> err.txt || fail "dry run"
+    grep -q "warning" err.txt && { cat err.txt; fail "a warning with --no-bias-gelu-fusion given"; }
+    echo "ok: --no-bias-gelu-fusion: the exact GELU trains, a checkpoint keeps it, SwiGLU unchanged, the warning" ;;
 sliding_window)
     # --window-size L,0 and --window-attn-skip-freq N (Mistral's, Gemma's and GPT-OSS's
     # attention; the kernel against a naive loop in ops.forward.attention_window, against
