@@ -297,6 +297,17 @@ static const flag flags[] = {
     {"--recompute-method", F_STR, O(recompute_method), USE, "uniform|block",
      "full: uniform = every layer, --recompute-num-layers per segment; block = the first --recompute-num-layers layers"},
     {"--recompute-num-layers", F_INT, O(recompute_num_layers), USE, NULL, "layers per segment (uniform) or recomputed (block)"},
+    {"--recompute-activations", F_BOOL, O(recompute_activations), USE, NULL,
+     "Megatron's shorthand for --recompute-granularity selective (it overrides that flag, as there)"},
+    /* Megatron's removed or legacy flags, as its validate_args treats them */
+    {"--use-rotary-position-embeddings", F_BOOL, O(use_rotary_position_embeddings), USE, NULL,
+     "Megatron's legacy spelling of --position-embedding-type rope"},
+    {"--checkpoint-activations", F_BOOL, NOFF, REFUSE, NULL,
+     "no longer valid in Megatron: use --recompute-activations, or --recompute-granularity and --recompute-method"},
+    {"--model-parallel-size", F_INT, NOFF, REFUSE, NULL, "no longer valid in Megatron: use --tensor-model-parallel-size"},
+    {"--batch-size", F_INT, NOFF, REFUSE, NULL, "no longer valid in Megatron: use --micro-batch-size"},
+    {"--warmup", F_INT, NOFF, REFUSE, NULL,
+     "no longer valid in Megatron: use --lr-warmup-fraction, --lr-warmup-iters or --lr-warmup-samples"},
     /* execution */
     {"--engine", F_STR, O(engine), USE, "starpu|reference", "starpu (default) | reference (serial, for debugging)"},
     {"--sched-policy", F_STR, O(sched_policy), USE, NULL, "StarPU scheduling policy (default: STARPU_SCHED or measured best)"},
@@ -627,6 +638,9 @@ static void check_window(mg_run_config *c, mg_run_notes *n) {
 }
 
 void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
+    /* Megatron's validate_args: the shorthand and the legacy spelling set the flags they stand for */
+    if (c->recompute_activations) c->recompute_granularity = "selective";
+    if (c->use_rotary_position_embeddings) c->position_embedding_type = "rope";
     check_window(c, n);
     /* Megatron refuses its fused bias-GELU without a bias (TransformerConfig) and so needs
      * --no-bias-gelu-fusion there, which makes its GELU the exact one */

@@ -81,6 +81,8 @@ typedef struct mg_run_config {
     const char *plan_file;
     /* execution */
     const char *recompute_granularity, *recompute_method; /* NULL: not given */
+    bool recompute_activations;          /* Megatron's shorthand: --recompute-granularity selective */
+    bool use_rotary_position_embeddings; /* Megatron's legacy: --position-embedding-type rope */
     int recompute_num_layers;
     const char *engine;      /* "starpu" (default) or "reference" */
     const char *sched_policy;

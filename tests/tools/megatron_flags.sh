@@ -234,6 +234,34 @@ squared_relu)
     rc=$?
     [ $rc -eq 2 ] && grep -q -- "--swiglu and --squared-relu are two MLP activations" err.txt || { cat err.txt; fail "--swiglu with --squared-relu: exit $rc"; }
     echo "ok: --squared-relu trains, a checkpoint keeps it, --swiglu with it refused" ;;
+legacy_flags)
+    # Megatron's shorthand and legacy spellings (validate_args): --recompute-activations is
+    # --recompute-granularity selective and --use-rotary-position-embeddings is
+    # --position-embedding-type rope, bit for bit; its removed flags exit 2 naming the new ones
+    L=(--text-file text.txt "${TINY[@]}" --num-layers 2 --hidden-size 16 --num-attention-heads 4 --train-iters 3
+       --log-interval 1 --lr 1e-2 --lr-warmup-iters 0)
+    losses() { grep -o '"lm_loss": [^,]*' "$1"; }
+    for f in "--recompute-granularity selective" --recompute-activations "--position-embedding-type rope" \
+             --use-rotary-position-embeddings; do
+        # shellcheck disable=SC2086 # a flag and its value
+        "$RUN" "${L[@]}" $f --metrics-file "l${f// /}.jsonl" > out.txt 2> err.txt || { cat err.txt; fail "run with '$f'"; }
+        [ "$(grep -c '"lm_loss"' "l${f// /}.jsonl")" -eq 3 ] || fail "'$f': want 3 iterations"
+    done
+    cmp -s <(losses l--recompute-granularityselective.jsonl) <(losses l--recompute-activations.jsonl) ||
+        fail "--recompute-activations differs from --recompute-granularity selective"
+    cmp -s <(losses l--position-embedding-typerope.jsonl) <(losses l--use-rotary-position-embeddings.jsonl) ||
+        fail "--use-rotary-position-embeddings differs from --position-embedding-type rope"
+    "$RUN" "${L[@]}" --metrics-file plain.jsonl > out.txt 2> err.txt || { cat err.txt; fail "plain run"; }
+    cmp -s <(losses plain.jsonl) <(losses l--use-rotary-position-embeddings.jsonl) && fail "--use-rotary-position-embeddings changed nothing"
+    for bad in "--checkpoint-activations|use --recompute-activations" "--model-parallel-size 2|use --tensor-model-parallel-size" \
+               "--batch-size 4|use --micro-batch-size" "--warmup 10|use --lr-warmup-fraction"; do
+        # shellcheck disable=SC2086 # a flag and its value
+        "$RUN" "${L[@]}" ${bad%%|*} --dry-run > out.txt 2> err.txt
+        rc=$?
+        [ $rc -eq 2 ] && grep -q -- "${bad%%[ |]*} is not supported: no longer valid in Megatron: ${bad#*|}" err.txt ||
+            { cat err.txt; fail "'${bad%%|*}': exit $rc"; }
+    done
+    echo "ok: --recompute-activations and --use-rotary-position-embeddings as Megatron reads them, removed flags refused" ;;
 exact_gelu)
     # --no-bias-gelu-fusion: Megatron's unfused MLP applies torch's exact GELU, its fused
     # bias-GELU (the default) the tanh approximation (the ops in ops.forward.gelu_erf and
