@@ -1293,12 +1293,13 @@ int main(int argc, char **argv) {
         rc = mg_plan_check_model(&r.plan, plan_world, &pm, &err);
     }
     if (!rc) rc = check_expert_parallel(&r, &sc.model, &err);
+    /* (before the step graph: the checkpoint may set the learning-rate schedule) */
+    if (!rc) rc = mg_run_resume_open(&r.cfg, &sc.model, mg_tokenizer_vocab_size(r.tok), &sc.optim.lr, &r.resume, &err);
     if (!rc) rc = mg_step_build(&sc, &r.train, &err);
     if (!rc) rc = check_shard_rules(&r, &err);
     bool with_eval = !rc && (has_split(&r, MG_SPLIT_VALID) || has_split(&r, MG_SPLIT_TEST));
     if (!rc) r.schedule = sc.optim.lr;
     r.sc = &sc;
-    if (!rc) rc = mg_run_resume_open(&r.cfg, &sc.model, mg_tokenizer_vocab_size(r.tok), &r.resume, &err);
     if (!rc && !r.cfg.skip_train)
         rc = mg_run_trace_open(&r.trace, r.cfg.trace_file, r.cfg.trace_iterations, r.resume.iteration, r.cfg.train_iters,
                                rank, &err);

@@ -217,6 +217,13 @@ static char *meta_text(const mg_run_config *c, const mg_step_config *sc, const m
     if (m && !c->no_save_optim) json_object_set_new(m, "optimizer_start", json_integer(s->optim_start));
     if (m && c->no_save_rng) json_object_del(m, "rng");
     if (m) json_object_set_new(json_object_get(m, "plan"), "pipeline_model_parallel_size", json_integer(plan->pp));
+    if (m && o->lr.wd_style != MG_WD_CONSTANT) { /* the weight-decay schedule (Megatron saves it too) */
+        json_t *ls = json_object_get(m, "lr_schedule");
+        json_object_set_new(ls, "wd_incr_style", json_string(o->lr.wd_style == MG_WD_LINEAR ? "linear" : "cosine"));
+        json_object_set_new(ls, "start_wd", json_real(o->lr.wd_start));
+        json_object_set_new(ls, "end_wd", json_real(o->lr.wd_end));
+        json_object_set_new(ls, "wd_incr_steps", json_integer(o->lr.wd_incr_steps));
+    }
     char *text = m ? json_dumps(m, JSON_COMPACT) : NULL;
     json_decref(m);
     return text;
@@ -361,8 +368,64 @@ static int check_model(const mg_ckpt *ck, json_t *saved, const mg_run_config *c,
     return rc;
 }
 
+/* Megatron's OptimizerParamScheduler.load_state_dict: each saved value must equal this
+ * run's (by default), or replaces it (--use-checkpoint-opt-param-scheduler), or is
+ * ignored (--override-opt-param-scheduler; the caller does not come here). Checkpoints
+ * saved before the weight-decay schedule was recorded have only the rate's. */
+static int check_schedule(const mg_ckpt *ck, json_t *saved, bool use_saved, mg_lr_schedule *lr, mg_error *err) {
+    static const char *styles[] = {"constant", "linear", "cosine", "inverse-square-root", "WSD"};
+    static const char *wd_styles[] = {"constant", "linear", "cosine"};
+    if (!json_is_object(saved)) return mg_error_set(err, MG_ERR_IO, "%s: no lr_schedule in the index", mg_ckpt_dir(ck));
+    const char *sty = json_string_value(json_object_get(saved, "style"));
+    const char *wsty = json_string_value(json_object_get(saved, "wd_incr_style"));
+    int style = -1, wd_style = wsty ? -1 : MG_WD_CONSTANT;
+    for (int i = 0; i < 5 && sty; i++)
+        if (!strcmp(sty, styles[i])) style = i;
+    for (int i = 1; i < 3 && wsty; i++)
+        if (!strcmp(wsty, wd_styles[i])) wd_style = i;
+    json_t *v[8] = {json_object_get(saved, "lr"), json_object_get(saved, "min_lr"), json_object_get(saved, "warmup_steps"),
+                    json_object_get(saved, "decay_steps"), json_object_get(saved, "start_wd"),
+                    json_object_get(saved, "end_wd"), json_object_get(saved, "wd_incr_steps"), NULL};
+    bool ok = style >= 0 && wd_style >= 0;
+    for (int i = 0; i < (wsty ? 7 : 4); i++) ok = ok && json_is_number(v[i]);
+    if (!ok) return mg_error_set(err, MG_ERR_IO, "%s: the lr_schedule of the index is missing or invalid", mg_ckpt_dir(ck));
+    /* (the floats as the run holds them: the index has their double values) */
+    struct { const char *flag; bool same; } f[] = {
+        {"--lr", (float)json_number_value(v[0]) == lr->lr},
+        {"--min-lr", (float)json_number_value(v[1]) == lr->min_lr},
+        {"the warmup (--lr-warmup-iters, -samples or -fraction)", json_number_value(v[2]) == lr->warmup_steps},
+        {"the decay span (--lr-decay-iters or -samples, or the run's length)", json_number_value(v[3]) == (double)lr->decay_steps},
+        {"--lr-decay-style", style == (int)lr->style},
+        {"--weight-decay-incr-style", wd_style == (int)lr->wd_style},
+        {"--start-weight-decay", !wsty || (float)json_number_value(v[4]) == lr->wd_start},
+        {"--end-weight-decay", !wsty || (float)json_number_value(v[5]) == lr->wd_end},
+        {"the weight decay's span (the run's length)", !wsty || json_number_value(v[6]) == (double)lr->wd_incr_steps},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof *f && !use_saved; i++)
+        if (!f[i].same)
+            return mg_error_set(err, MG_ERR_INVALID,
+                                "%s does not match the learning-rate schedule of the checkpoint %s (Megatron's "
+                                "OptimizerParamScheduler check): give --override-opt-param-scheduler to use this run's, "
+                                "or --use-checkpoint-opt-param-scheduler to use the checkpoint's",
+                                f[i].flag, mg_ckpt_dir(ck));
+    if (use_saved) {
+        lr->lr = (float)json_number_value(v[0]);
+        lr->min_lr = (float)json_number_value(v[1]);
+        lr->warmup_steps = json_number_value(v[2]);
+        lr->decay_steps = (int64_t)json_number_value(v[3]);
+        lr->style = (mg_lr_decay)style;
+        lr->wd_style = (mg_wd_incr)wd_style;
+        if (wsty) {
+            lr->wd_start = (float)json_number_value(v[4]);
+            lr->wd_end = (float)json_number_value(v[5]);
+            lr->wd_incr_steps = (int64_t)json_number_value(v[6]);
+        }
+    }
+    return MG_OK;
+}
+
 int mg_run_resume_open(const mg_run_config *cfg, const mg_gpt_config *model, int64_t vocab_unpadded,
-                       mg_run_resume *out, mg_error *err) {
+                       mg_lr_schedule *lr, mg_run_resume *out, mg_error *err) {
     memset(out, 0, sizeof *out);
     out->seed = (uint64_t)cfg->seed;
     if (!cfg->load) return MG_OK;
@@ -403,13 +466,18 @@ int mg_run_resume_open(const mg_run_config *cfg, const mg_gpt_config *model, int
     if (!rc && has_optim && (optim_start < 0 || optim_start > it))
         rc = mg_error_set(err, MG_ERR_IO, "%s: optimizer_start %lld is not in [0, iteration %lld]", mg_ckpt_dir(out->ck),
                           (long long)optim_start, (long long)it);
+    /* Megatron loads its scheduler with the optimizer (not with --finetune, --no-load-optim,
+     * nor from a checkpoint without optimizer state) */
+    out->load_optim = has_optim && !cfg->finetune && !cfg->no_load_optim && !cfg->skip_train;
+    if (!rc && out->load_optim && !cfg->override_opt_param_scheduler)
+        rc = check_schedule(out->ck, json_object_get(meta, "lr_schedule"), cfg->use_checkpoint_opt_param_scheduler, lr,
+                            err);
     json_decref(meta);
     if (rc) {
         mg_run_resume_close(out);
         return rc;
     }
     /* Megatron: --finetune loads the model only and starts at iteration 0 */
-    out->load_optim = has_optim && !cfg->finetune && !cfg->no_load_optim && !cfg->skip_train;
     if (!cfg->finetune) {
         out->iteration = it;
         out->consumed_samples = consumed;

@@ -29,10 +29,13 @@ typedef struct mg_run_resume {
 } mg_run_resume;
 
 /* --load: opens the checkpoint, checks the model flags it was made with against this
- * run's (MG_ERR_INVALID naming the flag), and fills *out. Without --load, *out is the
- * fresh start. */
+ * run's (MG_ERR_INVALID naming the flag), and fills *out. When it resumes the optimizer,
+ * the learning-rate (and weight-decay) schedule *lr is Megatron's OptimizerParamScheduler
+ * on load: checked against the checkpoint's (MG_ERR_INVALID naming the flag), replaced by
+ * it with --use-checkpoint-opt-param-scheduler, kept with --override-opt-param-scheduler.
+ * Without --load, *out is the fresh start. */
 int mg_run_resume_open(const mg_run_config *cfg, const mg_gpt_config *model, int64_t vocab_unpadded,
-                       mg_run_resume *out, mg_error *err);
+                       mg_lr_schedule *lr, mg_run_resume *out, mg_error *err);
 /* Fills graph g's parameters (and moments when load_optim) in st from the checkpoint. */
 int mg_run_resume_fill(mg_run_resume *r, mg_graph *g, mg_storage *st, mg_error *err);
 void mg_run_resume_close(mg_run_resume *r);

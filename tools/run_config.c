@@ -202,6 +202,14 @@ static const flag flags[] = {
     {"--no-save-rng", F_BOOL, O(no_save_rng), USE, NULL,
      "with --save: without the RNG seed (loading it uses that run's --seed)"},
     {"--no-load-rng", F_BOOL, O(no_load_rng), USE, NULL, "with --load: use --seed, not the checkpoint's RNG seed"},
+    {"--override-opt-param-scheduler", F_BOOL, O(override_opt_param_scheduler), USE, NULL,
+     "with --load: this run's learning-rate schedule flags, whatever the checkpoint's (by default they must match)"},
+    {"--override-opt_param-scheduler", F_BOOL, O(override_opt_param_scheduler), USE, NULL,
+     "Megatron's older spelling of --override-opt-param-scheduler"},
+    {"--use-checkpoint-opt-param-scheduler", F_BOOL, O(use_checkpoint_opt_param_scheduler), USE, NULL,
+     "with --load: the checkpoint's learning-rate schedule, whatever this run's flags"},
+    {"--use-checkpoint-opt_param-scheduler", F_BOOL, O(use_checkpoint_opt_param_scheduler), USE, NULL,
+     "Megatron's older spelling of --use-checkpoint-opt-param-scheduler"},
     {"--finetune", F_BOOL, O(finetune), USE, NULL, "with --load: load the model only, start at iteration 0"},
     {"--skip-train", F_BOOL, O(skip_train), USE, NULL, "evaluate on the validation split, train nothing"},
     {"--exit-on-missing-checkpoint", F_BOOL, O(exit_on_missing_checkpoint), USE, NULL,
@@ -642,6 +650,8 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     if (c->recompute_activations) c->recompute_granularity = "selective";
     if (c->use_rotary_position_embeddings) c->position_embedding_type = "rope";
     check_window(c, n);
+    if (c->override_opt_param_scheduler && c->use_checkpoint_opt_param_scheduler) /* (Megatron asserts it) */
+        mg_run_notes_error(n, "--override-opt-param-scheduler and --use-checkpoint-opt-param-scheduler: give one");
     /* Megatron refuses its fused bias-GELU without a bias (TransformerConfig) and so needs
      * --no-bias-gelu-fusion there, which makes its GELU the exact one */
     if (c->disable_bias_linear && !c->swiglu && !c->squared_relu && !c->no_bias_gelu_fusion)

@@ -98,6 +98,8 @@ typedef struct mg_run_config {
     int save_retain;         /* keep the newest N iteration directories (0: all) */
     bool no_load_optim, no_load_rng, finetune, skip_train;
     bool no_save_optim, no_save_rng; /* --save without the Adam moments / without the RNG seed */
+    /* --load of the learning-rate schedule: this run's, unchecked / the checkpoint's */
+    bool override_opt_param_scheduler, use_checkpoint_opt_param_scheduler;
     bool exit_on_missing_checkpoint; /* --load finding no checkpoint is an error, not a fresh start */
     bool exit_signal_handler;        /* --exit-signal: save (with --save) and end after the iteration */
     const char *exit_signal;         /* SIGTERM (default) | SIGINT | SIGHUP | SIGUSR1 | SIGUSR2 */

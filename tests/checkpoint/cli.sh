@@ -16,7 +16,8 @@
 #   cp        save under cp=2 x dp=2 with the distributed optimizer (4 ranks: optimizer
 #             state cut over dp x cp), load under 1 rank within 1e-5, resume bitwise
 #   flags     --finetune, --no-load-optim (Adam's step restarts with the moments), --no-load-rng,
-#             --no-save-optim, --no-save-rng, --save-retain, --skip-train
+#             --no-save-optim, --no-save-rng, --save-retain, --skip-train, the learning-rate
+#             schedule against the checkpoint's (--override- / --use-checkpoint-opt-param-scheduler)
 #   bad       model-flag mismatch, corrupt and truncated checkpoints: exit 2 with a message
 #   convert   mgraph-convert (5th argument) without transformers: --to-hf then --from-hf gives
 #             back the same model (same validation loss, bitwise); bad input exits 2
@@ -186,6 +187,24 @@ flags)
     # iteration 5's loss only depends on the weights (equal); iteration 6 on the moments
     [ "$(after noopt.jsonl 4 | head -1)" = "$(after full.jsonl 4 | head -1)" ] || fail "--no-load-optim changed the weights"
     [ "$(after noopt.jsonl 5 | head -1)" != "$(after full.jsonl 5 | head -1)" ] || fail "--no-load-optim loaded the moments"
+    # the learning-rate schedule must match the checkpoint's (Megatron's OptimizerParamScheduler
+    # check), unless this run's is forced (--override-opt-param-scheduler) or the checkpoint's
+    # taken (--use-checkpoint-opt-param-scheduler: then bit for bit the uninterrupted run)
+    "$RUN" "${ARGS[@]}" --train-iters 5 --load ck --lr 2e-3 > lr.txt 2>&1
+    rc=$?
+    [ $rc -eq 2 ] && grep -q -- "--lr does not match the learning-rate schedule of the checkpoint" lr.txt ||
+        { cat lr.txt; fail "--load with another --lr: exit $rc"; }
+    "$RUN" "${ARGS[@]}" --train-iters 5 --load ck --lr 2e-3 --override-opt-param-scheduler --metrics-file ov.jsonl \
+        > ov.txt 2>&1 || { cat ov.txt; fail "--override-opt-param-scheduler"; }
+    [ "$(grep -o '"lr": [^,]*' ov.jsonl)" != "$(grep '"iteration": 5,' full.jsonl | grep -o '"lr": [^,]*')" ] ||
+        fail "--override-opt-param-scheduler did not take this run's --lr"
+    "$RUN" "${ARGS[@]}" --train-iters 5 --load ck --lr 2e-3 --lr-decay-style linear --use-checkpoint-opt_param-scheduler \
+        --metrics-file uc.jsonl > uc.txt 2>&1 || { cat uc.txt; fail "--use-checkpoint-opt_param-scheduler"; }
+    same_bits full.jsonl uc.jsonl 4
+    "$RUN" "${ARGS[@]}" --train-iters 5 --load ck --override-opt-param-scheduler --use-checkpoint-opt-param-scheduler \
+        > both.txt 2>&1
+    [ $? -eq 2 ] || { cat both.txt; fail "both scheduler flags accepted"; }
+    echo "ok: the schedule checked against the checkpoint's, overridden, or taken from it bit for bit"
     # --no-save-optim --no-save-rng: the model alone (no Adam moments, no seed), which
     # resumes as --no-load-optim does, bit for bit (the run's --seed is the saved one)
     "$RUN" "${ARGS[@]}" --train-iters 4 --save ckm --no-save-optim --no-save-rng > m.txt 2>&1 || { cat m.txt; fail "--no-save-optim"; }

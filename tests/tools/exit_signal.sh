@@ -63,10 +63,11 @@ kill -TERM $pid
 stopped_well $pid one.txt one.jsonl run/ck1 SIGTERM
 k=$stopped_at
 echo "ok: SIGTERM after iteration $k: exit 0, checkpoint at $k"
-# resumed for two more iterations against the uninterrupted run over the same span
-"$RUN" "${BASE[@]}" --train-iters $((k + 2)) --load run/ck1 --metrics-file resumed.jsonl > resumed.txt 2>&1 ||
-    { cat resumed.txt; fail "resume from the checkpoint"; }
-"$RUN" "${BASE[@]}" --train-iters $((k + 2)) --metrics-file straight.jsonl > straight.txt 2>&1 ||
+# resumed for two more iterations (the same --train-iters: the schedule must match the
+# checkpoint's) against the uninterrupted run over the same span
+"$RUN" "${BASE[@]}" --train-iters 100000 --exit-interval $((k + 2)) --load run/ck1 --metrics-file resumed.jsonl \
+    > resumed.txt 2>&1 || { cat resumed.txt; fail "resume from the checkpoint"; }
+"$RUN" "${BASE[@]}" --train-iters 100000 --exit-interval $((k + 2)) --metrics-file straight.jsonl > straight.txt 2>&1 ||
     { cat straight.txt; fail "uninterrupted run"; }
 cmp -s <(column lm_loss resumed.jsonl) <(column lm_loss straight.jsonl | tail -2) ||
     fail "the resumed run differs from the uninterrupted one at iterations $((k + 1))-$((k + 2))"

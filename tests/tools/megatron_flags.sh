@@ -191,7 +191,7 @@ attention_variants)
     # q/k norms are decayed only with --apply-wd-to-qk-layernorm
     Q=(--text-file text.txt "${TINY[@]}" --num-layers 2 --hidden-size 16 --num-attention-heads 4 --normalization RMSNorm
        --position-embedding-type rope --swiglu --ffn-hidden-size 32 --disable-bias-linear --train-iters 4
-       --log-interval 1 --lr 1e-2 --lr-warmup-iters 0 --weight-decay 0.5)
+       --log-interval 1 --lr 1e-2 --lr-warmup-iters 0 --lr-decay-iters 5 --weight-decay 0.5)
     for f in "" "--add-qkv-bias" "--qk-layernorm" "--qk-layernorm --apply-wd-to-qk-layernorm"; do
         # shellcheck disable=SC2086 # several flags
         "$RUN" "${Q[@]}" $f --metrics-file "q${f// /}.jsonl" > out.txt 2> err.txt || { cat err.txt; fail "run with '$f'"; }
@@ -300,7 +300,7 @@ sliding_window)
     # checkpoint remembers both; malformed values and what a causal GPT cannot do refused
     W=(--text-file text.txt --num-layers 2 --hidden-size 16 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2
        --global-batch-size 4 --normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 32
-       --disable-bias-linear --train-iters 3 --log-interval 1 --lr 1e-2 --lr-warmup-iters 0)
+       --disable-bias-linear --train-iters 3 --log-interval 1 --lr 1e-2 --lr-warmup-iters 0 --lr-decay-iters 4)
     losses() { grep -o '"lm_loss": [^,]*' "$1"; }
     for f in "" "--window-size 15,0" "--window-size (40,0)" "--window-size 3,0 --window-attn-skip-freq 1" \
              "--window-size 3,0" "--window-size 3,0 --window-attn-skip-freq 2"; do
