@@ -57,7 +57,8 @@ void cv_model_free(cv_model *m);
  * mgraph holds epsilons and RoPE bases as float. */
 double cv_float_decimal(float f);
 
-typedef struct cv_arch {
+typedef struct cv_arch cv_arch;
+struct cv_arch {
     const char *hf_class;    /* "GPT2LMHeadModel" */
     const char *model_type;  /* config.json's "model_type" */
     const char *embedding;   /* mgraph's name of the word embedding (its rows are padded) */
@@ -70,10 +71,11 @@ typedef struct cv_arch {
     /* t's data from the Hugging Face tensor hf (to_mg), or hf from t */
     void (*convert)(const cv_cfg *c, cv_tensor *t, float *hf, bool to_mg);
     /* config.json (object cfg, read from path) into c: sizes, options; MG_ERR_INVALID
-     * or MG_ERR_UNSUPPORTED naming the field for what mgraph's model cannot be */
-    int (*read_config)(json_t *cfg, const char *path, cv_cfg *c, mg_error *err);
-    json_t *(*write_config)(const cv_cfg *c);
-} cv_arch;
+     * or MG_ERR_UNSUPPORTED naming the field for what mgraph's model cannot be. `a` is
+     * the class itself: the variants of one family share these two functions. */
+    int (*read_config)(const cv_arch *a, json_t *cfg, const char *path, cv_cfg *c, mg_error *err);
+    json_t *(*write_config)(const cv_arch *a, const cv_cfg *c);
+};
 
 extern const cv_arch cv_gpt2, cv_llama, cv_qwen2, cv_qwen3, cv_mistral;
 

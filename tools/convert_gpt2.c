@@ -77,7 +77,8 @@ static int hf_shape(const cv_cfg *c, const cv_tensor *t, int64_t *s) {
     return 2;
 }
 
-static int read_config(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) {
+static int read_config(const cv_arch *a, json_t *cfg, const char *path, cv_cfg *c, mg_error *err) {
+    (void)a;
     int rc = MG_OK;
     const char *act = json_string_value(json_object_get(cfg, "activation_function"));
     /* the tanh approximation (GPT-2's gelu_new, mgraph's default), or the exact GELU
@@ -113,7 +114,8 @@ static int read_config(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) 
     return MG_OK;
 }
 
-static json_t *write_config(const cv_cfg *c) {
+static json_t *write_config(const cv_arch *a, const cv_cfg *c) {
+    (void)a;
     json_t *cfg = json_pack("{s:[s], s:s, s:I, s:i, s:i, s:i, s:i, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:b, s:b, s:b, s:s}",
                             "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", (json_int_t)c->vocab,
                             "n_positions", c->positions, "n_embd", c->hidden, "n_layer", c->layers, "n_head", c->heads,

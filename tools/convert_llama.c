@@ -128,7 +128,9 @@ static int read_biases(json_t *cfg, const char *path, const char *type, cv_cfg *
     return MG_OK;
 }
 
-static int read_family(json_t *cfg, const char *path, const char *type, cv_cfg *c, mg_error *err) {
+/* config.json of the family's class a (its model_type tells the variant). */
+static int read_family(const cv_arch *a, json_t *cfg, const char *path, cv_cfg *c, mg_error *err) {
+    const char *type = a->model_type;
     const char *act = json_string_value(json_object_get(cfg, "hidden_act"));
     if (act && strcmp(act, "silu"))
         return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: hidden_act '%s' (mgraph's --swiglu is SiLU-gated)", path, act);
@@ -197,15 +199,9 @@ static int read_family(json_t *cfg, const char *path, const char *type, cv_cfg *
     return MG_OK;
 }
 
-static int read_llama(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) { return read_family(cfg, path, "llama", c, err); }
-static int read_qwen2(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) { return read_family(cfg, path, "qwen2", c, err); }
-static int read_qwen3(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) { return read_family(cfg, path, "qwen3", c, err); }
-static int read_mistral(json_t *cfg, const char *path, cv_cfg *c, mg_error *err) {
-    return read_family(cfg, path, "mistral", c, err);
-}
-
-/* config.json of class `arch` (model_type `type`): LLaMA's keys, and the variant's. */
-static json_t *write_family(const cv_cfg *c, const char *arch, const char *type) {
+/* config.json of class a: LLaMA's keys, and the variant's. */
+static json_t *write_family(const cv_arch *a, const cv_cfg *c) {
+    const char *arch = a->hf_class, *type = a->model_type;
     double theta = cv_float_decimal((float)c->rope_base);
     json_t *cfg = json_pack("{s:[s], s:s, s:I, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:f, s:f, s:{s:s, s:f}, s:b, s:b, "
                             "s:f, s:b, s:f, s:i, s:b, s:s, s:n, s:n}",
@@ -230,16 +226,11 @@ static json_t *write_family(const cv_cfg *c, const char *arch, const char *type)
     return cfg;
 }
 
-static json_t *write_llama(const cv_cfg *c) { return write_family(c, "LlamaForCausalLM", "llama"); }
-static json_t *write_qwen2(const cv_cfg *c) { return write_family(c, "Qwen2ForCausalLM", "qwen2"); }
-static json_t *write_qwen3(const cv_cfg *c) { return write_family(c, "Qwen3ForCausalLM", "qwen3"); }
-static json_t *write_mistral(const cv_cfg *c) { return write_family(c, "MistralForCausalLM", "mistral"); }
-
 const cv_arch cv_llama = {"LlamaForCausalLM", "llama", "model.embed_tokens.weight", alloc, hf_key, hf_shape, convert,
-                          read_llama, write_llama};
+                          read_family, write_family};
 const cv_arch cv_qwen2 = {"Qwen2ForCausalLM", "qwen2", "model.embed_tokens.weight", alloc, hf_key, hf_shape, convert,
-                          read_qwen2, write_qwen2};
+                          read_family, write_family};
 const cv_arch cv_qwen3 = {"Qwen3ForCausalLM", "qwen3", "model.embed_tokens.weight", alloc, hf_key, hf_shape, convert,
-                          read_qwen3, write_qwen3};
+                          read_family, write_family};
 const cv_arch cv_mistral = {"MistralForCausalLM", "mistral", "model.embed_tokens.weight", alloc, hf_key, hf_shape,
-                            convert, read_mistral, write_mistral};
+                            convert, read_family, write_family};

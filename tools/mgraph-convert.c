@@ -388,7 +388,7 @@ static int load_hf(const opts *o, cv_model *m, mg_error *err) {
     const cv_arch *known[] = {&cv_gpt2, &cv_llama, &cv_qwen2, &cv_qwen3, &cv_mistral}, *a = NULL;
     for (size_t i = 0; i < sizeof known / sizeof *known && mt; i++)
         if (!strcmp(mt, known[i]->model_type)) a = known[i];
-    int rc = a ? a->read_config(cfg, path, &m->cfg, err)
+    int rc = a ? a->read_config(a, cfg, path, &m->cfg, err)
                : mg_error_set(err, MG_ERR_UNSUPPORTED,
                               "%s: model_type '%s' (mgraph-convert reads gpt2, llama, qwen2, qwen3 and mistral)", path,
                               mt ? mt : "missing");
@@ -465,7 +465,7 @@ static int save_hf_files(const char *dir, cv_model *m, mg_error *err) {
     free(keys);
     free(out);
     if (rc) return rc;
-    json_t *cfg = a->write_config(c);
+    json_t *cfg = a->write_config(a, c);
     char *text = cfg ? json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(cfg);
     if (!text) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
