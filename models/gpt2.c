@@ -103,6 +103,11 @@ int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m, mg_error *err
     }
     norm_params(g, c, gpt2 ? "ln_f" : "model.norm", &m->lnf_w, &m->lnf_b);
     if (c->untie_embeddings) m->lm_head = weight(g, "lm_head.weight", c->vocab, h, std);
+    if (c->qk_l2_norm) { /* the weightless norm: RMSNorm times a constant one (no parameter, no gradient) */
+        int64_t hd = h / c->heads;
+        m->unit_hd = mg_input(g, "qk_l2_norm.unit", MG_F32, 1, &hd);
+        if (m->unit_hd) m->unit_hd->init = (mg_init){MG_INIT_ONES, 0.0f};
+    }
     if (m->lm_head) m->lm_head->embedding_or_output = true;
     if (mg_graph_error(g)->code) return mg_error_set(err, mg_graph_error(g)->code, "%s", mg_graph_error(g)->msg);
     return MG_OK;
@@ -146,6 +151,10 @@ static mg_tensor *attention_block(mg_graph *g, const mg_gpt *m, const mg_gpt_lay
     if (l->q_norm_w) { /* per head, before the rotation (Megatron's q_layernorm / k_layernorm) */
         q = norm(g, c, q, l->q_norm_w, l->q_norm_b);
         k = norm(g, c, k, l->k_norm_w, l->k_norm_b);
+    } else if (m->unit_hd) { /* L2Norm: x / sqrt(mean(x²) + eps), where those norms would be (a
+                              * rotation keeps each head's RMS, so before or after RoPE is the same) */
+        q = mg_rmsnorm(g, q, m->unit_hd, c->ln_eps);
+        k = mg_rmsnorm(g, k, m->unit_hd, c->ln_eps);
     }
     if (c->pos_emb == MG_POS_ROPE) {
         int64_t rd = mg_gpt_rotary_dim(c);

@@ -59,6 +59,8 @@ int mg_gpt_check(const mg_gpt_config *c, mg_error *err) {
     if (c->window_skip_freq < 0 || (c->window_skip_freq > 0 && c->window == 0))
         return mg_error_set(err, MG_ERR_INVALID, "--window-attn-skip-freq %d: needs --window-size and must be >= 1",
                             c->window_skip_freq);
+    if (c->qk_layernorm && c->qk_l2_norm)
+        return mg_error_set(err, MG_ERR_INVALID, "--qk-layernorm and --qk-l2-norm are two norms of q and k: give one");
     if (c->swiglu && c->squared_relu)
         return mg_error_set(err, MG_ERR_INVALID, "--swiglu and --squared-relu are two MLP activations: give one");
     if (c->vocab < 1) return mg_error_set(err, MG_ERR_INVALID, "vocabulary size must be >= 1");
@@ -87,7 +89,7 @@ int mg_gpt_layer_window(const mg_gpt_config *c, int layer) {
 bool mg_gpt_is_gpt2(const mg_gpt_config *c) {
     return c->norm == MG_NORM_LAYERNORM && c->pos_emb == MG_POS_LEARNED && !c->swiglu &&
            mg_gpt_kv_groups(c) == c->heads && !c->untie_embeddings && !c->disable_bias_linear && !c->qk_layernorm &&
-           !c->squared_relu && c->window == 0;
+           !c->squared_relu && c->window == 0 && !c->qk_l2_norm;
 }
 
 int64_t mg_gpt_num_params(const mg_gpt_config *c) {

@@ -111,6 +111,9 @@ static int model_arch(json_t *mm, const char *path, cv_cfg *c, mg_error *err) {
     if (ne && !(json_is_integer(ne) && json_integer_value(ne) == 0))
         return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: a mixture-of-experts model (--num-experts); mgraph-convert "
                             "writes dense GPT2LMHeadModel and LlamaForCausalLM only", path);
+    if (json_is_true(json_object_get(mm, "qk_l2_norm")))
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: --qk-l2-norm: no Hugging Face class mgraph-convert writes "
+                            "has weightless q/k norms", path);
     if (json_is_true(json_object_get(mm, "squared_relu")))
         return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: --squared-relu: no Hugging Face class mgraph-convert writes "
                             "has that MLP", path);

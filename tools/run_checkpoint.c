@@ -177,6 +177,7 @@ static json_t *model_json(const mg_run_config *c, const mg_gpt_config *m, int64_
     if (j) json_object_set_new(j, "qk_layernorm", json_boolean(m->qk_layernorm));
     if (j) json_object_set_new(j, "squared_relu", json_boolean(m->squared_relu));
     if (j) json_object_set_new(j, "gelu_exact", json_boolean(m->gelu_exact));
+    if (j) json_object_set_new(j, "qk_l2_norm", json_boolean(m->qk_l2_norm));
     /* the sliding window in keys (Hugging Face's sliding_window; 0: none) */
     if (j) json_object_set_new(j, "window", json_integer(m->window));
     if (j) json_object_set_new(j, "window_attn_skip_freq", json_integer(m->window_skip_freq));
@@ -297,6 +298,7 @@ static int check_model(const mg_ckpt *ck, json_t *saved, const mg_run_config *c,
         {"qk_layernorm", "--qk-layernorm"},
         {"squared_relu", "--squared-relu"},
         {"gelu_exact", "--no-bias-gelu-fusion (the exact GELU)"},
+        {"qk_l2_norm", "--qk-l2-norm"},
     };
     int rc = MG_OK;
     for (size_t i = 0; i < sizeof fl / sizeof *fl && !rc; i++) {

@@ -74,6 +74,8 @@ static const flag flags[] = {
     {"--apply-wd-to-qk-layernorm", F_BOOL, O(apply_wd_to_qk_layernorm), USE, NULL,
      "weight decay on the --qk-layernorm weights (by default none, as on every norm)"},
     {"--add-qkv-bias", F_BOOL, O(add_qkv_bias), USE, NULL, "biases on the Q, K, V projections even with --disable-bias-linear"},
+    {"--qk-l2-norm", F_BOOL, O(qk_l2_norm), USE, NULL,
+     "queries and keys scaled to unit RMS per head, without weights (Megatron's L2Norm; Llama 4)"},
     {"--squared-relu", F_BOOL, O(squared_relu), USE, NULL, "the MLP activation relu(x)^2 (Nemotron), not GELU"},
     {"--window-size", F_STR, O(window_size), USE, NULL,
      "L,0: sliding-window attention, each token sees itself and the L tokens before it (Mistral); -1,0: none"},
@@ -838,6 +840,7 @@ int mg_run_config_model(const mg_run_config *c, mg_gpt_config *m, mg_error *err)
     m->squared_relu = c->squared_relu;
     m->gelu_exact = c->no_bias_gelu_fusion && !c->swiglu && !c->squared_relu; /* (only a GELU MLP has it) */
     m->qk_layernorm_wd = c->apply_wd_to_qk_layernorm;
+    m->qk_l2_norm = c->qk_l2_norm;
     m->window = c->window;
     m->window_skip_freq = c->window_skip;
     return MG_OK;

@@ -24,7 +24,7 @@ typedef struct mg_run_config {
     /* the LLaMA family (Megatron's names) */
     float rotary_base, rotary_percent, norm_epsilon;
     bool swiglu, group_query_attention, untie_embeddings_and_output_weights, disable_bias_linear;
-    bool add_qkv_bias, qk_layernorm, apply_wd_to_qk_layernorm, squared_relu;
+    bool add_qkv_bias, qk_layernorm, apply_wd_to_qk_layernorm, squared_relu, qk_l2_norm;
     bool no_bias_gelu_fusion; /* the exact GELU (Megatron's unfused MLP) */
     /* Megatron's --window-size "L,R" and --window-attn-skip-freq N as given (NULL: not),
      * and what mg_run_config_check makes of them: window = L + 1 keys (0: none), and

@@ -65,6 +65,8 @@ typedef struct mg_gpt_config {
     bool qk_layernorm;       /* --qk-layernorm: q and k each normalised per head (the model's norm
                                 over the head dim, weights [head dim]) before RoPE (Qwen3, OLMo 2) */
     bool qk_layernorm_wd;    /* --apply-wd-to-qk-layernorm: weight decay on those norm weights */
+    bool qk_l2_norm;         /* --qk-l2-norm: q and k each scaled to unit RMS per head, without weights
+                                (Megatron's L2Norm, where --qk-layernorm's norms would be; Llama 4) */
     int window;              /* --window-size W-1,0: sliding-window attention, each query sees its
                                 last W keys (itself included; Hugging Face's sliding_window); 0: none */
     int window_skip_freq;    /* --window-attn-skip-freq N: layers N, 2N, ... (1-based) attend over
@@ -112,6 +114,7 @@ typedef struct mg_gpt_layer {
 typedef struct mg_gpt {
     mg_gpt_config cfg;
     mg_tensor *wte, *wpe, *lnf_w, *lnf_b, *lm_head;
+    mg_tensor *unit_hd;      /* --qk-l2-norm: ones [head dim], an input: the weightless norm's weight */
     mg_gpt_layer *layers;    /* owned */
 } mg_gpt;
 

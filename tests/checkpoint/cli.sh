@@ -365,6 +365,9 @@ convert_llama)
     conv2 "qk-layernorm with biases is no Hugging Face class" --load qkbias --to-hf x
     "$RUN" "${ARGS[@]}" --squared-relu --train-iters 1 --save relu2 > s4.txt 2>&1 || { cat s4.txt; fail "save with --squared-relu"; }
     conv2 "squared-relu: no Hugging Face class" --load relu2 --to-hf x
+    "$RUN" "${ARGS[@]}" --normalization RMSNorm --position-embedding-type rope --swiglu --qk-l2-norm --train-iters 1 \
+        --save l2 > s7.txt 2>&1 || { cat s7.txt; fail "save with --qk-l2-norm"; }
+    conv2 "qk-l2-norm: no Hugging Face class" --load l2 --to-hf x
     # MistralForCausalLM: a window in every layer, no biases
     W=(--normalization RMSNorm --position-embedding-type rope --swiglu --window-size 3,0 --train-iters 1)
     "$RUN" "${ARGS[@]}" "${W[@]}" --disable-bias-linear --window-attn-skip-freq 2 --save wskip > s5.txt 2>&1 ||

@@ -7,7 +7,8 @@
  * on q, k, v and each head's q and k normalised, --add-qkv-bias --qk-layernorm, relu2:
  * gpt2 with the MLP's relu(x)², --squared-relu, or mistral: llama with a sliding window of
  * 3 keys in the first of its two layers, --window-size 2,0 --window-attn-skip-freq 2, or
- * gelu_erf: gpt2 with the exact GELU, --no-bias-gelu-fusion).
+ * gelu_erf: gpt2 with the exact GELU, --no-bias-gelu-fusion, or l2norm: llama with each head's
+ * q and k scaled to unit RMS, --qk-l2-norm).
  * Every rank builds the same logical step graph of a small GPT (dropout on, several
  * micro-batches), runs it serially with the reference executor, then partitions it
  * for its rank and runs the physical graph on the StarPU engine with MPI
@@ -262,7 +263,8 @@ int main(int argc, char **argv) {
     bool overlap = argc > 5 && atoi(argv[5]); /* collectives on the communication thread */
     plan.matmul_tiles = argc > 6 ? atoi(argv[6]) : 1;
     bool qwen = argc > 7 && !strcmp(argv[7], "qwen"), mistral = argc > 7 && !strcmp(argv[7], "mistral");
-    bool llama = qwen || mistral || (argc > 7 && !strcmp(argv[7], "llama"));
+    bool l2 = argc > 7 && !strcmp(argv[7], "l2norm");
+    bool llama = qwen || mistral || l2 || (argc > 7 && !strcmp(argv[7], "llama"));
     bool relu2 = argc > 7 && !strcmp(argv[7], "relu2"), erf = argc > 7 && !strcmp(argv[7], "gelu_erf");
     plan.matmul_tile_min_flops = 0; /* tile every matmul of this small model */
     plan.pp = argc > 10 ? atoi(argv[10]) : 1;
@@ -296,6 +298,7 @@ int main(int argc, char **argv) {
         sc.model.untie_embeddings = true;
         sc.model.disable_bias_linear = true;
         sc.model.add_qkv_bias = sc.model.qk_layernorm = qwen;
+        sc.model.qk_l2_norm = l2;
         if (mistral) { /* a window of 3 keys in layer 1, the whole sequence in layer 2 */
             sc.model.window = 3;
             sc.model.window_skip_freq = 2;

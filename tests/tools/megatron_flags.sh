@@ -215,7 +215,23 @@ attention_variants)
         [ $rc -eq 2 ] && grep -q -- "$f does not match the checkpoint" err.txt || { cat err.txt; fail "--load without $f: exit $rc"; }
     done
     "$RUN" "${Q[@]}" --qk-layernorm --add-qkv-bias --load ck --train-iters 5 > out.txt 2> err.txt || { cat err.txt; fail "--load"; }
-    echo "ok: --add-qkv-bias, --qk-layernorm and --apply-wd-to-qk-layernorm train, and a checkpoint keeps them" ;;
+    echo "ok: --add-qkv-bias, --qk-layernorm and --apply-wd-to-qk-layernorm train, and a checkpoint keeps them"
+    # --qk-l2-norm (Megatron's L2Norm, Llama 4) is --qk-layernorm's RMSNorm with its weights
+    # held at one: the first loss (those weights still at their initial one) is the same bit
+    # for bit, later ones differ (--qk-layernorm trains its weights); a checkpoint keeps it;
+    # with --qk-layernorm it is refused
+    "$RUN" "${Q[@]}" --qk-l2-norm --save ckl2 --metrics-file l2.jsonl > out.txt 2> err.txt || { cat err.txt; fail "--qk-l2-norm"; }
+    [ "$(loss l2.jsonl 1)" = "$(loss q--qk-layernorm.jsonl 1)" ] || fail "--qk-l2-norm's first loss differs from --qk-layernorm's"
+    [ "$(loss l2.jsonl 4)" != "$(loss q--qk-layernorm.jsonl 4)" ] && [ "$(loss l2.jsonl 4)" != "$(loss q.jsonl 4)" ] ||
+        fail "--qk-l2-norm trains as --qk-layernorm, or as no norm"
+    "$RUN" "${Q[@]}" --load ckl2 --train-iters 5 > out.txt 2> err.txt
+    rc=$?
+    [ $rc -eq 2 ] && grep -q -- "--qk-l2-norm does not match the checkpoint" err.txt || { cat err.txt; fail "--load without --qk-l2-norm: exit $rc"; }
+    "$RUN" "${Q[@]}" --qk-l2-norm --qk-layernorm --dry-run > out.txt 2> err.txt
+    rc=$?
+    [ $rc -eq 2 ] && grep -q -- "--qk-layernorm and --qk-l2-norm are two norms of q and k: give one" err.txt ||
+        { cat err.txt; fail "--qk-l2-norm with --qk-layernorm: exit $rc"; }
+    echo "ok: --qk-l2-norm is the q/k RMSNorm with unit weights, a checkpoint keeps it, with --qk-layernorm refused" ;;
 squared_relu)
     # --squared-relu (Nemotron's MLP, relu(x)²; the op's forward and gradient are in
     # ops.forward/grad.squared_relu, tp x cp x SP in partitioners.equivalence_relu2_*):
