@@ -103,12 +103,12 @@ int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m, mg_error *err
     }
     norm_params(g, c, gpt2 ? "ln_f" : "model.norm", &m->lnf_w, &m->lnf_b);
     if (c->untie_embeddings) m->lm_head = weight(g, "lm_head.weight", c->vocab, h, std);
+    if (m->lm_head) m->lm_head->embedding_or_output = true;
     if (c->qk_l2_norm) { /* the weightless norm: RMSNorm times a constant one (no parameter, no gradient) */
         int64_t hd = h / c->heads;
         m->unit_hd = mg_input(g, "qk_l2_norm.unit", MG_F32, 1, &hd);
         if (m->unit_hd) m->unit_hd->init = (mg_init){MG_INIT_ONES, 0.0f};
     }
-    if (m->lm_head) m->lm_head->embedding_or_output = true;
     if (mg_graph_error(g)->code) return mg_error_set(err, mg_graph_error(g)->code, "%s", mg_graph_error(g)->msg);
     return MG_OK;
 }

@@ -325,17 +325,17 @@ static int check_model(const mg_ckpt *ck, json_t *saved, const mg_run_config *c,
     }
     /* MoE flags (absent from dense checkpoints and those saved before MoE: 0 experts),
      * the sliding window (absent from those saved before it: none) */
-    const struct { const char *key, *flag; } moe[] = {
-        {"num_experts", "--num-experts"},
-        {"moe_ffn_hidden_size", "--moe-ffn-hidden-size"},
-        {"moe_layer_freq", "--moe-layer-freq"},
-        {"window", "--window-size (the sliding window, in keys: L + 1)"},
-        {"window_attn_skip_freq", "--window-attn-skip-freq"},
+    const struct { const char *key, *flag; bool absent_is_zero; } moe[] = {
+        {"num_experts", "--num-experts", true},
+        {"moe_ffn_hidden_size", "--moe-ffn-hidden-size", false}, /* (written only for MoE models) */
+        {"moe_layer_freq", "--moe-layer-freq", false},
+        {"window", "--window-size (the sliding window, in keys: L + 1)", true},
+        {"window_attn_skip_freq", "--window-attn-skip-freq", true},
     };
     for (size_t i = 0; i < sizeof moe / sizeof *moe && !rc; i++) {
         json_t *a = json_object_get(saved, moe[i].key), *b = json_object_get(now, moe[i].key);
         json_t *zero = json_integer(0);
-        if (!a && (i == 0 || i >= 3)) a = zero;
+        if (!a && moe[i].absent_is_zero) a = zero;
         if ((a || b) && !json_equal(a, b)) {
             char *x = a ? json_dumps(a, JSON_ENCODE_ANY) : NULL, *y = b ? json_dumps(b, JSON_ENCODE_ANY) : NULL;
             rc = mg_error_set(err, MG_ERR_INVALID, "%s does not match the checkpoint %s: it was saved with %s, this run has %s",
