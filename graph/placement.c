@@ -52,11 +52,16 @@ int mg_placement_local(const mg_placement *p, const mg_mesh *mesh, int ndim, con
 
 bool mg_placement_owner(const mg_placement *p, const mg_mesh *mesh) {
     /* A block split over ep (expert weights) is held by the ranks of its edp group, which
-     * differ in dp and cp: the first of them writes it. */
+     * differ in dp and cp: the first of them writes it. A tensor not split over ep is
+     * placed by its dp and cp states alone: the ep coordinate is a function of the dp and
+     * cp coordinates (mesh.c), not an axis of its own, so "full over ep" says nothing
+     * more (a distributed-optimizer segment, split over dp, is written by every dp rank
+     * whatever its ep coordinate). */
     bool ep_split = p->ax[MG_GROUP_EP].kind == MG_SHARD_SPLIT;
     for (int a = 0; a < MG_MESH_AXES; a++) {
         if (p->ax[a].kind == MG_SHARD_PARTIAL) return false;
         if (ep_split && (a == MG_GROUP_DP || a == MG_GROUP_CP)) continue;
+        if (!ep_split && a == MG_GROUP_EP) continue;
         if (p->ax[a].kind == MG_SHARD_FULL && mesh->coord[a] != 0) return false;
     }
     return !ep_split || mesh->coord[MG_GROUP_EDP] == 0;

@@ -162,7 +162,7 @@ int mg_ckpt_begin(const char *root, int64_t iteration, mg_error *err) {
 }
 
 int mg_ckpt_write_rank(const char *root, int64_t iteration, int rank, const mg_ckpt_piece *pieces, int n,
-                       mg_error *err) {
+                       const char *const *held, int n_held, mg_error *err) {
     char dir[PATH_MAX], path[PATH_MAX + 32];
     partial_dir(root, iteration, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/rank_%05d.safetensors", dir, rank);
@@ -193,9 +193,15 @@ int mg_ckpt_write_rank(const char *root, int64_t iteration, int rank, const mg_c
                               dims_json(p->ndim, p->block), "lo", (json_int_t)lo, "hi", (json_int_t)hi, "hash", hash);
         if (!e || json_array_append_new(list, e)) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     }
+    /* what the rank holds without writing it: finish checks that another rank did */
+    json_t *holds = json_array();
+    if (!holds) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n_held && !rc; i++)
+        if (!held[i] || json_array_append_new(holds, json_string(held[i])))
+            rc = mg_error_set(err, MG_ERR_INVALID, "checkpoint save: held tensor %d has no name", i);
     char *meta = NULL;
     if (!rc) {
-        json_t *m = json_pack("{s:i, s:O}", "version", 1, "pieces", list);
+        json_t *m = json_pack("{s:i, s:O, s:O}", "version", 1, "pieces", list, "holds", holds);
         meta = m ? json_dumps(m, JSON_COMPACT) : NULL;
         json_decref(m);
         if (!meta) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
@@ -206,6 +212,7 @@ int mg_ckpt_write_rank(const char *root, int64_t iteration, int rank, const mg_c
     }
     free(meta);
     json_decref(list);
+    json_decref(holds);
     for (int i = 0; keys && i < n; i++) free(keys[i]);
     free(keys);
     free(shapes);
@@ -213,8 +220,9 @@ int mg_ckpt_write_rank(const char *root, int64_t iteration, int rank, const mg_c
     return rc;
 }
 
-/* Reads rank r's piece list (its __metadata__["mgraph"]) into the index's tensors. */
-static int index_rank(const char *dir, int r, json_t *tensors, mg_error *err) {
+/* Reads rank r's piece list (its __metadata__["mgraph"]) into the index's tensors, and
+ * the names it holds into held (name -> the first rank holding it). */
+static int index_rank(const char *dir, int r, json_t *tensors, json_t *held, mg_error *err) {
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/rank_%05d.safetensors", dir, r);
     mg_st_file *f = NULL;
@@ -249,9 +257,106 @@ static int index_rank(const char *dir, int r, json_t *tensors, mg_error *err) {
         json_object_set_new(q, "file", json_integer(r));
         json_array_append_new(json_object_get(t, "pieces"), q);
     }
+    json_t *holds = json_object_get(meta, "holds"), *h; /* (absent from files written before it) */
+    json_array_foreach(holds, i, h) {
+        if (rc) break;
+        if (!json_is_string(h)) {
+            rc = mg_error_set(err, MG_ERR_IO, "%s: a held tensor's name is not a string", path);
+            break;
+        }
+        if (!json_object_get(held, json_string_value(h))) json_object_set_new(held, json_string_value(h), json_integer(r));
+    }
     json_decref(meta);
     mg_st_close(f);
     return rc;
+}
+
+/* ---- a save is whole: every held tensor written, each covered exactly once ------------- */
+typedef struct cover_piece { int64_t off[MG_MAX_DIMS], blk[MG_MAX_DIMS], lo, hi; } cover_piece;
+
+static int cmp_cover(const void *a, const void *b) {
+    const cover_piece *x = a, *y = b;
+    for (int d = 0; d < MG_MAX_DIMS; d++) {
+        if (x->off[d] != y->off[d]) return x->off[d] < y->off[d] ? -1 : 1;
+        if (x->blk[d] != y->blk[d]) return x->blk[d] < y->blk[d] ? -1 : 1;
+    }
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+static bool same_block(const cover_piece *x, const cover_piece *y) {
+    return !memcmp(x->off, y->off, sizeof x->off) && !memcmp(x->blk, y->blk, sizeof x->blk);
+}
+
+static bool blocks_meet(const cover_piece *x, const cover_piece *y, int ndim) {
+    for (int d = 0; d < ndim; d++)
+        if (x->off[d] + x->blk[d] <= y->off[d] || y->off[d] + y->blk[d] <= x->off[d]) return false;
+    return true;
+}
+
+/* Tensor t of the index (its pieces as index_rank wrote them) is covered exactly once:
+ * pieces of one block have disjoint ranges, distinct blocks do not meet, and the
+ * elements add up to the tensor's. Sorting makes it O(n log n) in the pieces, plus
+ * the square of the distinct blocks (a few: tp x ep blocks, not dp segments). */
+static int check_cover(const char *name, json_t *t, mg_error *err) {
+    json_t *shape = json_object_get(t, "shape"), *pieces = json_object_get(t, "pieces");
+    int ndim = (int)json_array_size(shape);
+    size_t n = json_array_size(pieces);
+    int64_t total = 1;
+    for (int d = 0; d < ndim; d++) total *= json_integer_value(json_array_get(shape, (size_t)d));
+    cover_piece *v = calloc(n + 1, sizeof *v);
+    if (!v) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *p = json_array_get(pieces, i), *o = json_object_get(p, "offset"), *b = json_object_get(p, "block");
+        for (int d = 0; d < ndim; d++) {
+            v[i].off[d] = json_integer_value(json_array_get(o, (size_t)d));
+            v[i].blk[d] = json_integer_value(json_array_get(b, (size_t)d));
+        }
+        v[i].lo = json_integer_value(json_object_get(p, "lo"));
+        v[i].hi = json_integer_value(json_object_get(p, "hi"));
+    }
+    qsort(v, n, sizeof *v, cmp_cover);
+    int64_t sum = 0;
+    const char *why = NULL;
+    size_t *heads = calloc(n + 1, sizeof *heads), nh = 0; /* the first piece of each distinct block */
+    if (!heads) {
+        free(v);
+        return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n && !why; i++) {
+        sum += v[i].hi - v[i].lo;
+        if (i > 0 && same_block(&v[i], &v[i - 1])) {
+            if (v[i].lo < v[i - 1].hi) why = "two pieces hold the same elements";
+        } else {
+            for (size_t k = 0; k < nh && !why; k++)
+                if (blocks_meet(&v[heads[k]], &v[i], ndim)) why = "two blocks overlap";
+            heads[nh++] = i;
+        }
+    }
+    free(heads);
+    free(v);
+    if (!why && sum != total) why = "its pieces do not cover it";
+    if (why)
+        return mg_error_set(err, MG_ERR_RUNTIME,
+                            "checkpoint save: tensor '%s' is not written whole (%s: %lld of %lld elements written)",
+                            name, why, (long long)sum, (long long)total);
+    return MG_OK;
+}
+
+static int check_whole(json_t *tensors, json_t *held, mg_error *err) {
+    const char *name;
+    json_t *v;
+    json_object_foreach(held, name, v) {
+        if (!json_object_get(tensors, name))
+            return mg_error_set(err, MG_ERR_RUNTIME,
+                                "checkpoint save: no rank wrote '%s', which rank %lld holds (every state tensor must "
+                                "have a rank that writes it): the checkpoint is not put in place",
+                                name, (long long)json_integer_value(v));
+    }
+    json_object_foreach(tensors, name, v) {
+        int rc = check_cover(name, v, err);
+        if (rc) return rc;
+    }
+    return MG_OK;
 }
 
 /* The index's own checksum: of its compact, key-sorted text without the "checksum"
@@ -346,13 +451,15 @@ int mg_ckpt_finish(const char *root, int64_t iteration, int nranks, const char *
         json_decref(meta);
         return mg_error_set(err, MG_ERR_INVALID, "checkpoint metadata is not a JSON object: %s", je.text);
     }
-    json_t *files = json_array(), *tensors = json_object();
+    json_t *files = json_array(), *tensors = json_object(), *held = json_object();
     int rc = MG_OK;
     for (int r = 0; r < nranks && !rc; r++) {
         snprintf(path, sizeof path, "rank_%05d.safetensors", r);
         json_array_append_new(files, json_string(path));
-        rc = index_rank(dir, r, tensors, err);
+        rc = index_rank(dir, r, tensors, held, err);
     }
+    if (!rc) rc = check_whole(tensors, held, err);
+    json_decref(held);
     json_t *idx = json_pack("{s:s, s:i, s:I, s:o, s:o, s:o}", "format", FORMAT, "version", 1, "iteration",
                             (json_int_t)iteration, "files", files, "tensors", tensors, "meta", meta);
     if (idx && !rc) rc = seal_index(idx, err);

@@ -244,9 +244,14 @@ static int save_mgraph(const char *root, cv_model *m, mg_error *err) {
                              "attention", c->attention_dropout, "optimizer_state", 0, "converted_from", from);
     char *text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
     json_decref(meta);
-    int rc = text ? mg_ckpt_begin(root, 0, err) : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
-    if (!rc) rc = mg_ckpt_write_rank(root, 0, 0, p, m->n, err);
+    /* (the directory's lock, as a training job's: not while a job saves into it) */
+    mg_ckpt_lock *lock = NULL;
+    int rc = text ? mg_ckpt_lock_take(root, &lock, err) : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    if (!rc && mg_ckpt_lock_warning(lock)) fprintf(stderr, "mgraph-convert: warning: %s\n", mg_ckpt_lock_warning(lock));
+    if (!rc) rc = mg_ckpt_begin(root, 0, err);
+    if (!rc) rc = mg_ckpt_write_rank(root, 0, 0, p, m->n, NULL, 0, err);
     if (!rc) rc = mg_ckpt_finish(root, 0, 1, text, 0, err);
+    mg_ckpt_lock_release(lock);
     free(text);
     free(p);
     return rc;

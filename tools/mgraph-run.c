@@ -71,11 +71,13 @@ typedef struct run {
     const mg_step_config *sc;   /* the training step's configuration (checkpoint metadata) */
     mg_run_resume resume;       /* --load: where training resumes (iteration 0 when none) */
     mg_run_trace trace;         /* --trace-file */
+    mg_ckpt_lock *save_lock;    /* --save: rank 0 holds the directory's lock for the whole run */
     double t_start;             /* start-up timing (the "start-up" line): main entered, */
     double plan_s, memory_s, engine_s; /* memory plans, storage + weights, StarPU engines */
 } run;
 
 static void run_release(run *r) {
+    mg_ckpt_lock_release(r->save_lock);
     mg_rank_graph_release(&r->eval_rg);
     mg_rank_graph_release(&r->train_rg);
     mg_comm_free(r->comm);
@@ -1357,6 +1359,9 @@ int main(int argc, char **argv) {
     if (!rc) rc = apply_recompute(&r, r.train_g, rank, &err);
     if (!rc && r.cfg.dump_dot) rc = dump_dot(&r, r.train_g, rank, world, &err);
     if (!rc && r.cfg.dump_dot_summary) rc = dump_dot_summary(&r, r.train_g, rank, world, &err);
+    /* one job saves into a directory at a time (before any output file is made) */
+    if (!rc && r.cfg.save && !r.cfg.skip_train && rank == 0) rc = mg_ckpt_lock_take(r.cfg.save, &r.save_lock, &err);
+    if (!rc && mg_ckpt_lock_warning(r.save_lock)) fprintf(stderr, "mgraph-run: warning: %s\n", mg_ckpt_lock_warning(r.save_lock));
     if (!rc && r.cfg.metrics_file && is_logger(&r)) rc = metrics_open(&r, &err);
     if (!rc && r.cfg.tensorboard_dir && is_logger(&r)) rc = mg_tb_open(r.cfg.tensorboard_dir, &r.tb, &err);
     rc = agree_on_input(&r, rc, &err);

@@ -244,13 +244,20 @@ int mg_run_save(const mg_run_config *cfg, const mg_step_config *sc, const mg_pla
                 int mpi_world, mg_graph *g, mg_storage *st, const mg_run_save_state *s, mg_error *err) {
     int rc = mesh->rank == 0 ? mg_ckpt_begin(cfg->save, s->iteration, err) : MG_OK;
     rc = agree(mpi_world, rc, err);
-    mg_ckpt_piece *pieces = NULL;
-    int n = 0;
+    mg_ckpt_piece *pieces = NULL, *all = NULL;
+    int n = 0, n_all = 0;
     if (!rc) rc = collect(g, mesh, st, true, !cfg->no_save_optim, &pieces, &n, err);
+    /* everything this rank holds: mg_ckpt_finish checks that some rank wrote each */
+    if (!rc) rc = collect(g, mesh, st, false, !cfg->no_save_optim, &all, &n_all, err);
+    const char **held = !rc ? calloc((size_t)n_all + 1, sizeof *held) : NULL;
+    if (!rc && !held) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    for (int i = 0; !rc && i < n_all; i++) held[i] = all[i].name;
     /* (every rank of a pipeline group gathers, whether or not its collect failed) */
     int drc = mesh->size[MG_GROUP_PP] > 1 ? drop_lower_stages(mesh, pieces, &n, err) : MG_OK;
     if (!rc) rc = drc;
-    if (!rc) rc = mg_ckpt_write_rank(cfg->save, s->iteration, mesh->rank, pieces, n, err);
+    if (!rc) rc = mg_ckpt_write_rank(cfg->save, s->iteration, mesh->rank, pieces, n, held, n_all, err);
+    free(held);
+    free(all);
     free(pieces);
     rc = agree(mpi_world, rc, err);
     if (!rc && mesh->rank == 0) {

@@ -63,15 +63,36 @@ void mg_ckpt_iter_dir(const char *root, int64_t iteration, char *buf, size_t len
 /* Creates DIR (if missing) and an empty DIR/iter_N.partial/ (removing a stale one this
  * module wrote). */
 int mg_ckpt_begin(const char *root, int64_t iteration, mg_error *err);
-/* Writes this rank's pieces to DIR/iter_N.partial/rank_R.safetensors (fsynced). */
+/* Writes this rank's pieces to DIR/iter_N.partial/rank_R.safetensors (fsynced).
+ * held[0..n_held) names every logical tensor the rank holds, whether or not it is the
+ * rank that writes it (the pieces' own names need not be repeated; NULL, 0 when the
+ * pieces are all it holds): finish checks that some rank wrote each of them. */
 int mg_ckpt_write_rank(const char *root, int64_t iteration, int rank, const mg_ckpt_piece *pieces, int n,
-                       mg_error *err);
-/* Reads back the headers of ranks [0, nranks), writes index.json (which embeds
- * meta_json, a JSON object given by the caller), renames the directory into place,
- * updates the tracker, then deletes all but the newest `retain` iteration directories
- * (retain <= 0 keeps all; only directories this module recognises are removed). */
+                       const char *const *held, int n_held, mg_error *err);
+/* Reads back the headers of ranks [0, nranks) and checks that the save is whole: every
+ * tensor a rank holds was written, and the pieces of each tensor cover it exactly once
+ * (otherwise MG_ERR_RUNTIME naming the tensor, and nothing is put in place). Then writes
+ * index.json (which embeds meta_json, a JSON object given by the caller), renames the
+ * directory into place, updates the tracker, then deletes all but the newest `retain`
+ * iteration directories (retain <= 0 keeps all; only directories this module recognises
+ * are removed). */
 int mg_ckpt_finish(const char *root, int64_t iteration, int nranks, const char *meta_json, int retain,
                    mg_error *err);
+
+/* ---- one writer per checkpoint directory ------------------------------------------ */
+/* Two jobs saving into one directory would delete and replace each other's iterations
+ * (retention, stale .partial directories). A job that saves takes DIR's lock first and
+ * holds it until it ends: an flock on DIR/.mgraph-save.lock (created if missing, and
+ * DIR with it; never removed: removing a lock file races with its next taker), released
+ * by the kernel however the process ends. A lock another process holds is
+ * MG_ERR_INVALID naming it (its pid and host, as it wrote them). On a file system
+ * without flock (some NFS and Lustre mounts) the lock is not taken and
+ * mg_ckpt_lock_warning says so: the caller goes on, warned. */
+typedef struct mg_ckpt_lock mg_ckpt_lock;
+int mg_ckpt_lock_take(const char *root, mg_ckpt_lock **out, mg_error *err);
+/* NULL, or why the lock could not be taken on this file system. */
+const char *mg_ckpt_lock_warning(const mg_ckpt_lock *l);
+void mg_ckpt_lock_release(mg_ckpt_lock *l);
 
 /* ---- reading ---------------------------------------------------------------------- */
 typedef struct mg_ckpt mg_ckpt;

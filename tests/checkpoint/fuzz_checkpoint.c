@@ -41,13 +41,16 @@ static void make_base(void) {
     float a[12], b[5];
     for (int i = 0; i < 12; i++) a[i] = (float)i;
     for (int i = 0; i < 5; i++) b[i] = (float)-i;
-    mg_ckpt_piece p[3] = {
+    mg_ckpt_piece p[5] = {
         {.name = "w", .dtype = MG_F32, .ndim = 2, .shape = {4, 6}, .offset = {0, 0}, .block = {2, 6}, .data = a},
         {.name = "w", .dtype = MG_F32, .ndim = 2, .shape = {4, 6}, .offset = {2, 0}, .block = {2, 6}, .data = a},
         {.name = "m", .dtype = MG_F32, .ndim = 1, .shape = {9}, .offset = {0}, .block = {9}, .lo = 2, .hi = 7, .data = b},
+        /* (the rest of m: a save must cover every tensor whole) */
+        {.name = "m", .dtype = MG_F32, .ndim = 1, .shape = {9}, .offset = {0}, .block = {9}, .lo = 0, .hi = 2, .data = b},
+        {.name = "m", .dtype = MG_F32, .ndim = 1, .shape = {9}, .offset = {0}, .block = {9}, .lo = 7, .hi = 9, .data = b},
     };
     mg_error err = {0};
-    if (mg_ckpt_begin(root, 1, &err) || mg_ckpt_write_rank(root, 1, 0, p, 3, &err) ||
+    if (mg_ckpt_begin(root, 1, &err) || mg_ckpt_write_rank(root, 1, 0, p, 5, NULL, 0, &err) ||
         mg_ckpt_finish(root, 1, 1, "{\"k\": 1}", 0, &err)) {
         fprintf(stderr, "fuzz setup: %s\n", err.msg);
         abort();

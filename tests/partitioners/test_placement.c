@@ -67,6 +67,30 @@ static void replicated(void) {
     TK_CHECK(!strcmp(mg_placement_str(&f, buf, sizeof buf), "replicated"), "str: %s", buf);
 }
 
+/* Under expert parallelism (ep reuses the dp x cp ranks): a distributed-optimizer
+ * segment (split over dp) is owned by every dp rank whatever its ep coordinate, a
+ * replicated tensor by one rank, an expert block (split over ep) by the first rank of
+ * its expert-data group. Issue 36: ranks with ep index != 0 wrote no segment. */
+static void expert_mesh(void) {
+    const int world = 8, tp = 2, cp = 1, ep = 2; /* dp 4, edp 2 */
+    mg_placement seg = mg_placement_full(), rep = mg_placement_full(), exp = mg_placement_full();
+    seg.ax[MG_GROUP_DP] = mg_place_split(MG_GROUP_DP, 0);
+    exp.ax[MG_GROUP_EP] = mg_place_split(MG_GROUP_EP, 0);
+    int seg_owners[4] = {0}, rep_owners = 0, exp_owners[2] = {0};
+    for (int r = 0; r < world; r++) {
+        mg_mesh m;
+        mg_error err = {0};
+        TK_CHECK(mg_mesh_init(&m, world, r, tp, cp, ep, 1, &err) == MG_OK, "mesh: %s", err.msg);
+        if (m.coord[MG_GROUP_TP] != 0) continue; /* (tp 0's blocks) */
+        seg_owners[m.coord[MG_GROUP_DP]] += mg_placement_owner(&seg, &m);
+        rep_owners += mg_placement_owner(&rep, &m);
+        exp_owners[m.coord[MG_GROUP_EP]] += mg_placement_owner(&exp, &m);
+    }
+    for (int d = 0; d < 4; d++) TK_CHECK(seg_owners[d] == 1, "dp segment %d owned by %d ranks", d, seg_owners[d]);
+    TK_CHECK(rep_owners == 1, "a replicated tensor owned by %d ranks", rep_owners);
+    for (int e = 0; e < 2; e++) TK_CHECK(exp_owners[e] == 1, "expert block %d owned by %d ranks", e, exp_owners[e]);
+}
+
 static void errors(void) {
     mg_mesh m;
     mg_error err = {0};
@@ -85,6 +109,7 @@ static void errors(void) {
 }
 
 int main(int argc, char **argv) {
-    static const tk_case cases[] = {{"nested", nested}, {"replicated", replicated}, {"errors", errors}};
+    static const tk_case cases[] = {{"nested", nested}, {"replicated", replicated}, {"expert_mesh", expert_mesh},
+                                      {"errors", errors}};
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
 }
