@@ -1,7 +1,9 @@
 /* Fused self-attention with grouped-query heads, causal mask and attention dropout.
  *
- *   attention(q [s, b, nh, hd], k [s, b, ng, hd], v [s, b, ng, hd] [, doc_start [s, b]])
- *                                                     -> y [s, b, nh, hd], lse [b, nh, s]
+ *   attention(q [s, b, nh, hd], k [s, b, ng, hd], v [s, b, ng, hv] [, doc_start [s, b]])
+ *                                                     -> y [s, b, nh, hv], lse [b, nh, s]
+ * (hv, the value head size, may differ from the query/key head size hd: multi-latent
+ * attention's v_head_dim is not its qk_head_dim + qk_pos_emb_head_dim)
  *   attention_bwd(dy, q, k, v, y, lse [, doc_start]) -> dq, dk, dv
  *
  * Per (batch b, head h), with kv group g = h / (nh / ng):
@@ -49,7 +51,8 @@ static int check_qkv(const mg_node *n, const mg_tensor *q, const mg_tensor *k, c
         return mg_shape_error(err, n, "q, k, v must be f32");
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
         return mg_shape_error(err, n, "q, k, v must be [s, b, heads, head_dim]");
-    if (!mg_same_shape(k, v)) return mg_shape_error(err, n, "k and v must have the same shape");
+    if (k->shape[0] != v->shape[0] || k->shape[1] != v->shape[1] || k->shape[2] != v->shape[2])
+        return mg_shape_error(err, n, "k and v must have the same sequence, batch and group sizes");
     if (q->shape[1] != k->shape[1]) return mg_shape_error(err, n, "q and k differ in batch size");
     if (q->shape[3] != k->shape[3]) return mg_shape_error(err, n, "q and k differ in head dim");
     if (k->shape[2] < 1 || q->shape[2] % k->shape[2])
@@ -58,7 +61,9 @@ static int check_qkv(const mg_node *n, const mg_tensor *q, const mg_tensor *k, c
     for (int d = 0; d < 4; d++)
         if (q->shape[d] > INT_MAX / 4 || k->shape[d] > INT_MAX / 4 || q->shape[d] < 1 || k->shape[d] < 1)
             return mg_shape_error(err, n, "dimensions must be in 1..%d", INT_MAX / 4);
-    if (q->shape[1] * q->shape[2] * q->shape[3] > INT_MAX || q->shape[0] * k->shape[0] > INT_MAX)
+    if (v->shape[3] < 1 || v->shape[3] > INT_MAX / 4) return mg_shape_error(err, n, "dimensions must be in 1..%d", INT_MAX / 4);
+    if (q->shape[1] * q->shape[2] * (q->shape[3] > v->shape[3] ? q->shape[3] : v->shape[3]) > INT_MAX ||
+        q->shape[0] * k->shape[0] > INT_MAX)
         return mg_shape_error(err, n, "too large for 32-bit BLAS indices");
     const mg_attr_attention *at = &n->attrs.attention;
     if (!(at->dropout_p >= 0.0f && at->dropout_p < 1.0f))
@@ -98,6 +103,7 @@ static int infer_attention(const mg_node *n, mg_tensor_desc *out, mg_error *err)
     if (!rc) rc = check_window(n, err);
     if (rc) return rc;
     mg_desc_of(n->in[0], &out[0]);
+    out[0].shape[3] = n->in[2]->shape[3]; /* the values' head size */
     lse_desc(n->in[0], &out[1]);
     return 2;
 }
@@ -108,8 +114,10 @@ static int infer_attention_bwd(const mg_node *n, mg_tensor_desc *out, mg_error *
     if (!rc) rc = check_doc_start(n, q, n->n_in > 6 ? n->in[6] : NULL, err);
     if (!rc) rc = check_window(n, err);
     if (rc) return rc;
-    if (dy->dtype != MG_F32 || y->dtype != MG_F32 || !mg_same_shape(dy, q) || !mg_same_shape(y, q))
-        return mg_shape_error(err, n, "dy and y must be f32 shaped like q");
+    if (dy->dtype != MG_F32 || y->dtype != MG_F32 || !mg_same_shape(dy, y) || y->ndim != 4 ||
+        y->shape[0] != q->shape[0] || y->shape[1] != q->shape[1] || y->shape[2] != q->shape[2] ||
+        y->shape[3] != v->shape[3])
+        return mg_shape_error(err, n, "dy and y must be f32 [s, b, nh, hv] of q and v");
     mg_tensor_desc l;
     lse_desc(q, &l);
     if (lse->dtype != MG_F32 || lse->ndim != 3 || lse->shape[0] != l.shape[0] || lse->shape[1] != l.shape[1] ||
@@ -127,8 +135,8 @@ static int infer_attention_bwd(const mg_node *n, mg_tensor_desc *out, mg_error *
 
 /* ---- kernel context ------------------------------------------------------------------ */
 typedef struct {
-    int B, NH, NG, Sq, Sk, hd, rep;  /* local sizes; rep = NH / NG */
-    int ldq, ldk;                    /* row strides of q/y/dy and k/v */
+    int B, NH, NG, Sq, Sk, hd, hv, rep; /* local sizes; hv: the values' head size; rep = NH / NG */
+    int ldq, ldk, ldy, ldv;          /* row strides of q, k, y/dy and v */
     int block;                       /* query rows per block (causal: skip invisible keys) */
     int64_t q_off_s, q_off_b, q_off_h, k_off_s;
     uint64_t NH_g, Sq_g, Sk_g;       /* logical sizes for mask indices */
@@ -141,8 +149,8 @@ typedef struct {
     int64_t window;                  /* sliding window (keys per query), 0: none */
 } attn_ctx;
 
-static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg_tensor *k, const int32_t *ds,
-                     const mg_exec_info *info) {
+static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg_tensor *k, const mg_tensor *v,
+                     const int32_t *ds, const mg_exec_info *info) {
     const mg_attr_attention *at = &n->attrs.attention;
     memset(c, 0, sizeof *c);
     c->Sq = (int)q->shape[0];
@@ -152,8 +160,11 @@ static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg
     c->Sk = (int)k->shape[0];
     c->NG = (int)k->shape[2];
     c->rep = c->NH / c->NG;
+    c->hv = (int)v->shape[3];
     c->ldq = c->B * c->NH * c->hd;
     c->ldk = c->B * c->NG * c->hd;
+    c->ldy = c->B * c->NH * c->hv;
+    c->ldv = c->B * c->NG * c->hv;
     c->NH_g = (uint64_t)c->NH;
     c->Sq_g = (uint64_t)c->Sq;
     c->Sk_g = (uint64_t)c->Sk;
@@ -234,7 +245,7 @@ static inline double exp_row(float *row, int n, float m) {
 MG_SIMD static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     attn_ctx c;
-    ctx_init(&c, n, n->in[0], n->in[1], n->n_in > 3 ? a->in[3] : NULL, a->info);
+    ctx_init(&c, n, n->in[0], n->in[1], n->in[2], n->n_in > 3 ? a->in[3] : NULL, a->info);
     const float *q = a->in[0], *k = a->in[1], *v = a->in[2];
     float *y = a->out[0], *lse = a->out[1];
     float *S = malloc((size_t)c.Sq * (size_t)c.Sk * sizeof *S);
@@ -244,22 +255,22 @@ MG_SIMD static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
         for (int h = 0; h < c.NH; h++) {
             int g = h / c.rep;
             const float *Qh = q + ((size_t)b * c.NH + h) * c.hd;
-            const float *K = k + ((size_t)b * c.NG + g) * c.hd, *V = v + ((size_t)b * c.NG + g) * c.hd;
-            float *Yh = y + ((size_t)b * c.NH + h) * c.hd, *L = lse + ((size_t)b * c.NH + h) * c.Sq;
+            const float *K = k + ((size_t)b * c.NG + g) * c.hd, *V = v + ((size_t)b * c.NG + g) * c.hv;
+            float *Yh = y + ((size_t)b * c.NH + h) * c.hv, *L = lse + ((size_t)b * c.NH + h) * c.Sq;
             for (int i0 = 0; i0 < c.Sq; i0 += c.block) {
                 int nr = c.Sq - i0 < c.block ? c.Sq - i0 : c.block, k0, nk;
                 block_keys(&c, b, i0, nr, &k0, &nk);
                 const float *Q = Qh + (size_t)i0 * c.ldq;
-                float *Y = Yh + (size_t)i0 * c.ldq;
+                float *Y = Yh + (size_t)i0 * c.ldy;
                 if (nk <= k0) { /* no visible key in the block */
                     for (int i = 0; i < nr; i++) {
-                        memset(Y + (size_t)i * c.ldq, 0, (size_t)c.hd * sizeof *Y);
+                        memset(Y + (size_t)i * c.ldy, 0, (size_t)c.hv * sizeof *Y);
                         L[i0 + i] = -INFINITY;
                     }
                     continue;
                 }
                 /* S[:, k0:nk] = scale Q K[k0:nk]ᵀ */
-                const float *Kb = K + (size_t)k0 * c.ldk, *Vb = V + (size_t)k0 * c.ldk;
+                const float *Kb = K + (size_t)k0 * c.ldk, *Vb = V + (size_t)k0 * c.ldv;
                 if ((rc = mg_gemm(false, true, nr, nk - k0, c.hd, c.scale, Q, c.ldq, Kb, c.ldk, 0.0f, S + k0, c.Sk,
                                   err)))
                     goto done;
@@ -290,7 +301,7 @@ MG_SIMD static int attention_cpu(const mg_kernel_args *a, mg_error *err) {
                     for (int j = k0; j < lo; j++) row[j] = 0.0f;
                     for (int j = nv; j < nk; j++) row[j] = 0.0f;
                 }
-                if ((rc = mg_gemm(false, false, nr, c.hd, nk - k0, 1.0f, S + k0, c.Sk, Vb, c.ldk, 0.0f, Y, c.ldq, err)))
+                if ((rc = mg_gemm(false, false, nr, c.hv, nk - k0, 1.0f, S + k0, c.Sk, Vb, c.ldv, 0.0f, Y, c.ldy, err)))
                     goto done;
             }
         }
@@ -304,7 +315,7 @@ done:
 MG_SIMD static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     attn_ctx c;
-    ctx_init(&c, n, n->in[1], n->in[2], n->n_in > 6 ? a->in[6] : NULL, a->info);
+    ctx_init(&c, n, n->in[1], n->in[2], n->in[3], n->n_in > 6 ? a->in[6] : NULL, a->info);
     const float *dy = a->in[0], *q = a->in[1], *k = a->in[2], *v = a->in[3], *y = a->in[4], *lse = a->in[5];
     float *dq = a->out[0], *dk = a->out[1], *dv = a->out[2];
     size_t nS = (size_t)c.Sq * (size_t)c.Sk;
@@ -315,32 +326,32 @@ MG_SIMD static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
         return mg_error_set(err, MG_ERR_NOMEM, "attention_bwd: out of memory");
     }
     int rc = MG_OK;
-    size_t nk = (size_t)mg_numel(n->in[2]);
-    memset(dk, 0, nk * sizeof *dk);
-    memset(dv, 0, nk * sizeof *dv);
+    memset(dk, 0, (size_t)mg_numel(n->in[2]) * sizeof *dk);
+    memset(dv, 0, (size_t)mg_numel(n->in[3]) * sizeof *dv);
     for (int b = 0; b < c.B; b++) {
         for (int h = 0; h < c.NH; h++) {
             int g = h / c.rep;
             size_t qo = ((size_t)b * c.NH + h) * c.hd, ko = ((size_t)b * c.NG + g) * c.hd;
-            const float *K = k + ko, *V = v + ko;
+            size_t yo = ((size_t)b * c.NH + h) * c.hv, vo = ((size_t)b * c.NG + g) * c.hv;
+            const float *K = k + ko, *V = v + vo;
             const float *L = lse + ((size_t)b * c.NH + h) * c.Sq;
-            float *dK = dk + ko, *dV = dv + ko;
+            float *dK = dk + ko, *dV = dv + vo;
             for (int i0 = 0; i0 < c.Sq; i0 += c.block) {
                 int nr = c.Sq - i0 < c.block ? c.Sq - i0 : c.block, k0, nk;
                 block_keys(&c, b, i0, nr, &k0, &nk);
-                size_t ro = qo + (size_t)i0 * c.ldq;
-                const float *Q = q + ro, *dY = dy + ro, *Y = y + ro;
+                size_t ro = qo + (size_t)i0 * c.ldq, yr = yo + (size_t)i0 * c.ldy;
+                const float *Q = q + ro, *dY = dy + yr, *Y = y + yr;
                 float *dQ = dq + ro;
                 if (nk <= k0) {
                     for (int i = 0; i < nr; i++) memset(dQ + (size_t)i * c.ldq, 0, (size_t)c.hd * sizeof *dQ);
                     continue;
                 }
                 /* A = S, Bm = dPd = dY Vᵀ (the block's key columns k0 .. nk only) */
-                size_t kb = (size_t)k0 * c.ldk;
+                size_t kb = (size_t)k0 * c.ldk, vb = (size_t)k0 * c.ldv;
                 if ((rc = mg_gemm(false, true, nr, nk - k0, c.hd, c.scale, Q, c.ldq, K + kb, c.ldk, 0.0f, A + k0, c.Sk,
                                   err)))
                     goto done;
-                if ((rc = mg_gemm(false, true, nr, nk - k0, c.hd, 1.0f, dY, c.ldq, V + kb, c.ldk, 0.0f, Bm + k0, c.Sk,
+                if ((rc = mg_gemm(false, true, nr, nk - k0, c.hv, 1.0f, dY, c.ldy, V + vb, c.ldv, 0.0f, Bm + k0, c.Sk,
                                   err)))
                     goto done;
                 for (int i = 0; i < nr; i++) {
@@ -352,9 +363,9 @@ MG_SIMD static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
                         memset(br + k0, 0, (size_t)(nk - k0) * sizeof *br);
                         continue;
                     }
-                    const float *dyi = dY + (size_t)i * c.ldq, *yi = Y + (size_t)i * c.ldq;
+                    const float *dyi = dY + (size_t)i * c.ldy, *yi = Y + (size_t)i * c.ldy;
                     double dd = 0;
-                    for (int d = 0; d < c.hd; d++) dd += (double)dyi[d] * yi[d];
+                    for (int d = 0; d < c.hv; d++) dd += (double)dyi[d] * yi[d];
                     float D = (float)dd;
                     if (c.drop) {
                         uint64_t base = mask_base(&c, h, i0 + i);
@@ -382,7 +393,7 @@ MG_SIMD static int attention_bwd_cpu(const mg_kernel_args *a, mg_error *err) {
                 }
                 /* dV += Pdᵀ dY; dQ = scale dS K; dK += scale dSᵀ Q (columns k0 .. nk) */
                 int w = nk - k0;
-                if ((rc = mg_gemm(true, false, w, c.hd, nr, 1.0f, A + k0, c.Sk, dY, c.ldq, 1.0f, dV + kb, c.ldk, err)))
+                if ((rc = mg_gemm(true, false, w, c.hv, nr, 1.0f, A + k0, c.Sk, dY, c.ldy, 1.0f, dV + vb, c.ldv, err)))
                     goto done;
                 if ((rc = mg_gemm(false, false, nr, c.hd, w, c.scale, Bm + k0, c.Sk, K + kb, c.ldk, 0.0f, dQ, c.ldq,
                                   err)))
@@ -407,15 +418,20 @@ static double io_bytes(const mg_node *n) {
     return 4.0 * b;
 }
 
-/* 2·Sq·Sk·hd FLOPs per matmul per (batch, head): 2 forward, 5 backward. */
-static void cost_attn(const mg_node *n, const mg_tensor *q, const mg_tensor *k, double matmuls, double *flops,
-                      double *bytes) {
-    double bh = (double)q->shape[1] * (double)q->shape[2];
-    *flops = matmuls * 2.0 * bh * (double)q->shape[0] * (double)k->shape[0] * (double)q->shape[3];
+/* 2·Sq·Sk·d FLOPs per matmul per (batch, head), d the head size it contracts or makes:
+ * forward Q Kᵀ (hd) and P V (hv); backward Q Kᵀ, dQ, dK (hd), dY Vᵀ and dV (hv). */
+static void cost_attn(const mg_node *n, const mg_tensor *q, const mg_tensor *k, const mg_tensor *v, double mm_qk,
+                      double mm_v, double *flops, double *bytes) {
+    double bh = (double)q->shape[1] * (double)q->shape[2], ss = (double)q->shape[0] * (double)k->shape[0];
+    *flops = 2.0 * bh * ss * (mm_qk * (double)q->shape[3] + mm_v * (double)v->shape[3]);
     *bytes = io_bytes(n);
 }
-static void cost_fwd(const mg_node *n, double *flops, double *bytes) { cost_attn(n, n->in[0], n->in[1], 2, flops, bytes); }
-static void cost_bwd(const mg_node *n, double *flops, double *bytes) { cost_attn(n, n->in[1], n->in[2], 5, flops, bytes); }
+static void cost_fwd(const mg_node *n, double *flops, double *bytes) {
+    cost_attn(n, n->in[0], n->in[1], n->in[2], 1, 1, flops, bytes);
+}
+static void cost_bwd(const mg_node *n, double *flops, double *bytes) {
+    cost_attn(n, n->in[1], n->in[2], n->in[3], 3, 2, flops, bytes);
+}
 
 static int attention_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const bool *need, mg_tensor **din) {
     if (dout[1])
@@ -470,9 +486,8 @@ const mg_op_def mg_opdef_ATTENTION_BWD = {"attention_bwd", 6, 7, MG_OPF_NO_GRAD,
                                           attention_bwd_cpu, NULL, .shard = shard_attention};
 
 static mg_tensor *attention_node(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, mg_tensor *doc_start,
-                                 bool causal, int64_t window, float dropout_p) {
-    float scale = 1.0f;
-    if (q && q->ndim == 4 && q->shape[3] > 0) scale = (float)(1.0 / sqrt((double)q->shape[3]));
+                                 bool causal, int64_t window, float dropout_p, float scale) {
+    if (scale == 0.0f && q && q->ndim == 4 && q->shape[3] > 0) scale = (float)(1.0 / sqrt((double)q->shape[3]));
     mg_attrs at = {.attention = {.scale = scale, .causal = causal, .dropout_p = dropout_p, .rng_key = 0, .window = window}};
     mg_tensor *in[4] = {q, k, v, doc_start};
     mg_node *n = mg_node_new(g, MG_OP_ATTENTION, &at, doc_start ? 4 : 3, in, NULL);
@@ -482,10 +497,15 @@ static mg_tensor *attention_node(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_ten
 }
 
 mg_tensor *mg_attention(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, bool causal, float dropout_p) {
-    return attention_node(g, q, k, v, NULL, causal, 0, dropout_p);
+    return attention_node(g, q, k, v, NULL, causal, 0, dropout_p, 0.0f);
 }
 
 mg_tensor *mg_attention_masked(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, mg_tensor *doc_start,
                                int64_t window, float dropout_p) {
-    return attention_node(g, q, k, v, doc_start, true, window, dropout_p);
+    return attention_node(g, q, k, v, doc_start, true, window, dropout_p, 0.0f);
+}
+
+mg_tensor *mg_attention_scaled(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, mg_tensor *doc_start,
+                               int64_t window, float dropout_p, float scale) {
+    return attention_node(g, q, k, v, doc_start, true, window, dropout_p, scale);
 }

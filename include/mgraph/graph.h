@@ -149,7 +149,28 @@ typedef struct mg_attr_xent {
     int32_t ignore_index;
     int64_t vocab_offset; /* vocab-parallel: the logits hold columns [offset, offset + V_local) */
 } mg_attr_xent;
-typedef struct mg_attr_rope { float theta; bool inverse; } mg_attr_rope;
+/* Rotary embedding (ops/rope.c). The frequency of pair i of a rotary dimension d is
+ * theta^(-2i/d), rescaled by `scaling` as Megatron's RotaryEmbedding / YarnRotaryEmbedding
+ * and Hugging Face's rope_parameters do; cos and sin are multiplied by mscale (YaRN's
+ * attention factor; 0 means 1). */
+typedef enum mg_rope_scaling {
+    MG_ROPE_DEFAULT = 0,
+    MG_ROPE_LLAMA3,    /* Llama 3.1: low frequencies / factor, smooth between (Megatron's --use-rope-scaling) */
+    MG_ROPE_YARN,      /* YaRN: interpolation / extrapolation ramp (--position-embedding-type yarn, MLA) */
+} mg_rope_scaling;
+typedef struct mg_attr_rope {
+    float theta;
+    bool inverse;      /* rotate by -angle (the gradient) */
+    bool interleaved;  /* pairs (x_2i, x_2i+1) (GPT-J, Megatron's --rotary-interleaved, DeepSeek's MLA),
+                          not (x_i, x_i+d/2) (GPT-NeoX, Hugging Face's rotate_half) */
+    mg_rope_scaling scaling;
+    float factor;              /* LLAMA3, YARN */
+    int32_t original_max_pos;  /* LLAMA3 (8192), YARN (4096) */
+    float low_freq_factor, high_freq_factor; /* LLAMA3 (1, 4) */
+    float beta_fast, beta_slow;              /* YARN (32, 1) */
+    bool no_round;             /* YARN: keep the correction range unrounded (HF's truncate false) */
+    float mscale;              /* cos and sin multiplied by it (0: 1) */
+} mg_attr_rope;
 typedef struct mg_attr_dropout { float p; uint64_t rng_key; } mg_attr_dropout;
 typedef struct mg_attr_shape { int ndim; int64_t shape[MG_MAX_DIMS]; } mg_attr_shape;
 typedef struct mg_attr_transpose { int perm[MG_MAX_DIMS]; } mg_attr_transpose;

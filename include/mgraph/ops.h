@@ -43,8 +43,8 @@ mg_tensor *mg_swiglu(mg_graph *g, mg_tensor *x);
 mg_tensor *mg_softmax(mg_graph *g, mg_tensor *x);  /* over the last dimension */
 
 /* Fused self-attention per head: scores, optional causal mask, softmax, dropout,
- * weighted sum. q [s, b, nh, hd], k and v [s, b, ng, hd] with nh % ng == 0 (grouped-
- * query attention: q head h uses kv group h / (nh/ng)). Output [s, b, nh, hd]. */
+ * weighted sum. q [s, b, nh, hd], k [s, b, ng, hd] and v [s, b, ng, hv] with nh % ng == 0
+ * (grouped-query attention: q head h uses kv group h / (nh/ng)). Output [s, b, nh, hv]. */
 mg_tensor *mg_attention(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, bool causal,
                         float dropout_p);
 /* Causal attention with Megatron's masks: query i of sample b sees keys j with
@@ -54,6 +54,11 @@ mg_tensor *mg_attention(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, b
  * sliding_window), 0: none. */
 mg_tensor *mg_attention_masked(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, mg_tensor *doc_start,
                                int64_t window, float dropout_p);
+/* mg_attention_masked with the softmax scale given (0: 1 / sqrt(q's head size)): YaRN's
+ * attention factor squared over sqrt(head size) in multi-latent attention. v's head size
+ * may differ from q's and k's (the output has v's). */
+mg_tensor *mg_attention_scaled(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, mg_tensor *doc_start,
+                               int64_t window, float dropout_p, float scale);
 
 /* ids (i32, any shape) -> ids.shape + [h], rows of table [V, h]. */
 mg_tensor *mg_embedding(mg_graph *g, mg_tensor *ids, mg_tensor *table);
@@ -68,6 +73,16 @@ mg_tensor *mg_rope(mg_graph *g, mg_tensor *x, mg_tensor *pos, float theta);
  * each head rotated as mg_rope on a head of rot_dim (frequencies theta^(-2i/rot_dim)),
  * the rest passed through. Built from split, rope and concat; rot_dim == hd is mg_rope. */
 mg_tensor *mg_rope_partial(mg_graph *g, mg_tensor *x, mg_tensor *pos, float theta, int64_t rot_dim);
+/* The same with Megatron's options (mg_attr_rope; its `inverse` is ignored): interleaved
+ * pairs, Llama 3.1 or YaRN frequency scaling, cos and sin times mscale. */
+mg_tensor *mg_rope_ex(mg_graph *g, mg_tensor *x, mg_tensor *pos, const mg_attr_rope *o);
+mg_tensor *mg_rope_partial_ex(mg_graph *g, mg_tensor *x, mg_tensor *pos, const mg_attr_rope *o, int64_t rot_dim);
+/* The angle per position of pair i of a rotary dimension rot_dim under o's scaling (what
+ * the kernels rotate by): theta^(-2i/rot_dim), rescaled. */
+double mg_rope_inv_freq(const mg_attr_rope *o, int64_t rot_dim, int64_t i);
+/* YaRN's attention factor 0.1 * m * ln(factor) + 1 (1 for factor <= 1): Megatron's
+ * _yarn_get_mscale, Hugging Face's get_mscale. */
+double mg_yarn_mscale(double factor, double m);
 /* Inverted dropout; the mask is a pure function of (seed, name, iteration,
  * micro-batch, element). p == 0 returns x itself. */
 mg_tensor *mg_dropout(mg_graph *g, mg_tensor *x, float p);

@@ -15,7 +15,8 @@
  * Heads as strided batches: with rep = NH / NG query heads per kv group and
  * bg = b·NG + g, query head h = g·rep + r of batch b starts at (bg·rep + r)·hd in the
  * [s, b, nh, hd] layout and its kv group at bg·hd, so for each r the heads of all
- * (b, g) are one strided-batched GEMM (q stride rep·hd, k/v stride hd). GQA sums of
+ * (b, g) are one strided-batched GEMM (q stride rep·hd, k stride hd; y, v with the values'
+ * head size hv in place of hd). GQA sums of
  * dK, dV over a group's heads run in r order (beta = 1 after the first): the CPU's
  * head order.
  */
@@ -29,8 +30,8 @@
 #define NT 128
 
 typedef struct attn_ctx {
-    int B, NH, NG, Sq, Sk, hd, rep;
-    int ldq, ldk;
+    int B, NH, NG, Sq, Sk, hd, hv, rep; /* hv: the values' head size (y, dy, v) */
+    int ldq, ldk, ldy, ldv;
     int64_t q_off_s, q_off_b, q_off_h, k_off_s;
     uint64_t NH_g, Sq_g, Sk_g;
     float scale, p, keep_scale;
@@ -41,8 +42,8 @@ typedef struct attn_ctx {
     int64_t window;             /* sliding window (keys per query), 0: none */
 } attn_ctx;
 
-static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg_tensor *k, const void *ds,
-                     const mg_exec_info *info) {
+static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg_tensor *k, const mg_tensor *v,
+                     const void *ds, const mg_exec_info *info) {
     const mg_attr_attention *at = &n->attrs.attention;
     memset(c, 0, sizeof *c);
     c->Sq = (int)q->shape[0];
@@ -52,8 +53,11 @@ static void ctx_init(attn_ctx *c, const mg_node *n, const mg_tensor *q, const mg
     c->Sk = (int)k->shape[0];
     c->NG = (int)k->shape[2];
     c->rep = c->NH / c->NG;
+    c->hv = (int)v->shape[3];
     c->ldq = c->B * c->NH * c->hd;
     c->ldk = c->B * c->NG * c->hd;
+    c->ldy = c->B * c->NH * c->hv;
+    c->ldv = c->B * c->NG * c->hv;
     c->NH_g = (uint64_t)c->NH;
     c->Sq_g = (uint64_t)c->Sq;
     c->Sk_g = (uint64_t)c->Sk;
@@ -154,9 +158,9 @@ __global__ void k_attn_bwd_rows(float *A, float *Bm, const float *__restrict__ d
         for (int j = threadIdx.x; j < c.Sk; j += blockDim.x) ar[j] = br[j] = 0.0f;
         return;
     }
-    size_t ro = (size_t)i * c.ldq + ((size_t)b * c.NH + h) * c.hd;
+    size_t ro = (size_t)i * c.ldy + ((size_t)b * c.NH + h) * c.hv;
     double dd = 0;
-    for (int d = threadIdx.x; d < c.hd; d += blockDim.x) dd += (double)dy[ro + d] * y[ro + d];
+    for (int d = threadIdx.x; d < c.hv; d += blockDim.x) dd += (double)dy[ro + d] * y[ro + d];
     float D = (float)mg_block_sum(dd, shd);
     uint64_t base = c.drop ? mask_base(c, h, i) : 0;
     for (int j = threadIdx.x; j < c.Sk; j += blockDim.x) {
@@ -203,7 +207,7 @@ static int chunk_of(const attn_ctx &c) {
 extern "C" int mg_cuda_attention(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     attn_ctx c;
-    ctx_init(&c, n, n->in[0], n->in[1], n->n_in > 3 ? a->in[3] : NULL, a->info);
+    ctx_init(&c, n, n->in[0], n->in[1], n->in[2], n->n_in > 3 ? a->in[3] : NULL, a->info);
     const float *q = (const float *)a->in[0], *k = (const float *)a->in[1], *v = (const float *)a->in[2];
     float *y = (float *)a->out[0], *lse = (float *)a->out[1];
     cublasHandle_t h = NULL;
@@ -213,17 +217,18 @@ extern "C" int mg_cuda_attention(const mg_kernel_args *a, mg_error *err) {
     float *S;
     if ((rc = mg_cuda_scratch((void **)&S, (size_t)cb * c.Sq * c.Sk * sizeof(float), "attention", err))) return rc;
     long long sS = (long long)c.Sq * c.Sk, sq = (long long)c.rep * c.hd, sk = c.hd;
+    long long sy = (long long)c.rep * c.hv, sv = c.hv;
     for (int bg0 = 0; bg0 < total && !rc; bg0 += cb) {
         int nb = total - bg0 < cb ? total - bg0 : cb;
         for (int r = 0; r < c.rep && !rc; r++) {
             const float *Q = q + ((size_t)bg0 * c.rep + r) * c.hd, *K = k + (size_t)bg0 * c.hd,
-                        *V = v + (size_t)bg0 * c.hd;
-            float *Y = y + ((size_t)bg0 * c.rep + r) * c.hd;
+                        *V = v + (size_t)bg0 * c.hv;
+            float *Y = y + ((size_t)bg0 * c.rep + r) * c.hv;
             rc = gemm(h, false, true, c.Sq, c.Sk, c.hd, c.scale, Q, c.ldq, sq, K, c.ldk, sk, 0.0f, S, c.Sk, sS, nb, err);
             if (rc) break;
             k_attn_fwd_rows<<<dim3((unsigned)c.Sq, (unsigned)nb), NT, 0, mg_cuda_stream()>>>(S, lse, c, bg0, r);
             if ((rc = mg_cuda_check_launch("attention", err))) break;
-            rc = gemm(h, false, false, c.Sq, c.hd, c.Sk, 1.0f, S, c.Sk, sS, V, c.ldk, sk, 0.0f, Y, c.ldq, sq, nb, err);
+            rc = gemm(h, false, false, c.Sq, c.hv, c.Sk, 1.0f, S, c.Sk, sS, V, c.ldv, sv, 0.0f, Y, c.ldy, sy, nb, err);
         }
     }
     mg_cuda_scratch_free(S);
@@ -233,7 +238,7 @@ extern "C" int mg_cuda_attention(const mg_kernel_args *a, mg_error *err) {
 extern "C" int mg_cuda_attention_bwd(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     attn_ctx c;
-    ctx_init(&c, n, n->in[1], n->in[2], n->n_in > 6 ? a->in[6] : NULL, a->info);
+    ctx_init(&c, n, n->in[1], n->in[2], n->in[3], n->n_in > 6 ? a->in[6] : NULL, a->info);
     const float *dy = (const float *)a->in[0], *q = (const float *)a->in[1], *k = (const float *)a->in[2];
     const float *v = (const float *)a->in[3], *y = (const float *)a->in[4], *lse = (const float *)a->in[5];
     float *dq = (float *)a->out[0], *dk = (float *)a->out[1], *dv = (float *)a->out[2];
@@ -246,21 +251,23 @@ extern "C" int mg_cuda_attention_bwd(const mg_kernel_args *a, mg_error *err) {
     if ((rc = mg_cuda_scratch((void **)&A, 2 * one * sizeof(float), "attention_bwd", err))) return rc;
     float *Bm = A + one;
     long long sS = (long long)c.Sq * c.Sk, sq = (long long)c.rep * c.hd, sk = c.hd;
+    long long sy = (long long)c.rep * c.hv, sv = c.hv;
     for (int bg0 = 0; bg0 < total && !rc; bg0 += cb) {
         int nb = total - bg0 < cb ? total - bg0 : cb;
         for (int r = 0; r < c.rep && !rc; r++) {
             size_t qo = ((size_t)bg0 * c.rep + r) * c.hd, ko = (size_t)bg0 * c.hd;
+            size_t yo = ((size_t)bg0 * c.rep + r) * c.hv, vo = (size_t)bg0 * c.hv;
             float beta = r ? 1.0f : 0.0f;
             rc = gemm(h, false, true, c.Sq, c.Sk, c.hd, c.scale, q + qo, c.ldq, sq, k + ko, c.ldk, sk, 0.0f, A, c.Sk, sS,
                       nb, err);
             if (!rc)
-                rc = gemm(h, false, true, c.Sq, c.Sk, c.hd, 1.0f, dy + qo, c.ldq, sq, v + ko, c.ldk, sk, 0.0f, Bm, c.Sk,
+                rc = gemm(h, false, true, c.Sq, c.Sk, c.hv, 1.0f, dy + yo, c.ldy, sy, v + vo, c.ldv, sv, 0.0f, Bm, c.Sk,
                           sS, nb, err);
             if (rc) break;
             k_attn_bwd_rows<<<dim3((unsigned)c.Sq, (unsigned)nb), NT, 0, mg_cuda_stream()>>>(A, Bm, dy, y, lse, c, bg0, r);
             if ((rc = mg_cuda_check_launch("attention_bwd", err))) break;
             /* dV (+)= Pdᵀ dY; dQ = scale dS K; dK (+)= scale dSᵀ Q */
-            rc = gemm(h, true, false, c.Sk, c.hd, c.Sq, 1.0f, A, c.Sk, sS, dy + qo, c.ldq, sq, beta, dv + ko, c.ldk, sk,
+            rc = gemm(h, true, false, c.Sk, c.hv, c.Sq, 1.0f, A, c.Sk, sS, dy + yo, c.ldy, sy, beta, dv + vo, c.ldv, sv,
                       nb, err);
             if (!rc)
                 rc = gemm(h, false, false, c.Sq, c.hd, c.Sk, c.scale, Bm, c.Sk, sS, k + ko, c.ldk, sk, 0.0f, dq + qo,

@@ -1,5 +1,5 @@
 /* dropout (same counter RNG and logical indices as ops/dropout.c: identical masks) and
- * rotary position embedding (ops/rope.c: angles in double, rotate-half pairing). */
+ * rotary position embedding (ops/rope.c: frequencies from mg_rope_inv_freq, angles in double, either pairing). */
 #include <math.h>
 
 #include "mgraph/rng.h"
@@ -67,31 +67,46 @@ extern "C" int mg_cuda_dropout(const mg_kernel_args *a, mg_error *err) {
     return mg_cuda_check_launch("dropout", err);
 }
 
-/* One thread per rotated pair (s, r, i). */
+/* The pairs' frequencies (mg_rope_inv_freq, computed on the host as the CPU kernel does),
+ * passed by value: heads of up to 2 x MG_CUDA_ROPE_PAIRS rotated channels. */
+#define MG_CUDA_ROPE_PAIRS 256
+struct rope_freqs {
+    double f[MG_CUDA_ROPE_PAIRS];
+};
+
+/* One thread per rotated pair (s, r, i): (x_i, x_i+h), or (x_2i, x_2i+1) interleaved. */
 __global__ void k_rope(const float *__restrict__ x, const int32_t *__restrict__ pos, float *y, int64_t pairs,
-                       int64_t rows, int64_t pb, int64_t hd, double theta, double sgn) {
+                       int64_t rows, int64_t pb, int64_t hd, rope_freqs fr, double sgn, double m, int interleaved) {
     int64_t h = hd / 2, per = rows / pb; /* head vectors per position (pos [s] or [s, b]) */
+    int64_t step = interleaved ? 2 : 1, off = interleaved ? 1 : h;
     MG_GRID_STRIDE(t, pairs) {
         int64_t i = t % h, sr = t / h, s = sr / rows;
-        double ang = (double)pos[s * pb + (sr % rows) / per] * pow(theta, -2.0 * (double)i / (double)hd);
-        float c = (float)cos(ang), sn = (float)(sgn * sin(ang));
+        double ang = (double)pos[s * pb + (sr % rows) / per] * fr.f[i];
+        float c = (float)(m * cos(ang)), sn = (float)(m * sgn * sin(ang));
         const float *x0 = x + sr * hd;
         float *y0 = y + sr * hd;
-        float a0 = x0[i], a1 = x0[i + h]; /* y may alias x */
-        y0[i] = a0 * c - a1 * sn;
-        y0[i + h] = a1 * c + a0 * sn;
+        int64_t ia = i * step, ib = ia + off;
+        float a0 = x0[ia], a1 = x0[ib]; /* y may alias x */
+        y0[ia] = a0 * c - a1 * sn;
+        y0[ib] = a1 * c + a0 * sn;
     }
 }
 
 extern "C" int mg_cuda_rope(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
+    const mg_attr_rope *o = &n->attrs.rope;
     const mg_tensor *xt = n->in[0];
     int64_t S = xt->shape[0], hd = xt->shape[xt->ndim - 1];
     if (mg_numel(xt) == 0) return MG_OK;
+    if (hd / 2 > MG_CUDA_ROPE_PAIRS)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "rope: the CUDA kernel rotates at most %d channels per head (got %lld)",
+                            2 * MG_CUDA_ROPE_PAIRS, (long long)hd);
+    rope_freqs fr;
+    for (int64_t i = 0; i < hd / 2; i++) fr.f[i] = mg_rope_inv_freq(o, hd, i);
     int64_t rows = mg_numel(xt) / (S * hd), pairs = mg_numel(xt) / 2;
     int64_t pb = n->in[1]->ndim == 2 ? n->in[1]->shape[1] : 1;
     k_rope<<<mg_cuda_blocks(pairs, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, mg_cuda_stream()>>>(
-        (const float *)a->in[0], (const int32_t *)a->in[1], (float *)a->out[0], pairs, rows, pb, hd,
-        (double)n->attrs.rope.theta, n->attrs.rope.inverse ? -1.0 : 1.0);
+        (const float *)a->in[0], (const int32_t *)a->in[1], (float *)a->out[0], pairs, rows, pb, hd, fr,
+        o->inverse ? -1.0 : 1.0, o->mscale > 0 ? (double)o->mscale : 1.0, o->interleaved ? 1 : 0);
     return mg_cuda_check_launch("rope", err);
 }

@@ -158,7 +158,14 @@ static mg_tensor *g_dropout(mg_graph *g) {
 static mg_tensor *g_rope(mg_graph *g) {
     mg_tensor *x = PARAM(g, "x", 10, 2, 3, 16), *pos = INPUT(g, "pos", MG_I32, 10);
     mg_tensor *x2 = PARAM(g, "x2", 10, 3, 2, 8), *pos2 = INPUT(g, "pos2", MG_I32, 10, 3);
-    return mg_add(g, loss_of(g, mg_rope(g, x, pos, 10000.0f)), loss_of(g, mg_rope(g, x2, pos2, 10000.0f)));
+    /* and interleaved pairs with YaRN's frequencies and attention factor (MLA's), Llama 3.1's */
+    mg_attr_rope yarn = {.theta = 10000.0f, .interleaved = true, .scaling = MG_ROPE_YARN, .factor = 40.0f,
+                         .original_max_pos = 64, .beta_fast = 32.0f, .beta_slow = 1.0f, .mscale = 1.2f};
+    mg_attr_rope l3 = {.theta = 500000.0f, .scaling = MG_ROPE_LLAMA3, .factor = 8.0f, .original_max_pos = 32,
+                       .low_freq_factor = 1.0f, .high_freq_factor = 4.0f};
+    mg_tensor *l = mg_add(g, loss_of(g, mg_rope(g, x, pos, 10000.0f)), loss_of(g, mg_rope(g, x2, pos2, 10000.0f)));
+    l = mg_add(g, l, loss_of(g, mg_rope_ex(g, x, pos, &yarn)));
+    return mg_add(g, l, loss_of(g, mg_rope_ex(g, x2, pos2, &l3)));
 }
 
 static mg_tensor *attn(mg_graph *g, const char *p, int64_t s, int64_t b, int64_t nh, int64_t ng, int64_t hd,
@@ -191,6 +198,9 @@ static mg_tensor *g_attention(mg_graph *g) {
     /* a sliding window of 9 keys, alone and with the documents */
     mg_tensor *wq = PARAM(g, "w.q", 40, 2, 4, 8), *wk = PARAM(g, "w.k", 40, 2, 2, 8), *wv = PARAM(g, "w.v", 40, 2, 2, 8);
     l = mg_add(g, l, loss_of(g, mg_attention_masked(g, wq, wk, wv, NULL, 9, 0.1f)));
+    /* values of another head size than q and k (multi-latent attention), a given scale, GQA */
+    mg_tensor *mq = PARAM(g, "m.q", 70, 2, 4, 24), *mk = PARAM(g, "m.k", 70, 2, 2, 24), *mv = PARAM(g, "m.v", 70, 2, 2, 16);
+    l = mg_add(g, l, loss_of(g, mg_attention_scaled(g, mq, mk, mv, NULL, 0, 0.1f, 0.3f)));
     return mg_add(g, l, loss_of(g, mg_attention_masked(g, wq, wk, wv, ds, 9, 0.0f)));
 }
 

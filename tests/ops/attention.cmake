@@ -1,3 +1,3 @@
 mg_op_tests(attention
-  FORWARD attention attention_dropout attention_split attention_docs attention_window errors_attention
-  GRAD attention attention_dropout attention_docs attention_window)
+  FORWARD attention attention_dropout attention_split attention_docs attention_window errors_attention attention_value_dim
+  GRAD attention attention_dropout attention_docs attention_window attention_value_dim)

@@ -1,3 +1,3 @@
 mg_op_tests(rope
-  FORWARD rope errors_rope rope_partial
-  GRAD rope rope_partial)
+  FORWARD rope errors_rope rope_partial rope_frequencies rope_scaled
+  GRAD rope rope_partial rope_scaled)

@@ -15,10 +15,15 @@ typedef struct {
     float p;
     bool docs;  /* mg_attention_masked: sample b's documents as doc_starts writes them */
     int window; /* mg_attention_masked: a sliding window of this many keys (0: none) */
+    int HV;     /* the values' head size (0: HD): mg_attention_scaled, as multi-latent attention */
+    float scale; /* with HV: the softmax scale (0: 1 / sqrt(HD)) */
 } cfg;
+
+static int hv_of(const cfg *c) { return c->HV ? c->HV : c->HD; }
 
 /* The builder a case asks for: mg_attention_masked with documents or a window. */
 static mg_tensor *attention_of(mg_graph *g, const cfg *c, mg_tensor *q, mg_tensor *k, mg_tensor *v, mg_tensor *ds) {
+    if (c->HV) return mg_attention_scaled(g, q, k, v, ds, c->window, c->p, c->scale);
     if (c->docs || c->window) return mg_attention_masked(g, q, k, v, ds, c->window, c->p);
     return mg_attention(g, q, k, v, c->causal, c->p);
 }
@@ -40,8 +45,8 @@ static void doc_starts(int S, int B, int32_t *ds) {
 static void ref_attention(const cfg *c, const float *q, const float *k, const float *v, const int32_t *ds,
                           uint64_t seed, uint64_t key, int64_t iteration, int64_t sample0, bool training, float *y,
                           float *lse) {
-    int S = c->S, B = c->B, NH = c->NH, NG = c->NG, HD = c->HD, rep = NH / NG;
-    double scale = 1.0 / sqrt((double)HD);
+    int S = c->S, B = c->B, NH = c->NH, NG = c->NG, HD = c->HD, HV = hv_of(c), rep = NH / NG;
+    double scale = c->scale ? (double)c->scale : 1.0 / sqrt((double)HD);
     double *s = malloc((size_t)S * sizeof *s);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
@@ -60,7 +65,7 @@ static void ref_attention(const cfg *c, const float *q, const float *k, const fl
                 double sum = 0;
                 for (int j = 0; j < S; j++) sum += exp(s[j] - m);
                 lse[(b * NH + h) * S + i] = (float)(m + log(sum));
-                for (int e = 0; e < HD; e++) {
+                for (int e = 0; e < HV; e++) {
                     double acc = 0;
                     for (int j = 0; j < S; j++) {
                         double pr = exp(s[j] - m) / sum;
@@ -70,9 +75,9 @@ static void ref_attention(const cfg *c, const float *q, const float *k, const fl
                             uint64_t stream = mg_rng_dropout_stream(iteration, sample0 + b);
                             pr = mg_rng_uniform(seed, key, stream, idx) >= c->p ? pr / (1.0 - c->p) : 0.0;
                         }
-                        acc += pr * v[((j * B + b) * NG + g) * HD + e];
+                        acc += pr * v[((j * B + b) * NG + g) * HV + e];
                     }
-                    y[((i * B + b) * NH + h) * HD + e] = (float)acc;
+                    y[((i * B + b) * NH + h) * HV + e] = (float)acc;
                 }
             }
         }
@@ -81,9 +86,9 @@ static void ref_attention(const cfg *c, const float *q, const float *k, const fl
 
 static void check_forward(const cfg *c, bool training) {
     mg_graph *g = mg_graph_new();
-    int64_t sq[4] = {c->S, c->B, c->NH, c->HD}, skv[4] = {c->S, c->B, c->NG, c->HD};
+    int64_t sq[4] = {c->S, c->B, c->NH, c->HD}, skv[4] = {c->S, c->B, c->NG, c->HD}, sv[4] = {c->S, c->B, c->NG, hv_of(c)};
     mg_tensor *q = mg_input(g, "q", MG_F32, 4, sq), *k = mg_input(g, "k", MG_F32, 4, skv),
-              *v = mg_input(g, "v", MG_F32, 4, skv);
+              *v = mg_input(g, "v", MG_F32, 4, sv);
     mg_tensor *dst = c->docs ? mg_input(g, "doc_start", MG_I32, 2, (int64_t[]){c->S, c->B}) : NULL;
     mg_tensor *y = attention_of(g, c, q, k, v, dst);
     tk_run r;
@@ -111,8 +116,9 @@ static void check_forward(const cfg *c, bool training) {
     ref_attention(c, tk_f32(&r, q), tk_f32(&r, k), tk_f32(&r, v), ds, r.info.seed, nd->attrs.attention.rng_key,
                   r.info.iteration, (int64_t)(nd->mb > 0 ? nd->mb : 0) * c->B, training, wy, wl);
     char what[128];
-    snprintf(what, sizeof what, "attention y (S %d B %d nh %d ng %d hd %d causal %d p %g training %d docs %d window %d)",
-             c->S, c->B, c->NH, c->NG, c->HD, c->causal, (double)c->p, training, c->docs, c->window);
+    snprintf(what, sizeof what,
+             "attention y (S %d B %d nh %d ng %d hd %d hv %d causal %d p %g training %d docs %d window %d)", c->S, c->B,
+             c->NH, c->NG, c->HD, hv_of(c), c->causal, (double)c->p, training, c->docs, c->window);
     tk_expect_close(what, tk_f32(&r, y), wy, ny, 1e-5, 1e-5);
     snprintf(what, sizeof what, "attention lse (S %d nh %d ng %d causal %d)", c->S, c->NH, c->NG, c->causal);
     tk_expect_close(what, tk_f32(&r, nd->out[1]), wl, nl, 1e-5, 1e-5);
@@ -123,26 +129,26 @@ static void check_forward(const cfg *c, bool training) {
 }
 
 static void fwd_attention(void) {
-    cfg cs[] = {{6, 2, 4, 4, 4, false, 0, false, 0}, {6, 2, 4, 4, 4, true, 0, false, 0}, {7, 2, 4, 2, 8, true, 0, false, 0},
-                {5, 3, 6, 1, 4, false, 0, false, 0}, {1, 1, 1, 1, 2, true, 0, false, 0}, {33, 2, 4, 2, 16, true, 0, false, 0},
-                {150, 1, 2, 1, 8, true, 0, false, 0},  {130, 2, 2, 2, 4, false, 0, false, 0}}; /* > one causal row block */
+    cfg cs[] = {{6, 2, 4, 4, 4, false, 0, false, 0, 0, 0}, {6, 2, 4, 4, 4, true, 0, false, 0, 0, 0}, {7, 2, 4, 2, 8, true, 0, false, 0, 0, 0},
+                {5, 3, 6, 1, 4, false, 0, false, 0, 0, 0}, {1, 1, 1, 1, 2, true, 0, false, 0, 0, 0}, {33, 2, 4, 2, 16, true, 0, false, 0, 0, 0},
+                {150, 1, 2, 1, 8, true, 0, false, 0, 0, 0},  {130, 2, 2, 2, 4, false, 0, false, 0, 0, 0}}; /* > one causal row block */
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) check_forward(&cs[i], true);
     /* dropout_p > 0 but not training: no dropout */
-    cfg e = {6, 2, 4, 2, 4, true, 0.5f, false, 0};
+    cfg e = {6, 2, 4, 2, 4, true, 0.5f, false, 0, 0, 0};
     check_forward(&e, false);
 }
 
 static void fwd_attention_dropout(void) {
-    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f, false, 0}, {7, 2, 4, 2, 4, true, 0.5f, false, 0}, {16, 2, 4, 2, 8, true, 0.1f, false, 0},
-                {140, 1, 2, 1, 8, true, 0.2f, false, 0}};
+    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f, false, 0, 0, 0}, {7, 2, 4, 2, 4, true, 0.5f, false, 0, 0, 0}, {16, 2, 4, 2, 8, true, 0.1f, false, 0, 0, 0},
+                {140, 1, 2, 1, 8, true, 0.2f, false, 0, 0, 0}};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) check_forward(&cs[i], true);
 }
 
 /* Within documents: MHA and GQA, one and several causal row blocks, with dropout. */
 static void fwd_attention_docs(void) {
-    cfg cs[] = {{7, 2, 4, 2, 4, true, 0, true, 0},      {16, 3, 2, 2, 8, true, 0, true, 0},
-                {150, 2, 2, 1, 8, true, 0, true, 0},    {7, 2, 4, 2, 4, true, 0.4f, true, 0},
-                {140, 2, 2, 1, 8, true, 0.2f, true, 0}, {1, 1, 1, 1, 2, true, 0, true, 0}};
+    cfg cs[] = {{7, 2, 4, 2, 4, true, 0, true, 0, 0, 0},      {16, 3, 2, 2, 8, true, 0, true, 0, 0, 0},
+                {150, 2, 2, 1, 8, true, 0, true, 0, 0, 0},    {7, 2, 4, 2, 4, true, 0.4f, true, 0, 0, 0},
+                {140, 2, 2, 1, 8, true, 0.2f, true, 0, 0, 0}, {1, 1, 1, 1, 2, true, 0, true, 0, 0, 0}};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) check_forward(&cs[i], true);
 }
 
@@ -150,10 +156,10 @@ static void fwd_attention_docs(void) {
  * key (each token sees itself), one as long as the sequence (the plain causal mask),
  * with dropout, and with documents (the later of the two starts binds). */
 static void fwd_attention_window(void) {
-    cfg cs[] = {{9, 2, 4, 2, 4, true, 0, false, 3},       {150, 2, 2, 1, 8, true, 0, false, 20},
-                {150, 1, 2, 2, 8, true, 0, false, 100},   {7, 2, 4, 4, 4, true, 0, false, 1},
-                {7, 2, 4, 2, 4, true, 0, false, 7},       {140, 2, 2, 1, 8, true, 0.2f, false, 30},
-                {150, 2, 2, 1, 8, true, 0, true, 4},      {140, 2, 4, 2, 8, true, 0.3f, true, 70}};
+    cfg cs[] = {{9, 2, 4, 2, 4, true, 0, false, 3, 0, 0},       {150, 2, 2, 1, 8, true, 0, false, 20, 0, 0},
+                {150, 1, 2, 2, 8, true, 0, false, 100, 0, 0},   {7, 2, 4, 4, 4, true, 0, false, 1, 0, 0},
+                {7, 2, 4, 2, 4, true, 0, false, 7, 0, 0},       {140, 2, 2, 1, 8, true, 0.2f, false, 30, 0, 0},
+                {150, 2, 2, 1, 8, true, 0, true, 4, 0, 0},      {140, 2, 4, 2, 8, true, 0.3f, true, 70, 0, 0}};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) check_forward(&cs[i], true);
 }
 
@@ -256,26 +262,26 @@ static void split_case(const cfg *cp, const blk *bl, int nb) {
 }
 
 static void fwd_attention_split(void) {
-    cfg c = {7, 2, 4, 2, 4, true, 0.4f, false, 0};
+    cfg c = {7, 2, 4, 2, 4, true, 0.4f, false, 0, 0, 0};
     blk b[] = {{0, 7, 0, 2, "head split, heads 0-1 (kv group 0)"},
                {0, 7, 2, 2, "head split, heads 2-3 (kv group 1)"},
                {3, 4, 0, 4, "sequence split of q, rows 3-6"},
                {2, 3, 2, 2, "sequence and head split"}};
     split_case(&c, b, 4);
     /* longer than one causal row block (64): blocks start at a logical offset */
-    cfg l = {150, 1, 4, 2, 8, true, 0.2f, false, 0};
+    cfg l = {150, 1, 4, 2, 8, true, 0.2f, false, 0, 0, 0};
     blk bl[] = {{70, 80, 0, 4, "S 150: sequence split, rows 70-149"},
                 {0, 150, 2, 2, "S 150: head split, heads 2-3"},
                 {33, 64, 0, 2, "S 150: rows 33-96, heads 0-1"}};
     split_case(&l, bl, 3);
     /* within documents: a block's doc_start rows hold logical positions */
-    cfg d = {150, 2, 4, 2, 8, true, 0.2f, true, 0};
+    cfg d = {150, 2, 4, 2, 8, true, 0.2f, true, 0, 0, 0};
     blk bd[] = {{70, 80, 0, 4, "docs: sequence split, rows 70-149"},
                 {0, 150, 2, 2, "docs: head split, heads 2-3"},
                 {33, 64, 0, 2, "docs: rows 33-96, heads 0-1"}};
     split_case(&d, bd, 3);
     /* in a sliding window: a block's rows see keys from their logical position - window */
-    cfg w = {150, 2, 4, 2, 8, true, 0.2f, false, 24};
+    cfg w = {150, 2, 4, 2, 8, true, 0.2f, false, 24, 0, 0};
     blk bw[] = {{70, 80, 0, 4, "window: sequence split, rows 70-149"},
                 {0, 150, 2, 2, "window: head split, heads 2-3"},
                 {33, 64, 0, 2, "window: rows 33-96, heads 0-1"}};
@@ -382,42 +388,59 @@ static mg_tensor *gb_attn(mg_graph *g, mg_tensor *const *l, void *ctx) {
 static void grad_cfg(const cfg *c) {
     tk_leaf l[] = {{"q", MG_F32, 4, {c->S, c->B, c->NH, c->HD}, true, -1.5, 1.5},
                    {"k", MG_F32, 4, {c->S, c->B, c->NG, c->HD}, true, -1.5, 1.5},
-                   {"v", MG_F32, 4, {c->S, c->B, c->NG, c->HD}, true, -1, 1},
+                   {"v", MG_F32, 4, {c->S, c->B, c->NG, hv_of(c)}, true, -1, 1},
                    {"doc_start", MG_I32, 2, {c->S, c->B}, false, 0, (float)c->S}};
     char name[128];
-    snprintf(name, sizeof name, "attention S %d B %d nh %d ng %d hd %d causal %d p %g docs %d window %d", c->S, c->B,
-             c->NH, c->NG, c->HD, c->causal, (double)c->p, c->docs, c->window);
+    snprintf(name, sizeof name, "attention S %d B %d nh %d ng %d hd %d hv %d causal %d p %g docs %d window %d", c->S,
+             c->B, c->NH, c->NG, c->HD, hv_of(c), c->causal, (double)c->p, c->docs, c->window);
     gradcheck_each(name, c->docs ? 4 : 3, l, gb_attn, (void *)c, NULL);
 }
 
 static void grad_attention(void) {
-    cfg cs[] = {{5, 2, 4, 4, 4, false, 0, false, 0}, {6, 2, 4, 4, 4, true, 0, false, 0}, {7, 2, 4, 2, 4, false, 0, false, 0},
-                {6, 2, 4, 2, 4, true, 0, false, 0}};
+    cfg cs[] = {{5, 2, 4, 4, 4, false, 0, false, 0, 0, 0}, {6, 2, 4, 4, 4, true, 0, false, 0, 0, 0}, {7, 2, 4, 2, 4, false, 0, false, 0, 0, 0},
+                {6, 2, 4, 2, 4, true, 0, false, 0, 0, 0}};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) grad_cfg(&cs[i]);
 }
 
 /* The mask is a function of (seed, iteration, key, index) only, so it is the same in
  * every finite-difference run and the loss stays differentiable in q, k, v. */
 static void grad_attention_dropout(void) {
-    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f, false, 0}, {7, 2, 4, 2, 4, true, 0.3f, false, 0}, {5, 2, 4, 2, 4, true, 0.5f, false, 0},
-                {130, 1, 2, 1, 4, true, 0.2f, false, 0}}; /* three causal row blocks */
+    cfg cs[] = {{6, 2, 4, 4, 4, false, 0.3f, false, 0, 0, 0}, {7, 2, 4, 2, 4, true, 0.3f, false, 0, 0, 0}, {5, 2, 4, 2, 4, true, 0.5f, false, 0, 0, 0},
+                {130, 1, 2, 1, 4, true, 0.2f, false, 0, 0, 0}}; /* three causal row blocks */
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) grad_cfg(&cs[i]);
 }
 
 static void grad_attention_docs(void) {
-    cfg cs[] = {{6, 2, 4, 2, 4, true, 0, true, 0}, {7, 2, 4, 4, 4, true, 0.3f, true, 0},
-                {130, 1, 2, 1, 4, true, 0.2f, true, 0}}; /* three causal row blocks */
+    cfg cs[] = {{6, 2, 4, 2, 4, true, 0, true, 0, 0, 0}, {7, 2, 4, 4, 4, true, 0.3f, true, 0, 0, 0},
+                {130, 1, 2, 1, 4, true, 0.2f, true, 0, 0, 0}}; /* three causal row blocks */
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) grad_cfg(&cs[i]);
 }
 
 static void grad_attention_window(void) {
-    cfg cs[] = {{7, 2, 4, 2, 4, true, 0, false, 3}, {7, 2, 4, 4, 4, true, 0.3f, false, 2},
-                {8, 2, 4, 2, 4, true, 0.3f, true, 3}, {130, 1, 2, 1, 4, true, 0.2f, false, 40}};
+    cfg cs[] = {{7, 2, 4, 2, 4, true, 0, false, 3, 0, 0}, {7, 2, 4, 4, 4, true, 0.3f, false, 2, 0, 0},
+                {8, 2, 4, 2, 4, true, 0.3f, true, 3, 0, 0}, {130, 1, 2, 1, 4, true, 0.2f, false, 40, 0, 0}};
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) grad_cfg(&cs[i]);
+}
+
+/* Values of another head size than queries and keys (multi-latent attention: v_head_dim,
+ * not qk_head_dim + qk_pos_emb_head_dim), smaller and larger, with a given softmax scale,
+ * GQA, dropout, documents, windows, several causal row blocks. */
+static void fwd_attention_value_dim(void) {
+    cfg cs[] = {{6, 2, 4, 4, 6, true, 0, false, 0, 4, 0.3f},     {7, 2, 4, 2, 4, true, 0, false, 0, 10, 0},
+                {140, 1, 2, 1, 8, true, 0.2f, false, 0, 4, 0.25f}, {9, 2, 4, 2, 6, true, 0.3f, true, 3, 2, 0.5f}};
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) check_forward(&cs[i], true);
+}
+
+static void grad_attention_value_dim(void) {
+    cfg cs[] = {{6, 2, 4, 4, 6, true, 0, false, 0, 4, 0.3f}, {7, 2, 4, 2, 4, true, 0.3f, false, 0, 6, 0},
+                {7, 2, 2, 2, 6, true, 0.2f, true, 3, 2, 0.5f}};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) grad_cfg(&cs[i]);
 }
 
 int main(int argc, char **argv) {
     static const tk_case cases[] = {
+        {"forward.attention_value_dim", fwd_attention_value_dim},
+        {"grad.attention_value_dim", grad_attention_value_dim},
         {"forward.attention", fwd_attention},
         {"forward.attention_dropout", fwd_attention_dropout},
         {"forward.attention_split", fwd_attention_split},
