@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mgraph/watchdog.h"
 #include "ops/comm_api.h"
 #include "scheduler/comm_ring.h"
 
@@ -101,8 +102,10 @@ int mg_comm_new(const mg_mesh *m, mg_comm **out, mg_error *err) {
     int local[1 + MG_GROUP_COUNT], lo[1 + MG_GROUP_COUNT], hi[1 + MG_GROUP_COUNT];
     local[0] = (m->world == wsize && m->rank == wrank) ? 1 : 0;
     for (int g = 0; g < MG_GROUP_COUNT; g++) local[1 + g] = m->size[g];
+    int w = mg_wait_begin("MPI_Allreduce (mg_comm_new's mesh check)", m, MG_GROUP_WORLD, -1);
     int rc = MPI_Allreduce(local, lo, 1 + MG_GROUP_COUNT, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (rc == MPI_SUCCESS) rc = MPI_Allreduce(local, hi, 1 + MG_GROUP_COUNT, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    mg_wait_end(w);
     if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "mg_comm_new: MPI_Allreduce (mesh check)", MG_GROUP_WORLD);
     if (!local[0])
         return mg_error_set(err, MG_ERR_INVALID,
@@ -124,9 +127,11 @@ int mg_comm_new(const mg_mesh *m, mg_comm **out, mg_error *err) {
     c->tag_ub = has_ub && ub && *ub > 0 ? *ub : 32767; /* the standard's minimum */
     for (int g = 0; g < MG_GROUP_COUNT; g++) c->comm[g] = c->ring[g] = MPI_COMM_NULL;
     for (int g = 0; g < MG_GROUP_COUNT; g++) {
+        int w = mg_wait_begin("MPI_Comm_split (mg_comm_new)", m, MG_GROUP_WORLD, -1);
         if (g == MG_GROUP_WORLD) rc = MPI_Comm_dup(MPI_COMM_WORLD, &c->comm[g]);
         else if (m->coord[g] < 0) rc = MPI_Comm_split(MPI_COMM_WORLD, MPI_UNDEFINED, 0, &c->comm[g]); /* not a member */
         else rc = MPI_Comm_split(MPI_COMM_WORLD, mg_mesh_peer(m, (mg_group)g, 0), m->coord[g], &c->comm[g]);
+        mg_wait_end(w);
         if (rc != MPI_SUCCESS) {
             mpi_fail(err, rc, "mg_comm_new: MPI_Comm_split", (mg_group)g);
             mg_comm_free(c);
@@ -134,7 +139,9 @@ int mg_comm_new(const mg_mesh *m, mg_comm **out, mg_error *err) {
         }
         if (c->comm[g] == MPI_COMM_NULL) continue;
         MPI_Comm_set_errhandler(c->comm[g], MPI_ERRORS_RETURN);
+        w = mg_wait_begin("MPI_Comm_dup (mg_comm_new)", m, (mg_group)g, -1);
         rc = MPI_Comm_dup(c->comm[g], &c->ring[g]); /* inherits the error handler */
+        mg_wait_end(w);
         if (rc != MPI_SUCCESS) {
             mpi_fail(err, rc, "mg_comm_new: MPI_Comm_dup", (mg_group)g);
             mg_comm_free(c);
@@ -222,10 +229,14 @@ int mg_comm_allreduce_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in,
     else return mg_error_set(err, MG_ERR_INVALID, "MPI_Allreduce: reduce op %d invalid", (int)op);
     double t0 = MPI_Wtime();
     if (op == MG_REDUCE_SUM && count * (int64_t)mg_dtype_size(dt) >= RING_MIN_BYTES) {
+        int w = mg_wait_begin("ring all-reduce", &c->mesh, grp, -1);
         rc = mg_ring_allreduce(c->ring[grp], type, dt, in, out, count);
+        mg_wait_end(w);
         if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "ring all-reduce", grp);
     } else {
+        int w = mg_wait_begin("MPI_Allreduce", &c->mesh, grp, -1);
         rc = MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, (int)count, type, mop, c->comm[grp]);
+        mg_wait_end(w);
         if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Allreduce", grp);
     }
     account(c, grp, MG_OP_ALLREDUCE, dt, count, t0);
@@ -238,7 +249,9 @@ int mg_comm_allgather_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in,
     int rc = prep(c, grp, dt, count, "MPI_Allgather", &type, err);
     if (rc) return rc;
     double t0 = MPI_Wtime();
+    int w = mg_wait_begin("MPI_Allgather", &c->mesh, grp, -1);
     rc = MPI_Allgather(in, (int)count, type, out, (int)count, type, c->comm[grp]);
+    mg_wait_end(w);
     if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Allgather", grp);
     account(c, grp, MG_OP_ALLGATHER, dt, count, t0);
     return MG_OK;
@@ -254,10 +267,14 @@ int mg_comm_reduce_scatter_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void
      * the block variant was as fast or up to 2x faster). Large: the ring. */
     double t0 = MPI_Wtime();
     if (count * c->mesh.size[grp] * (int64_t)mg_dtype_size(dt) >= RING_MIN_BYTES) {
+        int w = mg_wait_begin("ring reduce-scatter", &c->mesh, grp, -1);
         rc = mg_ring_reduce_scatter(c->ring[grp], type, dt, in, out, count);
+        mg_wait_end(w);
         if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "ring reduce-scatter", grp);
     } else {
+        int w = mg_wait_begin("MPI_Reduce_scatter_block", &c->mesh, grp, -1);
         rc = MPI_Reduce_scatter_block(in, out, (int)count, type, MPI_SUM, c->comm[grp]);
+        mg_wait_end(w);
         if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Reduce_scatter_block", grp);
     }
     account(c, grp, MG_OP_REDUCE_SCATTER, dt, count * c->mesh.size[grp], t0);
@@ -273,7 +290,9 @@ int mg_comm_broadcast_buf(mg_comm *c, mg_group grp, mg_dtype dt, void *buf, int6
         return mg_error_set(err, MG_ERR_INVALID, "MPI_Bcast over %s: root %d outside 0..%d", mg_group_name(grp), root,
                             c->mesh.size[grp] - 1);
     double t0 = MPI_Wtime();
+    int w = mg_wait_begin("MPI_Bcast", &c->mesh, grp, -1);
     rc = MPI_Bcast(buf, (int)count, type, root, c->comm[grp]);
+    mg_wait_end(w);
     if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Bcast", grp);
     account(c, grp, MG_OP_BROADCAST, dt, count, t0);
     return MG_OK;
@@ -286,7 +305,9 @@ int mg_comm_alltoall_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, 
     int rc = prep(c, grp, dt, count, "MPI_Alltoall", &type, err);
     if (rc) return rc;
     double t0 = MPI_Wtime();
+    int w = mg_wait_begin("MPI_Alltoall", &c->mesh, grp, -1);
     rc = MPI_Alltoall(in, (int)count, type, out, (int)count, type, c->comm[grp]);
+    mg_wait_end(w);
     if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Alltoall", grp);
     /* the blocks that leave this rank: (n - 1) x count */
     account(c, grp, MG_OP_ALLTOALL, dt, count * (c->mesh.size[grp] - 1), t0);
@@ -316,7 +337,9 @@ int mg_comm_alltoallv_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in,
         if (i != me) off_rank += send[i];
     }
     double t0 = MPI_Wtime();
+    int w = mg_wait_begin("MPI_Alltoallv", &c->mesh, grp, -1);
     rc = MPI_Alltoallv(in, v, v + n, type, out, v + 2 * n, v + 3 * n, type, c->comm[grp]);
+    mg_wait_end(w);
     free(v);
     if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Alltoallv", grp);
     account(c, grp, MG_OP_ALLTOALL, dt, off_rank, t0);
@@ -334,7 +357,9 @@ int mg_comm_sendrecv_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, 
         return mg_error_set(err, MG_ERR_INVALID, "MPI_Sendrecv over %s: peers %d, %d outside 0..%d", mg_group_name(grp),
                             dest, src, n - 1);
     double t0 = MPI_Wtime();
+    int w = mg_wait_begin("MPI_Sendrecv (the context-parallel ring)", &c->mesh, grp, mg_mesh_peer(&c->mesh, grp, src));
     rc = MPI_Sendrecv(in, (int)count, type, dest, 0, out, (int)count, type, src, 0, c->comm[grp], MPI_STATUS_IGNORE);
+    mg_wait_end(w);
     if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Sendrecv", grp);
     account(c, grp, MG_OP_RING_SHIFT, dt, count, t0);
     return MG_OK;
@@ -347,6 +372,7 @@ struct mg_comm_request {
     mg_dtype dt;
     int64_t count;
     double t0;
+    int watch;        /* the watchdog's token: a posted transfer is a wait until it completes */
 };
 
 bool mg_comm_p2p_ready(const mg_comm *c) { return c && c->multiple; }
@@ -372,6 +398,8 @@ static int post(mg_comm *c, mg_group grp, int peer, int64_t key, mg_dtype dt, vo
         free(q);
         return mpi_fail(err, rc, what, grp);
     }
+    q->watch = mg_wait_begin(send ? "a pipeline send (MPI_Isend)" : "a pipeline receive (MPI_Irecv)", &c->mesh, grp,
+                             mg_mesh_peer(&c->mesh, grp, peer));
     *req = q;
     return MG_OK;
 }
@@ -389,6 +417,7 @@ int mg_comm_irecv_buf(mg_comm *c, mg_group grp, int peer, int64_t key, mg_dtype 
 static int finish(mg_comm *c, mg_comm_request *q, int rc, MPI_Status *st, mg_error *err) {
     const char *what = q->op == MG_OP_SEND ? "MPI_Isend" : "MPI_Irecv";
     mg_group grp = q->grp;
+    mg_wait_end(q->watch);
     if (rc == MPI_SUCCESS && q->op == MG_OP_RECV) {
         int got = 0;
         MPI_Get_count(st, MPI_BYTE, &got);

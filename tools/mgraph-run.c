@@ -28,6 +28,7 @@
 #include "run_checkpoint.h"
 #include "run_config.h"
 #include "run_log.h"
+#include "run_mpi.h"
 #include "run_schedule.h"
 #include "run_trace.h"
 #include "mgraph/recompute.h"
@@ -120,6 +121,22 @@ static void on_stop_signal(int sig) {
     raise(sig);
 }
 
+/* --distributed-timeout-minutes expired (scheduler/watchdog.c): a peer is stopped or hung,
+ * so this rank cannot finish its collective. Say which wait, keep the metrics' whole
+ * records as a stop signal does, and end: mpirun then ends every rank (the stopped one
+ * included). A failure, so exit 1. */
+static void on_wait_expired(const char *msg, void *ctx) {
+    (void)ctx;
+    fprintf(stderr, "mgraph-run: failed: %s\n", msg);
+    fflush(stdout);
+    fflush(stderr);
+    if (g_metrics_armed) {
+        g_metrics_armed = 0;
+        rename(g_metrics_tmp, g_metrics_path);
+    }
+    _exit(1);
+}
+
 static int metrics_open(run *r, mg_error *err) {
     int rc = mg_outfile_open(r->cfg.metrics_file, "--metrics-file", NULL, &r->metrics, err);
     if (rc) return rc;
@@ -176,7 +193,7 @@ static void exit_signal_install(const mg_run_config *c) {
 /* Whether any rank got the exit signal (every rank calls this at the same iteration). */
 static bool exit_signalled(const run *r) {
     int got = g_exit_signalled;
-    if (r->mpi_world > 1) MPI_Allreduce(MPI_IN_PLACE, &got, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (r->mpi_world > 1) mg_run_allreduce(&got, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, "the exit signal's all-reduce");
     return got != 0;
 }
 
@@ -556,7 +573,7 @@ static int resolve_split(run *r, mg_step_config *sc, int rc, mg_error *err) {
             : mb_mean_masked       ? 1
                                    : mg_plan_micro_batch_split(&r->plan, r->cfg.micro_batch_size, local_micro(r),
                                                                default_workers_here(r), moe);
-    if (r->mpi_world > 1) MPI_Allreduce(MPI_IN_PLACE, &k, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (r->mpi_world > 1) mg_run_allreduce(&k, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, "the micro-batch split's all-reduce");
     if (rc) return rc;
     r->split = k;
     sc->micro_batch = r->cfg.micro_batch_size / k;
@@ -959,7 +976,8 @@ static int train(run *r, mg_error *err) {
         if (c->exit_signal_handler && exit_signalled(r)) snprintf(why, sizeof why, "after receiving %s", c->exit_signal);
         if (!*why && c->exit_duration_in_mins > 0) {
             double mins = (now_s() - r->t_start) / 60.0;
-            if (r->mpi_world > 1) MPI_Allreduce(MPI_IN_PLACE, &mins, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            if (r->mpi_world > 1)
+                mg_run_allreduce(&mins, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, "--exit-duration-in-mins's all-reduce");
             if (mins > c->exit_duration_in_mins) snprintf(why, sizeof why, "after %g minutes", mins);
         }
         if (!*why && c->exit_interval > 0 && (it + 1) % c->exit_interval == 0)
@@ -1197,7 +1215,10 @@ static int finish(run *r, int rc, const mg_error *err) {
     fflush(stderr);
     if (code == 1 && r->mpi_world > 1) MPI_Abort(MPI_COMM_WORLD, code);
     run_release(r);
+    int w = mg_wait_begin("MPI_Finalize", NULL, MG_GROUP_WORLD, -1);
     MPI_Finalize();
+    mg_wait_end(w);
+    mg_watchdog_stop();
     return code;
 }
 
@@ -1205,7 +1226,8 @@ static int finish(run *r, int rc, const mg_error *err) {
 static int agree_on_input(run *r, int rc, mg_error *err) {
     if (r->mpi_world == 1) return rc;
     int mine = rc ? (mg_status_is_usage(rc) ? 2 : 1) : 0, worst = 0;
-    MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    worst = mine;
+    mg_run_allreduce(&worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, "the ranks' agreement on their input");
     if (worst && !rc) {
         /* another rank printed the reason; this one leaves quietly with the same code */
         err->msg[0] = '\0';
@@ -1244,6 +1266,15 @@ int main(int argc, char **argv) {
     }
     check_limits(&r.cfg, &notes);
     mg_run_config_check(&r.cfg, &notes);
+    /* every blocking wait from here on is bounded (before the first collective) */
+    if (world > 1) {
+        int64_t mins = notes.n_errors ? 10 : r.cfg.distributed_timeout_minutes;
+        char flag[64];
+        snprintf(flag, sizeof flag, "--distributed-timeout-minutes %lld", (long long)mins);
+        mg_error werr = {0};
+        if (mg_watchdog_start(60.0 * (double)mins, flag, rank, on_wait_expired, NULL, &werr))
+            fprintf(stderr, "mgraph-run: warning: %s: waits are not bounded\n", werr.msg);
+    }
     if (r.cfg.bf16) apply_bf16(&notes);
     int rc = MG_OK;
     if (!rc && provided < MPI_THREAD_SERIALIZED && world > 1)

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "mgraph/placement.h"
+#include "run_mpi.h"
 
 /* ---- the physical graph as pieces ---------------------------------------------------------
  * Kept to this one function so that it can switch to the partitioner's typed bindings
@@ -123,9 +124,11 @@ static int drop_lower_stages(const mg_mesh *mesh, mg_ckpt_piece *v, int *n, mg_e
     /* Every rank of the group takes part in every collective below, whatever its own
      * allocations did, and all learn together whether the gather can go ahead. */
     MPI_Comm pp;
+    int w = mg_wait_begin("the checkpoint's gather of stage names", mesh, MG_GROUP_PP, -1);
     MPI_Comm_split(MPI_COMM_WORLD, mg_mesh_peer(mesh, MG_GROUP_PP, 0), me, &pp);
     int lens[64], offs[64];
     MPI_Allgather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, pp);
+    mg_wait_end(w);
     long long total = 0;
     for (int s = 0; s < P; s++) {
         offs[s] = (int)total;
@@ -133,10 +136,12 @@ static int drop_lower_stages(const mg_mesh *mesh, mg_ckpt_piece *v, int *n, mg_e
     }
     char *all = mine && total < INT32_MAX ? malloc((size_t)total + 1) : NULL;
     int ok = all != NULL;
-    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, pp);
+    mg_run_allreduce(&ok, 1, MPI_INT, MPI_MIN, pp, "the checkpoint's gather of stage names");
     int rc = ok ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "checkpoint: out of memory gathering %lld bytes of names", total);
     if (ok) {
+        w = mg_wait_begin("the checkpoint's gather of stage names", mesh, MG_GROUP_PP, -1);
         MPI_Allgatherv(mine, mylen, MPI_CHAR, all, lens, offs, MPI_CHAR, pp);
+        mg_wait_end(w);
         all[offs[me]] = '\0'; /* the lower stages' names only; each list starts with its own newline */
         int kept = 0;
         for (int i = 0; i < *n; i++) {
@@ -235,7 +240,8 @@ static char *meta_text(const mg_run_config *c, const mg_step_config *sc, const m
 static int agree(int mpi_world, int rc, mg_error *err) {
     if (mpi_world <= 1) return rc;
     int mine = rc != 0, any = 0;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    any = mine;
+    mg_run_allreduce(&any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, "the checkpoint save's agreement");
     if (any && !rc) return mg_error_set(err, MG_ERR_IO, "checkpoint save failed on another rank");
     return rc;
 }

@@ -273,8 +273,9 @@ static const flag flags[] = {
     {"--sequence-parallel", F_BOOL, O(sequence_parallel), USE, NULL, "split norms and dropout along the sequence (with tp > 1)"},
     {"--use-distributed-optimizer", F_BOOL, O(use_distributed_optimizer), USE, NULL, "shard optimizer state over dp"},
     {"--distributed-backend", F_STR, NOFF, NOOP, "nccl|gloo", "ranks communicate through MPI"},
-    {"--distributed-timeout-minutes", F_INT, NOFF, NOOP, NULL,
-     "no collective waits for a timeout: a failed rank ends every rank within seconds"},
+    {"--distributed-timeout-minutes", F_I64, O(distributed_timeout_minutes), USE, NULL,
+     "a collective or transfer waiting longer than this (a rank stopped or hung) ends the job with a message naming "
+     "it (default 10, as Megatron's; a rank that dies ends every rank within seconds anyway)"},
     {"--overlap-param-gather", F_BOOL, NOFF, NOOP, NULL,
      "the distributed optimizer's parameter all-gather runs at the end of its step (not overlapped with the next "
      "forward)"},
@@ -409,6 +410,7 @@ void mg_run_config_defaults(mg_run_config *c) {
     c->expert_tensor_parallel_size = 1;
     c->moe_layer_freq = 1;
     c->exit_signal = "SIGTERM";
+    c->distributed_timeout_minutes = 10;
     c->moe_token_drop_policy = "probs";
     c->moe_token_dispatcher_type = "alltoall";
     c->position_embedding_type = "learned_absolute";
@@ -692,6 +694,9 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
                               "decay (Megatron's adam)",
                            c->optimizer);
     if (c->exit_interval < 0) mg_run_notes_error(n, "--exit-interval must be >= 1");
+    if (c->distributed_timeout_minutes < 1 || c->distributed_timeout_minutes > 10080)
+        mg_run_notes_error(n, "--distributed-timeout-minutes must be in 1..10080 (a week), got %lld",
+                           (long long)c->distributed_timeout_minutes);
     if (c->exit_duration_in_mins < 0 || !(c->exit_duration_in_mins == c->exit_duration_in_mins))
         mg_run_notes_error(n, "--exit-duration-in-mins must be > 0");
     if (c->group_query_attention && c->num_query_groups < 1)

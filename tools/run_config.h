@@ -50,6 +50,7 @@ typedef struct mg_run_config {
     int64_t seed;
     int64_t exit_interval;        /* > 0: stop after the iteration that is a multiple of it */
     float exit_duration_in_mins;  /* > 0: stop after the iteration that ends past it */
+    int64_t distributed_timeout_minutes; /* a blocking wait longer than this ends the job (scheduler/watchdog.c) */
     /* logging and evaluation */
     int64_t log_interval, eval_interval, eval_iters;
     bool log_throughput, log_params_norm;
