@@ -8,76 +8,77 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mgraph/model.h"
-#include "mgraph/ops.h"
+#include "models/model_internal.h"
 
-static mg_tensor *weight(mg_graph *g, const char *name, int64_t rows, int64_t cols, float std) {
+mg_tensor *gpt_weight(mg_graph *g, const char *name, int64_t rows, int64_t cols, float std) {
     int64_t shape[2] = {rows, cols};
     return mg_param(g, name, 2, shape, (mg_init){MG_INIT_NORMAL, std});
 }
 
 /* Norm weights and biases: 1-D, no weight decay (Megatron). */
-static mg_tensor *vec(mg_graph *g, const char *name, int64_t n, mg_init_kind init) {
+mg_tensor *gpt_vec(mg_graph *g, const char *name, int64_t n, mg_init_kind init) {
     mg_tensor *t = mg_param(g, name, 1, &n, (mg_init){init, 0});
     if (t) t->no_weight_decay = true;
     return t;
 }
 
-/* A linear layer "<name>.weight" [out, in] and, unless disabled, "<name>.bias". */
-static void linear_params(mg_graph *g, const char *name, int64_t out, int64_t in, float std, bool bias, mg_tensor **w,
-                          mg_tensor **b) {
+void gpt_linear_params(mg_graph *g, const char *name, int64_t out, int64_t in, float std, bool bias, mg_tensor **w,
+                       mg_tensor **b) {
     char nm[96];
     snprintf(nm, sizeof nm, "%s.weight", name);
-    *w = weight(g, nm, out, in, std);
+    *w = gpt_weight(g, nm, out, in, std);
     snprintf(nm, sizeof nm, "%s.bias", name);
-    *b = bias ? vec(g, nm, out, MG_INIT_ZEROS) : NULL;
+    *b = bias ? gpt_vec(g, nm, out, MG_INIT_ZEROS) : NULL;
 }
 
-/* A norm of n features "<name>.weight" (ones) and, for LayerNorm, "<name>.bias" (zeros). */
-static void norm_params_n(mg_graph *g, const mg_gpt_config *c, const char *name, int64_t n, mg_tensor **w,
-                          mg_tensor **b) {
+void gpt_norm_params(mg_graph *g, const mg_gpt_config *c, const char *name, int64_t n, mg_tensor **w, mg_tensor **b) {
     char nm[96];
     snprintf(nm, sizeof nm, "%s.weight", name);
-    *w = vec(g, nm, n, MG_INIT_ONES);
+    *w = gpt_vec(g, nm, n, MG_INIT_ONES);
     snprintf(nm, sizeof nm, "%s.bias", name);
-    *b = c->norm == MG_NORM_LAYERNORM ? vec(g, nm, n, MG_INIT_ZEROS) : NULL;
+    *b = c->norm == MG_NORM_LAYERNORM ? gpt_vec(g, nm, n, MG_INIT_ZEROS) : NULL;
 }
 
 static void norm_params(mg_graph *g, const mg_gpt_config *c, const char *name, mg_tensor **w, mg_tensor **b) {
-    norm_params_n(g, c, name, c->hidden, w, b);
+    gpt_norm_params(g, c, name, c->hidden, w, b);
 }
 
 static void gpt2_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer *l, float std, float out_std) {
     int64_t h = c->hidden, f = c->ffn_hidden;
     norm_params(g, c, "ln_1", &l->ln1_w, &l->ln1_b);
-    linear_params(g, "attn.c_attn", 3 * h, h, std, true, &l->qkv_w, &l->qkv_b);
-    linear_params(g, "attn.c_proj", h, h, out_std, true, &l->proj_w, &l->proj_b);
+    gpt_linear_params(g, "attn.c_attn", 3 * h, h, std, true, &l->qkv_w, &l->qkv_b);
+    gpt_linear_params(g, "attn.c_proj", h, h, out_std, true, &l->proj_w, &l->proj_b);
     norm_params(g, c, "ln_2", &l->ln2_w, &l->ln2_b);
     if (l->router_w) return; /* an MoE layer: experts in place of the MLP */
-    linear_params(g, "mlp.c_fc", f, h, std, true, &l->fc_w, &l->fc_b);
-    linear_params(g, "mlp.c_proj", h, f, out_std, true, &l->fc2_w, &l->fc2_b);
+    gpt_linear_params(g, "mlp.c_fc", f, h, std, true, &l->fc_w, &l->fc_b);
+    gpt_linear_params(g, "mlp.c_proj", h, f, out_std, true, &l->fc2_w, &l->fc2_b);
 }
 
 static void llama_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer *l, float std, float out_std) {
-    int64_t h = c->hidden, f = c->ffn_hidden, kv = (int64_t)mg_gpt_kv_groups(c) * (h / c->heads);
+    int64_t h = c->hidden, f = c->ffn_hidden, hd = mg_gpt_head_dim(c), q = c->heads * hd;
+    int64_t kv = (int64_t)mg_gpt_kv_groups(c) * hd;
     bool bias = !c->disable_bias_linear, qkv_bias = bias || c->add_qkv_bias;
     norm_params(g, c, "input_layernorm", &l->ln1_w, &l->ln1_b);
-    linear_params(g, "self_attn.q_proj", h, h, std, qkv_bias, &l->q_w, &l->q_b);
-    linear_params(g, "self_attn.k_proj", kv, h, std, qkv_bias, &l->k_w, &l->k_b);
-    linear_params(g, "self_attn.v_proj", kv, h, std, qkv_bias, &l->v_w, &l->v_b);
-    if (c->qk_layernorm) { /* decayed only with --apply-wd-to-qk-layernorm (Megatron) */
-        norm_params_n(g, c, "self_attn.q_norm", h / c->heads, &l->q_norm_w, &l->q_norm_b);
-        norm_params_n(g, c, "self_attn.k_norm", h / c->heads, &l->k_norm_w, &l->k_norm_b);
-        mg_tensor *qk[4] = {l->q_norm_w, l->q_norm_b, l->k_norm_w, l->k_norm_b};
-        for (int i = 0; i < 4; i++)
-            if (qk[i]) qk[i]->no_weight_decay = !c->qk_layernorm_wd;
+    if (c->mla.enabled) {
+        mg_mla_layer_params(g, c, l, std, out_std);
+    } else {
+        gpt_linear_params(g, "self_attn.q_proj", q, h, std, qkv_bias, &l->q_w, &l->q_b);
+        gpt_linear_params(g, "self_attn.k_proj", kv, h, std, qkv_bias, &l->k_w, &l->k_b);
+        gpt_linear_params(g, "self_attn.v_proj", kv, h, std, qkv_bias, &l->v_w, &l->v_b);
+        if (c->qk_layernorm) { /* decayed only with --apply-wd-to-qk-layernorm (Megatron) */
+            gpt_norm_params(g, c, "self_attn.q_norm", hd, &l->q_norm_w, &l->q_norm_b);
+            gpt_norm_params(g, c, "self_attn.k_norm", hd, &l->k_norm_w, &l->k_norm_b);
+            mg_tensor *qk[4] = {l->q_norm_w, l->q_norm_b, l->k_norm_w, l->k_norm_b};
+            for (int i = 0; i < 4; i++)
+                if (qk[i]) qk[i]->no_weight_decay = !c->qk_layernorm_wd;
+        }
+        gpt_linear_params(g, "self_attn.o_proj", h, q, out_std, bias, &l->proj_w, &l->proj_b);
     }
-    linear_params(g, "self_attn.o_proj", h, h, out_std, bias, &l->proj_w, &l->proj_b);
     norm_params(g, c, "post_attention_layernorm", &l->ln2_w, &l->ln2_b);
     if (l->router_w) return; /* an MoE layer: experts in place of the MLP */
-    if (c->swiglu) linear_params(g, "mlp.gate_proj", f, h, std, bias, &l->gate_w, &l->gate_b);
-    linear_params(g, "mlp.up_proj", f, h, std, bias, &l->fc_w, &l->fc_b);
-    linear_params(g, "mlp.down_proj", h, f, out_std, bias, &l->fc2_w, &l->fc2_b);
+    if (c->swiglu) gpt_linear_params(g, "mlp.gate_proj", f, h, std, bias, &l->gate_w, &l->gate_b);
+    gpt_linear_params(g, "mlp.up_proj", f, h, std, bias, &l->fc_w, &l->fc_b);
+    gpt_linear_params(g, "mlp.down_proj", h, f, out_std, bias, &l->fc2_w, &l->fc2_b);
 }
 
 int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m, mg_error *err) {
@@ -90,10 +91,10 @@ int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m, mg_error *err
     int64_t h = c->hidden;
     float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->num_layers);
     bool gpt2 = mg_gpt_is_gpt2(c);
-    m->wte = weight(g, gpt2 ? "wte.weight" : "model.embed_tokens.weight", c->vocab, h, std);
+    m->wte = gpt_weight(g, gpt2 ? "wte.weight" : "model.embed_tokens.weight", c->vocab, h, std);
     if (m->wte) m->wte->embedding_or_output = true; /* (Megatron's decoupled learning rate) */
     if (c->pos_emb == MG_POS_LEARNED)
-        m->wpe = weight(g, gpt2 ? "wpe.weight" : "model.embed_positions.weight", c->max_position, h, std);
+        m->wpe = gpt_weight(g, gpt2 ? "wpe.weight" : "model.embed_positions.weight", c->max_position, h, std);
     for (int i = 0; i < c->num_layers; i++) {
         mg_scope_push(g, gpt2 ? "h.%d" : "model.layers.%d", i);
         if (mg_moe_is_layer(c, i)) mg_moe_layer_params(g, c, &m->layers[i]);
@@ -102,10 +103,10 @@ int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m, mg_error *err
         mg_scope_pop(g);
     }
     norm_params(g, c, gpt2 ? "ln_f" : "model.norm", &m->lnf_w, &m->lnf_b);
-    if (c->untie_embeddings) m->lm_head = weight(g, "lm_head.weight", c->vocab, h, std);
+    if (c->untie_embeddings) m->lm_head = gpt_weight(g, "lm_head.weight", c->vocab, h, std);
     if (m->lm_head) m->lm_head->embedding_or_output = true;
     if (c->qk_l2_norm) { /* the weightless norm: RMSNorm times a constant one (no parameter, no gradient) */
-        int64_t hd = h / c->heads;
+        int64_t hd = mg_gpt_head_dim(c);
         m->unit_hd = mg_input(g, "qk_l2_norm.unit", MG_F32, 1, &hd);
         if (m->unit_hd) m->unit_hd->init = (mg_init){MG_INIT_ONES, 0.0f};
     }
@@ -118,7 +119,7 @@ void mg_gpt_release(mg_gpt *m) {
     m->layers = NULL;
 }
 
-static mg_tensor *norm(mg_graph *g, const mg_gpt_config *c, mg_tensor *x, mg_tensor *w, mg_tensor *b) {
+mg_tensor *gpt_norm(mg_graph *g, const mg_gpt_config *c, mg_tensor *x, mg_tensor *w, mg_tensor *b) {
     return c->norm == MG_NORM_RMSNORM ? mg_rmsnorm(g, x, w, c->ln_eps) : mg_layernorm(g, x, w, b, c->ln_eps);
 }
 
@@ -126,7 +127,7 @@ static mg_tensor *norm(mg_graph *g, const mg_gpt_config *c, mg_tensor *x, mg_ten
  * [q k v]) or from separate projections (heads contiguous, as Hugging Face). */
 static void qkv_heads(mg_graph *g, const mg_gpt_config *c, const mg_gpt_layer *l, mg_tensor *x, mg_tensor **q,
                       mg_tensor **k, mg_tensor **v) {
-    int64_t s = x->shape[0], b = x->shape[1], nh = c->heads, hd = c->hidden / nh, ng = mg_gpt_kv_groups(c);
+    int64_t s = x->shape[0], b = x->shape[1], nh = c->heads, hd = mg_gpt_head_dim(c), ng = mg_gpt_kv_groups(c);
     if (l->qkv_w) {
         mg_tensor *qkv = mg_linear(g, x, l->qkv_w, l->qkv_b); /* [s, b, 3h], per head [q k v] */
         qkv = mg_reshape(g, qkv, 4, (int64_t[]){s, b, nh, 3 * hd});
@@ -144,13 +145,14 @@ static mg_tensor *attention_block(mg_graph *g, const mg_gpt *m, const mg_gpt_lay
                                   mg_tensor *positions, mg_tensor *doc_start, int64_t window, bool training) {
     const mg_gpt_config *c = &m->cfg;
     if (!x) return NULL;
-    int64_t s = x->shape[0], b = x->shape[1], h = c->hidden;
+    if (c->mla.enabled) return mg_mla_block(g, m, l, x, positions, doc_start, window, training);
+    int64_t s = x->shape[0], b = x->shape[1], qd = c->heads * mg_gpt_head_dim(c);
     mg_scope_push(g, l->qkv_w ? "attn" : "self_attn");
     mg_tensor *q = NULL, *k = NULL, *v = NULL;
     qkv_heads(g, c, l, x, &q, &k, &v);
     if (l->q_norm_w) { /* per head, before the rotation (Megatron's q_layernorm / k_layernorm) */
-        q = norm(g, c, q, l->q_norm_w, l->q_norm_b);
-        k = norm(g, c, k, l->k_norm_w, l->k_norm_b);
+        q = gpt_norm(g, c, q, l->q_norm_w, l->q_norm_b);
+        k = gpt_norm(g, c, k, l->k_norm_w, l->k_norm_b);
     } else if (m->unit_hd) { /* L2Norm: x / sqrt(mean(x²) + eps), where those norms would be (a
                               * rotation keeps each head's RMS, so before or after RoPE is the same) */
         q = mg_rmsnorm(g, q, m->unit_hd, c->ln_eps);
@@ -158,12 +160,13 @@ static mg_tensor *attention_block(mg_graph *g, const mg_gpt *m, const mg_gpt_lay
     }
     if (c->pos_emb == MG_POS_ROPE) {
         int64_t rd = mg_gpt_rotary_dim(c);
-        q = mg_rope_partial(g, q, positions, c->rotary_base, rd);
-        k = mg_rope_partial(g, k, positions, c->rotary_base, rd);
+        mg_attr_rope ro = mg_gpt_rope_attrs(c);
+        q = mg_rope_partial_ex(g, q, positions, &ro, rd);
+        k = mg_rope_partial_ex(g, k, positions, &ro, rd);
     }
     float p = training ? c->attention_dropout : 0.0f;
     mg_tensor *y = mg_attention_masked(g, q, k, v, doc_start, window, p);
-    y = mg_reshape(g, y, 3, (int64_t[]){s, b, h});
+    y = mg_reshape(g, y, 3, (int64_t[]){s, b, qd});
     y = mg_linear(g, y, l->proj_w, l->proj_b);
     y = mg_dropout(g, y, training ? c->hidden_dropout : 0.0f);
     mg_scope_pop(g);
@@ -203,14 +206,14 @@ mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, 
         const mg_gpt_layer *l = &m->layers[i];
         mg_scope_push(g, gpt2 ? "h.%d" : "model.layers.%d", i);
         mg_graph_set_layer(g, i);
-        mg_tensor *a = norm(g, c, x, l->ln1_w, l->ln1_b);
+        mg_tensor *a = gpt_norm(g, c, x, l->ln1_w, l->ln1_b);
         x = mg_add(g, x, attention_block(g, m, l, a, positions, doc_start, mg_gpt_layer_window(c, i), training));
-        mg_tensor *f = norm(g, c, x, l->ln2_w, l->ln2_b);
+        mg_tensor *f = gpt_norm(g, c, x, l->ln2_w, l->ln2_b);
         x = mg_add(g, x, l->router_w ? mg_moe_block(g, m, l, f, training, aux) : mlp_block(g, m, l, f, training));
         mg_scope_pop(g);
     }
     mg_graph_set_layer(g, MG_LAYER_POST);
-    x = norm(g, c, x, m->lnf_w, m->lnf_b);
+    x = gpt_norm(g, c, x, m->lnf_w, m->lnf_b);
     mg_tensor *out = m->lm_head ? m->lm_head : m->wte;
     mg_tensor *logits = mg_matmul(g, x, out, false, true); /* [s, b, V] */
     int n_moe = 0;

@@ -390,10 +390,10 @@ static int cp_attention_bwd(part_ctx *c, const mg_node *n) {
                 dk[e] = sum2(c, dk[e], b->out[1]);
                 dv[e] = sum2(c, dv[e], b->out[2]);
             }
-            if (!rc && !dk[e]) { /* no query of this rank sees the chunk */
-                const mg_tensor *shape = ring->kc[0];
-                dk[e] = mg_zeros(c->P, MG_F32, shape->ndim, shape->shape);
-                dv[e] = mg_zeros(c->P, MG_F32, shape->ndim, shape->shape);
+            if (!rc && !dk[e]) { /* no query of this rank sees the chunk (v's head size may differ from k's) */
+                const mg_tensor *ks = ring->kc[0], *vs = ring->vc[0];
+                dk[e] = mg_zeros(c->P, MG_F32, ks->ndim, ks->shape);
+                dv[e] = mg_zeros(c->P, MG_F32, vs->ndim, vs->shape);
             }
         }
         if (rc) break;

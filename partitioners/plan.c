@@ -47,6 +47,10 @@ void mg_plan_defaults(mg_plan *p) {
     add_rule(p, "*mlp.down_proj.weight", 1);
     add_rule(p, "model.embed_tokens.weight", 0);
     add_rule(p, "lm_head.weight", 0);
+    /* multi-latent attention (Megatron's MLASelfAttention): the up projections column-
+     * parallel (whole heads), the down projections and latent norms replicated */
+    add_rule(p, "*self_attn.q_b_proj.weight", 0);
+    add_rule(p, "*self_attn.kv_b_proj.weight", 0);
 }
 
 static char *trim(char *s) {

@@ -114,6 +114,17 @@ static int model_arch(json_t *mm, const char *path, cv_cfg *c, mg_error *err) {
     if (json_is_true(json_object_get(mm, "qk_l2_norm")))
         return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: --qk-l2-norm: no Hugging Face class mgraph-convert writes "
                             "has weightless q/k norms", path);
+    /* (lifted per class as their converters learn them) */
+    if (json_object_get(mm, "multi_latent_attention"))
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: --multi-latent-attention: no Hugging Face class mgraph-convert "
+                            "writes has it yet", path);
+    if (json_object_get(mm, "rope_scaling"))
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: RoPE scaling or --rotary-interleaved: no Hugging Face class "
+                            "mgraph-convert writes has it yet", path);
+    json_t *kvc = json_object_get(mm, "kv_channels");
+    if (kvc && !(json_is_integer(kvc) && json_integer_value(kvc) == 0))
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: --kv-channels other than hidden / heads: no Hugging Face class "
+                            "mgraph-convert writes has it yet", path);
     if (json_is_true(json_object_get(mm, "squared_relu")))
         return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: --squared-relu: no Hugging Face class mgraph-convert writes "
                             "has that MLP", path);

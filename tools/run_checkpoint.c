@@ -186,6 +186,32 @@ static json_t *model_json(const mg_run_config *c, const mg_gpt_config *m, int64_
     /* the sliding window in keys (Hugging Face's sliding_window; 0: none) */
     if (j) json_object_set_new(j, "window", json_integer(m->window));
     if (j) json_object_set_new(j, "window_attn_skip_freq", json_integer(m->window_skip_freq));
+    /* the head size (--kv-channels where it is not hidden / heads), RoPE's scaling and
+     * pairing, multi-latent attention: absent where they are the plain model's */
+    if (j) json_object_set_new(j, "kv_channels",
+                               json_integer(m->kv_channels && (int64_t)m->kv_channels * m->heads != m->hidden ? m->kv_channels : 0));
+    if (j && (m->rope.scaling != MG_ROPE_DEFAULT || m->rope.interleaved)) {
+        const mg_rope_config *r = &m->rope;
+        const char *kinds[] = {"default", "llama3", "yarn"};
+        json_t *o = json_pack("{s:s, s:b}", "scaling", kinds[r->scaling], "interleaved", r->interleaved);
+        if (o && r->scaling != MG_ROPE_DEFAULT) {
+            json_object_set_new(o, "factor", json_real(r->factor));
+            json_object_set_new(o, "original_max_position_embeddings", json_integer(r->original_max_pos));
+        }
+        if (o && r->scaling == MG_ROPE_YARN) {
+            json_t *y = json_pack("{s:f, s:f, s:b, s:f, s:f}", "beta_fast", (double)r->beta_fast, "beta_slow",
+                                  (double)r->beta_slow, "round_to_int", !r->no_round, "mscale", (double)r->mscale,
+                                  "mscale_all_dim", (double)r->mscale_all_dim);
+            if (y) json_object_update(o, y);
+            json_decref(y);
+        }
+        if (o) json_object_set_new(j, "rope_scaling", o);
+    }
+    if (j && m->mla.enabled)
+        json_object_set_new(j, "multi_latent_attention",
+                            json_pack("{s:i, s:i, s:i, s:i, s:i}", "q_lora_rank", m->mla.q_lora_rank, "kv_lora_rank",
+                                      m->mla.kv_lora_rank, "qk_head_dim", m->mla.qk_head_dim, "qk_pos_emb_head_dim",
+                                      m->mla.qk_pos_emb_head_dim, "v_head_dim", m->mla.v_head_dim));
     /* MoE: the flags that shape the expert parameters (models/moe.c) */
     if (j) json_object_set_new(j, "num_experts", json_integer(m->moe.num_experts));
     if (j && m->moe.num_experts > 0) {
@@ -344,6 +370,12 @@ static int check_model(const mg_ckpt *ck, json_t *saved, const mg_run_config *c,
         {"moe_layer_freq", "--moe-layer-freq", false},
         {"window", "--window-size (the sliding window, in keys: L + 1)", true},
         {"window_attn_skip_freq", "--window-attn-skip-freq", true},
+        {"kv_channels", "--kv-channels", true},
+        /* objects, absent where the model has none of it */
+        {"rope_scaling", "the RoPE scaling (--use-rope-scaling, --position-embedding-type yarn, MLA's --rope-type, their "
+                         "factors) or --rotary-interleaved", false},
+        {"multi_latent_attention", "--multi-latent-attention or its sizes (--q-lora-rank, --kv-lora-rank, --qk-head-dim, "
+                                   "--qk-pos-emb-head-dim, --v-head-dim)", false},
     };
     for (size_t i = 0; i < sizeof moe / sizeof *moe && !rc; i++) {
         json_t *a = json_object_get(saved, moe[i].key), *b = json_object_get(now, moe[i].key);

@@ -63,7 +63,8 @@ static const flag flags[] = {
     {"--untie-embeddings-and-output-weights", F_BOOL, O(untie_embeddings_and_output_weights), USE, NULL,
      "separate output layer (lm_head) instead of the word embedding"},
     {"--disable-bias-linear", F_BOOL, O(disable_bias_linear), USE, NULL, "no biases on the linear layers"},
-    {"--kv-channels", F_INT, O(kv_channels), USE, NULL, "attention head size: hidden / heads, the only one supported"},
+    {"--kv-channels", F_INT, O(kv_channels), USE, NULL,
+     "each attention head's q/k/v size (default hidden / heads; Qwen3's 128 with other sizes); not used by MLA"},
     {"--no-position-embedding", F_BOOL, O(no_position_embedding), USE, NULL,
      "no learned position table (--position-embedding-type learned_absolute becomes none; rope is unchanged)"},
     {"--apply-layernorm-1p", F_BOOL, NOFF, NOOP, NULL,
@@ -82,7 +83,34 @@ static const flag flags[] = {
     {"--window-attn-skip-freq", F_STR, O(window_attn_skip_freq), USE, NULL,
      "N: every N-th layer (N, 2N, ...) attends over the whole sequence, the others over --window-size"},
     {"--rotary-seq-len-interpolation-factor", F_INT, NOFF, REFUSE, NULL, "RoPE has no position interpolation"},
-    {"--use-rope-scaling", F_BOOL, NOFF, REFUSE, NULL, "RoPE has no Llama 3.1 frequency scaling"},
+    {"--use-rope-scaling", F_BOOL, O(use_rope_scaling), USE, NULL,
+     "Llama 3.1's RoPE frequencies: below 1/8192 turns per token divided by --rope-scaling-factor, blended up to 4/8192"},
+    {"--rope-scaling-factor", F_FLOAT, O(rope_scaling_factor), USE, NULL, "with --use-rope-scaling (default 8)"},
+    {"--rotary-interleaved", F_BOOL, O(rotary_interleaved), USE, NULL,
+     "RoPE rotates adjacent pairs (x_2i, x_2i+1), not the two halves of each head"},
+    {"--rope-type", F_STR, O(rope_type), USE, "rope|yarn",
+     "RoPE of --multi-latent-attention: yarn (its default) or rope; other attention takes rope only"},
+    {"--rotary-scaling-factor", F_FLOAT, O(rotary_scaling_factor), USE, NULL,
+     "YaRN's scaling factor (default 1: the unscaled frequencies)"},
+    {"--mscale", F_FLOAT, O(mscale), USE, NULL, "YaRN's mscale (default 1): cos and sin times 0.1 m ln(factor) + 1 ..."},
+    {"--mscale-all-dim", F_FLOAT, O(mscale_all_dim), USE, NULL,
+     "... over the same with this m (default 0); MLA's softmax scale times its square"},
+    {"--yarn-original-max-position-embeddings", F_INT, O(yarn_original_max_position_embeddings), USE, NULL,
+     "YaRN's pretraining context (default 4096; MLA always takes 4096, as Megatron's MLATransformerConfig)"},
+    {"--yarn-beta-fast", F_FLOAT, O(yarn_beta_fast), USE, NULL, "YaRN's fast boundary in rotations (default 32; not MLA's)"},
+    {"--yarn-beta-slow", F_FLOAT, O(yarn_beta_slow), USE, NULL, "YaRN's slow boundary in rotations (default 1; not MLA's)"},
+    {"--yarn-correction-range-round-to-int", F_BOOL, NOFF, NOOP, NULL, "the default: YaRN's ramp ends are rounded"},
+    {"--no-yarn-correction-range-round-to-int", F_BOOL, O(no_yarn_round), USE, NULL, "YaRN's ramp ends unrounded"},
+    /* multi-latent attention */
+    {"--multi-latent-attention", F_BOOL, O(multi_latent_attention), USE, NULL,
+     "DeepSeek's MLA: q from a latent (--q-lora-rank), k and v from one shared latent (--kv-lora-rank), a RoPE part"},
+    {"--q-lora-rank", F_INT, O(q_lora_rank), USE, NULL, "MLA: the query latent's size (default: none, q from the hidden state)"},
+    {"--kv-lora-rank", F_INT, O(kv_lora_rank), USE, NULL, "MLA: the key/value latent's size (default 32)"},
+    {"--qk-head-dim", F_INT, O(qk_head_dim), USE, NULL, "MLA: each head's q/k part without position (default 128)"},
+    {"--qk-pos-emb-head-dim", F_INT, O(qk_pos_emb_head_dim), USE, NULL, "MLA: each head's q/k RoPE part (default 64)"},
+    {"--v-head-dim", F_INT, O(v_head_dim), USE, NULL, "MLA: each head's value size (default 128)"},
+    {"--mla-down-proj-fusion", F_BOOL, NOFF, NOOP, NULL, "kernel fusion does not change what is computed"},
+    {"--cache-mla-latents", F_BOOL, NOFF, REFUSE, NULL, "an inference cache (Megatron refuses it in training)"},
     /* mixture of experts */
     {"--num-experts", F_INT, O(num_experts), USE, NULL, "experts per MoE layer (default: dense MLPs)"},
     {"--moe-ffn-hidden-size", F_INT, O(moe_ffn_hidden_size), USE, NULL, "expert MLP hidden size (default ffn-hidden-size)"},
@@ -419,6 +447,16 @@ void mg_run_config_defaults(mg_run_config *c) {
     c->normalization = "LayerNorm";
     c->rotary_base = 10000.0f;
     c->rotary_percent = 1.0f;
+    c->rope_scaling_factor = 8.0f;
+    c->rotary_scaling_factor = 1.0f;
+    c->mscale = 1.0f;
+    c->yarn_original_max_position_embeddings = 4096;
+    c->yarn_beta_fast = 32.0f;
+    c->yarn_beta_slow = 1.0f;
+    c->kv_lora_rank = 32;
+    c->qk_head_dim = 128;
+    c->qk_pos_emb_head_dim = 64;
+    c->v_head_dim = 128;
     c->norm_epsilon = 1e-5f;
     c->num_query_groups = 1; /* used with --group-query-attention */
     c->min_lr = 0.0f;
@@ -649,6 +687,34 @@ static void check_window(mg_run_config *c, mg_run_notes *n) {
         c->window_skip = (int)f;
 }
 
+/* RoPE's type and scaling, multi-latent attention (Megatron's argument rules). */
+static void check_rope_mla(mg_run_config *c, mg_run_notes *n) {
+    bool yarn_pos = !strcmp(c->position_embedding_type, "yarn");
+    if (c->rope_type && !c->multi_latent_attention && strcmp(c->rope_type, "rope"))
+        mg_run_notes_error(n, "--rope-type %s needs --multi-latent-attention (other attention takes rope only)",
+                           c->rope_type);
+    if (c->use_rope_scaling && (yarn_pos || c->multi_latent_attention))
+        mg_run_notes_error(n, "--use-rope-scaling (Llama 3.1's frequencies) with %s: give one RoPE scaling",
+                           yarn_pos ? "--position-embedding-type yarn" : "--multi-latent-attention's YaRN");
+    if (!(c->rope_scaling_factor > 0) || !(c->rotary_scaling_factor > 0))
+        mg_run_notes_error(n, "--rope-scaling-factor and --rotary-scaling-factor must be > 0");
+    if (c->multi_latent_attention) {
+        if (c->group_query_attention) /* (Megatron's validate_args) */
+            mg_run_notes_error(n, "--group-query-attention and --multi-latent-attention exclude each other");
+        if (yarn_pos)
+            mg_run_notes_error(n, "--position-embedding-type yarn with --multi-latent-attention: MLA takes YaRN through "
+                                  "--rope-type yarn (its default) with --position-embedding-type rope");
+        /* MLATransformerConfig's own YaRN fields are not filled from these (Megatron) */
+        const char *ignored[] = {"--yarn-original-max-position-embeddings", "--yarn-beta-fast", "--yarn-beta-slow",
+                                 "--no-yarn-correction-range-round-to-int"};
+        for (size_t i = 0; i < sizeof ignored / sizeof *ignored; i++)
+            if (mg_run_config_given(c, ignored[i]))
+                mg_run_notes_warn(n, "%s has no effect with --multi-latent-attention (Megatron's MLA YaRN uses its "
+                                     "own 4096 positions, betas 32 and 1, rounded)",
+                                  ignored[i]);
+    }
+}
+
 void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     /* Megatron's validate_args: the shorthand and the legacy spelling set the flags they stand for */
     if (c->recompute_activations) c->recompute_granularity = "selective";
@@ -670,10 +736,11 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     }
     if (c->max_position_embeddings <= 0) c->max_position_embeddings = c->seq_length;
     if (strcmp(c->position_embedding_type, "learned_absolute") && strcmp(c->position_embedding_type, "rope") &&
-        strcmp(c->position_embedding_type, "none"))
-        mg_run_notes_error(n, "--position-embedding-type %s is not supported: mgraph's GPT has learned_absolute, rope "
-                              "and none",
+        strcmp(c->position_embedding_type, "none") && strcmp(c->position_embedding_type, "yarn"))
+        mg_run_notes_error(n, "--position-embedding-type %s is not supported: mgraph's GPT has learned_absolute, rope, "
+                              "yarn and none",
                            c->position_embedding_type);
+    check_rope_mla(c, n);
     if (c->tokenizer_type && strcmp(c->tokenizer_type, "ByteLevelTokenizer") && strcmp(c->tokenizer_type, "GPT2BPETokenizer") &&
         strcmp(c->tokenizer_type, "SentencePieceTokenizer"))
         mg_run_notes_error(n, "--tokenizer-type %s is not supported: mgraph has GPT2BPETokenizer, SentencePieceTokenizer "
@@ -681,10 +748,8 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
                            c->tokenizer_type);
     if (c->no_position_embedding && !strcmp(c->position_embedding_type, "learned_absolute"))
         c->position_embedding_type = "none"; /* Megatron's add_position_embedding = False */
-    if (c->kv_channels && c->num_attention_heads > 0 && c->kv_channels * c->num_attention_heads != c->hidden_size)
-        mg_run_notes_error(n, "--kv-channels %d is not supported: attention heads are --hidden-size / "
-                              "--num-attention-heads = %d wide",
-                           c->kv_channels, c->hidden_size / c->num_attention_heads);
+    if (mg_run_config_given(c, "--kv-channels") && c->kv_channels < 1)
+        mg_run_notes_error(n, "--kv-channels must be >= 1 (got %d)", c->kv_channels);
     if (strcmp(c->moe_router_load_balancing_type, "aux_loss"))
         mg_run_notes_error(n, "--moe-router-load-balancing-type %s is not supported: the router's balancing is "
                               "Megatron's aux_loss (--moe-aux-loss-coeff)",
@@ -830,9 +895,32 @@ int mg_run_config_model(const mg_run_config *c, mg_gpt_config *m, mg_error *err)
                             c->moe_expert_capacity_factor);
     /* the LLaMA family (choices checked by mg_run_config_check) */
     m->norm = strcmp(c->normalization, "RMSNorm") ? MG_NORM_LAYERNORM : MG_NORM_RMSNORM;
-    m->pos_emb = !strcmp(c->position_embedding_type, "rope")   ? MG_POS_ROPE
-                 : !strcmp(c->position_embedding_type, "none") ? MG_POS_NONE
-                                                               : MG_POS_LEARNED;
+    bool yarn_pos = !strcmp(c->position_embedding_type, "yarn");
+    m->pos_emb = !strcmp(c->position_embedding_type, "rope") || yarn_pos ? MG_POS_ROPE
+                 : !strcmp(c->position_embedding_type, "none")          ? MG_POS_NONE
+                                                                        : MG_POS_LEARNED;
+    m->kv_channels = c->kv_channels;
+    m->rope.interleaved = c->rotary_interleaved;
+    m->mla = (mg_mla_config){c->multi_latent_attention, c->q_lora_rank, c->kv_lora_rank, c->qk_head_dim,
+                             c->qk_pos_emb_head_dim, c->v_head_dim};
+    if (c->use_rope_scaling) { /* Megatron's RotaryEmbedding._apply_scaling: Llama 3.1's 1, 4 over 8192 */
+        m->rope.scaling = MG_ROPE_LLAMA3;
+        m->rope.factor = c->rope_scaling_factor;
+        m->rope.original_max_pos = 8192;
+    } else if (yarn_pos || (c->multi_latent_attention && (!c->rope_type || !strcmp(c->rope_type, "yarn")))) {
+        m->rope.scaling = MG_ROPE_YARN;
+        m->rope.factor = c->rotary_scaling_factor;
+        m->rope.mscale = c->mscale;
+        m->rope.mscale_all_dim = c->mscale_all_dim;
+        if (c->multi_latent_attention) { /* MLATransformerConfig's defaults, whatever the yarn flags */
+            m->rope.original_max_pos = 4096;
+        } else {
+            m->rope.original_max_pos = c->yarn_original_max_position_embeddings;
+            m->rope.beta_fast = c->yarn_beta_fast;
+            m->rope.beta_slow = c->yarn_beta_slow;
+            m->rope.no_round = c->no_yarn_round;
+        }
+    }
     m->rotary_base = c->rotary_base;
     m->rotary_percent = c->rotary_percent;
     m->ln_eps = c->norm_epsilon;

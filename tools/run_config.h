@@ -32,7 +32,16 @@ typedef struct mg_run_config {
     const char *window_size, *window_attn_skip_freq;
     int window, window_skip;
     int num_query_groups;
-    int kv_channels;            /* 0: hidden / heads (the only size supported) */
+    int kv_channels;            /* each head's q/k/v size; 0: hidden / heads */
+    /* RoPE's frequencies: Llama 3.1's (--use-rope-scaling), YaRN's (--position-embedding-type yarn,
+     * multi-latent attention's default --rope-type), interleaved pairs */
+    bool use_rope_scaling, rotary_interleaved, no_yarn_round;
+    float rope_scaling_factor, rotary_scaling_factor, mscale, mscale_all_dim, yarn_beta_fast, yarn_beta_slow;
+    int yarn_original_max_position_embeddings;
+    const char *rope_type;      /* rope | yarn (NULL: MLA's yarn, else rope) */
+    /* multi-latent attention */
+    bool multi_latent_attention;
+    int q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim;
     bool no_position_embedding; /* Megatron's: no learned position table (with rope: nothing changes) */
     const char *moe_router_load_balancing_type, *optimizer;
     /* batch and schedule (-1: not given) */
@@ -106,7 +115,7 @@ typedef struct mg_run_config {
     const char *exit_signal;         /* SIGTERM (default) | SIGINT | SIGHUP | SIGUSR1 | SIGUSR2 */
     bool help;
     bool demo;               /* no flag was given: the demo run's own values were applied */
-    bool given[256];         /* flags that were on the command line, by table position */
+    bool given[320];         /* flags that were on the command line, by table position */
     /* the values of --data-path and the three per-split paths (Megatron's nargs='*'),
      * joined by spaces */
     char list_buf[4][4096];

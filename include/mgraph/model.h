@@ -35,6 +35,35 @@ typedef struct mg_moe_config {
     bool pad_to_capacity;       /* --moe-pad-expert-input-to-capacity */
 } mg_moe_config;
 
+/* RoPE's frequencies and pairing (ops/rope.c, mg_attr_rope). */
+typedef struct mg_rope_config {
+    mg_rope_scaling scaling;    /* --use-rope-scaling: LLAMA3; --position-embedding-type yarn and multi-latent
+                                   attention (Megatron's MLA default rope_type): YARN */
+    float factor;               /* LLAMA3: --rope-scaling-factor (8); YARN: --rotary-scaling-factor (1) */
+    int original_max_pos;       /* LLAMA3: 8192 (Megatron's); YARN: --yarn-original-max-position-embeddings (4096) */
+    float low_freq_factor, high_freq_factor; /* LLAMA3: 1, 4 (Megatron's) */
+    float beta_fast, beta_slow; /* YARN: --yarn-beta-fast (32), --yarn-beta-slow (1) */
+    bool no_round;              /* YARN: --no-yarn-correction-range-round-to-int */
+    float mscale, mscale_all_dim; /* YARN: --mscale (1), --mscale-all-dim (0): cos and sin times
+                                     mscale(factor, mscale) / mscale(factor, mscale_all_dim); multi-latent
+                                     attention's softmax scale times mscale(factor, mscale_all_dim)^2 */
+    bool interleaved;           /* --rotary-interleaved: pairs (x_2i, x_2i+1) */
+} mg_rope_config;
+
+/* Multi-latent attention (Megatron's --multi-latent-attention, DeepSeek-V2/V3): queries
+ * from a low-rank latent (or the hidden state), keys and values from one shared latent of
+ * kv_lora_rank, each head's q/k made of a part without position (qk_head_dim) and a RoPE
+ * part (qk_pos_emb_head_dim, the key's shared by all heads), values of v_head_dim. The
+ * latents are normalised (the model's norm) with --qk-layernorm. */
+typedef struct mg_mla_config {
+    bool enabled;
+    int q_lora_rank;            /* --q-lora-rank; 0: q projected from the hidden state (no latent) */
+    int kv_lora_rank;           /* --kv-lora-rank (32) */
+    int qk_head_dim;            /* --qk-head-dim (128) */
+    int qk_pos_emb_head_dim;    /* --qk-pos-emb-head-dim (64) */
+    int v_head_dim;             /* --v-head-dim (128) */
+} mg_mla_config;
+
 /* One GPT with Megatron's options (as Megatron's GPTModel): GPT-2 is LayerNorm, learned
  * absolute positions, GELU MLP, biases, tied output layer; LLaMA / Mistral are RMSNorm,
  * RoPE, SwiGLU, grouped-query attention, no biases, untied output layer. */
@@ -71,6 +100,9 @@ typedef struct mg_gpt_config {
                                 last W keys (itself included; Hugging Face's sliding_window); 0: none */
     int window_skip_freq;    /* --window-attn-skip-freq N: layers N, 2N, ... (1-based) attend over
                                 the whole sequence, the others over the window; 0: every layer windowed */
+    int kv_channels;         /* --kv-channels: each head's q/k/v size (Qwen3, Gemma); 0: hidden / heads */
+    mg_rope_config rope;     /* RoPE's frequency scaling and pairing */
+    mg_mla_config mla;       /* --multi-latent-attention in place of q/k/v projections */
     mg_moe_config moe;
 } mg_gpt_config;
 
@@ -83,6 +115,16 @@ int mg_gpt_check(const mg_gpt_config *c, mg_error *err);
  * (Megatron: int(head_dim * rotary_percent)). */
 int mg_gpt_kv_groups(const mg_gpt_config *c);
 int mg_gpt_rotary_dim(const mg_gpt_config *c);
+/* Each head's query/key size (kv_channels, or hidden / heads; MLA: qk_head_dim +
+ * qk_pos_emb_head_dim) and value size (the same; MLA: v_head_dim). */
+int mg_gpt_head_dim(const mg_gpt_config *c);
+int mg_gpt_value_head_dim(const mg_gpt_config *c);
+/* The rope op's attributes for a rotated dimension of the model (frequencies, pairing,
+ * YaRN's cos/sin factor). */
+mg_attr_rope mg_gpt_rope_attrs(const mg_gpt_config *c);
+/* The attention softmax scale: 1 / sqrt(head dim), times YaRN's mscale(factor,
+ * mscale_all_dim)^2 in multi-latent attention (Megatron's MLA softmax_scale). */
+float mg_gpt_softmax_scale(const mg_gpt_config *c);
 /* The sliding window of layer i (0-based), in keys: cfg.window, or 0 (whole sequence)
  * where --window-attn-skip-freq makes the layer a full-attention one (Megatron's
  * is_layer_window_attention). */
@@ -103,6 +145,11 @@ typedef struct mg_gpt_layer {
     mg_tensor *qkv_w, *qkv_b;                          /* GPT-2: fused, per head [q k v] */
     mg_tensor *q_w, *q_b, *k_w, *k_b, *v_w, *v_b;      /* LLaMA names: separate */
     mg_tensor *q_norm_w, *q_norm_b, *k_norm_w, *k_norm_b; /* --qk-layernorm: [head dim] */
+    /* multi-latent attention (Hugging Face DeepseekV3's names under self_attn.): q_a_proj [q_lora, h],
+     * q_a_layernorm [q_lora] (with --qk-layernorm), q_b_proj [nh·(qk + rope), q_lora], or q_w (q_proj)
+     * [nh·(qk + rope), h] without a q latent; kv_a_proj_with_mqa [kv_lora + rope, h], kv_a_layernorm
+     * [kv_lora], kv_b_proj [nh·(qk + v), kv_lora] (per head [k_nope v]); proj_w (o_proj) [h, nh·v] */
+    mg_tensor *q_a_w, *q_a_norm_w, *q_a_norm_b, *q_b_w, *kv_a_w, *kv_a_norm_w, *kv_a_norm_b, *kv_b_w;
     mg_tensor *proj_w, *proj_b;
     mg_tensor *ln2_w, *ln2_b;
     mg_tensor *gate_w, *gate_b, *fc_w, *fc_b, *fc2_w, *fc2_b; /* gate, up (c_fc), down (c_proj) */

@@ -8,7 +8,10 @@
  * gpt2 with the MLP's relu(x)², --squared-relu, or mistral: llama with a sliding window of
  * 3 keys in the first of its two layers, --window-size 2,0 --window-attn-skip-freq 2, or
  * gelu_erf: gpt2 with the exact GELU, --no-bias-gelu-fusion, or l2norm: llama with each head's
- * q and k scaled to unit RMS, --qk-l2-norm).
+ * q and k scaled to unit RMS, --qk-l2-norm, or mla: llama with multi-latent attention,
+ * --multi-latent-attention --q-lora-rank --qk-layernorm and YaRN, or kvc: llama with heads of 12
+ * (--kv-channels, not hidden / heads), q/k norms and YaRN, or rope3: llama with Llama 3.1's
+ * RoPE scaling and interleaved pairs).
  * Every rank builds the same logical step graph of a small GPT (dropout on, several
  * micro-batches), runs it serially with the reference executor, then partitions it
  * for its rank and runs the physical graph on the StarPU engine with MPI
@@ -222,7 +225,8 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
     if (cp > 1) { /* the K/V ring: per layer and micro-batch, C-1 blocks of K and of V forward, of dK and dV back;
                    * a block is the rank's s/C tokens x micro-batch x its key/value heads x head dim, fp32 */
         const mg_gpt_config *m = &sc->model;
-        double block = (double)m->seq_length / cp * sc->micro_batch * mg_gpt_kv_groups(m) / tp * (m->hidden / m->heads) * 4;
+        double block = (double)m->seq_length / cp * sc->micro_batch * mg_gpt_kv_groups(m) / tp *
+                       (mg_gpt_head_dim(m) + mg_gpt_value_head_dim(m)) / 2 * 4; /* (the mean of K's and V's) */
         ring = 4.0 * (cp - 1) * block * (m->num_layers / pp) * n_local; /* this stage's layers */
         double ring_only = bytes[MG_GROUP_CP] - (gb == MG_GROUP_CP ? want_dp : 0);
         CHECK(ring_only >= ring && ring_only <= ring + 64,
@@ -263,8 +267,9 @@ int main(int argc, char **argv) {
     bool overlap = argc > 5 && atoi(argv[5]); /* collectives on the communication thread */
     plan.matmul_tiles = argc > 6 ? atoi(argv[6]) : 1;
     bool qwen = argc > 7 && !strcmp(argv[7], "qwen"), mistral = argc > 7 && !strcmp(argv[7], "mistral");
-    bool l2 = argc > 7 && !strcmp(argv[7], "l2norm");
-    bool llama = qwen || mistral || l2 || (argc > 7 && !strcmp(argv[7], "llama"));
+    bool l2 = argc > 7 && !strcmp(argv[7], "l2norm"), mla = argc > 7 && !strcmp(argv[7], "mla");
+    bool kvc = argc > 7 && !strcmp(argv[7], "kvc"), rope3 = argc > 7 && !strcmp(argv[7], "rope3");
+    bool llama = qwen || mistral || l2 || mla || kvc || rope3 || (argc > 7 && !strcmp(argv[7], "llama"));
     bool relu2 = argc > 7 && !strcmp(argv[7], "relu2"), erf = argc > 7 && !strcmp(argv[7], "gelu_erf");
     plan.matmul_tile_min_flops = 0; /* tile every matmul of this small model */
     plan.pp = argc > 10 ? atoi(argv[10]) : 1;
@@ -299,6 +304,29 @@ int main(int argc, char **argv) {
         sc.model.disable_bias_linear = true;
         sc.model.add_qkv_bias = sc.model.qk_layernorm = qwen;
         sc.model.qk_l2_norm = l2;
+        if (mla) { /* multi-latent attention: latents of 12 (q) and 10 (k/v), per head q/k 6 + RoPE 4 and
+                    * values of 5, normalised latents, YaRN factor 4 with mscale_all_dim 1 */
+            sc.model.query_groups = 0;
+            sc.model.qk_layernorm = true;
+            sc.model.mla = (mg_mla_config){true, 12, 10, 6, 4, 5};
+            sc.model.rope.scaling = MG_ROPE_YARN;
+            sc.model.rope.factor = 4.0f;
+            sc.model.rope.original_max_pos = 4;
+            sc.model.rope.mscale_all_dim = 1.0f;
+        }
+        if (kvc) { /* heads of 12 (--kv-channels; hidden / heads is 8), q/k norms (Qwen3), YaRN factor 4 */
+            sc.model.kv_channels = 12;
+            sc.model.qk_layernorm = true;
+            sc.model.rope.scaling = MG_ROPE_YARN;
+            sc.model.rope.factor = 4.0f;
+            sc.model.rope.original_max_pos = 4;
+        }
+        if (rope3) { /* Llama 3.1's frequencies over a context of 4, interleaved pairs */
+            sc.model.rope.scaling = MG_ROPE_LLAMA3;
+            sc.model.rope.factor = 8.0f;
+            sc.model.rope.original_max_pos = 4;
+            sc.model.rope.interleaved = true;
+        }
         if (mistral) { /* a window of 3 keys in layer 1, the whole sequence in layer 2 */
             sc.model.window = 3;
             sc.model.window_skip_freq = 2;

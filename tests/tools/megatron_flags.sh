@@ -80,14 +80,14 @@ accepted_without_effect)
     echo "ok: 8 flags accepted with a warning" ;;
 refused_by_name)
     "$RUN" --text-file text.txt "${TINY[@]}" --bf16 --step-batch-size-schedule "0:16 1000:32" \
-        --position-embedding-type yarn --use-rope-scaling --dry-run > out.txt 2> err.txt
+        --position-embedding-type mrope --rotary-seq-len-interpolation-factor 2 --dry-run > out.txt 2> err.txt
     [ $? -eq 2 ] || fail "exit $?, want 2"
     # --bf16 needs AVX512-BF16 (tests/tools/bf16.sh); where the CPU has it, it runs
     bf16_want="--bf16 is not supported: bf16 matrix products on CPUs need AVX512-BF16"
     grep -qw avx512_bf16 /proc/cpuinfo && bf16_want="--step-batch-size-schedule is not supported"
     for want in "$bf16_want" "--step-batch-size-schedule is not supported" \
-                "--position-embedding-type yarn is not supported" \
-                "--use-rope-scaling is not supported: RoPE has no Llama 3.1 frequency scaling"; do
+                "--position-embedding-type mrope is not supported" \
+                "--rotary-seq-len-interpolation-factor is not supported: RoPE has no position interpolation"; do
         grep -qF -- "$want" err.txt || { cat err.txt; fail "stderr lacks: $want"; }
     done
     "$RUN" --text-file text.txt "${TINY[@]}" --rampup-batch-size 16 16 > out.txt 2> err.txt
@@ -177,10 +177,10 @@ exit_and_model_flags)
     cmp -s <(grep -o '"lm_loss": [^,]*' p--no-position-embedding.jsonl) <(grep -o '"lm_loss": [^,]*' p.jsonl) &&
         fail "--no-position-embedding changed nothing"
     # values mgraph cannot honour, by name
-    "$RUN" --text-file text.txt "${TINY[@]}" --kv-channels 4 --optimizer sgd --moe-router-load-balancing-type sinkhorn \
+    "$RUN" --text-file text.txt "${TINY[@]}" --kv-channels 0 --optimizer sgd --moe-router-load-balancing-type sinkhorn \
         --dry-run > out.txt 2> err.txt
     [ $? -eq 2 ] || fail "exit $?, want 2"
-    for want in "--kv-channels 4 is not supported" "--optimizer sgd is not supported" \
+    for want in "--kv-channels must be >= 1" "--optimizer sgd is not supported" \
                 "--moe-router-load-balancing-type sinkhorn is not supported"; do
         grep -qF -- "$want" err.txt || { cat err.txt; fail "stderr lacks: $want"; }
     done

@@ -1,0 +1,338 @@
+/* DeepSeek-V3-class models: multi-latent attention (and, as they land, its MoE). Hugging
+ * Face DeepseekV3 parameter names and shapes, parameter counts against the built graph,
+ * config errors, finite-difference gradients of the whole model, and a dump for the
+ * transformers reference (tests/models/deepseek_hf.py).
+ *
+ *   test_models_deepseek CASE
+ *   test_models_deepseek dump DIR VARIANT   (parameters, gradients, loss, config.json)
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testkit.h"
+
+/* A small MLA model: 4 heads, q latent 24 (0: q from the hidden state), k/v latent 16,
+ * per head q/k 12 + RoPE 8, values 10, latent norms, SwiGLU, RMSNorm, untied. */
+static mg_gpt_config mla_config(void) {
+    mg_gpt_config c = mg_gpt_defaults();
+    c.num_layers = 2, c.hidden = 32, c.heads = 4, c.ffn_hidden = 48;
+    c.seq_length = 8, c.max_position = 8, c.vocab = 64;
+    c.norm = MG_NORM_RMSNORM, c.pos_emb = MG_POS_ROPE, c.swiglu = true;
+    c.untie_embeddings = true, c.disable_bias_linear = true, c.ln_eps = 1e-6f;
+    c.qk_layernorm = true;
+    c.mla = (mg_mla_config){true, 24, 16, 12, 8, 10};
+    return c;
+}
+
+static int64_t graph_params(const mg_gpt_config *c, mg_graph **out) {
+    mg_graph *g = mg_graph_new();
+    mg_gpt m;
+    mg_error err = {0};
+    int64_t n = -1;
+    if (mg_gpt2_params(g, c, &m, &err) == MG_OK) {
+        n = 0;
+        for (int i = 0; i < mg_graph_n_tensors(g); i++)
+            if (mg_graph_tensor(g, i)->role == MG_ROLE_PARAM) n += mg_numel(mg_graph_tensor(g, i));
+        mg_gpt_release(&m);
+    } else {
+        TK_CHECK(false, "params: %s", err.msg);
+    }
+    if (out) *out = g;
+    else mg_graph_free(g);
+    return n;
+}
+
+static void expect_param(mg_graph *g, const char *name, int ndim, int64_t d0, int64_t d1) {
+    const mg_tensor *t = mg_graph_find(g, name);
+    TK_CHECK(t && t->role == MG_ROLE_PARAM, "parameter %s missing", name);
+    if (!t) return;
+    TK_CHECK(t->ndim == ndim && t->shape[0] == d0 && (ndim == 1 || t->shape[1] == d1),
+             "%s has shape [%lld%s%lld], want [%lld, %lld]", name, (long long)t->shape[0], t->ndim > 1 ? ", " : "",
+             t->ndim > 1 ? (long long)t->shape[1] : 0LL, (long long)d0, (long long)d1);
+}
+
+/* Hugging Face DeepseekV3Attention's names and shapes; the latent norms only with
+ * --qk-layernorm (Megatron's identities without it), q_proj without a q latent; the
+ * parameter count (mg_gpt_num_params, what the planner and the log use) is the graph's. */
+static void test_names(void) {
+    mg_gpt_config c = mla_config();
+    mg_graph *g = NULL;
+    int64_t n = graph_params(&c, &g);
+    const char *p = "model.layers.1.self_attn.";
+    char nm[128];
+    const struct { const char *s; int nd; int64_t a, b; } want[] = {
+        {"q_a_proj.weight", 2, 24, 32},       {"q_a_layernorm.weight", 1, 24, 0},
+        {"q_b_proj.weight", 2, 4 * 20, 24},   {"kv_a_proj_with_mqa.weight", 2, 16 + 8, 32},
+        {"kv_a_layernorm.weight", 1, 16, 0},  {"kv_b_proj.weight", 2, 4 * (12 + 10), 16},
+        {"o_proj.weight", 2, 32, 4 * 10}};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        snprintf(nm, sizeof nm, "%s%s", p, want[i].s);
+        expect_param(g, nm, want[i].nd, want[i].a, want[i].b);
+    }
+    TK_CHECK(!mg_graph_find(g, "model.layers.0.self_attn.q_proj.weight") &&
+                 !mg_graph_find(g, "model.layers.0.self_attn.k_proj.weight"),
+             "no q/k/v projections beside the latents");
+    TK_CHECK(mg_graph_find(g, "model.layers.0.self_attn.q_a_layernorm.weight")->no_weight_decay,
+             "latent norms are not decayed by default");
+    TK_CHECK(n == mg_gpt_num_params(&c), "MLA: graph has %lld parameters, mg_gpt_num_params %lld", (long long)n,
+             (long long)mg_gpt_num_params(&c));
+    mg_graph_free(g);
+    /* no q latent, no latent norms, LayerNorm, biases (o_proj only, as Megatron's MLA) */
+    c.mla.q_lora_rank = 0, c.qk_layernorm = false, c.disable_bias_linear = false, c.norm = MG_NORM_LAYERNORM;
+    n = graph_params(&c, &g);
+    expect_param(g, "model.layers.0.self_attn.q_proj.weight", 2, 80, 32);
+    expect_param(g, "model.layers.0.self_attn.o_proj.bias", 1, 32, 0);
+    TK_CHECK(!mg_graph_find(g, "model.layers.0.self_attn.kv_a_layernorm.weight") &&
+                 !mg_graph_find(g, "model.layers.0.self_attn.q_proj.bias") &&
+                 !mg_graph_find(g, "model.layers.0.self_attn.kv_b_proj.bias"),
+             "without --qk-layernorm no latent norms; no biases but o_proj's");
+    TK_CHECK(n == mg_gpt_num_params(&c), "MLA without q latent: graph %lld, mg_gpt_num_params %lld", (long long)n,
+             (long long)mg_gpt_num_params(&c));
+    mg_graph_free(g);
+    /* --kv-channels: heads of 12 with hidden 32 / 4 heads (Qwen3's head_dim) */
+    c = mla_config();
+    c.mla.enabled = false, c.kv_channels = 12, c.query_groups = 2;
+    n = graph_params(&c, &g);
+    expect_param(g, "model.layers.0.self_attn.q_proj.weight", 2, 48, 32);
+    expect_param(g, "model.layers.0.self_attn.k_proj.weight", 2, 24, 32);
+    expect_param(g, "model.layers.0.self_attn.o_proj.weight", 2, 32, 48);
+    expect_param(g, "model.layers.0.self_attn.q_norm.weight", 1, 12, 0);
+    TK_CHECK(n == mg_gpt_num_params(&c), "--kv-channels 12: graph %lld, mg_gpt_num_params %lld", (long long)n,
+             (long long)mg_gpt_num_params(&c));
+    mg_graph_free(g);
+}
+
+/* Model FLOPs: the attention part of mg_gpt_flops against a count by hand. */
+static void test_flops(void) {
+    mg_gpt_config c = mla_config();
+    c.num_layers = 1, c.vocab = 1, c.ffn_hidden = 1, c.swiglu = false;
+    double s = c.seq_length, h = 32, nh = 4;
+    /* q_a 24x32, q_b 80x24, kv_a 24x32, kv_b 88x16, o 32x40; scores 12+8 and values 10 per head */
+    double mat = 24 * 32 + 80 * 24 + 24 * 32 + 88 * 16 + 32 * 40, mlp = 4 * h * 1, logits = 2 * h * 1;
+    double want = 3.0 * (2 * mat + mlp + s * nh * (20 + 10) + logits) * s * 5;
+    TK_CHECK(fabs(mg_gpt_flops(&c, 5) - want) <= 1e-9 * want, "MLA FLOPs %.6g, want %.6g", mg_gpt_flops(&c, 5), want);
+}
+
+static void expect_invalid(mg_gpt_config c, const char *needle) {
+    mg_error err = {0};
+    int rc = mg_gpt_check(&c, &err);
+    TK_CHECK(rc == MG_ERR_INVALID && strstr(err.msg, needle), "want an error naming '%s', got %d: %s", needle, rc,
+             err.msg);
+}
+
+static void test_config_errors(void) {
+    mg_error err = {0};
+    mg_gpt_config c = mla_config();
+    TK_CHECK(mg_gpt_check(&c, &err) == MG_OK, "MLA config: %s", err.msg);
+    c.mla.qk_pos_emb_head_dim = 7;
+    expect_invalid(c, "--qk-pos-emb-head-dim");
+    c = mla_config(), c.mla.kv_lora_rank = 0;
+    expect_invalid(c, "--kv-lora-rank");
+    c = mla_config(), c.query_groups = 2;
+    expect_invalid(c, "--group-query-attention");
+    c = mla_config(), c.pos_emb = MG_POS_LEARNED;
+    expect_invalid(c, "rope");
+    c = mla_config(), c.rope.interleaved = true;
+    expect_invalid(c, "--rotary-interleaved");
+    c = mla_config(), c.rope.scaling = MG_ROPE_YARN, c.rope.factor = 0;
+    expect_invalid(c, "--rotary-scaling-factor");
+    c = mla_config(), c.mla.enabled = false, c.kv_channels = -1;
+    expect_invalid(c, "--kv-channels");
+    c = mla_config(), c.mla.enabled = false, c.rope.scaling = MG_ROPE_YARN, c.rope.factor = 4, c.rope.interleaved = true;
+    c.rope.original_max_pos = 8;
+    expect_invalid(c, "--rotary-interleaved");
+    c = mla_config(), c.hidden = 30; /* heads need not divide hidden with MLA or --kv-channels (Megatron) */
+    TK_CHECK(mg_gpt_check(&c, &err) == MG_OK, "MLA with hidden 30 and 4 heads: %s", err.msg);
+    c.mla.enabled = false;
+    expect_invalid(c, "--num-attention-heads (4) must divide --hidden-size (30)");
+}
+
+/* d loss / d parameter of the whole model against central differences, dropout off
+ * (as tests/models/test_llama.c): every parameter kind, four elements each. */
+static void grad_model_case(mg_gpt_config c, const char *label) {
+    c.init_std = 0.2f;
+    c.hidden_dropout = c.attention_dropout = 0;
+    mg_graph *g = mg_graph_new();
+    mg_gpt m;
+    mg_error err = {0};
+    int64_t s = c.seq_length, b = 2;
+    mg_tensor *tok = mg_input(g, "tokens", MG_I32, 2, (int64_t[]){s, b});
+    mg_tensor *tgt = mg_input(g, "targets", MG_I32, 2, (int64_t[]){s, b});
+    mg_tensor *pos = mg_input(g, "positions", MG_I32, 1, &s);
+    mg_tensor *loss = NULL;
+    if (mg_gpt2_params(g, &c, &m, &err) == MG_OK) loss = mg_gpt2_forward(g, &m, tok, pos, tgt, false);
+    tk_run r;
+    if (!loss || mg_graph_backward(g, loss, &err) || tk_prepare(&r, g)) {
+        TK_CHECK(false, "%s: build: %s %s", label, mg_graph_error(g)->msg, err.msg);
+        mg_gpt_release(&m);
+        mg_graph_free(g);
+        return;
+    }
+    tk_rng rng = {11};
+    for (int64_t i = 0; i < s * b; i++) {
+        tk_i32(&r, tok)[i] = (int32_t)tk_uniform(&rng, 0, (float)c.vocab);
+        tk_i32(&r, tgt)[i] = (int32_t)tk_uniform(&rng, 0, (float)c.vocab);
+    }
+    for (int64_t t = 0; t < s; t++) tk_i32(&r, pos)[t] = (int32_t)(3 * t + 1);
+    tk_exec(&r);
+    double eps = 2e-3, worst = 0;
+    int fails = tk_failures, probed = 0;
+    for (int i = 0; i < mg_graph_n_tensors(g); i++) {
+        mg_tensor *p = mg_graph_tensor(g, i);
+        if (p->role != MG_ROLE_PARAM) continue;
+        TK_CHECK(p->grad != NULL, "%s: %s got no gradient", label, p->name);
+        if (!p->grad) continue;
+        int64_t n = mg_numel(p);
+        float *an = malloc((size_t)n * sizeof *an);
+        memcpy(an, tk_f32(&r, p->grad), (size_t)n * sizeof *an);
+        float *x = tk_f32(&r, p);
+        for (int k = 0; k < 4; k++) {
+            int64_t e = (int64_t)(((uint64_t)(k + 1) * 2654435761u + (uint64_t)i * 97u) % (uint64_t)n);
+            float keep = x[e];
+            x[e] = keep + (float)eps;
+            tk_exec(&r);
+            double lp = tk_f32(&r, loss)[0];
+            x[e] = keep - (float)eps;
+            tk_exec(&r);
+            double lm = tk_f32(&r, loss)[0];
+            x[e] = keep;
+            double fd = (lp - lm) / (2 * eps), a = an[e];
+            double err_ = fabs(fd - a) / (3e-4 + 3e-2 * fmax(fabs(fd), fabs(a)));
+            if (err_ > worst) worst = err_;
+            probed++;
+            TK_CHECK(err_ <= 1.0, "%s: d loss / d %s[%lld]: analytic %.6g, finite difference %.6g", label, p->name,
+                     (long long)e, a, fd);
+        }
+        free(an);
+    }
+    tk_exec(&r);
+    if (tk_failures == fails) printf("ok %s: %d probes, worst gradient error %.3f of tolerance\n", label, probed, worst);
+    tk_release(&r);
+    mg_gpt_release(&m);
+    mg_graph_free(g);
+}
+
+static void test_grad_model(void) {
+    mg_gpt_config c = mla_config();
+    c.rope.scaling = MG_ROPE_YARN, c.rope.factor = 4, c.rope.original_max_pos = 4, c.rope.mscale_all_dim = 1;
+    grad_model_case(c, "MLA (q latent, latent norms, YaRN with mscale, values of 10)");
+    c = mla_config();
+    c.mla.q_lora_rank = 0, c.qk_layernorm = false, c.disable_bias_linear = false;
+    grad_model_case(c, "MLA without q latent or norms, o_proj bias");
+    c = mla_config();
+    c.mla.enabled = false, c.kv_channels = 12, c.query_groups = 2;
+    c.rope.scaling = MG_ROPE_LLAMA3, c.rope.factor = 8, c.rope.original_max_pos = 4, c.rope.interleaved = true;
+    grad_model_case(c, "--kv-channels 12, GQA, q/k norms, Llama 3.1 RoPE interleaved");
+}
+
+/* ---- the Hugging Face reference (tests/models/deepseek_hf.py) ------------------------------- */
+/* Variant 0: MLA with a q latent and YaRN (factor 4 over 4 positions, mscale 1, mscale_all_dim
+ * 1: the softmax scale times mscale^2); 1: MLA without a q latent and YaRN of factor 1 (the
+ * plain frequencies, as Megatron's default --rotary-scaling-factor). Both: latent norms
+ * (DeepseekV3's are always there), untied, no biases (its attention_bias false), SwiGLU,
+ * every layer dense. */
+static mg_gpt_config dump_config(int variant) {
+    mg_gpt_config c = mla_config();
+    c.num_layers = 2, c.hidden = 64, c.heads = 4, c.ffn_hidden = 96;
+    c.seq_length = 16, c.max_position = 16, c.vocab = 100;
+    c.init_std = 0.1f, c.hidden_dropout = c.attention_dropout = 0;
+    c.mla = (mg_mla_config){true, variant == 0 ? 24 : 0, 16, 12, 8, 10};
+    c.rope.scaling = MG_ROPE_YARN, c.rope.original_max_pos = 4096;
+    c.rope.factor = variant == 0 ? 4.0f : 1.0f;
+    if (variant == 0) c.rope.original_max_pos = 4, c.rope.mscale = 1, c.rope.mscale_all_dim = 1;
+    return c;
+}
+
+static int write_config(const char *dir, const mg_gpt_config *c) {
+    char fn[1024];
+    snprintf(fn, sizeof fn, "%s/config.json", dir);
+    FILE *o = fopen(fn, "w");
+    if (!o) return 1;
+    fprintf(o,
+            "{\"vocab_size\": %lld, \"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d, "
+            "\"num_attention_heads\": %d, \"q_lora_rank\": %d, \"kv_lora_rank\": %d, \"qk_nope_head_dim\": %d, "
+            "\"qk_rope_head_dim\": %d, \"v_head_dim\": %d, \"rms_norm_eps\": %.9g, \"max_position_embeddings\": %d, "
+            "\"rope_theta\": %.9g, \"rope_factor\": %.9g, \"rope_original_max_position_embeddings\": %d, "
+            "\"rope_mscale\": %.9g, \"rope_mscale_all_dim\": %.9g, \"seq_length\": %d, \"batch\": 2}\n",
+            (long long)c->vocab, c->hidden, c->ffn_hidden, c->num_layers, c->heads, c->mla.q_lora_rank,
+            c->mla.kv_lora_rank, c->mla.qk_head_dim, c->mla.qk_pos_emb_head_dim, c->mla.v_head_dim, (double)c->ln_eps,
+            c->max_position, (double)c->rotary_base, (double)c->rope.factor, c->rope.original_max_pos,
+            (double)c->rope.mscale, (double)c->rope.mscale_all_dim, c->seq_length);
+    return fclose(o) != 0;
+}
+
+static int dump_model(const char *dir, int variant) {
+    mg_gpt_config c = dump_config(variant);
+    mg_graph *g = mg_graph_new();
+    mg_gpt m;
+    mg_error err = {0};
+    int64_t s = c.seq_length, b = 2;
+    mg_tensor *tok = mg_input(g, "tokens", MG_I32, 2, (int64_t[]){s, b});
+    mg_tensor *tgt = mg_input(g, "targets", MG_I32, 2, (int64_t[]){s, b});
+    mg_tensor *pos = mg_input(g, "positions", MG_I32, 1, &s);
+    mg_tensor *loss = NULL;
+    if (mg_gpt2_params(g, &c, &m, &err) == MG_OK) loss = mg_gpt2_forward(g, &m, tok, pos, tgt, false);
+    mg_gpt_release(&m);
+    tk_run r;
+    if (!loss || mg_graph_backward(g, loss, &err) || tk_prepare(&r, g)) {
+        fprintf(stderr, "dump: %s %s\n", mg_graph_error(g)->msg, err.msg);
+        mg_graph_free(g);
+        return 1;
+    }
+    tk_rng rng = {5};
+    for (int64_t i = 0; i < s * b; i++) {
+        tk_i32(&r, tok)[i] = (int32_t)tk_uniform(&rng, 0, (float)c.vocab);
+        tk_i32(&r, tgt)[i] = (int32_t)tk_uniform(&rng, 0, (float)c.vocab);
+    }
+    for (int64_t t = 0; t < s; t++) tk_i32(&r, pos)[t] = (int32_t)t;
+    /* norms perturbed from ones, so that a wrong norm cannot hide */
+    for (int i = 0; i < mg_graph_n_tensors(g); i++) {
+        mg_tensor *t = mg_graph_tensor(g, i);
+        if (t->role == MG_ROLE_PARAM && t->ndim == 1) tk_fill(&rng, tk_f32(&r, t), mg_numel(t), 0.7f, 1.3f);
+    }
+    int rc = tk_exec(&r) || write_config(dir, &c);
+    char fn[1024];
+    snprintf(fn, sizeof fn, "%s/params.txt", dir);
+    FILE *list = rc ? NULL : fopen(fn, "w");
+    rc = rc || !list;
+    for (int i = 0; !rc && i < mg_graph_n_tensors(g); i++) {
+        mg_tensor *t = mg_graph_tensor(g, i);
+        if (t->role != MG_ROLE_PARAM) continue;
+        fprintf(list, "%s", t->name);
+        for (int d = 0; d < t->ndim; d++) fprintf(list, " %lld", (long long)t->shape[d]);
+        fprintf(list, "\n");
+        for (int k = 0; k < 2 && !rc; k++) {
+            snprintf(fn, sizeof fn, "%s/%s%s.bin", dir, t->name, k ? ".grad" : "");
+            FILE *o = fopen(fn, "wb");
+            const float *v = tk_f32(&r, k ? t->grad : t);
+            rc = !o || fwrite(v, sizeof *v, (size_t)mg_numel(t), o) != (size_t)mg_numel(t);
+            if (o) rc |= fclose(o) != 0;
+        }
+    }
+    if (list) rc |= fclose(list) != 0;
+    snprintf(fn, sizeof fn, "%s/tokens.bin", dir);
+    FILE *o = rc ? NULL : fopen(fn, "wb");
+    rc = rc || !o || fwrite(tk_i32(&r, tok), 4, (size_t)(s * b), o) != (size_t)(s * b) ||
+         fwrite(tk_i32(&r, tgt), 4, (size_t)(s * b), o) != (size_t)(s * b);
+    if (o) rc |= fclose(o) != 0;
+    snprintf(fn, sizeof fn, "%s/loss.txt", dir);
+    o = rc ? NULL : fopen(fn, "w");
+    rc = rc || !o || fprintf(o, "%.9g\n", (double)tk_f32(&r, loss)[0]) < 0;
+    if (o) rc |= fclose(o) != 0;
+    if (rc) fprintf(stderr, "dump: cannot write into %s\n", dir);
+    tk_release(&r);
+    mg_graph_free(g);
+    return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "dump")) return dump_model(argv[2], atoi(argv[3]));
+    static const tk_case cases[] = {
+        {"names", test_names},
+        {"flops", test_flops},
+        {"config_errors", test_config_errors},
+        {"grad_model", test_grad_model},
+    };
+    return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
+}
