@@ -125,7 +125,8 @@ int main(int argc, char **argv) {
     snprintf(v, sizeof v, "%s/gpt2/vocab.json", data);
     snprintf(m, sizeof m, "%s/gpt2/merges.txt", data);
     snprintf(sp, sizeof sp, "%s/mistral/tokenizer.model", data);
-    mg_tokenizer_config cfgs[2] = {{"GPT2BPETokenizer", v, m, NULL}, {"SentencePieceTokenizer", NULL, NULL, sp}};
+    mg_tokenizer_config cfgs[2] = {{.type = "GPT2BPETokenizer", .vocab_file = v, .merge_file = m},
+                                   {.type = "SentencePieceTokenizer", .model_file = sp}};
     int wl[2] = {1, all};
     printf("input: Tiny Shakespeare x %zu = %.1f MB, %zu documents; %ld CPUs online; median of 3 runs\n\n", reps,
            total / 1e6, ndocs, ncpu);

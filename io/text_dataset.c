@@ -113,7 +113,7 @@ int mg_text_dataset_open(const mg_text_dataset_config *cfg, mg_dataset **out, mg
     }
     mg_tokenizer *own = NULL, *tok = cfg->tokenizer;
     if (!tok) {
-        mg_tokenizer_config tc = {"ByteLevelTokenizer", 0, 0, 0};
+        mg_tokenizer_config tc = {.type = "ByteLevelTokenizer"};
         if ((rc = mg_tokenizer_open(&tc, &own, err))) {
             free(text);
             return rc;

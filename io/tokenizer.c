@@ -51,46 +51,84 @@ static void tok_release(mg_tokenizer *t) {
     free(t->vocab_file);
     free(t->merge_file);
     free(t->model_file);
+    free(t->tiktoken_pattern);
+    if (t->special_tokens)
+        for (char **p = t->special_tokens; *p; p++) free(*p);
+    free(t->special_tokens);
     free(t);
 }
+
+/* Keeps a copy of the configuration in t (t->cfg points at the copies), so that clone
+ * can reopen it and the caller's strings need not outlive the tokenizer. */
+static int copy_config(mg_tokenizer *t, const mg_tokenizer_config *cfg, mg_error *err) {
+    if (cfg) t->cfg = *cfg;
+    t->cfg.type = NULL;
+    t->cfg.vocab_file = t->vocab_file = dup_or_null(t->cfg.vocab_file);
+    t->cfg.merge_file = t->merge_file = dup_or_null(t->cfg.merge_file);
+    t->cfg.model_file = t->model_file = dup_or_null(t->cfg.model_file);
+    t->cfg.tiktoken_pattern = t->tiktoken_pattern = dup_or_null(t->cfg.tiktoken_pattern);
+    int bad = (cfg && cfg->vocab_file && !t->vocab_file) || (cfg && cfg->merge_file && !t->merge_file) ||
+              (cfg && cfg->model_file && !t->model_file) || (cfg && cfg->tiktoken_pattern && !t->tiktoken_pattern);
+    if (t->cfg.special_tokens) {
+        size_t n = 0;
+        while (t->cfg.special_tokens[n]) n++;
+        t->special_tokens = calloc(n + 1, sizeof *t->special_tokens);
+        for (size_t i = 0; t->special_tokens && i < n; i++)
+            if (!(t->special_tokens[i] = strdup(t->cfg.special_tokens[i]))) bad = 1;
+        if (!t->special_tokens) bad = 1;
+        t->cfg.special_tokens = (const char *const *)t->special_tokens;
+    }
+    return bad ? mg_error_set(err, MG_ERR_NOMEM, "out of memory opening a tokenizer") : MG_OK;
+}
+
+/* HuggingFaceTokenizer's --tokenizer-model is a folder (Megatron passes it to
+ * AutoTokenizer.from_pretrained) or its tokenizer.json. */
+static int check_model(const char *path, const char *type, mg_error *err) {
+    struct stat st;
+    if (path && !strcmp(type, "HuggingFaceTokenizer") && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return MG_OK;
+    return check_file(path, "--tokenizer-model", err);
+}
+
+typedef struct tok_kind {
+    const char *name;
+    int (*init)(mg_tokenizer *t, mg_error *err);
+    const char *needs; /* the files it needs, or NULL */
+} tok_kind;
+
+static const tok_kind kinds[] = {
+    {"GPT2BPETokenizer", mg_tok_gpt2_init, "--vocab-file (vocab.json) and --merge-file (merges.txt)"},
+    {"SentencePieceTokenizer", mg_tok_sp_init, "--tokenizer-model (tokenizer.model)"},
+    {"HuggingFaceTokenizer", mg_tok_hf_init, "--tokenizer-model (a folder with tokenizer.json, or the file)"},
+    {"TikTokenizer", mg_tok_tiktoken_init, "--tokenizer-model (Megatron's tiktoken vocabulary, a .json list)"},
+    {"NullTokenizer", mg_tok_null_init, NULL},
+    {"ByteLevelTokenizer", mg_tok_bytes_init, NULL},
+};
 
 int mg_tokenizer_open(const mg_tokenizer_config *cfg, mg_tokenizer **out, mg_error *err) {
     *out = NULL;
     const char *type = cfg && cfg->type ? cfg->type : "ByteLevelTokenizer";
     mg_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return mg_error_set(err, MG_ERR_NOMEM, "out of memory opening a tokenizer");
-    if (cfg) {
-        t->vocab_file = dup_or_null(cfg->vocab_file);
-        t->merge_file = dup_or_null(cfg->merge_file);
-        t->model_file = dup_or_null(cfg->model_file);
-    }
     t->eod = t->bos = -1;
-    int rc = check_file(t->vocab_file, "--vocab-file", err);
+    int rc = copy_config(t, cfg, err);
+    if (!rc) rc = check_file(t->vocab_file, "--vocab-file", err);
     if (!rc) rc = check_file(t->merge_file, "--merge-file", err);
-    if (!rc) rc = check_file(t->model_file, "--tokenizer-model", err);
+    if (!rc) rc = check_model(t->model_file, type, err);
+    const tok_kind *k = NULL;
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
+        if (!strcmp(type, kinds[i].name)) k = &kinds[i];
     if (rc) {
         /* a named file is unusable: said above */
-    } else if (strcmp(type, "GPT2BPETokenizer") == 0) {
-        t->type = "GPT2BPETokenizer";
-        if (!t->vocab_file || !t->merge_file)
-            rc = mg_error_set(err, MG_ERR_INVALID,
-                              "GPT2BPETokenizer needs --vocab-file (vocab.json) and --merge-file (merges.txt)");
-        else
-            rc = mg_tok_gpt2_init(t, err);
-    } else if (strcmp(type, "SentencePieceTokenizer") == 0) {
-        t->type = "SentencePieceTokenizer";
-        if (!t->model_file)
-            rc = mg_error_set(err, MG_ERR_INVALID, "SentencePieceTokenizer needs --tokenizer-model (tokenizer.model)");
-        else
-            rc = mg_tok_sp_init(t, err);
-    } else if (strcmp(type, "ByteLevelTokenizer") == 0) {
-        t->type = "ByteLevelTokenizer";
-        rc = mg_tok_bytes_init(t, err);
-    } else {
+    } else if (!k) {
         rc = mg_error_set(err, MG_ERR_UNSUPPORTED,
                           "unknown tokenizer type '%s' (supported: GPT2BPETokenizer, SentencePieceTokenizer, "
-                          "ByteLevelTokenizer)",
+                          "HuggingFaceTokenizer, TikTokenizer, NullTokenizer, ByteLevelTokenizer)",
                           type);
+    } else {
+        t->type = k->name;
+        int has = !strcmp(k->name, "GPT2BPETokenizer") ? t->vocab_file && t->merge_file : t->model_file != NULL;
+        if (k->needs && !has) rc = mg_error_set(err, MG_ERR_INVALID, "%s needs %s", k->name, k->needs);
+        else rc = k->init(t, err);
     }
     if (rc) {
         tok_release(t);
@@ -101,7 +139,8 @@ int mg_tokenizer_open(const mg_tokenizer_config *cfg, mg_tokenizer **out, mg_err
 }
 
 int mg_tokenizer_clone(const mg_tokenizer *tok, mg_tokenizer **out, mg_error *err) {
-    mg_tokenizer_config cfg = {tok->type, tok->vocab_file, tok->merge_file, tok->model_file};
+    mg_tokenizer_config cfg = tok->cfg;
+    cfg.type = tok->type;
     return mg_tokenizer_open(&cfg, out, err);
 }
 

@@ -3,7 +3,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config
       libopenblas-dev libstarpu-dev starpu-tools libhwloc-dev hwloc libopenmpi-dev openmpi-bin
-      libjansson-dev libpcre2-dev libsentencepiece-dev
+      libjansson-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev
       graphviz        # dot: DOT dumps are rendered by the tests
       fortunes        # English text for the default training run
       clang-14 libclang-rt-14-dev   # libFuzzer targets (tests/fuzz)
@@ -40,4 +40,12 @@ if ! python3 -c "import tensorboard" 2>/dev/null; then
   PIP=(python3 -m pip install --quiet)
   python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages && PIP+=(--break-system-packages)
   "${PIP[@]}" tensorboard || echo "warning: could not install tensorboard (tests/tools/megatron_run.py tensorboard will skip)"
+fi
+
+# Reference check only (tests/io/tiktokenizer.py compares TikTokenizer with it): OpenAI's
+# tiktoken from PyPI. Never a runtime dependency.
+if ! python3 -c "import tiktoken" 2>/dev/null; then
+  PIP=(python3 -m pip install --quiet)
+  python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages && PIP+=(--break-system-packages)
+  "${PIP[@]}" tiktoken || echo "warning: could not install tiktoken (tests/io/tiktokenizer.py will skip)"
 fi

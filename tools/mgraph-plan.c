@@ -192,7 +192,7 @@ static int vocab_of(const mg_run_config *c, const plan_flags *pf, int64_t *vocab
         *vocab = pf->vocab_size;
         return MG_OK;
     }
-    mg_tokenizer_config tc = {c->tokenizer_type, c->vocab_file, c->merge_file, c->tokenizer_model};
+    mg_tokenizer_config tc = mg_run_tokenizer_config(c);
     mg_tokenizer *tok = NULL;
     int rc = mg_tokenizer_open(&tc, &tok, err);
     if (rc) return rc;

@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,7 @@ typedef struct options {
     int workers;
     double log_interval;
     mg_tokenizer_config tok;
+    const char *special[130]; /* --tokenizer-special-tokens */
 } options;
 
 static const char *g_prog = "mgraph-preprocess";
@@ -55,11 +57,18 @@ static void usage(FILE *f) {
             "  --split-blank-lines       text input: each block separated by blank lines is a document\n"
             "                            (default: each file is one document)\n"
             "tokenizer:\n"
-            "  --tokenizer-type TYPE     GPT2BPETokenizer | SentencePieceTokenizer | ByteLevelTokenizer\n"
-            "                            (default ByteLevelTokenizer)\n"
+            "  --tokenizer-type TYPE     GPT2BPETokenizer | SentencePieceTokenizer | HuggingFaceTokenizer |\n"
+            "                            TikTokenizer | NullTokenizer | ByteLevelTokenizer (default ByteLevelTokenizer)\n"
             "  --vocab-file FILE         GPT-2 vocab.json\n"
             "  --merge-file FILE         GPT-2 merges.txt\n"
-            "  --tokenizer-model FILE    SentencePiece tokenizer.model\n"
+            "  --tokenizer-model PATH    SentencePiece tokenizer.model | HuggingFaceTokenizer's folder (tokenizer.json,\n"
+            "                            tokenizer_config.json) or tokenizer.json | TikTokenizer's vocabulary .json\n"
+            "  --vocab-size N            NullTokenizer's vocabulary (required); TikTokenizer's (default 131072)\n"
+            "  --tiktoken-pattern v1|v2  TikTokenizer's split pattern (default v2)\n"
+            "  --tiktoken-num-special-tokens N  TikTokenizer's special ids (default 1000)\n"
+            "  --tokenizer-special-tokens TOK [TOK...]  TikTokenizer's special tokens (default Megatron's seven)\n"
+            "  --null-tokenizer-eod-id N NullTokenizer's end of document (default vocab - 1)\n"
+            "  --tokenizer-hf-no-include-special-tokens  HuggingFaceTokenizer without the template's tokens (BOS)\n"
             "output:\n"
             "  --output-prefix PREFIX    output path prefix\n"
             "  --append-eod              end every non-empty document with the end-of-document token\n"
@@ -145,6 +154,38 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!(o->tok.merge_file = NEXT())) return usage_error("%s needs a value", a);
         } else if (!strcmp(a, "--tokenizer-model")) {
             if (!(o->tok.model_file = NEXT())) return usage_error("%s needs a value", a);
+        } else if (!strcmp(a, "--vocab-size") || !strcmp(a, "--null-tokenizer-eod-id") ||
+                   !strcmp(a, "--tiktoken-num-special-tokens")) {
+            const char *v = NEXT();
+            char *end;
+            long long x = v ? strtoll(v, &end, 10) : -1;
+            if (!v || *end || x < 0 || x > INT32_MAX) return usage_error("%s needs an integer >= 0", a);
+            if (!strcmp(a, "--vocab-size")) {
+                if (x < 1) return usage_error("--vocab-size must be >= 1%s", "");
+                o->tok.vocab_size = x;
+            } else if (!strcmp(a, "--null-tokenizer-eod-id")) {
+                o->tok.null_eod_set = 1;
+                o->tok.null_eod_id = x;
+            } else {
+                if (x < 1) return usage_error("--tiktoken-num-special-tokens must be >= 1%s", "");
+                o->tok.tiktoken_num_special_tokens = (int)x;
+            }
+        } else if (!strcmp(a, "--tiktoken-pattern")) {
+            const char *v = NEXT();
+            if (!v || (strcmp(v, "v1") && strcmp(v, "v2"))) return usage_error("--tiktoken-pattern must be v1 or v2 (got '%s')", v ? v : "");
+            o->tok.tiktoken_pattern = v;
+        } else if (!strcmp(a, "--tokenizer-special-tokens")) {
+            int n = 0;
+            if (val) o->special[n++] = val;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
+                if (n == 129) return usage_error("too many --tokenizer-special-tokens%s", "");
+                o->special[n++] = argv[++i];
+            }
+            if (n == 0) return usage_error("%s needs at least one token", a);
+            o->special[n] = NULL;
+            o->tok.special_tokens = o->special;
+        } else if (!strcmp(a, "--tokenizer-hf-no-include-special-tokens")) {
+            o->tok.hf_no_special_tokens = 1;
         } else if (!strcmp(a, "--keep-newlines")) {
             /* Megatron uses it with --split-sentences only. */
         } else if (!strcmp(a, "--split-sentences")) {

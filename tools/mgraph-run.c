@@ -377,8 +377,11 @@ static void check_limits(const mg_run_config *c, mg_run_notes *n) {
     if (type && strcmp(type, "GPT2BPETokenizer") && (c->vocab_file || c->merge_file))
         mg_run_notes_error(n, "%s is for --tokenizer-type GPT2BPETokenizer (the tokenizer is %s)",
                            c->vocab_file ? "--vocab-file" : "--merge-file", type);
-    if (type && strcmp(type, "SentencePieceTokenizer") && c->tokenizer_model)
-        mg_run_notes_error(n, "--tokenizer-model is for --tokenizer-type SentencePieceTokenizer (the tokenizer is %s)", type);
+    if (type && c->tokenizer_model && strcmp(type, "SentencePieceTokenizer") && strcmp(type, "HuggingFaceTokenizer") &&
+        strcmp(type, "TikTokenizer"))
+        mg_run_notes_error(n, "--tokenizer-model is for --tokenizer-type SentencePieceTokenizer, HuggingFaceTokenizer or "
+                              "TikTokenizer (the tokenizer is %s)",
+                           type);
     if (c->check_for_nan_in_loss_and_grad && c->no_check_for_nan_in_loss_and_grad)
         mg_run_notes_error(n, "--check-for-nan-in-loss-and-grad and --no-check-for-nan-in-loss-and-grad exclude each other");
 }
@@ -474,7 +477,7 @@ static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) 
 static int open_data(run *r, mg_step_config *sc, mg_error *err) {
     int tp = r->plan.tp;
     mg_run_config *c = &r->cfg;
-    mg_tokenizer_config tc = {c->tokenizer_type, c->vocab_file, c->merge_file, c->tokenizer_model};
+    mg_tokenizer_config tc = mg_run_tokenizer_config(c);
     int rc = mg_tokenizer_open(&tc, &r->tok, err);
     if (rc) return rc;
     const char *needs_eod = NULL; /* the flags that find documents by their end token */

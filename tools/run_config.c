@@ -257,10 +257,22 @@ static const flag flags[] = {
      "ByteLevelTokenizer|GPT2BPETokenizer|SentencePieceTokenizer|Llama2Tokenizer|HuggingFaceTokenizer|TikTokenizer|"
      "NullTokenizer|Llama3Tokenizer|MistralTokenizer|GPTSentencePieceTokenizer|BertWordPieceLowerCase|"
      "BertWordPieceCase",
-     "GPT2BPETokenizer (default with --data-path or --vocab-file) | ByteLevelTokenizer | SentencePieceTokenizer"},
+     "GPT2BPETokenizer (default with --data-path or --vocab-file) | ByteLevelTokenizer | SentencePieceTokenizer | "
+     "HuggingFaceTokenizer | TikTokenizer | NullTokenizer"},
     {"--vocab-file", F_STR, O(vocab_file), USE, NULL, "GPT-2 vocab.json"},
     {"--merge-file", F_STR, O(merge_file), USE, NULL, "GPT-2 merges.txt"},
-    {"--tokenizer-model", F_STR, O(tokenizer_model), USE, NULL, "SentencePiece tokenizer.model"},
+    {"--tokenizer-model", F_STR, O(tokenizer_model), USE, NULL,
+     "SentencePiece tokenizer.model | HuggingFaceTokenizer's folder (tokenizer.json, tokenizer_config.json) | "
+     "TikTokenizer's vocabulary .json"},
+    {"--vocab-size", F_I64, O(vocab_size), USE, NULL, "NullTokenizer's vocabulary (required); TikTokenizer's (131072)"},
+    {"--tiktoken-pattern", F_STR, O(tiktoken_pattern), USE, "v1|v2", "TikTokenizer's split pattern (default v2)"},
+    {"--tiktoken-num-special-tokens", F_INT, O(tiktoken_num_special_tokens), USE, NULL,
+     "TikTokenizer: ids below it are special tokens (default 1000)"},
+    {"--tokenizer-special-tokens", F_LIST, O(special_tokens), USE, NULL,
+     "TikTokenizer's special tokens (default <unk> <s> </s> <mask> <pad> <cls> <sep>)"},
+    {"--null-tokenizer-eod-id", F_I64, O(null_tokenizer_eod_id), USE, NULL, "NullTokenizer's end of document (vocab - 1)"},
+    {"--tokenizer-hf-no-include-special-tokens", F_BOOL, O(tokenizer_hf_no_include_special_tokens), USE, NULL,
+     "HuggingFaceTokenizer: encode without the template's special tokens (BOS)"},
     {"--eod-mask-loss", F_BOOL, O(eod_mask_loss), USE, NULL,
      "leave out of the loss the positions whose input token is the end-of-document token (Megatron's loss mask)"},
     {"--calculate-per-token-loss", F_BOOL, O(calculate_per_token_loss), USE, NULL,
@@ -270,8 +282,6 @@ static const flag flags[] = {
     {"--reset-attention-mask", F_BOOL, O(reset_attention_mask), USE, NULL,
      "attention within documents: no token sees a token before its document's start"},
     {"--mock-data", F_BOOL, NOFF, REFUSE, NULL, "no synthetic dataset: give --data-path or --text-file"},
-    {"--vocab-size", F_INT, NOFF, REFUSE, NULL, "the vocabulary is the tokenizer's (NullTokenizer is not supported)"},
-    {"--tiktoken-pattern", F_STR, NOFF, NOOP, NULL, "only TikTokenizer reads it, which mgraph does not have"},
     {"--no-create-attention-mask-in-dataloader", F_BOOL, NOFF, NOOP, NULL,
      "no attention mask is ever made: the attention kernels apply the causal mask (and the documents of --reset-attention-mask)"},
     {"--no-mmap-bin-files", F_BOOL, NOFF, NOOP, NULL, "how the .bin is read does not change what is read"},
@@ -715,6 +725,63 @@ static void check_rope_mla(mg_run_config *c, mg_run_notes *n) {
     }
 }
 
+/* The tokenizer flags: the types mgraph has, and the flags each one reads. */
+static void check_tokenizer(mg_run_config *c, mg_run_notes *n) {
+    static const char *have[] = {"ByteLevelTokenizer", "GPT2BPETokenizer", "SentencePieceTokenizer",
+                                 "HuggingFaceTokenizer", "TikTokenizer", "NullTokenizer"};
+    const char *t = c->tokenizer_type;
+    bool known = !t;
+    for (size_t i = 0; t && i < sizeof have / sizeof *have; i++) known |= !strcmp(t, have[i]);
+    if (!known)
+        mg_run_notes_error(n, "--tokenizer-type %s is not supported: mgraph has GPT2BPETokenizer, SentencePieceTokenizer "
+                              "(and Llama2Tokenizer, the same for training), HuggingFaceTokenizer, TikTokenizer, "
+                              "NullTokenizer and ByteLevelTokenizer",
+                           t);
+    bool tik = t && !strcmp(t, "TikTokenizer"), null = t && !strcmp(t, "NullTokenizer");
+    if (null && c->vocab_size <= 0) mg_run_notes_error(n, "--tokenizer-type NullTokenizer needs --vocab-size N (N >= 1)");
+    if (c->vocab_size < 0) mg_run_notes_error(n, "--vocab-size must be >= 1");
+    if (mg_run_config_given(c, "--vocab-size") && !tik && !null)
+        mg_run_notes_warn(n, "--vocab-size has no effect with %s: the vocabulary is the tokenizer's", t ? t : "this tokenizer");
+    if (!tik && (c->tiktoken_pattern || c->tiktoken_num_special_tokens || c->special_tokens))
+        mg_run_notes_warn(n, "--tiktoken-pattern, --tiktoken-num-special-tokens and --tokenizer-special-tokens are "
+                             "TikTokenizer's: no effect with %s", t ? t : "this tokenizer");
+    if (mg_run_config_given(c, "--null-tokenizer-eod-id") && !null)
+        mg_run_notes_warn(n, "--null-tokenizer-eod-id is NullTokenizer's: no effect with %s", t ? t : "this tokenizer");
+    if (c->tokenizer_hf_no_include_special_tokens && !(t && !strcmp(t, "HuggingFaceTokenizer")))
+        mg_run_notes_warn(n, "--tokenizer-hf-no-include-special-tokens is HuggingFaceTokenizer's: no effect here");
+    /* --tokenizer-special-tokens: split a copy of the joined values */
+    size_t k = 0;
+    if (c->special_tokens) {
+        snprintf(c->special_tokens_buf, sizeof c->special_tokens_buf, "%s", c->special_tokens);
+        char *p = c->special_tokens_buf;
+        while (*p && k + 1 < sizeof c->special_tokens_v / sizeof *c->special_tokens_v) {
+            c->special_tokens_v[k++] = p;
+            char *sp = strchr(p, ' ');
+            if (!sp) break;
+            *sp = '\0';
+            p = sp + 1;
+        }
+        if (k + 1 == sizeof c->special_tokens_v / sizeof *c->special_tokens_v)
+            mg_run_notes_error(n, "--tokenizer-special-tokens: at most %zu tokens", k);
+    }
+    c->special_tokens_v[k] = NULL;
+}
+
+mg_tokenizer_config mg_run_tokenizer_config(const mg_run_config *c) {
+    mg_tokenizer_config t = {.type = c->tokenizer_type,
+                             .vocab_file = c->vocab_file,
+                             .merge_file = c->merge_file,
+                             .model_file = c->tokenizer_model,
+                             .vocab_size = c->vocab_size,
+                             .tiktoken_pattern = c->tiktoken_pattern,
+                             .tiktoken_num_special_tokens = c->tiktoken_num_special_tokens,
+                             .special_tokens = c->special_tokens ? c->special_tokens_v : NULL,
+                             .null_eod_set = mg_run_config_given(c, "--null-tokenizer-eod-id"),
+                             .null_eod_id = c->null_tokenizer_eod_id,
+                             .hf_no_special_tokens = c->tokenizer_hf_no_include_special_tokens};
+    return t;
+}
+
 void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     /* Megatron's validate_args: the shorthand and the legacy spelling set the flags they stand for */
     if (c->recompute_activations) c->recompute_granularity = "selective";
@@ -741,11 +808,7 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
                               "yarn and none",
                            c->position_embedding_type);
     check_rope_mla(c, n);
-    if (c->tokenizer_type && strcmp(c->tokenizer_type, "ByteLevelTokenizer") && strcmp(c->tokenizer_type, "GPT2BPETokenizer") &&
-        strcmp(c->tokenizer_type, "SentencePieceTokenizer"))
-        mg_run_notes_error(n, "--tokenizer-type %s is not supported: mgraph has GPT2BPETokenizer, SentencePieceTokenizer "
-                              "(and Llama2Tokenizer, the same for training) and ByteLevelTokenizer",
-                           c->tokenizer_type);
+    check_tokenizer(c, n);
     if (c->no_position_embedding && !strcmp(c->position_embedding_type, "learned_absolute"))
         c->position_embedding_type = "none"; /* Megatron's add_position_embedding = False */
     if (mg_run_config_given(c, "--kv-channels") && c->kv_channels < 1)

@@ -8,6 +8,7 @@
 
 #include "mgraph/error.h"
 #include "mgraph/model.h"
+#include "mgraph/tokenizer.h"
 #include "mgraph/plan.h"
 
 typedef struct mg_run_config {
@@ -76,6 +77,15 @@ typedef struct mg_run_config {
     const char *text_file, *data_path, *split, *data_cache_path;
     const char *split_data_path[3]; /* --train-data-path, --valid-data-path, --test-data-path */
     const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model;
+    /* the other tokenizer flags (mg_run_tokenizer_config) */
+    int64_t vocab_size;                    /* --vocab-size: NullTokenizer's, TikTokenizer's */
+    const char *tiktoken_pattern;          /* --tiktoken-pattern v1 | v2 */
+    int tiktoken_num_special_tokens;       /* --tiktoken-num-special-tokens (Megatron: 1000) */
+    const char *special_tokens;            /* --tokenizer-special-tokens, joined by spaces */
+    const char *special_tokens_v[129];     /* ... split, NULL-terminated (mg_run_config_check), */
+    char special_tokens_buf[4096];         /* in a copy of their own */
+    int64_t null_tokenizer_eod_id;         /* --null-tokenizer-eod-id */
+    bool tokenizer_hf_no_include_special_tokens;
     bool eod_mask_loss; /* leave out of the loss the positions whose input is the end-of-document token */
     bool calculate_per_token_loss; /* train on the mean over the global batch's kept tokens */
     bool reset_position_ids;   /* positions restart at 0 after each end-of-document token */
@@ -118,7 +128,7 @@ typedef struct mg_run_config {
     bool given[320];         /* flags that were on the command line, by table position */
     /* the values of --data-path and the three per-split paths (Megatron's nargs='*'),
      * joined by spaces */
-    char list_buf[4][4096];
+    char list_buf[5][4096];
 } mg_run_config;
 
 /* What a command line got wrong (every bad flag, not only the first) and what it
@@ -155,6 +165,9 @@ bool mg_run_config_given(const mg_run_config *c, const char *flag);
 /* The model's configuration from the model flags (mgraph-run, mgraph-plan): sizes, the
  * LLaMA options, MoE; the vocabulary is left for the caller (it comes from the tokenizer). */
 int mg_run_config_model(const mg_run_config *c, mg_gpt_config *m, mg_error *err);
+
+/* The tokenizer the flags describe (strings borrowed from c). */
+mg_tokenizer_config mg_run_tokenizer_config(const mg_run_config *c);
 
 /* Megatron's uneven pipeline (mgraph-run, mgraph-plan): the given
  * --decoder-first/last-pipeline-num-layers, each checked in 1..--num-layers, into

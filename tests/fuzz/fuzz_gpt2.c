@@ -9,7 +9,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t nv, nr, nm, nt;
     fz_split(data, size, "\n--merges--\n", &vocab, &nv, &rest, &nr);
     fz_split(rest, nr, "\n--text--\n", &merges, &nm, &text, &nt);
-    mg_tokenizer_config tc = {"GPT2BPETokenizer", NULL, NULL, NULL};
+    mg_tokenizer_config tc = {.type = "GPT2BPETokenizer"};
     tc.vocab_file = fz_write("vocab.json", vocab, nv);
     tc.merge_file = fz_write("merges.txt", merges, nm);
     mg_tokenizer *tok;

@@ -360,7 +360,7 @@ static void shakespeare_gpt2(const char *data) {
     snprintf(v, sizeof v, "%s/gpt2/vocab.json", data);
     snprintf(m, sizeof m, "%s/gpt2/merges.txt", data);
     snprintf(p, sizeof p, "%s/tinyshakespeare.txt", data);
-    mg_tokenizer_config tc = {"GPT2BPETokenizer", v, m, NULL};
+    mg_tokenizer_config tc = {.type = "GPT2BPETokenizer", .vocab_file = v, .merge_file = m};
     mg_tokenizer *tok;
     mg_error err = {0};
     if (mg_tokenizer_open(&tc, &tok, &err)) {

@@ -371,7 +371,7 @@ static const char *g_exe, *g_text, *g_tok, *g_dir;
 /* Unigram entropy (nats) of the corpus's tokens: the loss of the best model that
  * ignores context. */
 static double token_unigram_entropy(int64_t *n_tokens) {
-    mg_tokenizer_config tc = {"SentencePieceTokenizer", NULL, NULL, g_tok};
+    mg_tokenizer_config tc = {.type = "SentencePieceTokenizer", .model_file = g_tok};
     mg_tokenizer *tok = NULL;
     mg_error err = {0};
     FILE *f = fopen(g_text, "rb");
