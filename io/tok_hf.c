@@ -839,7 +839,7 @@ static int read_json(const char *path, json_t **out, mg_error *err) {
 static int special_ids(hf *h, mg_tokenizer *t, const char *dir, mg_error *err) {
     static const char *names[] = {"tokenizer_config.json", "special_tokens_map.json"};
     for (int f = 0; f < 2; f++) {
-        char path[4200];
+        char path[4300]; /* dir is shorter than 4096 (mg_tok_hf_init) */
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", dir, names[f]);
         if (stat(path, &st) != 0) continue;
@@ -873,6 +873,8 @@ int mg_tok_hf_init(mg_tokenizer *t, mg_error *err) {
     /* a folder holds tokenizer.json; a file is tokenizer.json, its folder the rest */
     char path[4200], dir[4200];
     struct stat st;
+    if (strlen(t->model_file) > 4000)
+        return mg_error_set(err, MG_ERR_INVALID, "HuggingFaceTokenizer: the --tokenizer-model path is too long");
     if (stat(t->model_file, &st) == 0 && S_ISDIR(st.st_mode)) {
         snprintf(dir, sizeof dir, "%s", t->model_file);
         snprintf(path, sizeof path, "%s/tokenizer.json", t->model_file);
