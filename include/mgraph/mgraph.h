@@ -7,6 +7,7 @@
 #include "mgraph/ops.h"
 #include "mgraph/moe.h"
 #include "mgraph/train.h"
+#include "mgraph/step.h"
 #include "mgraph/rng.h"
 #include "mgraph/memplan.h"
 #include "mgraph/dot.h"

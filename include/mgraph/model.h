@@ -9,6 +9,7 @@
 
 #include "mgraph/graph.h"
 #include "mgraph/moe.h"
+#include "mgraph/step.h"
 #include "mgraph/train.h"
 
 #ifdef __cplusplus
@@ -220,8 +221,9 @@ mg_tensor *mg_moe_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_
                         mg_gpt_aux *aux);
 
 /* ---- the training / evaluation step --------------------------------------------------- */
-/* The step graph holds ONE micro-batch's forward and backward (nodes with mb == 0),
- * and, once per step (nodes with mb == -1), what follows the last micro-batch:
+/* The GPT family's step is built by the library's step builder (mgraph/step.h), which
+ * any model uses the same way: ONE micro-batch's forward and backward (nodes with
+ * mb == 0) and, once per step (nodes with mb == -1), what follows the last micro-batch:
  * gradient reductions, the optimizer, the mean loss. Executors run the per-micro-batch
  * part once per micro-batch of the step (mg_exec_info.n_micro), so the graph, the
  * partitioner's work and the activation memory do not grow with the global batch.
@@ -273,6 +275,15 @@ typedef struct mg_step {
 
 int mg_step_build(const mg_step_config *c, mg_step *out, mg_error *err);
 void mg_step_release(mg_step *s);
+
+/* The GPT family as a model of the step builder (mg_forward_fn): user is a const
+ * mg_step_config * (its model, reset_position_ids, reset_attention_mask). Per-micro-batch
+ * inputs "input_ids", "labels" [s, b] (and "position_ids", "doc_start" [s, b] with the
+ * document flags), "position_ids" [s] otherwise; the loss "lm_loss", the MoE metrics
+ * "load_balancing_loss" and "z_loss". */
+int mg_gpt_forward_fn(mg_graph *g, void *user, mg_microbatch *mb, mg_error *err);
+/* The step builder's options for c (sizes, training, loss means, optimizer). */
+mg_step_options mg_step_options_of(const mg_step_config *c);
 
 #ifdef __cplusplus
 }
