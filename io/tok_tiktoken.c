@@ -7,7 +7,7 @@
  * --tokenizer-special-tokens, then <SPECIAL_i> up to --tiktoken-num-special-tokens,
  * default 1000), then rank + num_special_tokens for the first vocab_size -
  * num_special_tokens ranks (--vocab-size, default 131072); end of document is </s>, BOS
- * <s>. Text is cut at special tokens written in it (encode(..., allowed_special="all");
+ * <s> (their places among the special tokens). Text is cut at special tokens written in it (encode(..., allowed_special="all");
  * where two could start at one place mgraph takes the longer, tiktoken the first of an
  * unordered map), the rest split by the pattern (--tiktoken-pattern v1 or v2, default v2)
  * and each piece is its rank or tiktoken's byte-pair merge: the adjacent pair whose
@@ -343,8 +343,10 @@ int mg_tok_tiktoken_init(mg_tokenizer *t, mg_error *err) {
     }
     for (size_t i = 0; i < k->nspecial; i++)
         if (k->tok_len[i]) k->starts[(unsigned char)k->special[i][0]] = 1;
-    t->bos = 1;
-    t->eod = 2;
+    for (size_t i = 0; i < ngiven; i++) { /* Megatron: special_tokens.index("<s>"), index("</s>") */
+        if (!strcmp(given[i], "<s>")) t->bos = (int32_t)i;
+        if (!strcmp(given[i], "</s>")) t->eod = (int32_t)i;
+    }
     t->vocab = vocab;
 
     size_t plen = strlen(path);
@@ -353,7 +355,7 @@ int mg_tok_tiktoken_init(mg_tokenizer *t, mg_error *err) {
                                                  "of {rank, token_bytes, token_str})",
                             path);
     json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
+    json_t *root = json_load_file(path, JSON_ALLOW_NUL, &jerr); /* token_str holds any byte */
     if (!root)
         return mg_error_set(err, MG_ERR_INVALID, "cannot read %s: %s (line %d, column %d)", path, jerr.text, jerr.line,
                             jerr.column);

@@ -31,30 +31,10 @@ except ImportError:
     print("SKIP: the tokenizers package is not installed (tools/install-deps.sh installs it)")
     sys.exit(77)
 
-exe, data, work = sys.argv[1:4]
-os.makedirs(work, exist_ok=True)
-shakespeare = open(os.path.join(data, "tinyshakespeare.txt"), encoding="utf-8").read()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tok_corpus import load_texts  # noqa: E402
 
-
-def vector_texts(path):
-    out = []
-    for line in open(path, encoding="utf-8"):
-        lit = line.rstrip("\n").rsplit("\t", 1)[0]
-        out.append(json.loads(lit))
-    return out
-
-
-texts = [shakespeare] + shakespeare.split("\n")[:1500]
-texts += vector_texts(os.path.join(data, "gpt2/encode_vectors.txt"))
-texts += vector_texts(os.path.join(data, "mistral/encode_vectors.txt"))
-texts += [
-    "", " ", "  ", "\n", "\n\n\n", " \t\r\n x", "a\0b", "héllo wörld", "e\u0301", "Ångström ﬁ ①", "日本語のテキスト 中文",
-    "emoji 😀👍🏽 ok", "<|endoftext|>", "a<|endoftext|>b", "<|begin_of_text|>Hello", "Hello<|end_of_text|>",
-    "<s>Hello</s>", " <s> x </s> ", "x <think>y</think> z", "<think>", "word<think>word", "123456789 12 1",
-    "tab\tseparated\tvalues", "   three spaces", "trailing   ", "ALL CAPS AND lower", "don't I'M we'LL",
-    "<|reserved_special_token_3|><|reserved_special_token_3|>", "<unk>", "<0x41>", "▁lead ▁▁", "\u00a0nbsp\u2028ls",
-    "\u0085nel\u0085", "x" * 3000, " y" * 500, "line one\r\nline two\r\n",
-]
+shakespeare = None  # read by main() or set by a script that imports build()
 
 ALPHABET = pre_tokenizers.ByteLevel.alphabet()
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
@@ -153,67 +133,76 @@ def build(name):
     raise ValueError(name)
 
 
-NAMES = ["bytelevel", "neox", "llama3", "qwen2", "deepseek", "metaspace", "legacy_sp"]
-only = sys.argv[4:] or NAMES
-inp = os.path.join(work, "texts.json")
-json.dump(texts, open(inp, "w"))
-failures = 0
-try:
-    from transformers import AutoTokenizer
-except Exception:  # noqa: BLE001 - any import failure means no reference
-    AutoTokenizer = None
-    print("note: transformers is not importable; AutoTokenizer checks skipped")
+def main():
+    global shakespeare
+    exe, data, work = sys.argv[1:4]
+    os.makedirs(work, exist_ok=True)
+    shakespeare, texts = load_texts(data)
+    NAMES = ["bytelevel", "neox", "llama3", "qwen2", "deepseek", "metaspace", "legacy_sp"]
+    only = sys.argv[4:] or NAMES
+    inp = os.path.join(work, "texts.json")
+    json.dump(texts, open(inp, "w"))
+    failures = 0
+    try:
+        from transformers import AutoTokenizer
+    except Exception:  # noqa: BLE001 - any import failure means no reference
+        AutoTokenizer = None
+        print("note: transformers is not importable; AutoTokenizer checks skipped")
 
-for name in only:
-    d = os.path.join(work, name)
-    os.makedirs(d, exist_ok=True)
-    tok, cfg = build(name)
-    tok.save(os.path.join(d, "tokenizer.json"))
-    if cfg is not None:
-        cfg = dict(cfg, tokenizer_class="PreTrainedTokenizerFast")
-        json.dump(cfg, open(os.path.join(d, "tokenizer_config.json"), "w"))
-    tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))  # as saved
-    out = os.path.join(work, name + ".out.json")
-    subprocess.run([exe, inp, out, "HuggingFaceTokenizer", d], check=True)
-    got = json.load(open(out))
-    if "error" in got:
-        print(f"FAIL {name}: mgraph refused the tokenizer: {got['error']}")
-        failures += 1
-        continue
-    bad = 0
-    ntok = 0
-    for i, text in enumerate(texts):
-        want = tok.encode(text).ids
-        ntok += len(want)
-        if got["ids"][i] != want:
-            bad += 1
-            if bad <= 3:
-                k = next((j for j, (a, b) in enumerate(zip(got["ids"][i], want)) if a != b), min(len(want), len(got["ids"][i])))
-                print(f"  {name}: text {i} {text[:60]!r}: ids differ at {k}: got {got['ids'][i][max(0,k-3):k+5]} "
-                      f"want {want[max(0,k-3):k+5]} (lengths {len(got['ids'][i])} {len(want)}); "
-                      f"error: {got['encode_errors'][i]}")
+    for name in only:
+        d = os.path.join(work, name)
+        os.makedirs(d, exist_ok=True)
+        tok, cfg = build(name)
+        tok.save(os.path.join(d, "tokenizer.json"))
+        if cfg is not None:
+            cfg = dict(cfg, tokenizer_class="PreTrainedTokenizerFast")
+            json.dump(cfg, open(os.path.join(d, "tokenizer_config.json"), "w"))
+        tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))  # as saved
+        out = os.path.join(work, name + ".out.json")
+        subprocess.run([exe, inp, out, "HuggingFaceTokenizer", d], check=True)
+        got = json.load(open(out))
+        if "error" in got:
+            print(f"FAIL {name}: mgraph refused the tokenizer: {got['error']}")
+            failures += 1
             continue
-        dec = tok.decode(want, skip_special_tokens=False)
-        if got["decoded"][i] != dec:
-            bad += 1
-            if bad <= 3:
-                print(f"  {name}: text {i} {text[:60]!r}: decoded {got['decoded'][i][:80]!r} want {dec[:80]!r}")
-    # what Megatron's HuggingFaceTokenizer reads through transformers
-    if AutoTokenizer is not None:
-        at = AutoTokenizer.from_pretrained(d)
-        for i, text in enumerate(texts[:600] + texts[-40:]):
-            j = i if i < 600 else len(texts) - 40 + (i - 600)
-            if at(text).input_ids != got["ids"][j]:
+        bad = 0
+        ntok = 0
+        for i, text in enumerate(texts):
+            want = tok.encode(text).ids
+            ntok += len(want)
+            if got["ids"][i] != want:
                 bad += 1
-                if bad <= 5:
-                    print(f"  {name}: text {j} {text[:60]!r}: transformers' input_ids differ")
-        eod = at.convert_tokens_to_ids(at.eos_token) if at.eos_token is not None else -1
-        bos = at.convert_tokens_to_ids(at.bos_token) if at.bos_token is not None else -1
-        if (got["vocab"], got["eod"], got["bos"]) != (len(at), eod, bos):
-            bad += 1
-            print(f"  {name}: vocab/eod/bos {got['vocab']}/{got['eod']}/{got['bos']}, transformers {len(at)}/{eod}/{bos}")
-    status = "ok" if bad == 0 else f"FAIL ({bad} texts differ)"
-    print(f"{name}: {len(texts)} texts, {ntok} tokens, vocab {got['vocab']}: {status}")
-    failures += bad != 0
+                if bad <= 3:
+                    k = next((j for j, (a, b) in enumerate(zip(got["ids"][i], want)) if a != b), min(len(want), len(got["ids"][i])))
+                    print(f"  {name}: text {i} {text[:60]!r}: ids differ at {k}: got {got['ids'][i][max(0,k-3):k+5]} "
+                          f"want {want[max(0,k-3):k+5]} (lengths {len(got['ids'][i])} {len(want)}); "
+                          f"error: {got['encode_errors'][i]}")
+                continue
+            dec = tok.decode(want, skip_special_tokens=False)
+            if got["decoded"][i] != dec:
+                bad += 1
+                if bad <= 3:
+                    print(f"  {name}: text {i} {text[:60]!r}: decoded {got['decoded'][i][:80]!r} want {dec[:80]!r}")
+        # what Megatron's HuggingFaceTokenizer reads through transformers
+        if AutoTokenizer is not None:
+            at = AutoTokenizer.from_pretrained(d)
+            for i, text in enumerate(texts[:600] + texts[-40:]):
+                j = i if i < 600 else len(texts) - 40 + (i - 600)
+                if at(text).input_ids != got["ids"][j]:
+                    bad += 1
+                    if bad <= 5:
+                        print(f"  {name}: text {j} {text[:60]!r}: transformers' input_ids differ")
+            eod = at.convert_tokens_to_ids(at.eos_token) if at.eos_token is not None else -1
+            bos = at.convert_tokens_to_ids(at.bos_token) if at.bos_token is not None else -1
+            if (got["vocab"], got["eod"], got["bos"]) != (len(at), eod, bos):
+                bad += 1
+                print(f"  {name}: vocab/eod/bos {got['vocab']}/{got['eod']}/{got['bos']}, transformers {len(at)}/{eod}/{bos}")
+        status = "ok" if bad == 0 else f"FAIL ({bad} texts differ)"
+        print(f"{name}: {len(texts)} texts, {ntok} tokens, vocab {got['vocab']}: {status}")
+        failures += bad != 0
 
-sys.exit(1 if failures else 0)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

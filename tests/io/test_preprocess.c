@@ -132,7 +132,7 @@ static void text_fixture(void) {
 }
 
 static void bad_usage(void) {
-    char ok_in[4200], args[12000];
+    char ok_in[4200], args[12000], path_tmp[4300];
     snprintf(ok_in, sizeof ok_in, "%s/fixture.jsonl", g_dir);
     char bad_json[4200], no_key[4200];
     snprintf(bad_json, sizeof bad_json, "%s/bad.jsonl", g_dir);
@@ -142,7 +142,7 @@ static void bad_usage(void) {
     static struct {
         const char *what;
         char args[9000];
-    } cases[16]; /* static size: 16 x 9 KB */
+    } cases[32]; /* static size: 32 x 9 KB */
     int n = 0;
 #define CASE(w, ...) (cases[n].what = (w), snprintf(cases[n].args, sizeof cases[n].args, __VA_ARGS__), n++)
     CASE("unknown flag", "--input '%s' --output-prefix '%s/x' --frobnicate", ok_in, g_dir);
@@ -160,6 +160,34 @@ static void bad_usage(void) {
     CASE("invalid JSON", "--input '%s' --output-prefix '%s/x'", bad_json, g_dir);
     CASE("missing key", "--input '%s' --output-prefix '%s/x'", no_key, g_dir);
     CASE("--split-sentences", "--input '%s' --output-prefix '%s/x' --split-sentences", ok_in, g_dir);
+    /* the tokenizers of issue 38: corrupt or unsupported files, missing flags, ids the
+     * tokenizer cannot have */
+    char hfdir[4200], tik[4200], ids[4200];
+    snprintf(hfdir, sizeof hfdir, "%s/hf", g_dir);
+    snprintf(args, sizeof args, "mkdir -p '%s'", hfdir);
+    if (system(args) != 0) exit(1);
+    snprintf(path_tmp, sizeof path_tmp, "%s/tokenizer.json", hfdir);
+    write_text(path_tmp, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]}}");
+    CASE("HF merge of a missing token", "--input '%s' --output-prefix '%s/x' --tokenizer-type HuggingFaceTokenizer "
+         "--tokenizer-model '%s'", ok_in, g_dir, hfdir);
+    CASE("HF without --tokenizer-model", "--input '%s' --output-prefix '%s/x' --tokenizer-type HuggingFaceTokenizer",
+         ok_in, g_dir);
+    CASE("HF folder without tokenizer.json", "--input '%s' --output-prefix '%s/x' --tokenizer-type HuggingFaceTokenizer "
+         "--tokenizer-model '%s'", ok_in, g_dir, g_dir);
+    snprintf(tik, sizeof tik, "%s/tik.json", g_dir);
+    write_text(tik, "[{\"rank\": 0, \"token_bytes\": \"AA==\", \"token_str\": \"\"}]");
+    CASE("TikTokenizer vocabulary too short", "--input '%s' --output-prefix '%s/x' --tokenizer-type TikTokenizer "
+         "--tokenizer-model '%s'", ok_in, g_dir, tik);
+    CASE("--tiktoken-pattern v3", "--input '%s' --output-prefix '%s/x' --tokenizer-type TikTokenizer "
+         "--tokenizer-model '%s' --tiktoken-pattern v3", ok_in, g_dir, tik);
+    CASE("NullTokenizer without --vocab-size", "--input '%s' --output-prefix '%s/x' --tokenizer-type NullTokenizer",
+         ok_in, g_dir);
+    snprintf(ids, sizeof ids, "%s/ids.jsonl", g_dir);
+    write_text(ids, "{\"text\": \"1 2 3\"}\n{\"text\": \"4 500\"}\n");
+    CASE("NullTokenizer id past the vocabulary", "--input '%s' --output-prefix '%s/x' --tokenizer-type NullTokenizer "
+         "--vocab-size 100", ids, g_dir);
+    CASE("NullTokenizer text that is not ids", "--input '%s' --output-prefix '%s/x' --tokenizer-type NullTokenizer "
+         "--vocab-size 100", ok_in, g_dir);
     for (int i = 0; i < n; i++) {
         snprintf(args, sizeof args, "%s", cases[i].args);
         int rc = run(args);
