@@ -63,7 +63,7 @@ mg_tensor *mg_moe_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_
     mg_scope_push(g, "mlp");
     mg_tensor *x2 = mg_reshape(g, x, 2, (int64_t[]){T, h});
     mg_tensor *logits = mg_matmul(g, x2, l->router_w, false, true); /* [T, E] */
-    mg_moe_route_opts o = {mc->topk, mc->pre_softmax, 0, mc->drop_policy, mc->pad_to_capacity};
+    mg_moe_route_opts o = {.topk = mc->topk, .pre_softmax = mc->pre_softmax, .capacity = 0, .drop_policy = mc->drop_policy, .pad_to_capacity = mc->pad_to_capacity};
     if (mc->capacity_factor > 0) o.capacity = mg_moe_capacity(T, mc->topk, mc->num_experts, mc->capacity_factor);
     mg_tensor *probs = NULL, *map = NULL, *counts = NULL;
     mg_moe_route(g, logits, &o, &probs, &map);

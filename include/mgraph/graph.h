@@ -183,6 +183,8 @@ typedef struct mg_attr_adamw { float beta1, beta2, eps, weight_decay; } mg_attr_
 typedef struct mg_attr_clip { float max_norm; } mg_attr_clip;
 /* Mixture-of-experts routing and dispatch (ops/moe_*.c, include/mgraph/moe.h). */
 typedef enum mg_moe_drop_policy { MG_MOE_DROP_PROBS, MG_MOE_DROP_POSITION } mg_moe_drop_policy;
+/* The router's score function (Megatron's --moe-router-score-function). */
+typedef enum mg_moe_score { MG_MOE_SOFTMAX = 0, MG_MOE_SIGMOID } mg_moe_score;
 typedef struct mg_attr_moe {
     int topk;                  /* experts per token */
     bool pre_softmax;          /* softmax over all experts, then top-k (else top-k, softmax over the k) */
@@ -190,6 +192,12 @@ typedef struct mg_attr_moe {
     mg_moe_drop_policy drop_policy;
     bool pad_to_capacity;      /* every expert gets exactly min(capacity, tokens) rows */
     int64_t rows;              /* permute: static bound of the dispatched rows */
+    mg_moe_score score;        /* route: softmax or sigmoid scores */
+    int num_groups, group_topk;/* route: top-k within the group_topk best of num_groups expert groups (0: all) */
+    float scaling;             /* route: weights times this (0: 1; --moe-router-topk-scaling-factor) */
+    int64_t samples;           /* topk_count, map_count: counts per sample ([samples, E], token t is
+                                  sample t % samples, as [s, b] flattens); 0: one row [E] */
+    float rate;                /* expert_bias_update: the step of each bias */
 } mg_attr_moe;
 
 typedef enum mg_lr_decay {

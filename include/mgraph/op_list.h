@@ -39,9 +39,11 @@ MG_OP(MOE_UNPERMUTE, "moe_unpermute")
 MG_OP(MOE_GROUPED_MATMUL, "moe_grouped_matmul")
 MG_OP(SQUARED_RELU, "squared_relu")
 MG_OP(GELU_ERF, "gelu_erf")
+MG_OP(SIGMOID_NORM, "sigmoid_norm")
 /* piecewise-constant forward ops: they stop gradients (no gradient rule needed) */
 MG_OP(MOE_TOPK_COUNT, "moe_topk_count")
 MG_OP(XENT_COUNT, "xent_count")
+MG_OP(MOE_MAP_COUNT, "moe_map_count")
 /* ops emitted by gradient rules (no gradient rule of their own) */
 MG_OP(ZEROS, "zeros")
 MG_OP(LAYERNORM_BWD, "layernorm_bwd")
@@ -59,6 +61,7 @@ MG_OP(MOE_ROW_DOT, "moe_row_dot")
 MG_OP(MOE_GROUPED_MATMUL_DW, "moe_grouped_matmul_dw")
 MG_OP(SQUARED_RELU_BWD, "squared_relu_bwd")
 MG_OP(GELU_ERF_BWD, "gelu_erf_bwd")
+MG_OP(SIGMOID_NORM_BWD, "sigmoid_norm_bwd")
 /* activation recompute (graph/recompute.c): a copy of x once `after` exists */
 MG_OP(RECOMPUTE_GATE, "recompute_gate")
 /* vocab-parallel cross-entropy pieces (emitted by the tensor-parallel partitioner) */
@@ -71,6 +74,8 @@ MG_OP(SUMSQ, "sumsq")
 MG_OP(CLIP_COEF, "clip_coef")
 MG_OP(LR_SCHEDULE, "lr_schedule")
 MG_OP(ADAMW, "adamw")
+/* the expert biases' step of MoE's aux-loss-free balancing (ops/moe_router.c) */
+MG_OP(MOE_EXPERT_BIAS_UPDATE, "moe_expert_bias_update")
 /* communication: inserted by partitioners, executed by scheduler/comm */
 MG_OP(ALLREDUCE, "allreduce")
 MG_OP(ALLGATHER, "allgather")

@@ -1,8 +1,8 @@
 /* The CUDA kernel of each op kind: ops/registry.c copies these into the op table's
  * cuda slots, so each op is still defined once (its mg_op_def) and the CUDA backend
  * only adds kernels. Ops missing here
- * (send, recv, all-to-all, the context-parallel merge and ring shift, MoE routing and
- * grouped GEMMs) run on CPU workers only. tests/cuda/CMakeLists.txt lists the same
+ * (send, recv, all-to-all, the context-parallel merge and ring shift, MoE routing,
+ * top-k counts and grouped GEMMs) run on CPU workers only. tests/cuda/CMakeLists.txt lists the same
  * ops (cuda.registry). */
 #include "ops/cuda/cuda_common.h"
 
@@ -62,6 +62,10 @@ K(allreduce)
 K(allgather)
 K(reduce_scatter)
 K(broadcast)
+K(sigmoid_norm)
+K(sigmoid_norm_bwd)
+K(moe_map_count)
+K(moe_expert_bias_update)
 #undef K
 
 const mg_kernel_fn mg_cuda_kernels[MG_OP_COUNT] = {
@@ -118,6 +122,10 @@ const mg_kernel_fn mg_cuda_kernels[MG_OP_COUNT] = {
     [MG_OP_PAD] = mg_cuda_pad,
     [MG_OP_ALLREDUCE] = mg_cuda_allreduce,
     [MG_OP_ALLGATHER] = mg_cuda_allgather,
+    [MG_OP_SIGMOID_NORM] = mg_cuda_sigmoid_norm,
+    [MG_OP_SIGMOID_NORM_BWD] = mg_cuda_sigmoid_norm_bwd,
+    [MG_OP_MOE_MAP_COUNT] = mg_cuda_moe_map_count,
+    [MG_OP_MOE_EXPERT_BIAS_UPDATE] = mg_cuda_moe_expert_bias_update,
     [MG_OP_REDUCE_SCATTER] = mg_cuda_reduce_scatter,
     [MG_OP_BROADCAST] = mg_cuda_broadcast,
 };

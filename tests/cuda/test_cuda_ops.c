@@ -25,6 +25,7 @@
 #include "ops/cuda/cuda_common.h"
 #include "ops/op.h"
 #include "mgraph/comm.h"
+#include "mgraph/moe.h"
 #include "testkit.h"
 
 #define SKIP 77
@@ -257,7 +258,23 @@ static mg_tensor *g_step(mg_graph *g) {
     return NULL;
 }
 
+/* MoE balancing: the normalised sigmoid scores (and their gradient), the router's
+ * per-expert token counts (whole and per sample) and the expert biases' step */
+static mg_tensor *g_moe_balance(mg_graph *g) {
+    mg_tensor *x = PARAM(g, "x", 40, 16), *bias = PARAM(g, "bias", 16), *p, *m;
+    if (!x || !bias) return NULL;
+    mg_moe_route_opts o = {.topk = 4, .score = MG_MOE_SIGMOID, .num_groups = 4, .group_topk = 2, .expert_bias = bias};
+    if (mg_moe_route(g, x, &o, &p, &m)) return NULL;
+    mg_tensor *cnt = mg_moe_map_count(g, m);
+    mg_attrs at = {.moe = {.samples = 5}};
+    mg_node *per = mg_node_new(g, MG_OP_MOE_MAP_COUNT, &at, 1, &m, "count_per_sample");
+    mg_tensor *nb = mg_moe_expert_bias_update(g, bias, cnt, 1e-3f);
+    (void)per, (void)nb;
+    return loss_of(g, mg_sigmoid_norm(g, x));
+}
+
 static const cuda_case g_cases[] = {
+    {"moe_balance", g_moe_balance, 0, 0, 0},
     {"matmul", g_matmul, 0, 0, 0},
     {"elementwise", g_elementwise, 0, 0, 0},
     {"activation", g_activation, 0, 0, 0},

@@ -1,3 +1,3 @@
 mg_op_tests(moe
-  FORWARD moe_route moe_route_capacity moe_router_counts moe_permute moe_grouped_matmul moe_losses errors_moe alltoall
-  GRAD moe_route moe_permute moe_unpermute moe_grouped_matmul moe_losses moe_layer alltoall)
+  FORWARD moe_route moe_route_capacity moe_router_counts moe_permute moe_grouped_matmul moe_losses errors_moe alltoall moe_route_deepseek moe_balance
+  GRAD moe_route moe_permute moe_unpermute moe_grouped_matmul moe_losses moe_layer alltoall moe_route_deepseek moe_balance)

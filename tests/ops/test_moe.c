@@ -62,7 +62,7 @@ static void fwd_route(void) {
     enum { T = 40, E = 6 };
     for (int pre = 0; pre < 2; pre++)
         for (int k = 1; k <= 3; k++) {
-            mg_moe_route_opts o = {k, pre, 0, MG_MOE_DROP_PROBS, false};
+            mg_moe_route_opts o = {.topk = k, .pre_softmax = pre, .capacity = 0, .drop_policy = MG_MOE_DROP_PROBS, .pad_to_capacity = false};
             mg_tensor *x, *p, *m;
             mg_graph *g = route_graph(T, E, &o, &x, &p, &m);
             tk_run r;
@@ -95,7 +95,7 @@ static void fwd_route_capacity(void) {
     for (int policy = 0; policy < 2; policy++)
         for (int pad = 0; pad < 2; pad++) {
             int64_t cap = mg_moe_capacity(T, K, E, 0.8); /* ceil(15 * 0.8) = 12 < 15 average: drops */
-            mg_moe_route_opts o = {K, false, cap, (mg_moe_drop_policy)policy, pad};
+            mg_moe_route_opts o = {.topk = K, .pre_softmax = false, .capacity = cap, .drop_policy = (mg_moe_drop_policy)policy, .pad_to_capacity = pad};
             mg_tensor *x, *p, *m;
             mg_graph *g = route_graph(T, E, &o, &x, &p, &m);
             tk_run r;
@@ -149,7 +149,7 @@ static void fwd_router_counts(void) {
     enum { T = 96, E = 8, K = 2 };
     for (int variant = 0; variant < 3; variant++) {
         int64_t cap = variant ? mg_moe_capacity(T, K, E, 1.0) : 0;
-        mg_moe_route_opts o = {K, variant == 1, cap, MG_MOE_DROP_PROBS, variant == 2};
+        mg_moe_route_opts o = {.topk = K, .pre_softmax = variant == 1, .capacity = cap, .drop_policy = MG_MOE_DROP_PROBS, .pad_to_capacity = variant == 2};
         mg_graph *g = mg_graph_new();
         mg_tensor *x = mg_input(g, "logits", MG_F32, 2, (int64_t[]){T, E});
         mg_tensor *h = mg_input(g, "h", MG_F32, 2, (int64_t[]){T, 3});
@@ -338,7 +338,7 @@ static void fwd_errors(void) {
     mg_graph *g = mg_graph_new();
     mg_tensor *x = mg_input(g, "logits", MG_F32, 2, (int64_t[]){4, 3});
     mg_tensor *p, *m;
-    mg_moe_route_opts o = {4, false, 0, MG_MOE_DROP_PROBS, false};
+    mg_moe_route_opts o = {.topk = 4, .pre_softmax = false, .capacity = 0, .drop_policy = MG_MOE_DROP_PROBS, .pad_to_capacity = false};
     int rc = mg_moe_route(g, x, &o, &p, &m);
     const mg_error *e = mg_graph_error(g);
     TK_CHECK(rc && !p && strstr(e->msg, "moe_route") && strstr(e->msg, "top-k"), "k > E: %s", e->msg);
@@ -399,15 +399,15 @@ static mg_tensor *gb_route(mg_graph *g, mg_tensor *const *l, void *ctx) {
 
 static void grad_route(void) {
     tk_leaf x[] = {{"logits", MG_F32, 2, {6, 5}, true, -2, 2}};
-    route_ctx c = {{2, false, 0, MG_MOE_DROP_PROBS, false}};
+    route_ctx c = {{.topk = 2, .drop_policy = MG_MOE_DROP_PROBS}};
     tk_gradcheck("moe_route top-2 then softmax", 1, x, gb_route, &c, &route_opts);
     c.o.pre_softmax = true;
     tk_gradcheck("moe_route softmax then top-2", 1, x, gb_route, &c, &route_opts);
     c.o.topk = 1;
     tk_gradcheck("moe_route softmax then top-1", 1, x, gb_route, &c, &route_opts);
-    c.o = (mg_moe_route_opts){2, false, 2, MG_MOE_DROP_PROBS, false};
+    c.o = (mg_moe_route_opts){.topk = 2, .capacity = 2, .drop_policy = MG_MOE_DROP_PROBS};
     tk_gradcheck("moe_route capacity 2 (probs policy)", 1, x, gb_route, &c, &route_opts);
-    c.o = (mg_moe_route_opts){2, true, 2, MG_MOE_DROP_POSITION, true};
+    c.o = (mg_moe_route_opts){.topk = 2, .pre_softmax = true, .capacity = 2, .drop_policy = MG_MOE_DROP_POSITION, .pad_to_capacity = true};
     tk_gradcheck("moe_route capacity 2 padded (position policy)", 1, x, gb_route, &c, &route_opts);
 }
 
@@ -562,10 +562,217 @@ static void grad_layer(void) {
                    {"router", MG_F32, 2, {3, 4}, true, -1, 1},
                    {"fc1", MG_F32, 3, {3, 5, 4}, true, -1, 1},
                    {"fc2", MG_F32, 3, {3, 4, 5}, true, -1, 1}};
-    route_ctx c = {{2, false, 0, MG_MOE_DROP_PROBS, false}};
+    route_ctx c = {{.topk = 2, .drop_policy = MG_MOE_DROP_PROBS}};
     tk_gradcheck("moe layer (dropless)", 4, l, gb_layer, &c, &route_opts);
-    c.o = (mg_moe_route_opts){2, true, 3, MG_MOE_DROP_PROBS, true};
+    c.o = (mg_moe_route_opts){.topk = 2, .pre_softmax = true, .capacity = 3, .drop_policy = MG_MOE_DROP_PROBS, .pad_to_capacity = true};
     tk_gradcheck("moe layer (capacity 3, padded)", 4, l, gb_layer, &c, &route_opts);
+}
+
+/* ---- DeepSeek's routing: sigmoid scores, expert bias, groups, scaling ------------------------ */
+/* Reference with the test's own sorting top-k: selection scores c (sigmoid + bias, or the
+ * logits / softmax), groups by the sum of their top-(k / group_topk) c, weights of the
+ * selected scores normalised (sigmoid), softmax (pre or not), times the scaling. */
+static void ref_route_ex(const float *x, const float *bias, int T, int E, const mg_moe_route_opts *o, float *probs,
+                         int32_t *map) {
+    int k = o->topk;
+    memset(probs, 0, sizeof(float) * (size_t)(T * E));
+    memset(map, 0, sizeof(int32_t) * (size_t)(T * E));
+    for (int t = 0; t < T; t++) {
+        const float *r = x + t * E;
+        double sc[64], sm = 0, mx = r[0];
+        float c[64];
+        for (int e = 1; e < E; e++) mx = r[e] > mx ? r[e] : mx;
+        for (int e = 0; e < E; e++) sm += exp(r[e] - mx);
+        for (int e = 0; e < E; e++) {
+            sc[e] = o->score == MG_MOE_SIGMOID ? 1.0 / (1.0 + exp(-(double)r[e])) : exp(r[e] - mx) / sm;
+            c[e] = o->score == MG_MOE_SIGMOID ? (float)sc[e] + (bias ? bias[e] : 0.0f)
+                   : o->pre_softmax           ? (float)sc[e]
+                                              : r[e];
+        }
+        if (o->num_groups) {
+            int G = o->num_groups, per = E / G, kg = k / o->group_topk, gsel[64];
+            float gs[64];
+            for (int g = 0; g < G; g++) {
+                int ts[64];
+                ref_topk(c + g * per, per, kg, ts);
+                double sum = 0;
+                for (int j = 0; j < kg; j++) sum += c[g * per + ts[j]];
+                gs[g] = (float)sum;
+            }
+            ref_topk(gs, G, o->group_topk, gsel);
+            for (int g = 0; g < G; g++) {
+                bool kept = false;
+                for (int j = 0; j < o->group_topk; j++) kept |= gsel[j] == g;
+                for (int e = 0; !kept && e < per; e++) c[g * per + e] = -INFINITY;
+            }
+        }
+        int sel[64];
+        ref_topk(c, E, k, sel);
+        double w[64], norm = 0, f = o->scaling > 0 ? o->scaling : 1.0;
+        for (int j = 0; j < k; j++) {
+            w[j] = o->score == MG_MOE_SIGMOID || o->pre_softmax ? sc[sel[j]] : exp(r[sel[j]] - mx);
+            norm += w[j];
+        }
+        if (o->score == MG_MOE_SIGMOID) norm = k > 1 ? norm + 1e-20 : 1.0;
+        else if (o->pre_softmax) norm = 1.0;
+        for (int j = 0; j < k; j++) {
+            probs[t * E + sel[j]] = (float)(w[j] / norm * f);
+            map[t * E + sel[j]] = 1;
+        }
+    }
+}
+
+static void fwd_route_deepseek(void) {
+    enum { T = 33, E = 8 };
+    const struct { const char *what; mg_moe_route_opts o; bool bias; } cs[] = {
+        {"sigmoid top-3", {.topk = 3, .score = MG_MOE_SIGMOID}, false},
+        {"sigmoid top-1", {.topk = 1, .score = MG_MOE_SIGMOID}, false},
+        {"sigmoid top-2 + expert bias", {.topk = 2, .score = MG_MOE_SIGMOID}, true},
+        {"DeepSeek-V3: sigmoid, bias, top-4 of 2 of 4 groups, scaling 2.5",
+         {.topk = 4, .score = MG_MOE_SIGMOID, .num_groups = 4, .group_topk = 2, .scaling = 2.5f}, true},
+        {"softmax after top-2 of 1 of 2 groups", {.topk = 2, .num_groups = 2, .group_topk = 1}, false},
+        {"softmax before top-3 of 3 of 4 groups, scaling 0.5",
+         {.topk = 3, .pre_softmax = true, .num_groups = 4, .group_topk = 3, .scaling = 0.5f}, false},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+        mg_graph *g = mg_graph_new();
+        mg_tensor *x = mg_input(g, "logits", MG_F32, 2, (int64_t[]){T, E}), *p, *m;
+        mg_moe_route_opts o = cs[i].o;
+        o.expert_bias = cs[i].bias ? mg_input(g, "bias", MG_F32, 1, (int64_t[]){E}) : NULL;
+        mg_moe_route(g, x, &o, &p, &m);
+        tk_run r;
+        if (!p || tk_prepare(&r, g)) {
+            TK_CHECK(0, "%s: build: %s", cs[i].what, mg_graph_error(g)->msg);
+            mg_graph_free(g);
+            continue;
+        }
+        tk_rng rng = {7u + i};
+        float *xv = tk_f32(&r, x), *bv = o.expert_bias ? tk_f32(&r, o.expert_bias) : NULL;
+        tk_fill(&rng, xv, T * E, -3, 3);
+        if (bv) tk_fill(&rng, bv, E, -0.3f, 0.3f); /* large enough to change selections */
+        TK_CHECK(tk_exec(&r) == 0, "exec");
+        float wp[T * E], np[T * E];
+        int32_t wm[T * E], nm[T * E];
+        ref_route_ex(xv, bv, T, E, &o, wp, wm);
+        TK_CHECK(!memcmp(tk_i32(&r, m), wm, sizeof wm), "%s: map differs from the reference", cs[i].what);
+        tk_expect_close(cs[i].what, tk_f32(&r, p), wp, T * E, FWD_RTOL, FWD_ATOL);
+        if (bv) { /* the bias changes the selection (here) and never the weights of what is selected */
+            ref_route_ex(xv, NULL, T, E, &o, np, nm);
+            TK_CHECK(memcmp(nm, wm, sizeof nm), "%s: the bias changed no selection", cs[i].what);
+        }
+        tk_release(&r);
+        mg_graph_free(g);
+    }
+    /* bad attributes are shape errors naming the op */
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_input(g, "logits", MG_F32, 2, (int64_t[]){4, 6}), *p, *m;
+    mg_moe_route_opts bad = {.topk = 2, .num_groups = 4, .group_topk = 2};
+    TK_CHECK(mg_moe_route(g, x, &bad, &p, &m) && strstr(mg_graph_error(g)->msg, "groups"), "4 groups of 6 experts: %s",
+             mg_graph_error(g)->msg);
+    mg_graph_free(g);
+    g = mg_graph_new();
+    x = mg_input(g, "logits", MG_F32, 2, (int64_t[]){4, 6});
+    bad = (mg_moe_route_opts){.topk = 2, .expert_bias = mg_input(g, "bias", MG_F32, 1, (int64_t[]){6})};
+    TK_CHECK(mg_moe_route(g, x, &bad, &p, &m) && strstr(mg_graph_error(g)->msg, "sigmoid"),
+             "a bias with softmax scores: %s", mg_graph_error(g)->msg);
+    mg_graph_free(g);
+}
+
+/* The counts (top-k per sample, the router's map), sigmoid_norm, the bias update and
+ * the sequence-level aux loss against direct loops. */
+static void fwd_moe_balance(void) {
+    enum { S = 5, B = 3, T = S * B, E = 6, K = 2 };
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_input(g, "logits", MG_F32, 2, (int64_t[]){T, E}), *bias = mg_input(g, "bias", MG_F32, 1, (int64_t[]){E});
+    mg_tensor *p, *m, *cnt_s = mg_moe_topk_count_samples(g, x, K, B), *sn = mg_sigmoid_norm(g, x);
+    mg_moe_route_opts o = {.topk = K, .score = MG_MOE_SIGMOID, .expert_bias = bias};
+    mg_moe_route(g, x, &o, &p, &m);
+    mg_tensor *mc = mg_moe_map_count(g, m), *nb = mg_moe_expert_bias_update(g, bias, mc, 0.01f);
+    mg_tensor *seq = mg_moe_seq_aux_loss(g, sn, x, K, B);
+    tk_run r;
+    if (!seq || !nb || tk_prepare(&r, g)) {
+        TK_CHECK(0, "build: %s", mg_graph_error(g)->msg);
+        mg_graph_free(g);
+        return;
+    }
+    tk_rng rng = {3};
+    float *xv = tk_f32(&r, x), *bv = tk_f32(&r, bias);
+    tk_fill(&rng, xv, T * E, -2, 2);
+    tk_fill(&rng, bv, E, -0.1f, 0.1f);
+    TK_CHECK(tk_exec(&r) == 0, "exec");
+    float want_cs[B * E] = {0}, want_mc[E] = {0}, want_sn[T * E], want_nb[E];
+    int32_t *mv = tk_i32(&r, m);
+    double seq_want = 0, psum[B][E] = {{0}};
+    for (int t = 0; t < T; t++) {
+        int sel[64];
+        ref_topk(xv + t * E, E, K, sel);
+        for (int j = 0; j < K; j++) want_cs[(t % B) * E + sel[j]] += 1;
+        double sum = 0;
+        for (int e = 0; e < E; e++) sum += 1.0 / (1.0 + exp(-(double)xv[t * E + e]));
+        for (int e = 0; e < E; e++) {
+            want_sn[t * E + e] = (float)(1.0 / (1.0 + exp(-(double)xv[t * E + e])) / sum);
+            want_mc[e] += (float)mv[t * E + e];
+            psum[t % B][e] += want_sn[t * E + e];
+        }
+    }
+    double mean = 0;
+    for (int e = 0; e < E; e++) mean += want_mc[e] / E;
+    for (int e = 0; e < E; e++) want_nb[e] = bv[e] + (mean > want_mc[e] ? 0.01f : mean < want_mc[e] ? -0.01f : 0.0f);
+    for (int b = 0; b < B; b++)
+        for (int e = 0; e < E; e++) seq_want += psum[b][e] * want_cs[b * E + e] * E / ((double)K * S * S) / B;
+    tk_expect_close("moe_topk_count per sample", tk_f32(&r, cnt_s), want_cs, B * E, 0, 0);
+    tk_expect_close("moe_map_count", tk_f32(&r, mc), want_mc, E, 0, 0);
+    tk_expect_close("sigmoid_norm", tk_f32(&r, sn), want_sn, T * E, FWD_RTOL, FWD_ATOL);
+    tk_expect_close("moe_expert_bias_update", tk_f32(&r, nb), want_nb, E, 1e-7, 0);
+    float sw = (float)seq_want;
+    tk_expect_close("seq_aux_loss", tk_f32(&r, seq), &sw, 1, FWD_RTOL, 0);
+    TK_CHECK(mc->src->op == MG_OP_MOE_MAP_COUNT && nb->src->op == MG_OP_MOE_EXPERT_BIAS_UPDATE, "ops");
+    tk_release(&r);
+    mg_graph_free(g);
+}
+
+typedef struct route_bias_ctx { mg_moe_route_opts o; bool bias; } route_bias_ctx;
+static mg_tensor *gb_route_bias(mg_graph *g, mg_tensor *const *l, void *ctx) {
+    route_bias_ctx *c = ctx;
+    mg_moe_route_opts o = c->o;
+    o.expert_bias = c->bias ? l[1] : NULL;
+    mg_tensor *p, *m;
+    mg_moe_route(g, l[0], &o, &p, &m);
+    return p;
+}
+
+static void grad_route_deepseek(void) {
+    tk_leaf l[] = {{"logits", MG_F32, 2, {6, 8}, true, -2, 2}, {"bias", MG_F32, 1, {8}, false, -0.2f, 0.2f}};
+    const struct { const char *what; mg_moe_route_opts o; bool bias; } cs[] = {
+        {"moe_route sigmoid top-3", {.topk = 3, .score = MG_MOE_SIGMOID}, false},
+        {"moe_route sigmoid top-1, scaling 2", {.topk = 1, .score = MG_MOE_SIGMOID, .scaling = 2}, false},
+        {"moe_route DeepSeek-V3 (sigmoid, bias, 4 of 2 of 4 groups, scaling 2.5)",
+         {.topk = 4, .score = MG_MOE_SIGMOID, .num_groups = 4, .group_topk = 2, .scaling = 2.5f}, true},
+        {"moe_route sigmoid, capacity 3", {.topk = 2, .score = MG_MOE_SIGMOID, .capacity = 3}, true},
+        {"moe_route softmax before top-2 of 2 of 4 groups, scaling 0.5",
+         {.topk = 2, .pre_softmax = true, .num_groups = 4, .group_topk = 2, .scaling = 0.5f}, false},
+        {"moe_route softmax after top-2 of 1 of 2 groups", {.topk = 2, .num_groups = 2, .group_topk = 1}, false},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+        route_bias_ctx c = {cs[i].o, cs[i].bias};
+        tk_gradcheck(cs[i].what, cs[i].bias ? 2 : 1, l, gb_route_bias, &c, &route_opts);
+    }
+}
+
+static mg_tensor *gb_sigmoid_norm(mg_graph *g, mg_tensor *const *l, void *ctx) {
+    (void)ctx;
+    return mg_sigmoid_norm(g, l[0]);
+}
+static mg_tensor *gb_seq_aux(mg_graph *g, mg_tensor *const *l, void *ctx) {
+    (void)ctx;
+    return mg_moe_seq_aux_loss(g, mg_sigmoid_norm(g, l[0]), l[0], 2, 3);
+}
+
+static void grad_moe_balance(void) {
+    tk_leaf l[] = {{"x", MG_F32, 2, {5, 7}, true, -3, 3}};
+    tk_gradcheck("sigmoid_norm", 1, l, gb_sigmoid_norm, NULL, NULL);
+    tk_leaf ls[] = {{"logits", MG_F32, 2, {12, 6}, true, -2, 2}};
+    tk_gradcheck("seq_aux_loss on sigmoid_norm (3 samples)", 1, ls, gb_seq_aux, NULL, &route_opts);
 }
 
 int main(int argc, char **argv) {
@@ -585,6 +792,10 @@ int main(int argc, char **argv) {
         {"grad.moe_layer", grad_layer},
         {"forward.alltoall", fwd_alltoall},
         {"grad.alltoall", grad_alltoall},
+        {"forward.moe_route_deepseek", fwd_route_deepseek},
+        {"forward.moe_balance", fwd_moe_balance},
+        {"grad.moe_route_deepseek", grad_route_deepseek},
+        {"grad.moe_balance", grad_moe_balance},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
 }
