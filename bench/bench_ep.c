@@ -109,28 +109,12 @@ int main(int argc, char **argv) {
     mg_mesh mesh;
     if (mg_mesh_init(&mesh, world_, rank_, 1, 1, plan.ep, 1, &err)) die("mesh", &err);
     if (mg_plan_check(&plan, world_, &err)) die("plan", &err);
-    mg_step st;
-    if (mg_step_build(&sc, &st, &err)) die("step build", &err);
-    mg_rank_graph R;
-    mg_comm *comm = NULL;
-    if (world_ > 1) {
-        if (mg_partition(st.g, &plan, &mesh, &R, &err)) die("partition", &err);
-        if (mg_comm_new(&mesh, &comm, &err)) die("comm", &err);
-    } else if (mg_rank_graph_serial(st.g, &R, &err)) {
-        die("bind", &err);
-    }
-    mg_graph *G = R.graph;
-    int dp = mesh.size[MG_GROUP_DP], dp_rank = mesh.coord[MG_GROUP_DP];
-    mg_memplan *mp = NULL;
-    mg_storage *sto = NULL;
-    mg_engine *eng = NULL;
-    mg_engine_options eo = {.ncpus = cf->workers, .use_priorities = true};
-    mg_storage_options so = {.n_micro = sc.n_micro / dp, .n_slots = plan.microbatch_slots};
-    if (mg_memplan_build(G, true, &mp, &err) || mg_storage_new_ex(G, mp, &so, &sto, &err) ||
-        mg_storage_init(sto, 1234, &err) || mg_engine_new(G, sto, &eo, &eng, &err))
-        die("engine", &err);
-    bench_fill_inputs(&R, &st, sto, &sc, dp, dp_rank);
-
+    bench_data data;
+    mg_trainer *T = bench_trainer(&sc, &plan, cf->workers, false, &data, &err);
+    if (!T) die("trainer", &err);
+    mg_graph *G = mg_trainer_rank_graph(T, false)->graph;
+    mg_comm *comm = mg_trainer_comm(T);
+    int dp = mesh.size[MG_GROUP_DP];
     double gb[MG_GROUP_COUNT];
     mg_plan_comm_bytes(G, sc.n_micro / dp, gb);
     if (!rank_) {
@@ -146,20 +130,15 @@ int main(int argc, char **argv) {
 
     int64_t it = 0;
     int warmup = getenv("BENCH_WARMUP") ? atoi(getenv("BENCH_WARMUP")) : 2;
-    for (int w = 0; w < warmup; w++, it++) {
-        mg_exec_info info = {.seed = 1234, .iteration = it, .training = true, .comm = comm, .n_micro = sc.n_micro / dp,
-                             .mb_offset = dp_rank, .mb_stride = dp};
-        if (mg_engine_run(eng, &info, &err)) die("warm-up step", &err);
-    }
+    mg_step_result res;
+    for (int w = 0; w < warmup; w++, it++)
+        if (mg_trainer_step(T, &res, &err)) die("warm-up step", &err);
     for (int r = 0; r < reps; r++) {
         MPI_Barrier(MPI_COMM_WORLD);
         mg_comm_reset_bytes(comm);
         double t0 = MPI_Wtime();
-        for (int k = 0; k < steps; k++, it++) {
-            mg_exec_info info = {.seed = 1234, .iteration = it, .training = true, .comm = comm, .n_micro = sc.n_micro / dp,
-                             .mb_offset = dp_rank, .mb_stride = dp};
-            if (mg_engine_run(eng, &info, &err)) die("step", &err);
-        }
+        for (int k = 0; k < steps; k++, it++)
+            if (mg_trainer_step(T, &res, &err)) die("step", &err);
         double rep_s = (MPI_Wtime() - t0) / steps;
         double mb[MG_GROUP_COUNT];
         mg_comm_bytes(comm, mb);
@@ -177,12 +156,8 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
     }
-    mg_engine_free(eng);
-    mg_storage_free(sto);
-    mg_memplan_free(mp);
-    mg_comm_free(comm);
-    mg_rank_graph_release(&R);
-    mg_step_release(&st);
+    mg_trainer_free(T);
+    bench_data_free(&data);
     MPI_Finalize();
     return 0;
 }

@@ -23,8 +23,8 @@
  * kernels of milliseconds, far above the engine's ~4 µs per task, so the step is
  * compute-bound on 2 cores (~0.4-0.8 s).
  *
- * Per configuration: build the logical step (mg_step_build), partition it for this
- * rank (mg_partition; serial runs the logical graph), memory plan, storage, StarPU
+ * Per configuration: the trainer (mgraph/trainer.h) builds the logical step, partitions it
+ * for this rank (serial runs the logical graph), memory plan, storage, StarPU
  * engine (prio policy, critical-path priorities), fixed synthetic tokens, 2 warm-up
  * steps, then `reps` repetitions (default 3) of `steps` steps (default 5), each
  * repetition starting after an MPI_Barrier. Printed per repetition as a "REP" line
@@ -346,31 +346,15 @@ int main(int argc, char **argv) {
                         sc.model.vocab, sc.micro_batch * sc.n_micro, sc.micro_batch, mg_gpt_kv_groups(&sc.model), sc.model.num_layers};
     if (mg_plan_check(&plan, world_, &err) || mg_plan_check_model(&plan, world_, &pm, &err)) die("plan", &err);
 
-    mg_step st;
-    if (mg_step_build(&sc, &st, &err)) die("step build", &err);
-    mg_rank_graph R;
-    mg_comm *comm = NULL;
-    if (world_ > 1) {
-        if (mg_partition(st.g, &plan, &mesh, &R, &err)) die("partition", &err);
-        if (mg_comm_new(&mesh, &comm, &err)) die("comm", &err);
-    } else if (mg_rank_graph_serial(st.g, &R, &err)) {
-        die("bind", &err);
-    }
-    mg_graph *G = R.graph, *P = R.owns_graph ? R.graph : NULL;
-    mg_memplan *mp = NULL;
-    mg_storage *sto = NULL;
-    mg_engine *eng = NULL;
     /* BENCH_OVERLAP=1: collectives on the engine's communication thread (--overlap-grad-reduce) */
     const char *ov = getenv("BENCH_OVERLAP");
-    mg_engine_options eo = {.sched_policy = NULL, .ncpus = workers, .use_priorities = true,
-                            .comm_thread = ov && atoi(ov) > 0};
-    int dp = mesh.size[MG_GROUP_DP], dp_rank = mesh.coord[MG_GROUP_DP];
-    mg_storage_options so = {.n_micro = sc.n_micro / dp, .n_slots = plan.microbatch_slots};
-    if (mg_memplan_build(G, true, &mp, &err) || mg_storage_new_ex(G, mp, &so, &sto, &err) ||
-        mg_storage_init(sto, 1234, &err) || mg_engine_new(G, sto, &eo, &eng, &err))
-        die("engine", &err);
-    bench_fill_inputs(&R, &st, sto, &sc, dp, dp_rank);
-    mg_tensor *loss = mg_rank_tensor(&R, st.loss);
+    bench_data data;
+    mg_trainer *T = bench_trainer(&sc, &plan, workers, ov && atoi(ov) > 0, &data, &err);
+    if (!T) die("trainer", &err);
+    const mg_rank_graph *R = mg_trainer_rank_graph(T, false);
+    mg_graph *G = R->graph, *P = R->owns_graph ? R->graph : NULL;
+    mg_comm *comm = mg_trainer_comm(T);
+    mg_engine *eng = mg_trainer_engine(T);
 
     double gb[MG_GROUP_COUNT];
     mg_plan_comm_bytes(G, sc.n_micro / mesh.size[MG_GROUP_DP], gb);
@@ -404,10 +388,9 @@ int main(int argc, char **argv) {
 
     int64_t it = 0;
     int warmup = getenv("BENCH_WARMUP") ? atoi(getenv("BENCH_WARMUP")) : 2;
-    for (int w = 0; w < warmup; w++, it++) {
-        mg_exec_info info = {.seed = 1234, .iteration = it, .training = true, .comm = comm, .n_micro = sc.n_micro / dp, .mb_offset = dp_rank, .mb_stride = dp};
-        if (mg_engine_run(eng, &info, &err)) die("warm-up step", &err);
-    }
+    mg_step_result res = {0};
+    for (int w = 0; w < warmup; w++, it++)
+        if (mg_trainer_step(T, &res, &err)) die("warm-up step", &err);
     double xfer = P ? replay_collectives(P, 5) : 0;
 
     /* BENCH_TRACE=FILE: a Chrome/Perfetto trace of the timed steps, one file per rank
@@ -424,9 +407,8 @@ int main(int argc, char **argv) {
         double t0 = MPI_Wtime();
         for (int k = 0; k < steps; k++, it++) {
             double c0 = mg_comm_seconds(comm);
-            mg_exec_info info = {.seed = 1234, .iteration = it, .training = true, .comm = comm, .n_micro = sc.n_micro / dp, .mb_offset = dp_rank, .mb_stride = dp};
             if (trace) mg_trace_step_begin(trace, it);
-            if (mg_engine_run(eng, &info, &err)) die("step", &err);
+            if (mg_trainer_step(T, &res, &err)) die("step", &err);
             if (trace) mg_trace_step_end(trace);
             mg_engine_stats es;
             mg_engine_get_stats(eng, &es);
@@ -463,7 +445,7 @@ int main(int argc, char **argv) {
                    "loss=%.4f load=%.2f\n",
                    cf->name, r, world_, workers, step_s, (double)samples * sc.model.seq_length / step_s,
                    flops / step_s * 1e-12, mx[1], graph_bytes, anal, sm[2] / world_, xfer, sm[3] / world_,
-                   sm[4] / world_, sm[7] / world_, sm[6] / world_, loss ? *(float *)mg_storage_data(sto, loss) : NAN,
+                   sm[4] / world_, sm[7] / world_, sm[6] / world_, res.loss,
                    bench_load1());
             fflush(stdout);
         }
@@ -480,12 +462,8 @@ int main(int argc, char **argv) {
     free(cmp);
     free(exp_);
     free(idle);
-    mg_engine_free(eng);
-    mg_storage_free(sto);
-    mg_memplan_free(mp);
-    mg_comm_free(comm);
-    mg_rank_graph_release(&R);
-    mg_step_release(&st);
+    mg_trainer_free(T);
+    bench_data_free(&data);
     MPI_Finalize();
     return 0;
 }

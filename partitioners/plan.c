@@ -8,9 +8,10 @@
 #include "mgraph/plan.h"
 #include "ops/op.h"
 
-static void add_rule(mg_plan *p, const char *pattern, int dim) {
+static void add_rule(mg_plan *p, const char *pattern, int dim, bool builtin) {
     if (p->n_rules >= MG_PLAN_MAX_RULES) return;
     snprintf(p->rules[p->n_rules].pattern, sizeof p->rules[0].pattern, "%s", pattern);
+    p->rules[p->n_rules].builtin = builtin;
     p->rules[p->n_rules++].dim = dim;
 }
 
@@ -26,31 +27,31 @@ void mg_plan_defaults(mg_plan *p) {
      * features), row-parallel projections (split on input features; their biases stay
      * whole and are added after the reduction), vocab-parallel word embedding (which
      * the tied output layer shares). */
-    add_rule(p, "*attn.c_attn.weight", 0);
-    add_rule(p, "*attn.c_attn.bias", 0);
-    add_rule(p, "*mlp.c_fc.weight", 0);
-    add_rule(p, "*mlp.c_fc.bias", 0);
-    add_rule(p, "*attn.c_proj.weight", 1);
-    add_rule(p, "*mlp.c_proj.weight", 1);
-    add_rule(p, "wte.weight", 0);
+    add_rule(p, "*attn.c_attn.weight", 0, true);
+    add_rule(p, "*attn.c_attn.bias", 0, true);
+    add_rule(p, "*mlp.c_fc.weight", 0, true);
+    add_rule(p, "*mlp.c_fc.bias", 0, true);
+    add_rule(p, "*attn.c_proj.weight", 1, true);
+    add_rule(p, "*mlp.c_proj.weight", 1, true);
+    add_rule(p, "wte.weight", 0, true);
     /* the same layout under Hugging Face LLaMA names: q/k/v and gate/up column-parallel
      * (with their biases), o/down row-parallel, embedding and untied lm_head
      * vocab-parallel (the output layer's logits then feed the vocab-parallel
      * cross-entropy) */
-    add_rule(p, "*self_attn.[qkv]_proj.weight", 0);
-    add_rule(p, "*self_attn.[qkv]_proj.bias", 0);
-    add_rule(p, "*mlp.gate_proj.weight", 0);
-    add_rule(p, "*mlp.gate_proj.bias", 0);
-    add_rule(p, "*mlp.up_proj.weight", 0);
-    add_rule(p, "*mlp.up_proj.bias", 0);
-    add_rule(p, "*self_attn.o_proj.weight", 1);
-    add_rule(p, "*mlp.down_proj.weight", 1);
-    add_rule(p, "model.embed_tokens.weight", 0);
-    add_rule(p, "lm_head.weight", 0);
+    add_rule(p, "*self_attn.[qkv]_proj.weight", 0, true);
+    add_rule(p, "*self_attn.[qkv]_proj.bias", 0, true);
+    add_rule(p, "*mlp.gate_proj.weight", 0, true);
+    add_rule(p, "*mlp.gate_proj.bias", 0, true);
+    add_rule(p, "*mlp.up_proj.weight", 0, true);
+    add_rule(p, "*mlp.up_proj.bias", 0, true);
+    add_rule(p, "*self_attn.o_proj.weight", 1, true);
+    add_rule(p, "*mlp.down_proj.weight", 1, true);
+    add_rule(p, "model.embed_tokens.weight", 0, true);
+    add_rule(p, "lm_head.weight", 0, true);
     /* multi-latent attention (Megatron's MLASelfAttention): the up projections column-
      * parallel (whole heads), the down projections and latent norms replicated */
-    add_rule(p, "*self_attn.q_b_proj.weight", 0);
-    add_rule(p, "*self_attn.kv_b_proj.weight", 0);
+    add_rule(p, "*self_attn.q_b_proj.weight", 0, true);
+    add_rule(p, "*self_attn.kv_b_proj.weight", 0, true);
 }
 
 static char *trim(char *s) {
@@ -152,7 +153,7 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: shard expects a name pattern and a dimension", path, ln);
             else if (p->n_rules >= MG_PLAN_MAX_RULES)
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: more than %d shard rules", path, ln, MG_PLAN_MAX_RULES);
-            else add_rule(p, v1, (int)x);
+            else add_rule(p, v1, (int)x, false);
         } else if (!strcmp(key, "shard-clear")) {
             if (v1) rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: shard-clear takes no value", path, ln);
             p->n_rules = 0;

@@ -20,5 +20,6 @@
 #include "mgraph/dataset.h"
 #include "mgraph/outfile.h"
 #include "mgraph/recompute.h"
+#include "mgraph/trainer.h"
 
 #endif

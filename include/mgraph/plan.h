@@ -42,6 +42,7 @@ extern "C" {
 typedef struct mg_shard_rule {
     char pattern[128];
     int dim;
+    bool builtin;                /* one of mg_plan_defaults' (GPT-2 and LLaMA names): may match nothing */
 } mg_shard_rule;
 
 /* The order a pipeline stage runs its micro-batches' forward and backward halves in
@@ -111,6 +112,18 @@ int mg_plan_micro_batch_split(const mg_plan *p, int micro_batch, int local_micro
 /* A given p->micro_batch_split (> 1) that the run cannot honour: one not dividing
  * micro_batch, or with pipeline parallelism or MoE ("not supported"). */
 int mg_plan_check_split(const mg_plan *p, int micro_batch, bool moe, mg_error *err);
+
+/* The plan against the logical graph it is to partition, for `world` ranks:
+ * MG_ERR_INVALID naming the rule when a shard rule names a dimension its parameter
+ * lacks or the tensor-parallel size does not divide, or a rule given by the user (not
+ * builtin) matches no parameter; and naming what to do when the graph has no
+ * per-micro-batch part (no node with mb >= 0) under data or pipeline parallelism or the
+ * distributed optimizer (every rank would compute the whole batch), or marks no layer
+ * under pipeline parallelism. mg_partition and the trainer call it. */
+int mg_plan_check_graph(const mg_plan *p, int world, const mg_graph *L, mg_error *err);
+/* Adds the rule "split parameters matching pattern along dim over tp" (as a plan file's
+ * `shard` line). */
+int mg_plan_add_rule(mg_plan *p, const char *pattern, int dim, mg_error *err);
 
 /* The model facts a plan must divide. */
 typedef struct mg_plan_model {

@@ -31,6 +31,7 @@
 #include "mgraph/engine.h"
 #include "mgraph/model.h"
 #include "mgraph/plan.h"
+#include "mgraph/trainer.h"
 
 static int rank_, failures;
 
@@ -56,23 +57,50 @@ static int32_t token(int it, int k, int t, int j, int vocab) {
     return (int32_t)((z >> 32) % (uint64_t)vocab);
 }
 
-static void fill_inputs(const mg_rank_graph *R, const mg_step *step, mg_storage *st, int n_local, int dp, int dp_rank,
-                        int it, int s, int b, int vocab) {
-    mg_tensor *pos = mg_rank_tensor(R, step->positions);
-    if (pos) {
-        int32_t *p = mg_storage_data(st, pos);
-        for (int t = 0; t < s; t++) p[t] = t;
+/* The trainer's feed: global micro-batch k of iteration it (Megatron's sampler order is
+ * the trainer's), or with instance -1 the positions shared by every sample. */
+typedef struct feed_ctx { int s, b, vocab; } feed_ctx;
+
+static int feed(void *user, const mg_feed *f, mg_error *err) {
+    (void)err;
+    const feed_ctx *c = user;
+    const mg_tensor *local;
+    int32_t *p = mg_feed_data(f, "position_ids", &local);
+    if (f->instance < 0) {
+        for (int64_t t = 0; p && t < mg_numel(local); t++) p[t] = (int32_t)(local->logical.offset[0] + t);
+        return MG_OK;
     }
-    mg_tensor *tok = mg_rank_tensor(R, step->tokens), *lab = mg_rank_tensor(R, step->targets);
-    for (int i = 0; i < n_local && tok && lab; i++) {
-        int k = i * dp + dp_rank;
-        int32_t *x = mg_storage_data_mb(st, tok, i), *y = mg_storage_data_mb(st, lab, i);
-        for (int t = 0; t < s; t++)
-            for (int j = 0; j < b; j++) {
-                x[t * b + j] = token(it, k, t, j, vocab);
-                y[t * b + j] = token(it, k, t + 1, j, vocab);
-            }
-    }
+    int32_t *x = mg_feed_data(f, "input_ids", NULL), *y = mg_feed_data(f, "labels", NULL);
+    for (int t = 0; x && y && t < c->s; t++)
+        for (int j = 0; j < c->b; j++) {
+            x[t * c->b + j] = token((int)f->iteration, f->micro_batch, t, j, c->vocab);
+            y[t * c->b + j] = token((int)f->iteration, f->micro_batch, t + 1, j, c->vocab);
+        }
+    return MG_OK;
+}
+
+/* A trainer for the MoE step of sc under plan (serial: this process alone, the reference
+ * executor); reuse false keeps every tensor's value after the step. */
+static mg_trainer *trainer(const mg_step_config *sc, const mg_plan *plan, bool serial, bool reuse, feed_ctx *fc) {
+    mg_trainer_config c = mg_trainer_defaults();
+    c.model = (mg_model){.name = "gpt", .forward = mg_gpt_forward_fn, .user = (void *)sc,
+                         .num_layers = sc->model.num_layers, .whole_micro_batches = true};
+    c.data = (mg_data_source){.user = fc, .feed = feed};
+    if (serial) mg_plan_defaults(&c.plan);
+    else c.plan = *plan;
+    c.micro_batch = sc->micro_batch;
+    c.global_batch = sc->micro_batch * sc->n_micro;
+    c.optim = sc->optim;
+    c.seed = 42;
+    c.serial = serial;
+    c.reference = serial;
+    c.cpu_workers = 1;
+    c.no_buffer_reuse = !reuse;
+    c.check_nan = false;
+    mg_trainer *t = NULL;
+    mg_error err = {0};
+    if (mg_trainer_new(&c, &t, &err) || mg_trainer_start(t, &err)) die(serial ? "serial build" : "build", &err);
+    return t;
 }
 
 static double compare_block(const mg_tensor *pt, const float *pv, const mg_tensor *st, const float *sv) {
@@ -148,7 +176,7 @@ static void bytes_mode(int tp, int ep) {
     mg_error err = {0};
     mg_mesh mesh;
     if (mg_mesh_init(&mesh, world, rank_, tp, 1, ep, 1, &err)) die("mesh", &err);
-    int dp = mesh.size[MG_GROUP_DP], dp_rank = mesh.coord[MG_GROUP_DP];
+    int dp = mesh.size[MG_GROUP_DP];
     mg_plan plan;
     mg_plan_defaults(&plan);
     plan.tp = tp;
@@ -156,33 +184,24 @@ static void bytes_mode(int tp, int ep) {
     if (mg_plan_check(&plan, world, &err)) die("plan", &err);
     mg_step_config sc;
     model(&sc, tp, dp, "swiglu", 0, 1);
-    mg_step st;
-    mg_rank_graph R;
-    mg_memplan *mp = NULL;
-    mg_storage *ps = NULL;
-    mg_comm *comm = NULL;
-    mg_engine *eng = NULL;
-    mg_storage_options so = {.n_micro = 1, .n_slots = 1};
-    mg_engine_options eo = {.ncpus = 1, .use_priorities = true};
-    if (mg_step_build(&sc, &st, &err) || mg_partition(st.g, &plan, &mesh, &R, &err) || mg_comm_new(&mesh, &comm, &err) ||
-        mg_memplan_build(R.graph, false, &mp, &err) || mg_storage_new_ex(R.graph, mp, &so, &ps, &err) ||
-        mg_storage_init(ps, 42, &err) || mg_engine_new(R.graph, ps, &eo, &eng, &err))
-        die("build", &err);
-    fill_inputs(&R, &st, ps, 1, dp, dp_rank, 0, sc.model.seq_length, sc.micro_batch, 100);
+    feed_ctx fc = {sc.model.seq_length, sc.micro_batch, 100};
+    mg_trainer *T = trainer(&sc, &plan, false, false, &fc);
+    const mg_rank_graph *R = mg_trainer_rank_graph(T, false);
+    mg_storage *ps = mg_trainer_storage(T, false);
+    mg_comm *comm = mg_trainer_comm(T);
     mg_comm_reset_bytes(comm);
-    mg_exec_info info = {.seed = 42, .iteration = 0, .training = true, .comm = comm, .n_micro = 1, .mb_offset = dp_rank,
-                         .mb_stride = dp};
-    if (mg_engine_run(eng, &info, &err)) die("run", &err);
+    mg_step_result r;
+    if (mg_trainer_step(T, &r, &err)) die("run", &err);
     double sent[MG_GROUP_COUNT], est[MG_GROUP_COUNT];
     mg_comm_bytes(comm, sent);
-    mg_plan_comm_bytes(R.graph, 1, est);
+    mg_plan_comm_bytes(R->graph, 1, est);
     /* the analytic count from this step's routing: every counts exchange node's input
      * (the rank's rows per expert) and output (the rows it receives per local expert) */
     int me = mesh.coord[MG_GROUP_EP], layers = 0;
     int64_t h = sc.model.hidden, El = experts_ / ep;
     double want = 0, rows_out = 0, rows_in = 0;
-    for (int i = 0; i < mg_graph_n_nodes(R.graph); i++) {
-        const mg_node *n = mg_graph_node(R.graph, i);
+    for (int i = 0; i < mg_graph_n_nodes(R->graph); i++) {
+        const mg_node *n = mg_graph_node(R->graph, i);
         if (n->op != MG_OP_ALLTOALL_COUNTS) continue;
         layers++;
         const int32_t *cnt = mg_storage_data(ps, n->in[0]), *spl = mg_storage_data(ps, n->out[0]);
@@ -196,8 +215,8 @@ static void bytes_mode(int tp, int ep) {
     }
     /* plus the gradient norm's sums of squares of expert blocks, all-reduced over ep */
     double norm_bytes = 0;
-    for (int i = 0; i < mg_graph_n_nodes(R.graph); i++) {
-        const mg_node *n = mg_graph_node(R.graph, i);
+    for (int i = 0; i < mg_graph_n_nodes(R->graph); i++) {
+        const mg_node *n = mg_graph_node(R->graph, i);
         if (n->op != MG_OP_ALLREDUCE || n->attrs.comm.group != MG_GROUP_EP) continue;
         norm_bytes += 2.0 * (ep - 1) / ep * (double)mg_numel(n->in[0]) * 4; /* ring all-reduce */
     }
@@ -214,12 +233,7 @@ static void bytes_mode(int tp, int ep) {
         printf("bytes tp=%d ep=%d dp=%d: all-to-all bytes per step over all ranks %.0f (analytic from the routing %.0f; "
                "balanced-routing estimate %.0f); %d MoE layers, %.0f rows sent off-rank per dispatch (all ranks)\n",
                tp, ep, dp, tot[0], tot[1], tot[2], layers, tot[3]);
-    mg_engine_free(eng);
-    mg_storage_free(ps);
-    mg_memplan_free(mp);
-    mg_comm_free(comm);
-    mg_rank_graph_release(&R);
-    mg_step_release(&st);
+    mg_trainer_free(T);
 }
 
 int main(int argc, char **argv) {
@@ -261,73 +275,55 @@ int main(int argc, char **argv) {
     if (mg_plan_check_model(&plan, world, &pm, &err)) die("plan", &err);
 
     /* serial reference */
-    mg_step ser;
-    mg_memplan *sp = NULL;
-    mg_storage *ss = NULL;
-    mg_rank_graph S;
-    mg_storage_options sso = {.n_micro = sc.n_micro, .n_slots = 1};
-    if (mg_step_build(&sc, &ser, &err) || mg_memplan_build(ser.g, true, &sp, &err) ||
-        mg_storage_new_ex(ser.g, sp, &sso, &ss, &err) || mg_storage_init(ss, 42, &err) ||
-        mg_rank_graph_serial(ser.g, &S, &err))
-        die("serial build", &err);
-    CHECK(ser.load_balancing_loss != NULL, "the model has a load-balancing loss");
+    feed_ctx fc = {sc.model.seq_length, sc.micro_batch, 100};
+    mg_trainer *ser = trainer(&sc, &plan, true, true, &fc);
+    const mg_train_step *sst = mg_trainer_train_step(ser);
+    CHECK(mg_train_step_metric(sst, "load_balancing_loss") != NULL, "the model has a load-balancing loss");
     double *sl = calloc((size_t)iters * 3, sizeof *sl);
     for (int it = 0; it < iters; it++) {
-        fill_inputs(&S, &ser, ss, sc.n_micro, 1, 0, it, sc.model.seq_length, sc.micro_batch, 100);
-        mg_exec_info info = {.seed = 42, .iteration = it, .training = true, .n_micro = sc.n_micro};
-        if (mg_exec_reference(ser.g, ss, &info, &err)) die("serial run", &err);
-        sl[3 * it] = *(float *)mg_storage_data(ss, ser.loss);
-        sl[3 * it + 1] = *(float *)mg_storage_data(ss, ser.opt.grad_norm);
-        sl[3 * it + 2] = ser.load_balancing_loss ? *(float *)mg_storage_data(ss, ser.load_balancing_loss) : 0;
+        mg_step_result r;
+        if (mg_trainer_step(ser, &r, &err)) die("serial run", &err);
+        sl[3 * it] = r.loss;
+        sl[3 * it + 1] = r.grad_norm;
+        sl[3 * it + 2] = r.metrics[0]; /* load_balancing_loss */
     }
 
     /* the plan */
-    mg_rank_graph R;
-    mg_comm *comm = NULL;
-    mg_memplan *pp = NULL;
-    mg_storage *ps = NULL;
-    mg_engine *eng = NULL;
-    if (mg_partition(ser.g, &plan, &mesh, &R, &err)) die("partition", &err);
-    if (mg_comm_new(&mesh, &comm, &err)) die("comm", &err);
-    mg_engine_options eo = {.ncpus = 1, .use_priorities = true};
-    int n_local = sc.n_micro / dp, dp_rank = mesh.coord[MG_GROUP_DP];
-    mg_storage_options pso = {.n_micro = n_local, .n_slots = 2};
-    if (mg_memplan_build(R.graph, true, &pp, &err) || mg_storage_new_ex(R.graph, pp, &pso, &ps, &err) ||
-        mg_storage_init(ps, 42, &err) || mg_engine_new(R.graph, ps, &eo, &eng, &err))
-        die("parallel build", &err);
+    mg_trainer *par = trainer(&sc, &plan, false, true, &fc);
+    const mg_graph *L = mg_trainer_train_step(par)->g, *SL = sst->g;
+    const mg_rank_graph *R = mg_trainer_rank_graph(par, false);
+    mg_comm *comm = mg_trainer_comm(par);
+    int n_local = mg_trainer_local_micro(par, &mesh, sc.micro_batch * sc.n_micro);
     /* the plan split the experts */
     int n_expert_params = 0;
-    for (int i = 0; i < mg_graph_n_tensors(ser.g); i++) {
-        const mg_tensor *s = mg_graph_tensor(ser.g, i);
+    for (int i = 0; i < mg_graph_n_tensors(L); i++) {
+        const mg_tensor *s = mg_graph_tensor(L, i);
         if (s->role != MG_ROLE_PARAM || !is_expert(s->name)) continue;
-        const mg_tensor *p = mg_rank_tensor(&R, s);
+        const mg_tensor *p = mg_rank_tensor(R, s);
         n_expert_params++;
         CHECK(p && p->shape[0] == s->shape[0] / ep && mg_numel(p) == mg_numel(s) / ep,
               "expert parameter %s: %lld experts on this rank, want %lld / ep %d", s->name, p ? (long long)p->shape[0] : -1LL,
               (long long)s->shape[0], ep);
     }
     CHECK(n_expert_params == 2 * sc.model.num_layers, "%d expert parameters, want 2 per layer", n_expert_params);
-    int64_t ng, ngs, eg = gmm_experts(R.graph, &ng), egs = gmm_experts(ser.g, &ngs);
+    int64_t ng, ngs, eg = gmm_experts(R->graph, &ng), egs = gmm_experts(SL, &ngs);
     CHECK(ng == ngs && eg * ep == egs, "grouped matmuls over %lld experts (%lld of them), serial %lld (%lld)", (long long)eg,
           (long long)ng, (long long)egs, (long long)ngs);
     int n_rs = 0;
-    for (int i = 0; i < mg_graph_n_nodes(R.graph); i++)
-        n_rs += mg_graph_node(R.graph, i)->op == MG_OP_REDUCE_SCATTER && mg_graph_node(R.graph, i)->attrs.comm.group == MG_GROUP_DP;
+    for (int i = 0; i < mg_graph_n_nodes(R->graph); i++)
+        n_rs += mg_graph_node(R->graph, i)->op == MG_OP_REDUCE_SCATTER && mg_graph_node(R->graph, i)->attrs.comm.group == MG_GROUP_DP;
     CHECK((n_rs > 0) == (plan.distributed_optimizer && dp > 1), "%d gradient-bucket reduce-scatters over dp with distopt %d", n_rs,
           plan.distributed_optimizer);
-    mg_tensor *loss = mg_rank_tensor(&R, ser.loss), *gn = mg_rank_tensor(&R, ser.opt.grad_norm),
-              *lb = mg_rank_tensor(&R, ser.load_balancing_loss);
-    CHECK(loss && gn && lb, "the rank graph binds lm loss, grad norm and load-balancing loss");
+    const mg_train_step *pst = mg_trainer_train_step(par);
+    CHECK(mg_rank_tensor(R, pst->loss) && mg_rank_tensor(R, pst->opt.grad_norm) && mg_rank_tensor(R, pst->metrics[0]),
+          "the rank graph binds lm loss, grad norm and load-balancing loss");
     mg_comm_reset_bytes(comm);
     double worst[3] = {0, 0, 0};
     const char *what[3] = {"lm loss", "grad norm", "load-balancing loss"};
-    for (int it = 0; it < iters && loss && gn && lb; it++) {
-        fill_inputs(&R, &ser, ps, n_local, dp, dp_rank, it, sc.model.seq_length, sc.micro_batch, 100);
-        mg_exec_info info = {.seed = 42, .iteration = it, .training = true, .comm = comm, .n_micro = n_local,
-                             .mb_offset = dp_rank, .mb_stride = dp};
-        if (mg_engine_run(eng, &info, &err)) die("parallel run", &err);
-        double v[3] = {*(float *)mg_storage_data(ps, loss), *(float *)mg_storage_data(ps, gn),
-                       *(float *)mg_storage_data(ps, lb)};
+    for (int it = 0; it < iters; it++) {
+        mg_step_result r;
+        if (mg_trainer_step(par, &r, &err)) die("parallel run", &err);
+        double v[3] = {r.loss, r.grad_norm, r.metrics[0]};
         for (int k = 0; k < 3; k++) {
             double rel = fabs(v[k] - sl[3 * it + k]) / fabs(sl[3 * it + k]);
             if (rel > worst[k]) worst[k] = rel;
@@ -337,20 +333,21 @@ int main(int argc, char **argv) {
     }
     double sent[MG_GROUP_COUNT], counted[MG_GROUP_COUNT];
     mg_comm_bytes(comm, sent);
-    mg_plan_comm_bytes(R.graph, n_local, counted);
+    mg_plan_comm_bytes(R->graph, n_local, counted);
     for (int g = 0; g < MG_GROUP_WORLD; g++)
         if (g != MG_GROUP_EP)
             CHECK(sent[g] == iters * counted[g], "group %s: sent %.0f bytes in %d steps, the graph counts %.0f per step",
                   mg_group_name((mg_group)g), sent[g], iters, counted[g]);
     CHECK(sent[MG_GROUP_EP] > 0, "the ep group sent nothing");
+    /* (the two trainers build the same logical graph: a parameter has one id in both) */
     double worst_param = 0;
-    for (int i = 0; i < mg_graph_n_tensors(ser.g); i++) {
-        const mg_tensor *s = mg_graph_tensor(ser.g, i);
+    for (int i = 0; i < mg_graph_n_tensors(SL); i++) {
+        const mg_tensor *s = mg_graph_tensor(SL, i), *t = NULL;
         if (s->role != MG_ROLE_PARAM) continue;
-        const mg_tensor *t = mg_rank_tensor(&R, s);
+        const float *pv = mg_trainer_data(par, mg_graph_tensor(L, i), &t);
         CHECK(t != NULL, "parameter %s is bound on this rank", s->name);
         if (!t) continue;
-        double e = compare_block(t, mg_storage_data(ps, t), s, mg_storage_data(ss, s));
+        double e = compare_block(t, pv, s, mg_trainer_data(ser, s, NULL));
         if (e > worst_param) worst_param = e;
         CHECK(e <= 1.0, "parameter %s differs from the serial run (%.3g x tolerance)", t->name, e);
     }
@@ -365,15 +362,8 @@ int main(int argc, char **argv) {
                "%.0f measured, %.0f balanced-routing estimate: %s\n",
                act, plan.tp, ep, dp, capacity, plan.distributed_optimizer, plan.sequence_parallel, iters, red[0], red[1], red[2], red[3], red[4], red[5],
                total_fail ? "FAILED" : "ok");
-    mg_engine_free(eng);
-    mg_storage_free(ps);
-    mg_memplan_free(pp);
-    mg_comm_free(comm);
-    mg_rank_graph_release(&R);
-    mg_storage_free(ss);
-    mg_rank_graph_release(&S);
-    mg_memplan_free(sp);
-    mg_step_release(&ser);
+    mg_trainer_free(par);
+    mg_trainer_free(ser);
     free(sl);
     MPI_Finalize();
     return total_fail ? 1 : 0;

@@ -12,10 +12,10 @@
  * --multi-latent-attention --q-lora-rank --qk-layernorm and YaRN, or kvc: llama with heads of 12
  * (--kv-channels, not hidden / heads), q/k norms and YaRN, or rope3: llama with Llama 3.1's
  * RoPE scaling and interleaved pairs).
- * Every rank builds the same logical step graph of a small GPT (dropout on, several
- * micro-batches), runs it serially with the reference executor, then partitions it
- * for its rank and runs the physical graph on the StarPU engine with MPI
- * collectives. Per iteration, the loss and the gradient norm (before clipping: it
+ * Every rank trains the same small GPT (dropout on, several micro-batches) twice with
+ * the trainer (mgraph/trainer.h): alone, with the reference executor on the logical
+ * graph, then under the plan: partitioned for its rank and run on the StarPU engine
+ * with MPI collectives. Per iteration, the loss and the gradient norm (before clipping: it
  * shows gradients scaled by a constant, which clipping and Adam hide from the losses)
  * must match the serial ones; after the last iteration, every parameter block a rank
  * holds must match the same block of the serial parameter (blocks located through
@@ -41,6 +41,7 @@
 #include "mgraph/engine.h"
 #include "mgraph/model.h"
 #include "mgraph/plan.h"
+#include "mgraph/trainer.h"
 
 static int rank_, failures;
 
@@ -84,36 +85,60 @@ static int32_t label(int it, int k, int t, int j, int vocab) {
  * places in every sample): per-sample positions and attention within documents. */
 static bool g_documents;
 
-/* The inputs of this rank's micro-batch instances: instance i is global micro-batch
- * i * dp + dp_rank (mg_exec_info); the serial run is dp 1. */
-static void fill_inputs(const mg_rank_graph *R, const mg_step *step, mg_storage *st, int n_local, int dp, int dp_rank,
-                        int it, int s, int b, int vocab) {
-    /* positions: one [s] for every sample, or per sample (documents: per micro-batch) */
-    mg_tensor *pos = mg_rank_tensor(R, step->positions);
-    if (pos && !pos->per_microbatch) {
-        int32_t *p = mg_storage_data(st, pos);
-        for (int t = 0; t < s; t++) p[t] = t;
-        pos = NULL;
+/* The trainer's feed: one micro-batch instance of global micro-batch k of iteration it
+ * (the trainer deals them out in Megatron's sampler order), or with instance -1 the
+ * positions shared by every sample (a block of them under context parallelism). */
+typedef struct feed_ctx { int s, b, vocab; } feed_ctx;
+
+static int feed(void *user, const mg_feed *f, mg_error *err) {
+    (void)err;
+    const feed_ctx *c = user;
+    const mg_tensor *local;
+    int32_t *p = mg_feed_data(f, "position_ids", &local);
+    if (f->instance < 0) {
+        for (int64_t t = 0; p && t < mg_numel(local); t++) p[t] = (int32_t)(local->logical.offset[0] + t);
+        return MG_OK;
     }
-    /* (a pipeline stage has the inputs its layers read: tokens first, labels last) */
-    mg_tensor *tok = mg_rank_tensor(R, step->tokens), *lab = mg_rank_tensor(R, step->targets),
-              *dst = mg_rank_tensor(R, step->doc_start);
-    for (int i = 0; i < n_local && (tok || lab || pos || dst); i++) {
-        int k = i * dp + dp_rank;
-        int32_t *x = tok ? mg_storage_data_mb(st, tok, i) : NULL, *y = lab ? mg_storage_data_mb(st, lab, i) : NULL;
-        int32_t *p = pos ? mg_storage_data_mb(st, pos, i) : NULL, *d = dst ? mg_storage_data_mb(st, dst, i) : NULL;
-        for (int j = 0; j < b; j++) {
-            int32_t start = 0;
-            for (int t = 0; t < s; t++) {
-                int32_t xt = token(it, k, t, j, vocab);
-                if (x) x[t * b + j] = xt;
-                if (y) y[t * b + j] = label(it, k, t, j, vocab);
-                if (p) p[t * b + j] = t - start;
-                if (d) d[t * b + j] = start;
-                if (xt < vocab / 5) start = t + 1;
-            }
+    int32_t *x = mg_feed_data(f, "input_ids", NULL), *y = mg_feed_data(f, "labels", NULL),
+            *d = mg_feed_data(f, "doc_start", NULL);
+    int it = (int)f->iteration, k = f->micro_batch, s = c->s, b = c->b;
+    for (int j = 0; j < b; j++) {
+        int32_t start = 0;
+        for (int t = 0; t < s; t++) {
+            int32_t xt = token(it, k, t, j, c->vocab);
+            if (x) x[t * b + j] = xt;
+            if (y) y[t * b + j] = label(it, k, t, j, c->vocab);
+            if (p) p[t * b + j] = t - start;
+            if (d) d[t * b + j] = start;
+            if (xt < c->vocab / 5) start = t + 1;
         }
     }
+    return MG_OK;
+}
+
+/* A trainer for the GPT step of sc under plan (serial: this process alone, the
+ * reference executor, the logical graph itself). */
+static mg_trainer *trainer(const mg_step_config *sc, const mg_plan *plan, bool serial, bool overlap, feed_ctx *fc) {
+    mg_trainer_config c = mg_trainer_defaults();
+    c.model = (mg_model){.name = "gpt", .forward = mg_gpt_forward_fn, .user = (void *)sc,
+                         .num_layers = sc->model.num_layers};
+    c.data = (mg_data_source){.user = fc, .feed = feed};
+    if (serial) mg_plan_defaults(&c.plan);
+    else c.plan = *plan;
+    c.plan.micro_batch_split = 1; /* each micro-batch whole, as the serial run */
+    c.micro_batch = sc->micro_batch;
+    c.global_batch = sc->micro_batch * sc->n_micro;
+    c.optim = sc->optim;
+    c.seed = 42;
+    c.serial = serial;
+    c.reference = serial;
+    c.cpu_workers = 1;
+    c.overlap_grad_reduce = overlap;
+    c.check_nan = false;
+    mg_trainer *t = NULL;
+    mg_error err = {0};
+    if (mg_trainer_new(&c, &t, &err) || mg_trainer_start(t, &err)) die(serial ? "serial build" : "parallel build", &err);
+    return t;
 }
 
 /* Compares a physical parameter block with the same block of the serial tensor:
@@ -356,63 +381,37 @@ int main(int argc, char **argv) {
     if (mg_plan_check_model(&plan, world, &pm, &err)) die("plan", &err);
 
     /* serial reference */
-    mg_step ser;
-    mg_memplan *sp = NULL;
-    mg_storage *ss = NULL;
-    mg_rank_graph S; /* the serial run: the logical graph, bound to itself */
-    mg_storage_options sso = {.n_micro = sc.n_micro, .n_slots = 1};
-    if (mg_step_build(&sc, &ser, &err) || mg_memplan_build(ser.g, true, &sp, &err) ||
-        mg_storage_new_ex(ser.g, sp, &sso, &ss, &err) || mg_storage_init(ss, 42, &err) ||
-        mg_rank_graph_serial(ser.g, &S, &err))
-        die("serial build", &err);
+    feed_ctx fc = {sc.model.seq_length, sc.micro_batch, 100};
+    mg_trainer *ser = trainer(&sc, &plan, true, false, &fc);
     double *serial_loss = calloc((size_t)iters, sizeof *serial_loss);
     double *serial_gn = calloc((size_t)iters, sizeof *serial_gn);
     for (int it = 0; it < iters; it++) {
-        fill_inputs(&S, &ser, ss, sc.n_micro, 1, 0, it, sc.model.seq_length, sc.micro_batch, 100);
-        mg_exec_info info = {.seed = 42, .iteration = it, .training = true, .n_micro = sc.n_micro};
-        if (mg_exec_reference(ser.g, ss, &info, &err)) die("serial run", &err);
-        serial_loss[it] = *(float *)mg_storage_data(ss, ser.loss);
-        serial_gn[it] = *(float *)mg_storage_data(ss, ser.opt.grad_norm);
+        mg_step_result r;
+        if (mg_trainer_step(ser, &r, &err)) die("serial run", &err);
+        serial_loss[it] = r.loss;
+        serial_gn[it] = r.grad_norm;
     }
 
     /* the plan */
-    mg_rank_graph R;
-    mg_graph *P = NULL;
-    mg_comm *comm = NULL;
-    mg_memplan *pp = NULL;
-    mg_storage *ps = NULL;
-    mg_engine *eng = NULL;
-    if (mg_partition(ser.g, &plan, &mesh, &R, &err)) die("partition", &err);
-    P = R.graph;
-    if (mg_comm_new(&mesh, &comm, &err)) die("comm", &err);
-    mg_engine_options eo = {NULL, 1, true, overlap, plan.pp, mesh.coord[MG_GROUP_PP], plan.vpp, plan.pp_schedule};
-    int n_local = sc.n_micro / dp, dp_rank = mesh.coord[MG_GROUP_DP];
-    mg_storage_options pso = {.n_micro = n_local, .n_slots = 2};
-    if (plan.pp > 1) { /* the schedule's micro-batches in flight */
-        int need = 0;
-        if (mg_pp_schedule_in_flight(plan.pp_schedule, plan.pp, plan.vpp, mesh.coord[MG_GROUP_PP], n_local, &need, &err))
-            die("pipeline schedule", &err);
-        if (need > pso.n_slots) pso.n_slots = need;
-    }
-    if (mg_memplan_build(P, true, &pp, &err) || mg_storage_new_ex(P, pp, &pso, &ps, &err) ||
-        mg_storage_init(ps, 42, &err) || mg_engine_new(P, ps, &eo, &eng, &err))
-        die("parallel build", &err);
-    mg_tensor *loss = mg_rank_tensor(&R, ser.loss), *gn = mg_rank_tensor(&R, ser.opt.grad_norm);
-    CHECK(loss != NULL && gn != NULL, "physical graph has lm_loss and %s", ser.opt.grad_norm->name);
-    check_partitioned(ser.g, &R, &mesh, n_local, mg_gpt_is_gpt2(&sc.model), &sc, plan.distributed_optimizer);
+    mg_trainer *par = trainer(&sc, &plan, false, overlap, &fc);
+    const mg_graph *L = mg_trainer_train_step(par)->g;
+    const mg_rank_graph *R = mg_trainer_rank_graph(par, false);
+    const mg_graph *P = R->graph;
+    mg_comm *comm = mg_trainer_comm(par);
+    int n_local = mg_trainer_local_micro(par, &mesh, sc.micro_batch * sc.n_micro);
+    CHECK(mg_rank_tensor(R, mg_trainer_train_step(par)->loss) != NULL, "physical graph has lm_loss");
+    check_partitioned(L, R, &mesh, n_local, mg_gpt_is_gpt2(&sc.model), &sc, plan.distributed_optimizer);
     mg_comm_reset_bytes(comm);
     double worst_loss = 0, worst_gn = 0;
-    for (int it = 0; it < iters && loss; it++) {
-        fill_inputs(&R, &ser, ps, n_local, dp, dp_rank, it, sc.model.seq_length, sc.micro_batch, 100);
-        mg_exec_info info = {.seed = 42, .iteration = it, .training = true, .comm = comm, .n_micro = n_local,
-                             .mb_offset = dp_rank, .mb_stride = dp};
-        if (mg_engine_run(eng, &info, &err)) die("parallel run", &err);
-        double l = *(float *)mg_storage_data(ps, loss);
+    for (int it = 0; it < iters; it++) {
+        mg_step_result r;
+        if (mg_trainer_step(par, &r, &err)) die("parallel run", &err);
+        double l = r.loss;
         double rel = fabs(l - serial_loss[it]) / fabs(serial_loss[it]);
         if (rel > worst_loss) worst_loss = rel;
         CHECK(rel <= 1e-5, "iteration %d: loss %.9g, serial %.9g (relative error %.3g > 1e-5)", it + 1, l,
               serial_loss[it], rel);
-        double n = gn ? *(float *)mg_storage_data(ps, gn) : NAN, rn = fabs(n - serial_gn[it]) / fabs(serial_gn[it]);
+        double n = r.grad_norm, rn = fabs(n - serial_gn[it]) / fabs(serial_gn[it]);
         if (rn > worst_gn) worst_gn = rn;
         CHECK(rn <= 1e-5, "iteration %d: grad norm %.9g, serial %.9g (relative error %.3g > 1e-5)", it + 1, n,
               serial_gn[it], rn);
@@ -424,16 +423,18 @@ int main(int argc, char **argv) {
     for (int g = 0; g < MG_GROUP_COUNT; g++)
         if (g != MG_GROUP_WORLD) CHECK(sent[g] == iters * counted[g], "group %s: sent %.0f bytes in %d steps, the graph counts %.0f per step",
               mg_group_name((mg_group)g), sent[g], iters, counted[g]);
-    /* compare weights: each logical parameter's block on this rank */
+    /* compare weights: each logical parameter's block on this rank (the two trainers
+     * build the same logical graph: a parameter is found in both by its id) */
+    const mg_graph *SL = mg_trainer_train_step(ser)->g;
     double worst_param = 0, worst_elem = 0;
     int n_params = 0;
-    for (int i = 0; i < mg_graph_n_tensors(ser.g); i++) {
-        const mg_tensor *s = mg_graph_tensor(ser.g, i);
+    for (int i = 0; i < mg_graph_n_tensors(SL); i++) {
+        const mg_tensor *s = mg_graph_tensor(SL, i), *lt = mg_graph_tensor(L, i), *t = NULL;
         if (s->role != MG_ROLE_PARAM) continue;
-        const mg_tensor *t = mg_rank_tensor(&R, s);
+        const float *pv = mg_trainer_data(par, lt, &t);
         CHECK(plan.pp > 1 || (t != NULL && t->role == MG_ROLE_PARAM), "parameter %s is bound on this rank", s->name);
         if (!t) continue; /* (another pipeline stage's) */
-        double e = compare_block(t, mg_storage_data(ps, t), s, mg_storage_data(ss, s), &worst_elem);
+        double e = compare_block(t, pv, s, mg_trainer_data(ser, s, NULL), &worst_elem);
         n_params++;
         if (e > worst_param) worst_param = e;
         CHECK(e <= 1.0, "parameter %s differs from the serial run (%.3g x tolerance)", t->name, e);
@@ -449,15 +450,8 @@ int main(int argc, char **argv) {
                argc > 7 ? argv[7] : "gpt2", plan.tp, plan.cp, plan.pp, plan.vpp, mg_pp_schedule_name(plan.pp_schedule), dp,
                plan.sequence_parallel, plan.distributed_optimizer,
                plan.matmul_tiles, iters, red[0], red[3], red[1], red[2], total_fail ? "FAILED" : "ok");
-    mg_engine_free(eng);
-    mg_storage_free(ps);
-    mg_memplan_free(pp);
-    mg_comm_free(comm);
-    mg_rank_graph_release(&R);
-    mg_storage_free(ss);
-    mg_rank_graph_release(&S);
-    mg_memplan_free(sp);
-    mg_step_release(&ser);
+    mg_trainer_free(par);
+    mg_trainer_free(ser);
     free(serial_loss);
     free(serial_gn);
     MPI_Finalize();

@@ -1,0 +1,419 @@
+/* The trainer's checkpoints (include/mgraph/trainer.h: mg_trainer_save, cfg.ckpt) on
+ * top of include/mgraph/checkpoint.h.
+ *
+ * The one place that knows how a rank's physical graph maps onto logical pieces
+ * (parameters and Adam moments by their logical names; the distributed optimizer's
+ * flat moment segments of a tensor-parallel block), and what the run state is
+ * (iteration, consumed samples, validation position, learning-rate schedule, seed,
+ * plan); the model's own metadata (its flags) is the caller's (cfg.ckpt.meta / check).
+ * With several ranks, saves and loads are collective over MPI_COMM_WORLD, and a
+ * checkpoint saved under one plan loads under any other (resharding is the checkpoint
+ * reader's).
+ */
+#include <jansson.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mgraph/placement.h"
+#include "runtime/trainer_internal.h"
+
+/* ---- the physical graph as pieces --------------------------------------------------------- */
+
+/* Persistent leaves are the state that outlives a step: parameters and Adam moments. */
+static bool is_state(const mg_tensor *t) {
+    return !t->src && t->persistent && (t->role == MG_ROLE_PARAM || t->role == MG_ROLE_OPT_STATE);
+}
+
+/* The parameter a moment belongs to ("x.weight.exp_avg" -> "x.weight"). */
+static mg_tensor *moment_param(const mg_graph *g, const char *name) {
+    char base[512];
+    const char *suf[] = {".exp_avg_sq", ".exp_avg"};
+    size_t n = strlen(name);
+    for (int i = 0; i < 2; i++) {
+        size_t k = strlen(suf[i]);
+        if (n > k && n - k < sizeof base && !strcmp(name + n - k, suf[i])) {
+            memcpy(base, name, n - k);
+            base[n - k] = '\0';
+            return mg_graph_find(g, base);
+        }
+    }
+    return NULL;
+}
+
+/* Describes state tensor t of this rank's graph as a piece. *owner says whether this
+ * rank is the one that writes it (each logical element is saved by one rank only:
+ * data-parallel rank 0, tensor-parallel rank 0 for what tp replicates; every dp rank
+ * for its distributed-optimizer segments; every pipeline stage for its own layers, the
+ * stages' shared state being left to the first that holds it, see drop_lower_stages). */
+static int piece_of(const mg_graph *g, const mg_mesh *mesh, mg_tensor *t, mg_storage *st, mg_ckpt_piece *p,
+                    bool *owner, mg_error *err) {
+    memset(p, 0, sizeof *p);
+    p->name = t->name;
+    p->dtype = t->dtype;
+    p->data = mg_storage_data(st, t);
+    /* A stage's state is not replicated over pp but placed: each stage holds its own
+     * layers whole (pp FULL), so every stage's ranks own theirs. */
+    mg_mesh staged = *mesh;
+    staged.coord[MG_GROUP_PP] = 0;
+    *owner = mg_placement_owner(&t->place, &staged);
+    if (t->place.ax[MG_GROUP_DP].kind == MG_SHARD_SPLIT) {
+        /* a distributed-optimizer moment: a flat segment of its parameter's tp block */
+        mg_tensor *par = moment_param(g, t->name);
+        /* (dist_opt.c gives the segment the logical moment's numel as its logical shape,
+         * and its offset inside this rank's tp block: only the offset is used here) */
+        if (!par || t->ndim != 1 || t->logical.ndim != 1 || t->logical.offset[0] + t->shape[0] > mg_numel(par))
+            return mg_error_set(err, MG_ERR_RUNTIME, "checkpoint: cannot place optimizer segment '%s'", t->name);
+        p->ndim = par->logical.ndim;
+        for (int d = 0; d < p->ndim; d++) {
+            p->shape[d] = par->logical.shape[d];
+            p->offset[d] = par->logical.offset[d];
+            p->block[d] = par->shape[d];
+        }
+        p->lo = t->logical.offset[0];
+        p->hi = p->lo + t->shape[0];
+        return MG_OK;
+    }
+    if (t->logical.ndim != t->ndim)
+        return mg_error_set(err, MG_ERR_RUNTIME, "checkpoint: '%s' has %d dims, its logical tensor %d", t->name, t->ndim,
+                            t->logical.ndim);
+    p->ndim = t->ndim;
+    for (int d = 0; d < p->ndim; d++) {
+        p->shape[d] = t->logical.shape[d];
+        p->offset[d] = t->logical.offset[d];
+        p->block[d] = t->shape[d];
+    }
+    return MG_OK;
+}
+
+/* The state pieces of g: all of them (owned_only false), or those this rank saves. */
+static int collect(const mg_graph *g, const mg_mesh *mesh, mg_storage *st, bool owned_only, bool moments,
+                   mg_ckpt_piece **out, int *n, mg_error *err) {
+    int nt = mg_graph_n_tensors(g), k = 0;
+    mg_ckpt_piece *v = calloc((size_t)nt + 1, sizeof *v);
+    if (!v) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < nt; i++) {
+        mg_tensor *t = mg_graph_tensor(g, i);
+        if (!is_state(t) || (!moments && t->role != MG_ROLE_PARAM)) continue;
+        bool owner = false;
+        int rc = piece_of(g, mesh, t, st, &v[k], &owner, err);
+        if (rc) {
+            free(v);
+            return rc;
+        }
+        if (owner || !owned_only) k++;
+    }
+    *out = v;
+    *n = k;
+    return MG_OK;
+}
+
+/* State several pipeline stages hold (the tied word embedding and its moments, on the
+ * first and the last stage) is written by the lowest of them. A rank learns what the
+ * lower stages of its pp group write by gathering their piece names; the stages' graphs
+ * know which tensors they share only through the partitioner, and checkpoints are
+ * rare enough that a gather of names costs nothing that matters. */
+static int drop_lower_stages(const mg_mesh *mesh, mg_ckpt_piece *v, int *n, mg_error *err) {
+    int P = mesh->size[MG_GROUP_PP], me = mesh->coord[MG_GROUP_PP];
+    if (P <= 1) return MG_OK;
+    if (P > 64) /* (the partitioner's limit too: every rank returns here alike) */
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "checkpoint: more than 64 pipeline stages");
+    size_t len = 1;
+    for (int i = 0; i < *n; i++) len += strlen(v[i].name) + 1;
+    char *mine = malloc(len + 1);
+    int mylen = 0;
+    if (mine) {
+        mine[mylen++] = '\n'; /* every name is found as "\nNAME\n" */
+        for (int i = 0; i < *n; i++) mylen += sprintf(mine + mylen, "%s\n", v[i].name);
+    }
+    /* Every rank of the group takes part in every collective below, whatever its own
+     * allocations did, and all learn together whether the gather can go ahead. */
+    MPI_Comm pp;
+    MPI_Comm_split(MPI_COMM_WORLD, mg_mesh_peer(mesh, MG_GROUP_PP, 0), me, &pp);
+    int lens[64], offs[64];
+    MPI_Allgather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, pp);
+    long long total = 0;
+    for (int s = 0; s < P; s++) {
+        offs[s] = (int)total;
+        total += lens[s];
+    }
+    char *all = mine && total < INT32_MAX ? malloc((size_t)total + 1) : NULL;
+    int ok = all != NULL;
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, pp);
+    int rc = ok ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "checkpoint: out of memory gathering %lld bytes of names", total);
+    if (ok) {
+        MPI_Allgatherv(mine, mylen, MPI_CHAR, all, lens, offs, MPI_CHAR, pp);
+        all[offs[me]] = '\0'; /* the lower stages' names only; each list starts with its own newline */
+        int kept = 0;
+        for (int i = 0; i < *n; i++) {
+            char key[600];
+            snprintf(key, sizeof key, "\n%s\n", v[i].name);
+            if (!strstr(all, key)) v[kept++] = v[i];
+        }
+        *n = kept;
+    }
+    MPI_Comm_free(&pp);
+    free(all);
+    free(mine);
+    return rc;
+}
+
+/* ---- run metadata ------------------------------------------------------------------------ */
+/* Merges the caller's object into m: objects key by key, other values replaced. */
+static void merge(json_t *m, json_t *extra) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(extra, key, v) {
+        json_t *have = json_object_get(m, key);
+        if (json_is_object(have) && json_is_object(v)) json_object_update(have, v);
+        else json_object_set(m, key, v);
+    }
+}
+
+static char *meta_text(const mg_trainer *t, mg_error *err) {
+    const mg_trainer_config *c = &t->cfg;
+    const mg_adamw_config *o = &c->optim;
+    const mg_plan *plan = &c->plan;
+    const char *styles[] = {"constant", "linear", "cosine", "inverse-square-root", "WSD"};
+    json_t *m = json_pack(
+        "{s:{s:s}, s:{s:i, s:i, s:i, s:b, s:b, s:I}, s:I, s:I, s:{s:I, s:I, s:i, s:i}, "
+        "s:{s:f, s:f, s:f, s:I, s:s, s:I}, s:{s:s, s:I}, s:{s:f, s:f, s:f, s:f, s:f}}",
+        "model", "arch", c->model.name ? c->model.name : "model",
+        "plan", "tensor_model_parallel_size", plan->tp, "data_parallel_size", t->mesh.size[MG_GROUP_DP], "world_size",
+        t->mesh.world, "sequence_parallel", plan->sequence_parallel, "use_distributed_optimizer",
+        plan->distributed_optimizer, "bucket_size", (json_int_t)plan->bucket_numel,
+        "iteration", (json_int_t)t->iteration, "consumed_samples", (json_int_t)t->consumed,
+        "data", "consumed_train_samples", (json_int_t)t->consumed, "eval_batches_done", (json_int_t)t->eval_done,
+        "global_batch_size", c->global_batch, "micro_batch_size", c->micro_batch,
+        "lr_schedule", "lr", (double)o->lr.lr, "min_lr", (double)o->lr.min_lr, "warmup_steps",
+        o->lr.warmup_steps, "decay_steps", (json_int_t)o->lr.decay_steps, "style", styles[o->lr.style],
+        "num_steps", (json_int_t)mg_lr_samples_before(&o->lr, t->iteration),
+        "rng", "kind", "philox4x32-10(seed, logical key, element, iteration)", "seed", (json_int_t)t->seed,
+        "optimizer", "beta1", (double)o->beta1, "beta2", (double)o->beta2, "eps", (double)o->eps, "weight_decay",
+        (double)o->weight_decay, "clip_grad", (double)o->clip_grad);
+    if (!m) {
+        mg_error_set(err, MG_ERR_NOMEM, "checkpoint: out of memory");
+        return NULL;
+    }
+    /* the model's own (its flags), merged over the generic ones */
+    if (c->ckpt.meta) {
+        char *text = c->ckpt.meta(c->ckpt.user);
+        json_error_t je;
+        json_t *extra = text ? json_loads(text, 0, &je) : NULL;
+        free(text);
+        if (!json_is_object(extra)) {
+            json_decref(extra);
+            json_decref(m);
+            mg_error_set(err, MG_ERR_RUNTIME, "checkpoint: the model's metadata is not a JSON object");
+            return NULL;
+        }
+        merge(m, extra);
+        json_decref(extra);
+    }
+    /* no_save_optim: the model without the Adam moments; no_save_rng: without the seed
+     * (a run loading it uses its own seed, as Megatron's distributed checkpoints do) */
+    json_object_set_new(m, "optimizer_state", json_boolean(!c->ckpt.no_save_optim));
+    if (!c->ckpt.no_save_optim) json_object_set_new(m, "optimizer_start", json_integer(t->optim_start));
+    if (c->ckpt.no_save_rng) json_object_del(m, "rng");
+    json_object_set_new(json_object_get(m, "plan"), "pipeline_model_parallel_size", json_integer(plan->pp));
+    if (o->lr.wd_style != MG_WD_CONSTANT) { /* the weight-decay schedule (Megatron saves it too) */
+        json_t *ls = json_object_get(m, "lr_schedule");
+        json_object_set_new(ls, "wd_incr_style", json_string(o->lr.wd_style == MG_WD_LINEAR ? "linear" : "cosine"));
+        json_object_set_new(ls, "start_wd", json_real(o->lr.wd_start));
+        json_object_set_new(ls, "end_wd", json_real(o->lr.wd_end));
+        json_object_set_new(ls, "wd_incr_steps", json_integer(o->lr.wd_incr_steps));
+    }
+    char *text = json_dumps(m, JSON_COMPACT);
+    json_decref(m);
+    if (!text) mg_error_set(err, MG_ERR_NOMEM, "checkpoint: out of memory");
+    return text;
+}
+
+/* ---- saving ---------------------------------------------------------------------------------- */
+/* Every rank learns whether any failed; a rank that did not gets a message saying so. */
+static int agree(const mg_trainer *t, int rc, mg_error *err) {
+    if (!t->collective) return rc;
+    int mine = rc != 0, any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any && !rc) return mg_error_set(err, MG_ERR_IO, "checkpoint save failed on another rank");
+    return rc;
+}
+
+int mg_trainer_save(mg_trainer *t, mg_error *err) {
+    const char *dir = t->cfg.ckpt.save;
+    if (!dir) return mg_error_set(err, MG_ERR_INVALID, "trainer: no checkpoint directory to save into (ckpt.save)");
+    int rc = mg_trainer_start(t, err);
+    if (rc) return rc;
+    const mg_mesh *mesh = &t->mesh;
+    bool moments = !t->cfg.ckpt.no_save_optim;
+    mg_graph *g = t->train.rg.graph;
+    mg_storage *st = t->train.st;
+    rc = mesh->rank == 0 ? mg_ckpt_begin(dir, t->iteration, err) : MG_OK;
+    rc = agree(t, rc, err);
+    mg_ckpt_piece *pieces = NULL, *all = NULL;
+    int n = 0, n_all = 0;
+    if (!rc) rc = collect(g, mesh, st, true, moments, &pieces, &n, err);
+    /* everything this rank holds: mg_ckpt_finish checks that some rank wrote each */
+    if (!rc) rc = collect(g, mesh, st, false, moments, &all, &n_all, err);
+    const char **held = !rc ? calloc((size_t)n_all + 1, sizeof *held) : NULL;
+    if (!rc && !held) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    for (int i = 0; !rc && i < n_all; i++) held[i] = all[i].name;
+    /* (every rank of a pipeline group gathers, whether or not its collect failed) */
+    int drc = mesh->size[MG_GROUP_PP] > 1 ? drop_lower_stages(mesh, pieces, &n, err) : MG_OK;
+    if (!rc) rc = drc;
+    if (!rc) rc = mg_ckpt_write_rank(dir, t->iteration, mesh->rank, pieces, n, held, n_all, err);
+    free(held);
+    free(all);
+    free(pieces);
+    rc = agree(t, rc, err);
+    if (!rc && mesh->rank == 0) {
+        char *meta = meta_text(t, err);
+        rc = meta ? mg_ckpt_finish(dir, t->iteration, mesh->world, meta, t->cfg.ckpt.retain, err) : err->code;
+        free(meta);
+    }
+    return agree(t, rc, err);
+}
+
+/* ---- loading ----------------------------------------------------------------------------------- */
+void mg_trainer_load_close(mg_trainer *t) {
+    mg_ckpt_close(t->ck);
+    t->ck = NULL;
+}
+
+static int64_t get_int(json_t *o, const char *path1, const char *path2, bool *ok) {
+    json_t *v = json_object_get(o, path1);
+    if (path2) v = json_object_get(v, path2);
+    if (!json_is_integer(v)) *ok = false;
+    return json_integer_value(v);
+}
+
+/* Megatron's OptimizerParamScheduler.load_state_dict: each saved value must equal this
+ * run's (by default), or replaces it (use_saved), or is ignored (override; the caller
+ * does not come here). Checkpoints saved before the weight-decay schedule was recorded
+ * have only the rate's. */
+static int check_schedule(const mg_ckpt *ck, json_t *saved, bool use_saved, mg_lr_schedule *lr, mg_error *err) {
+    static const char *styles[] = {"constant", "linear", "cosine", "inverse-square-root", "WSD"};
+    static const char *wd_styles[] = {"constant", "linear", "cosine"};
+    if (!json_is_object(saved)) return mg_error_set(err, MG_ERR_IO, "%s: no lr_schedule in the index", mg_ckpt_dir(ck));
+    const char *sty = json_string_value(json_object_get(saved, "style"));
+    const char *wsty = json_string_value(json_object_get(saved, "wd_incr_style"));
+    int style = -1, wd_style = wsty ? -1 : MG_WD_CONSTANT;
+    for (int i = 0; i < 5 && sty; i++)
+        if (!strcmp(sty, styles[i])) style = i;
+    for (int i = 1; i < 3 && wsty; i++)
+        if (!strcmp(wsty, wd_styles[i])) wd_style = i;
+    json_t *v[8] = {json_object_get(saved, "lr"), json_object_get(saved, "min_lr"), json_object_get(saved, "warmup_steps"),
+                    json_object_get(saved, "decay_steps"), json_object_get(saved, "start_wd"),
+                    json_object_get(saved, "end_wd"), json_object_get(saved, "wd_incr_steps"), NULL};
+    bool ok = style >= 0 && wd_style >= 0;
+    for (int i = 0; i < (wsty ? 7 : 4); i++) ok = ok && json_is_number(v[i]);
+    if (!ok) return mg_error_set(err, MG_ERR_IO, "%s: the lr_schedule of the index is missing or invalid", mg_ckpt_dir(ck));
+    /* (the floats as the run holds them: the index has their double values) */
+    struct { const char *flag; bool same; } f[] = {
+        {"--lr", (float)json_number_value(v[0]) == lr->lr},
+        {"--min-lr", (float)json_number_value(v[1]) == lr->min_lr},
+        {"the warmup (--lr-warmup-iters, -samples or -fraction)", json_number_value(v[2]) == lr->warmup_steps},
+        {"the decay span (--lr-decay-iters or -samples, or the run's length)", json_number_value(v[3]) == (double)lr->decay_steps},
+        {"--lr-decay-style", style == (int)lr->style},
+        {"--weight-decay-incr-style", wd_style == (int)lr->wd_style},
+        {"--start-weight-decay", !wsty || (float)json_number_value(v[4]) == lr->wd_start},
+        {"--end-weight-decay", !wsty || (float)json_number_value(v[5]) == lr->wd_end},
+        {"the weight decay's span (the run's length)", !wsty || json_number_value(v[6]) == (double)lr->wd_incr_steps},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof *f && !use_saved; i++)
+        if (!f[i].same)
+            return mg_error_set(err, MG_ERR_INVALID,
+                                "%s does not match the learning-rate schedule of the checkpoint %s (Megatron's "
+                                "OptimizerParamScheduler check): give --override-opt-param-scheduler to use this run's, "
+                                "or --use-checkpoint-opt-param-scheduler to use the checkpoint's",
+                                f[i].flag, mg_ckpt_dir(ck));
+    if (use_saved) {
+        lr->lr = (float)json_number_value(v[0]);
+        lr->min_lr = (float)json_number_value(v[1]);
+        lr->warmup_steps = json_number_value(v[2]);
+        lr->decay_steps = (int64_t)json_number_value(v[3]);
+        lr->style = (mg_lr_decay)style;
+        lr->wd_style = (mg_wd_incr)wd_style;
+        if (wsty) {
+            lr->wd_start = (float)json_number_value(v[4]);
+            lr->wd_end = (float)json_number_value(v[5]);
+            lr->wd_incr_steps = (int64_t)json_number_value(v[6]);
+        }
+    }
+    return MG_OK;
+}
+
+int mg_trainer_load_open(mg_trainer *t, mg_error *err) {
+    const mg_trainer_checkpoint *k = &t->cfg.ckpt;
+    t->seed = t->cfg.seed;
+    if (!k->load) return MG_OK;
+    /* Megatron's load_checkpoint: no tracker file (and, for mgraph, no iteration
+     * directory's index) means nothing to load: a warning (mg_trainer_load_warning), and
+     * training starts from random, so that a recipe's "--save DIR --load DIR" runs the
+     * first time; with exit_on_missing it is an error. */
+    char tracker[4200], index[4200];
+    snprintf(tracker, sizeof tracker, "%s/latest_checkpointed_iteration.txt", k->load);
+    snprintf(index, sizeof index, "%s/index.json", k->load);
+    if (!k->exit_on_missing && access(tracker, F_OK) != 0 && access(index, F_OK) != 0) {
+        snprintf(t->load_warning, sizeof t->load_warning,
+                 "could not find the metadata file %s: will not load any checkpoints and will start from random", tracker);
+        return MG_OK;
+    }
+    int rc = mg_ckpt_open(k->load, &t->ck, err);
+    if (rc) return rc;
+    const char *dir = mg_ckpt_dir(t->ck);
+    json_error_t je;
+    json_t *meta = json_loads(mg_ckpt_meta(t->ck), 0, &je);
+    if (!meta) rc = mg_error_set(err, MG_ERR_IO, "%s: metadata is not JSON", dir);
+    if (!rc && k->check) rc = k->check(k->user, mg_ckpt_meta(t->ck), dir, err);
+    bool ok = true;
+    bool has_rng = json_object_get(meta, "rng") != NULL; /* (no_save_rng: none) */
+    int64_t it = get_int(meta, "iteration", NULL, &ok), consumed = get_int(meta, "consumed_samples", NULL, &ok),
+            evals = get_int(meta, "data", "eval_batches_done", &ok), seed = has_rng ? get_int(meta, "rng", "seed", &ok) : 0;
+    if (!rc && (!ok || it < 0 || consumed < 0 || evals < 0 || it != mg_ckpt_iteration(t->ck)))
+        rc = mg_error_set(err, MG_ERR_IO, "%s: iteration, consumed_samples, data or rng state missing or inconsistent", dir);
+    /* a checkpoint without optimizer state (mgraph-convert --from-hf, no_save_optim)
+     * loads its model only */
+    bool has_optim = json_is_true(json_object_get(meta, "optimizer_state"));
+    json_t *os = json_object_get(meta, "optimizer_start"); /* (absent: saved before it, 0) */
+    int64_t optim_start = json_is_integer(os) ? json_integer_value(os) : 0;
+    if (!rc && has_optim && (optim_start < 0 || optim_start > it))
+        rc = mg_error_set(err, MG_ERR_IO, "%s: optimizer_start %lld is not in [0, iteration %lld]", dir,
+                          (long long)optim_start, (long long)it);
+    /* Megatron loads its scheduler with the optimizer (not with finetune, no_load_optim,
+     * nor from a checkpoint without optimizer state) */
+    t->load_optim = has_optim && !k->finetune && !k->no_load_optim;
+    if (!rc && t->load_optim && !k->override_schedule)
+        rc = check_schedule(t->ck, json_object_get(meta, "lr_schedule"), k->use_saved_schedule, &t->cfg.optim.lr, err);
+    json_decref(meta);
+    if (rc) {
+        mg_trainer_load_close(t);
+        return rc;
+    }
+    /* Megatron: finetune loads the model only and starts at iteration 0 */
+    if (!k->finetune) {
+        t->iteration = it;
+        t->consumed = (uint64_t)consumed;
+        t->eval_done = evals;
+        if (!k->no_load_rng && has_rng) t->seed = (uint64_t)seed;
+    }
+    /* Adam's step counts from where its moments started: the saved moments' start, or
+     * here for fresh ones (torch's Adam restarts its step with a new state) */
+    t->optim_start = t->load_optim ? optim_start : t->iteration;
+    return MG_OK;
+}
+
+int mg_trainer_load_fill(mg_trainer *t, mg_error *err) {
+    if (!t->ck) return MG_OK;
+    mg_mesh one = {0};
+    mg_ckpt_piece *pieces = NULL;
+    int n = 0;
+    int rc = collect(t->train.rg.graph, &one, t->train.st, false, t->load_optim, &pieces, &n, err);
+    if (!rc) rc = mg_ckpt_fill(t->ck, pieces, n, err);
+    free(pieces);
+    return rc;
+}
+
+const char *mg_trainer_load_warning(const mg_trainer *t) { return t->load_warning[0] ? t->load_warning : NULL; }

@@ -1,0 +1,62 @@
+/* The trainer's state, shared by the files of runtime/. */
+#ifndef MG_RUNTIME_TRAINER_INTERNAL_H
+#define MG_RUNTIME_TRAINER_INTERNAL_H
+
+#include "mgraph/checkpoint.h"
+#include "mgraph/trainer.h"
+
+/* One step graph and what runs it on this rank. */
+typedef struct mg_trainer_graph {
+    mg_train_step step;        /* the logical graph */
+    mg_rank_graph rg;          /* what this rank runs, and where each logical tensor is in it */
+    mg_memplan *plan;
+    mg_storage *st;
+    mg_engine *eng;            /* NULL: the reference executor (or not started) */
+} mg_trainer_graph;
+
+struct mg_trainer {
+    mg_trainer_config cfg;
+    int world;                 /* ranks of the plan */
+    bool collective;           /* several processes take part: agreements over MPI_COMM_WORLD */
+    mg_mesh mesh;
+    int split;                 /* sub-batches per micro-batch */
+    mg_trainer_graph train, eval;
+    mg_comm *comm;
+    bool partitioned, started;
+    int recomputed;
+    double graphs_s, memplan_s, storage_s, engine_s;
+    double t_created;
+    /* where the run is: resumed from a checkpoint, then advanced by the steps */
+    mg_ckpt *ck;               /* open until the state is loaded into storage */
+    bool load_optim;           /* the checkpoint's Adam moments are loaded too */
+    int64_t iteration;         /* iterations done */
+    uint64_t consumed;         /* training samples consumed */
+    int64_t eval_done, test_done; /* validation / test batches drawn */
+    uint64_t seed;             /* the counter RNG's seed (dropout): the checkpoint's or cfg.seed */
+    int64_t optim_start;       /* mg_exec_info.optim_start */
+    char load_warning[4400];
+    mg_trainer_hooks hooks[MG_TRAINER_MAX_HOOKS];
+    int n_hooks;
+};
+
+double mg_trainer_now(void);
+int mg_trainer_dp(const mg_mesh *m);
+/* Instances of the per-micro-batch part of a step of gbs samples on this rank. */
+int mg_trainer_instances(const mg_trainer *t, int64_t gbs);
+/* Runs graph G for a step of gbs samples (feeding done). */
+int mg_trainer_execute(mg_trainer *t, mg_trainer_graph *G, int64_t iteration, bool training, int64_t gbs,
+                       mg_error *err);
+
+/* runtime/feed.c: writes a step's inputs: loss_scale, token_scale (*count: the batch's
+ * tokens, when asked or needed) and every instance through the data source. */
+int mg_trainer_feed(mg_trainer *t, mg_trainer_graph *G, int split, uint64_t first, int64_t gbs, int64_t iteration,
+                    uint64_t *count, mg_error *err);
+/* The inputs that are not per micro-batch (instance -1), once per storage. */
+int mg_trainer_feed_constants(mg_trainer *t, mg_trainer_graph *G, mg_error *err);
+
+/* runtime/checkpoint.c */
+int mg_trainer_load_open(mg_trainer *t, mg_error *err);  /* before the graphs: may set the schedule */
+int mg_trainer_load_fill(mg_trainer *t, mg_error *err);  /* into the training storage */
+void mg_trainer_load_close(mg_trainer *t);
+
+#endif
