@@ -12,18 +12,12 @@
 #include "planner/planner_internal.h"
 
 /* ---- the link a group's collectives run on --------------------------------------------- */
-/* Distance between consecutive members of rank 0's group, in Megatron's rank order
- * (tp innermost, then cp, ep/dp, pp). */
+/* Distance between consecutive members of rank 0's group: the mesh's (graph/mesh.c), in
+ * the plan's rank order. */
 static long group_stride(const mg_plan *p, int dp, mg_group g) {
-    switch (g) {
-    case MG_GROUP_TP: return 1;
-    case MG_GROUP_CP: return p->tp;
-    case MG_GROUP_EP: return (long)p->tp * p->cp; /* ep reuses ranks of dp x cp */
-    case MG_GROUP_DP: return (long)p->tp * p->cp;
-    case MG_GROUP_DP_CP: return p->tp;
-    case MG_GROUP_PP: return (long)p->tp * p->cp * dp;
-    default: return 1;
-    }
+    mg_mesh m;
+    if (mg_plan_mesh(p, p->tp * p->cp * p->pp * dp, 0, &m, NULL)) return 1;
+    return mg_mesh_stride(&m, g);
 }
 
 void mg_planner_link(const mg_cluster *c, long stride, int n, mg_planner_link_t *l) {
@@ -271,7 +265,7 @@ static int build_step(const mg_plan_query *q, int layers, mg_step *st, mg_error 
 static int build_rank(mg_step *st, const mg_plan *plan, int world, int rank, mg_rank_graph *R, mg_error *err) {
     if (world == 1 && plan->matmul_tiles <= 1) return mg_rank_graph_serial(st->g, R, err);
     mg_mesh mesh;
-    int rc = mg_mesh_init(&mesh, world, rank, plan->tp, plan->cp, plan->ep, plan->pp, err);
+    int rc = mg_plan_mesh(plan, world, rank, &mesh, err);
     if (!rc) rc = mg_partition(st->g, plan, &mesh, R, err);
     return rc;
 }

@@ -291,6 +291,7 @@ static int resolve_plan(run *r, int world, mg_error *err) {
         p->sequence_parallel = false;
     }
     if (c->use_distributed_optimizer) p->distributed_optimizer = true;
+    if (c->use_tp_pp_dp_mapping) snprintf(p->order, sizeof p->order, "tp-pp-dp"); /* Megatron's initialize.py */
     /* pipeline layout: Megatron's flags, checked against the model in mg_plan_check_model */
     bool by_layers = mg_run_config_given(c, "--num-layers-per-virtual-pipeline-stage"),
          by_stages = mg_run_config_given(c, "--num-virtual-stages-per-pipeline-rank");
@@ -1038,7 +1039,7 @@ static int check_shard_rules(const run *r, mg_error *err) {
         for (int k = r->plan.n_rules - 1; k >= 0; k--) {
             const mg_shard_rule *rule = &r->plan.rules[k];
             if (fnmatch(rule->pattern, t->name, 0) != 0) continue;
-            if (rule->dim < 0 || rule->dim >= t->ndim)
+            if (rule->dim >= t->ndim) /* (-1: kept whole) */
                 return mg_error_set(err, MG_ERR_INVALID,
                                     "plan: shard rule '%s %d' applies to %s, which has %d dimension%s (0..%d)",
                                     rule->pattern, rule->dim, t->name, t->ndim, t->ndim == 1 ? "" : "s", t->ndim - 1);
@@ -1181,7 +1182,7 @@ static int dry_run_world(run *r, int world, mg_error *err) {
     for (int rank = first; rank < end; rank++) {
         mg_mesh mesh;
         mg_rank_graph R = {0};
-        int rc = mg_mesh_init(&mesh, world, rank, r->plan.tp, r->plan.cp, r->plan.ep, r->plan.pp, err);
+        int rc = mg_plan_mesh(&r->plan, world, rank, &mesh, err);
         if (!rc) rc = rank_graph(r, &r->train, &mesh, &R, err);
         if (!rc) rc = apply_recompute(r, R.graph, rank, err);
         if (!rc) describe(r, R.graph, &mesh, rank);
@@ -1317,8 +1318,7 @@ int main(int argc, char **argv) {
         printf("\n");
     }
     if (!rc) /* with --world-size, the mesh of rank 0 of the planned world (every rank is partitioned below) */
-        rc = mg_mesh_init(&r.mesh, plan_world, plan_world == world ? rank : 0, r.plan.tp, r.plan.cp, r.plan.ep,
-                          r.plan.pp, &err);
+        rc = mg_plan_mesh(&r.plan, plan_world, plan_world == world ? rank : 0, &r.mesh, &err);
     if (!rc) rc = resolve(&r.cfg, plan_world / (r.plan.tp * r.plan.pp * r.plan.cp), &sc, &err);
     rc = resolve_split(&r, &sc, rc, &err);
     if (!rc) rc = open_data(&r, &sc, &err);

@@ -309,6 +309,8 @@ static const flag flags[] = {
     {"--pipeline-schedule", F_STR, O(pipeline_schedule), USE, "auto|1f1b|interleaved|gpipe",
      "order of a stage's forward and backward halves (auto: Megatron's: interleaved with virtual stages, else 1f1b)"},
     {"--sequence-parallel", F_BOOL, O(sequence_parallel), USE, NULL, "split norms and dropout along the sequence (with tp > 1)"},
+    {"--use-tp-pp-dp-mapping", F_BOOL, O(use_tp_pp_dp_mapping), USE, NULL,
+     "lay ranks out as tp-pp-dp (tp innermost, then pp, dp outermost) instead of tp-cp-ep-dp-pp"},
     {"--use-distributed-optimizer", F_BOOL, O(use_distributed_optimizer), USE, NULL, "shard optimizer state over dp"},
     {"--distributed-backend", F_STR, NOFF, NOOP, "nccl|gloo", "ranks communicate through MPI"},
     {"--distributed-timeout-minutes", F_I64, O(distributed_timeout_minutes), USE, NULL,

@@ -97,6 +97,7 @@ typedef struct mg_run_config {
     int decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
     const char *pipeline_schedule;
     bool sequence_parallel, use_distributed_optimizer;
+    bool use_tp_pp_dp_mapping;           /* the rank order tp-pp-dp instead of tp-cp-ep-dp-pp (graph/mesh.c) */
     int world_size;          /* --world-size: partition for N ranks without launching them (with --dry-run) */
     const char *plan_file;
     /* execution */
