@@ -76,6 +76,10 @@ typedef struct mg_run_config {
     /* data */
     const char *text_file, *data_path, *split, *data_cache_path;
     const char *split_data_path[3]; /* --train-data-path, --valid-data-path, --test-data-path */
+    /* --data-args-path FILE (the --data-path values, white-space separated) and
+     * --per-split-data-args-path FILE.json ({"train", "valid", "test"}): read by
+     * mg_run_config_check into data_path / split_data_path */
+    const char *data_args_path, *per_split_data_args_path;
     const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model;
     /* the other tokenizer flags (mg_run_tokenizer_config) */
     int64_t vocab_size;                    /* --vocab-size: NullTokenizer's, TikTokenizer's */
