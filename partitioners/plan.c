@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "mgraph/infile.h"
 #include "mgraph/plan.h"
 #include "ops/op.h"
 
@@ -50,13 +51,9 @@ static int parse_bool(const char *v, bool *out) {
 }
 
 int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
-    FILE *f = fopen(path, "r");
-    if (!f) return mg_error_set(err, MG_ERR_IO, "cannot read plan file %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-        fclose(f);
-        return mg_error_set(err, MG_ERR_IO, "plan file %s is a directory, not a file", path);
-    }
+    FILE *f = NULL;
+    int orc = mg_input_fopen(path, "plan file", &f, err);
+    if (orc) return orc;
     char *line = NULL;
     size_t cap = 0;
     ssize_t got;

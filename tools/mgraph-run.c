@@ -31,6 +31,7 @@
 #include "run_mpi.h"
 #include "run_schedule.h"
 #include "run_trace.h"
+#include "tool_signals.h"
 #include "mgraph/recompute.h"
 
 #ifndef MG_DEFAULT_CORPUS
@@ -112,13 +113,12 @@ static void run_release(run *r) {
 static char g_metrics_tmp[PATH_MAX], g_metrics_path[PATH_MAX];
 static volatile sig_atomic_t g_metrics_armed;
 
-static void on_stop_signal(int sig) {
+/* (async-signal-safe: the fatal paths put the records written so far in place) */
+static void keep_metrics(void) {
     if (g_metrics_armed) {
         g_metrics_armed = 0;
         rename(g_metrics_tmp, g_metrics_path);
     }
-    signal(sig, SIG_DFL);
-    raise(sig);
 }
 
 /* --distributed-timeout-minutes expired (scheduler/watchdog.c): a peer is stopped or hung,
@@ -130,10 +130,7 @@ static void on_wait_expired(const char *msg, void *ctx) {
     fprintf(stderr, "mgraph-run: failed: %s\n", msg);
     fflush(stdout);
     fflush(stderr);
-    if (g_metrics_armed) {
-        g_metrics_armed = 0;
-        rename(g_metrics_tmp, g_metrics_path);
-    }
+    mg_tool_fatal_cleanup();
     _exit(1);
 }
 
@@ -146,13 +143,6 @@ static int metrics_open(run *r, mg_error *err) {
         strcpy(g_metrics_path, r->cfg.metrics_file);
         g_metrics_armed = 1;
         printf("mgraph-run: metrics are written to %s, which becomes %s when the run ends\n", tmp, r->cfg.metrics_file);
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_stop_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGHUP, &sa, NULL);
     }
     return MG_OK;
 }
@@ -988,6 +978,7 @@ static int train(run *r, mg_error *err) {
             snprintf(why, sizeof why, "at iteration %lld", (long long)it + 1);
         if (*why && it + 1 < c->train_iters) {
             if (c->save && !saved && (rc = save(r, it + 1, consumed, err))) return rc;
+            if ((rc = mg_run_trace_end_early(&r->trace, r->train_eng, it, is_logger(r), err))) return rc;
             if (is_logger(r)) {
                 printf(" exiting program %s\n", why);
                 fflush(stdout);
@@ -1247,6 +1238,8 @@ int main(int argc, char **argv) {
     r.t_start = now_s();
     mg_error err = {0};
     mg_step_config sc;
+    /* a stopped or failed run leaves no temporary file and no half-written checkpoint */
+    mg_tool_install_fatal_handlers("mgraph-run", keep_metrics);
     /* Collectives run on StarPU workers, one at a time (the engine serialises them):
      * MPI_THREAD_SERIALIZED is what that needs. */
     int provided, world = 1, rank = 0;

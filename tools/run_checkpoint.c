@@ -272,10 +272,15 @@ int mg_run_save(const mg_run_config *cfg, const mg_step_config *sc, const mg_pla
     int drc = mesh->size[MG_GROUP_PP] > 1 ? drop_lower_stages(mesh, pieces, &n, err) : MG_OK;
     if (!rc) rc = drc;
     if (!rc) rc = mg_ckpt_write_rank(cfg->save, s->iteration, mesh->rank, pieces, n, held, n_all, err);
+    /* test hook: a pause with the rank files written and the save not yet in place, for a
+     * signal to arrive mid-save (tests/reliability/round3.sh) */
+    const char *pause = getenv("MGRAPH_TEST_SAVE_PAUSE_MS");
+    if (pause && atoi(pause) > 0) usleep((useconds_t)atoi(pause) * 1000);
     free(held);
     free(all);
     free(pieces);
     rc = agree(mpi_world, rc, err);
+    if (rc && mesh->rank == 0) mg_ckpt_abort(cfg->save, s->iteration); /* (every rank is past its write) */
     if (!rc && mesh->rank == 0) {
         char *meta = meta_text(cfg, sc, plan, mesh, s);
         rc = meta ? mg_ckpt_finish(cfg->save, s->iteration, mesh->world, meta, cfg->save_retain, err)
