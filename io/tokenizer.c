@@ -42,13 +42,6 @@ static int check_file(const char *path, const char *flag, mg_error *err) {
     return path ? mg_input_check(path, flag, err) : MG_OK;
 }
 
-bool mg_tokenizer_type_known(const char *type) {
-    /* (the names mg_tokenizer_open dispatches on, below) */
-    static const char *known[] = {"GPT2BPETokenizer", "SentencePieceTokenizer", "ByteLevelTokenizer"};
-    for (size_t i = 0; type && i < sizeof known / sizeof *known; i++)
-        if (!strcmp(type, known[i])) return true;
-    return false;
-}
 
 static void tok_release(mg_tokenizer *t) {
     if (t->ops && t->impl) t->ops->destroy(t->impl);
@@ -107,6 +100,12 @@ static const tok_kind kinds[] = {
     {"NullTokenizer", mg_tok_null_init, NULL},
     {"ByteLevelTokenizer", mg_tok_bytes_init, NULL},
 };
+
+bool mg_tokenizer_type_known(const char *type) {
+    for (size_t i = 0; type && i < sizeof kinds / sizeof *kinds; i++)
+        if (!strcmp(type, kinds[i].name)) return true;
+    return false;
+}
 
 int mg_tokenizer_open(const mg_tokenizer_config *cfg, mg_tokenizer **out, mg_error *err) {
     *out = NULL;
