@@ -50,8 +50,6 @@ void mg_moe_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer *l) {
     l->experts_fc1_w = mg_param(g, "mlp.experts.fc1.weight", 3, (int64_t[]){E, c->swiglu ? 2 * f : f, h},
                                 (mg_init){MG_INIT_NORMAL, std});
     l->experts_fc2_w = mg_param(g, "mlp.experts.fc2.weight", 3, (int64_t[]){E, h, f}, (mg_init){MG_INIT_NORMAL, out_std});
-    mg_set_layout(l->experts_fc1_w, MG_LAYOUT_EXPERT_COLUMN); /* (Megatron's grouped column / row linears) */
-    mg_set_layout(l->experts_fc2_w, MG_LAYOUT_EXPERT_ROW);
 }
 
 static mg_tensor *acc(mg_graph *g, mg_tensor *sum, mg_tensor *t) { return sum ? mg_add(g, sum, t) : t; }

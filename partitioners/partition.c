@@ -82,8 +82,8 @@ mg_tensor *part_new_leaf(part_ctx *c, const char *name, mg_dtype dt, mg_role rol
     return t;
 }
 
-/* Aux and conversion nodes land in the scope, phase and micro-batch of the logical
- * node being partitioned. */
+/* Aux and conversion nodes land in the scope, phase, micro-batch and model layer of
+ * the logical node being partitioned. */
 void part_enter_node_context(part_ctx *c, const mg_node *n) {
     c->node_pl = mg_placement_full();
     c->cp_node = false;
@@ -92,6 +92,7 @@ void part_enter_node_context(part_ctx *c, const mg_node *n) {
     mg_graph_set_phase(c->P, c->cur_phase);
     c->cur_mb = n ? n->mb : -1;
     mg_graph_set_mb(c->P, c->cur_mb);
+    mg_graph_set_layer(c->P, n ? n->layer : MG_LAYER_NONE);
 }
 
 void part_enter_step_context(part_ctx *c) {
@@ -99,6 +100,7 @@ void part_enter_step_context(part_ctx *c) {
     mg_graph_set_phase(c->P, MG_PHASE_OPTIMIZER);
     c->cur_mb = -1;
     mg_graph_set_mb(c->P, -1);
+    mg_graph_set_layer(c->P, MG_LAYER_NONE);
 }
 
 /* ---- leaves ---------------------------------------------------------------------------------- */
@@ -112,10 +114,6 @@ mg_tensor *part_make_leaf(part_ctx *c, const mg_tensor *lt, const mg_placement *
     t->no_weight_decay = lt->no_weight_decay;
     t->persistent = lt->persistent;
     t->per_microbatch = lt->per_microbatch;
-    t->layout = lt->layout;
-    t->embedding_or_output = lt->embedding_or_output;
-    /* a moment or accumulator's parameter, as this rank holds it (made before its state) */
-    if (lt->state_of) t->state_of = c->st[lt->state_of->id].t;
     part_set_identity(c, t, lt, p);
     return t;
 }

@@ -18,8 +18,11 @@
 #include "run_config.h"
 
 typedef struct plan_flags {
-    const char *cluster;
-    bool json, search, help, precision_given, attention_unfused, fp16, grads_fp32;
+    const char *cluster, *layout, *fsdp_strategy;
+    bool json, search, help, precision_given, attention_unfused, fp16, grads_fp32, grads_bf16, print_cluster;
+    bool tp_comm_overlap, overlap_param_gather, no_overlap_p2p, account_embedding, account_loss;
+    bool megatron_fsdp, torch_fsdp2, shared_overlap, cp_allgather;
+    int shared_ffn;
     mg_precision precision;
     int top, max_micro_batch;
     int64_t vocab_size;          /* 0: from the tokenizer */
@@ -47,12 +50,31 @@ static void usage(FILE *f) {
             "                                      --fp16 as Megatron's: gradients reduced in 16 bits unless\n"
             "                                      --accumulate-allreduce-grads-in-fp32)\n"
             "  --num-layers-per-virtual-pipeline-stage N | --num-virtual-stages-per-pipeline-rank N\n"
-            "                                      interleaved pipeline schedule\n\n"
+            "                                      interleaved pipeline schedule\n"
+            "  --pipeline-model-parallel-layout S  Megatron's explicit split: pp x v stages separated by '|', E the\n"
+            "                                      embedding, t a layer, L the loss; X*n, (...)*n repeat (\"E|(t|)*126L\")\n"
+            "  --account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split\n"
+            "                                      the embedding / loss take a layer's place in the even split\n"
+            "  --tp-comm-overlap                   tp collectives pipelined with their GEMMs (userbuffers)\n"
+            "  --overlap-param-gather              the distributed optimizer's all-gather beside the next forward\n"
+            "  --no-overlap-p2p-communication      the interleaved schedule's stage transfers wait\n"
+            "  --use-megatron-fsdp [--data-parallel-sharding-strategy no_shard|optim|optim_grads|optim_grads_params]\n"
+            "  --use-torch-fsdp2                   fully sharded data parallelism (optim_grads_params)\n"
+            "  --moe-shared-expert-intermediate-size N, --moe-shared-expert-overlap\n"
+            "                                      a shared expert in each MoE layer, run beside the all-to-alls\n"
+            "  --grad-reduce-in-bf16               gradients reduced and kept in 16 bits\n"
+            "  --cp-comm-type p2p|allgather        context parallelism's K/V ring beside attention (default), or\n"
+            "                                      all-gathered before it\n"
+            "  --print-cluster                     print the cluster as a cluster file and exit\n\n"
+            "The report gives each group's collective time per step, what of it the step waits for (exposed) and\n"
+            "what hides behind compute, memory per pipeline stage with the largest named, and the MFU.\n\n"
             "Cluster file keys (one 'key value' per line, '#' comments): name, precision (bf16|fp32), gpus-per-node,\n"
             "max-nodes, peak-tflops-fp32, peak-tflops-bf16, vector-tflops, hbm-gib, hbm-gbps, intra-gbps,\n"
             "intra-latency-us, inter-gbps, inter-latency-us, gemm-efficiency, gemm-half-gflops, memory-efficiency,\n"
             "kernel-overhead-us, reserved-gib, pipeline-serial (0|1: 1 when the pipeline's stages take turns instead of\n"
-            "working at once) (a matrix op of F FLOPs runs at peak x gemm-efficiency x F/(F + half)).\n\n"
+            "working at once), leaf-nodes and oversubscription (a group spanning more than leaf-nodes nodes gets\n"
+            "inter-gbps / oversubscription), attention-efficiency, overlap-interference (a matrix op of F FLOPs runs\n"
+            "at peak x gemm-efficiency x F/(F + half)).\n\n"
             "The model and plan flags are mgraph-run's (mgraph-run --help).\n"
             "Exit status: 0 success, 2 bad usage or input, 1 failure while running.\n",
             mg_cluster_preset_names());
@@ -106,9 +128,47 @@ static void take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *
             if (!strcmp(val, "unfused") || !strcmp(val, "local")) pf->attention_unfused = true;
             else if (!strcmp(val, "auto") || !strcmp(val, "flash") || !strcmp(val, "fused")) pf->attention_unfused = false;
             else mg_run_notes_error(notes, "--attention-backend must be auto, flash, fused, unfused or local (got '%s')", val);
+        } else if (!strcmp(a, "--tp-comm-overlap")) {
+            pf->tp_comm_overlap = true;
+        } else if (!strcmp(a, "--overlap-param-gather")) {
+            pf->overlap_param_gather = true;
+        } else if (!strcmp(a, "--no-overlap-p2p-communication")) {
+            pf->no_overlap_p2p = true;
+        } else if (!strcmp(a, "--overlap-p2p-communication")) {
+            pf->no_overlap_p2p = false;
+        } else if (!strcmp(a, "--account-for-embedding-in-pipeline-split")) {
+            pf->account_embedding = true;
+        } else if (!strcmp(a, "--account-for-loss-in-pipeline-split")) {
+            pf->account_loss = true;
+        } else if (!strcmp(a, "--pipeline-model-parallel-layout")) {
+            NEED_VALUE();
+            pf->layout = val;
+        } else if (!strcmp(a, "--use-megatron-fsdp")) {
+            pf->megatron_fsdp = true;
+        } else if (!strcmp(a, "--use-torch-fsdp2")) {
+            pf->torch_fsdp2 = true;
+        } else if (!strcmp(a, "--data-parallel-sharding-strategy")) {
+            NEED_VALUE();
+            pf->fsdp_strategy = val;
+        } else if (!strcmp(a, "--moe-shared-expert-intermediate-size")) {
+            NEED_VALUE();
+            if (!parse_int(val, 1, 1 << 24, &x))
+                mg_run_notes_error(notes, "--moe-shared-expert-intermediate-size must be in 1..%d (got '%s')", 1 << 24, val);
+            else pf->shared_ffn = (int)x;
+        } else if (!strcmp(a, "--moe-shared-expert-overlap")) {
+            pf->shared_overlap = true;
+        } else if (!strcmp(a, "--cp-comm-type")) {
+            NEED_VALUE();
+            if (!strcmp(val, "p2p")) pf->cp_allgather = false;
+            else if (!strcmp(val, "allgather") || !strcmp(val, "all_gather")) pf->cp_allgather = true;
+            else mg_run_notes_error(notes, "--cp-comm-type: the planner prices p2p (the K/V ring) and allgather (got '%s')", val);
+        } else if (!strcmp(a, "--grad-reduce-in-bf16")) {
+            pf->grads_bf16 = true;
+        } else if (!strcmp(a, "--print-cluster")) {
+            pf->print_cluster = true;
         } else if (!strcmp(a, "--top")) {
             NEED_VALUE();
-            if (!parse_int(val, 1, 10000, &x)) mg_run_notes_error(notes, "--top must be in 1..10000 (got '%s')", val);
+            if (!parse_int(val, 1, 1000, &x)) mg_run_notes_error(notes, "--top must be in 1..1000 (got '%s')", val);
             else pf->top = (int)x;
         } else if (!strcmp(a, "--search-max-micro-batch")) {
             NEED_VALUE();
@@ -267,7 +327,7 @@ int main(int argc, char **argv) {
     mg_error err = {0};
     mg_cluster cl;
     mg_plan_query q;
-    memset(&q, 0, sizeof q);
+    mg_plan_query_defaults(&q);
     int rc = MG_OK;
     if (!pf.cluster) mg_run_notes_error(&notes, "--cluster is required: a preset (%s) or a cluster file", mg_cluster_preset_names());
     else if ((rc = mg_cluster_load(pf.cluster, &cl, &err))) {
@@ -291,15 +351,37 @@ int main(int argc, char **argv) {
         mg_run_notes_error(&notes, "%s", err.msg);
         mg_error_clear(&err);
     }
+    q.fsdp = MG_FSDP_NONE;
+    if (pf.torch_fsdp2 && pf.megatron_fsdp) mg_run_notes_error(&notes, "give --use-megatron-fsdp or --use-torch-fsdp2, not both");
+    if (pf.fsdp_strategy && !pf.megatron_fsdp)
+        mg_run_notes_error(&notes, "--data-parallel-sharding-strategy needs --use-megatron-fsdp");
+    if (pf.torch_fsdp2) q.fsdp = MG_FSDP_OPTIM_GRADS_PARAMS;
+    if (pf.megatron_fsdp) {
+        const char *st = pf.fsdp_strategy ? pf.fsdp_strategy : "optim_grads_params";
+        if (!strcmp(st, "no_shard")) q.fsdp = MG_FSDP_NONE;
+        else if (!strcmp(st, "optim")) q.fsdp = MG_FSDP_OPTIM;
+        else if (!strcmp(st, "optim_grads")) q.fsdp = MG_FSDP_OPTIM_GRADS;
+        else if (!strcmp(st, "optim_grads_params")) q.fsdp = MG_FSDP_OPTIM_GRADS_PARAMS;
+        else
+            mg_run_notes_error(&notes, "--data-parallel-sharding-strategy must be no_shard, optim, optim_grads or "
+                                       "optim_grads_params (got '%s')", st);
+    }
+    if (pf.layout && !*pf.layout) mg_run_notes_error(&notes, "--pipeline-model-parallel-layout is empty");
+    if (pf.layout && (pf.layers_per_virtual_stage || pf.virtual_stages))
+        mg_run_notes_error(&notes, "--pipeline-model-parallel-layout says the virtual stages itself: drop the virtual-stage flag");
     if (notes.n_errors || notes.n_warnings) print_notes(&notes);
     if (notes.n_errors) return 2;
+    if (pf.print_cluster) {
+        mg_cluster_print(&cl, stdout);
+        return fflush(stdout) ? 1 : 0;
+    }
 
     q.model.vocab = mg_vocab_padded(vocab, cfg.make_vocab_size_divisible_by, q.plan.tp);
     q.micro_batch = cfg.micro_batch_size;
     int inner = q.plan.tp * q.plan.pp * q.plan.cp;
     q.world = mg_run_config_given(&cfg, "--world-size") ? cfg.world_size : inner;
-    if (q.world < 1 || q.world > 1 << 24) {
-        fprintf(stderr, "mgraph-plan: error: --world-size must be in 1..%d (got %d)\n", 1 << 24, q.world);
+    if (q.world < 1 || q.world > 1 << 22) {
+        fprintf(stderr, "mgraph-plan: error: --world-size must be in 1..%d (got %d)\n", 1 << 22, q.world);
         return 2;
     }
     int dp = q.world % inner ? 1 : q.world / inner;
@@ -317,14 +399,19 @@ int main(int argc, char **argv) {
         q.virtual_stages = per_rank / pf.layers_per_virtual_stage;
     }
     q.overlap_grad_reduce = cfg.overlap_grad_reduce;
-    q.grads_16bit = pf.fp16 && !pf.grads_fp32;
+    q.overlap_param_gather = pf.overlap_param_gather;
+    q.tp_comm_overlap = pf.tp_comm_overlap;
+    q.overlap_p2p = !pf.no_overlap_p2p;
+    q.pp_layout = pf.layout;
+    q.account_embedding = pf.account_embedding;
+    q.account_loss = pf.account_loss;
+    q.moe_shared_ffn = pf.shared_ffn;
+    q.cp_allgather = pf.cp_allgather;
+    q.moe_shared_overlap = pf.shared_overlap;
+    q.grads_16bit = (pf.fp16 && !pf.grads_fp32) || pf.grads_bf16;
+    q.grad_buffer_16bit = pf.grads_bf16;
     q.attention_unfused = pf.attention_unfused;
     q.precision = pf.precision_given ? pf.precision : cl.precision;
-    if (cl.max_nodes > 0 && (int64_t)q.world > (int64_t)cl.max_nodes * cl.gpus_per_node) {
-        fprintf(stderr, "mgraph-plan: error: %d GPUs do not fit in cluster %s (%d nodes of %d)\n", q.world, cl.name,
-                cl.max_nodes, cl.gpus_per_node);
-        return 2;
-    }
 
     if (!pf.search) {
         mg_prediction pr;
@@ -365,13 +452,15 @@ int main(int argc, char **argv) {
            q.world, cl.name, q.global_batch, tried, dropped, refused, n);
     printf("%4s %3s %3s %3s %3s %3s %5s %4s %-12s %10s %9s %6s %7s %8s\n", "rank", "tp", "pp", "vp", "cp", "ep", "dp",
            "mbs", "recompute", "step s", "TFLOP/s", "MFU", "bubble", "mem GiB");
+    /* (the most memory of any stage) */
     for (int i = 0; i < n; i++) {
         const mg_plan_query *r = &res[i].q;
         const mg_prediction *p = &res[i].p;
         printf("%4d %3d %3d %3d %3d %3d %5d %4d %-12s %10.4f %9.1f %5.1f%% %6.2f%% %8.2f%s\n", i + 1, r->plan.tp,
-               r->plan.pp, r->virtual_stages, r->plan.cp, r->plan.ep, p->dp, r->micro_batch,
-               r->recompute == MG_RECOMPUTE_FULL ? "full" : "none", p->step_time_s, p->tflops_per_gpu, 100 * p->mfu,
-               100 * p->bubble_fraction, p->mem_total / 1073741824.0, p->pp_estimated ? "  (pp estimated)" : "");
+               r->plan.pp, p->virtual_stages, r->plan.cp, r->plan.ep, p->dp, r->micro_batch,
+               r->recompute == MG_RECOMPUTE_FULL ? "full" : r->recompute == MG_RECOMPUTE_SELECTIVE ? "selective" : "none",
+               p->step_time_s, p->tflops_per_gpu, 100 * p->mfu, 100 * p->bubble_fraction, p->mem_total / 1073741824.0,
+               "");
     }
     free(res);
     return fflush(stdout) ? 1 : 0;

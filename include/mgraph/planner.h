@@ -1,24 +1,21 @@
 /* The planner: predicts step time, memory and MFU of a partition plan on a cluster
  * from the graphs mgraph would run, and searches plans (planner/, tools/mgraph-plan.c).
  *
- * The prediction walks one representative rank's physical graph (mg_partition of the
- * training step, the same graph mgraph-run executes): each compute node costs
+ * Costs come from mgraph's own rank graph of a probe: a model of the query's widths
+ * with one transformer layer per layer kind (dense / MoE, windowed / full), partitioned
+ * for the plan's tensor, context and expert parallelism. Each compute node costs
  * max(FLOPs / (peak x efficiency), bytes / (HBM bandwidth x efficiency)) plus a launch
- * overhead (a roofline with a small-GEMM efficiency curve); each collective node costs
- * an alpha-beta model of its ring or tree algorithm on the link its group spans
- * (NVLink inside a node, InfiniBand across). The pipeline schedule's bubble, the
- * overlap of gradient reduction with the backward and activation recompute are
- * applied on top of those per-micro-batch times. Memory comes from the same graph:
- * persistent tensors by role, activations saved for the backward.
- *
- * Pipeline, context and expert parallelism come from the partitioner: a plan the
- * partitioner builds is predicted from its per-rank graphs (pipeline plans: the first,
- * second and last stage's, with the plan's virtual stages). A pipeline the partitioner
- * refuses (pp with cp or ep) is estimated (mg_prediction.pp_estimated): each stage is
- * the graph of a model with L/pp layers (embedding and output layer included, so the
- * slowest stage is bounded from above) on world/pp ranks, with the schedule's bubble
- * and the stage-boundary transfers added analytically. Context and expert parallel
- * plans the partitioner cannot build otherwise are refused with the reason.
+ * overhead (a roofline with a small-GEMM curve; attention at its own efficiency), each
+ * collective an alpha-beta model of its ring or tree on the link its group spans
+ * (NVLink inside a node or NVLink domain, the scale-out fabric across, tapered by its
+ * oversubscription). The walk gives a table: per micro-batch and block (embedding,
+ * each layer kind, output layer + loss) the forward and backward compute, collectives
+ * per group, saved activations and parameters. Nothing the size of the model is
+ * built: pipeline stages (even, uneven, with virtual stages, or an explicit
+ * --pipeline-model-parallel-layout), data parallelism (DDP, the distributed optimizer,
+ * FSDP), recompute and the overlaps Megatron implements are priced from the table
+ * (planner/schedule.c says how), so a 126-layer model on 16,384 GPUs or 131,072 tokens
+ * of context parallelism prices in milliseconds.
  */
 #ifndef MGRAPH_PLANNER_H
 #define MGRAPH_PLANNER_H
@@ -44,19 +41,31 @@ typedef enum mg_precision { MG_PREC_FP32, MG_PREC_BF16 } mg_precision;
 /* A cluster of identical nodes. Bandwidths are per GPU (per rank), one direction. */
 typedef struct mg_cluster {
     char name[64];
-    int gpus_per_node;           /* ranks per node */
+    int gpus_per_node;           /* ranks that share the fast tier (a node's NVLink; an NVL72 rack: 72) */
     int max_nodes;               /* 0: unbounded */
     double peak_tflops[2];       /* dense matrix peak per precision [MG_PREC_FP32], [MG_PREC_BF16] */
     double vector_tflops;        /* non-matrix (elementwise) FLOP/s, 1e12 */
     double hbm_gib;              /* memory per GPU */
     double hbm_gbps;             /* memory bandwidth, GB/s */
     double intra_gbps, intra_latency_us; /* NVLink (or shared memory) per GPU */
-    double inter_gbps, inter_latency_us; /* InfiniBand per GPU (its NIC) */
+    double inter_gbps, inter_latency_us; /* the scale-out fabric per GPU (its NIC): InfiniBand, RoCE */
+    /* The scale-out fabric's taper: a group spanning more than leaf_nodes nodes crosses
+     * the spine, where each GPU gets inter_gbps / oversubscription (1: non-blocking;
+     * leaf_nodes 0: every node on one leaf). */
+    int leaf_nodes;
+    double oversubscription;
     /* Small-GEMM efficiency curve: a matrix op of F FLOPs runs at
      * peak x gemm_efficiency x F / (F + gemm_half_gflops x 1e9). */
     double gemm_efficiency, gemm_half_gflops;
+    double attention_efficiency; /* fused attention's FLOP rate / the GEMM curve's at the same FLOPs */
     double memory_efficiency;    /* fraction of hbm_gbps memory-bound kernels reach */
     double kernel_overhead_us;   /* per node (launch or task submission) */
+    /* per forward or backward of one model chunk on one micro-batch: the schedule's own
+     * host work (Megatron's Python schedule step, the transfers' set-up and waits) */
+    double step_overhead_us;
+    /* A collective running beside compute (NCCL kernels, userbuffers) takes SMs from it:
+     * the compute it hides behind runs this fraction of the hidden time longer. */
+    double overlap_interference;
     double reserved_gib;         /* memory the runtime takes besides the model (context, buffers) */
     /* 1: the pipeline's stages take turns instead of working at once (what mgraph's
      * pp = 2 did on the 2-core CPU machine before its event priorities); a step's
@@ -78,22 +87,44 @@ void mg_cluster_print(const mg_cluster *c, FILE *f);
 /* Comma-separated preset names. */
 const char *mg_cluster_preset_names(void);
 
+/* Megatron's data-parallel sharding: none (DDP; with the distributed optimizer the
+ * optimizer state), or FSDP (--use-megatron-fsdp with --data-parallel-sharding-strategy,
+ * --use-torch-fsdp2 = optim_grads_params). */
+typedef enum mg_fsdp_kind { MG_FSDP_NONE, MG_FSDP_OPTIM, MG_FSDP_OPTIM_GRADS, MG_FSDP_OPTIM_GRADS_PARAMS } mg_fsdp_kind;
+
 /* What to predict. */
 typedef struct mg_plan_query {
     mg_gpt_config model;         /* vocab: padded for tp (mg_vocab_padded) */
     int micro_batch, global_batch;
     int world;
-    mg_plan plan;                /* tp, pp, cp, ep, sp, distributed optimizer */
+    mg_plan plan;                /* tp, pp, cp, ep, sp, distributed optimizer, uneven first / last stage */
     int virtual_stages;          /* interleaved schedule: model chunks per rank (1: plain 1F1B) */
+    /* Megatron's --pipeline-model-parallel-layout ("E|(t|)*126L"; NULL: none; borrowed) and
+     * --account-for-embedding/loss-in-pipeline-split */
+    const char *pp_layout;
+    bool account_embedding, account_loss;
     mg_recompute_granularity recompute;
     mg_recompute_method recompute_method;
     int recompute_num_layers;
-    bool overlap_grad_reduce;    /* data-parallel reduction overlaps the last micro-batch's backward */
+    /* Megatron's overlaps (schedule.c: what each hides behind what) */
+    bool overlap_grad_reduce;    /* data-parallel reduction during the last micro-batch's backward */
+    bool overlap_param_gather;   /* distributed optimizer's all-gather during the next forward */
+    bool tp_comm_overlap;        /* userbuffers: tp collectives pipelined with their GEMMs */
+    bool overlap_p2p;            /* interleaved schedule's stage transfers beside compute (Megatron's default) */
+    mg_fsdp_kind fsdp;
+    /* Megatron's --cp-comm-type: false the K/V ring beside attention (p2p, the default),
+     * true all-gather K/V first and reduce-scatter their gradients after (allgather;
+     * Llama 3's context parallelism): the same bytes, waited for */
+    bool cp_allgather;
+    /* MoE: --moe-shared-expert-intermediate-size (0: none) and --moe-shared-expert-overlap
+     * (the shared expert runs while the routed tokens travel) */
+    int moe_shared_ffn;
+    bool moe_shared_overlap;
     /* Megatron's --fp16 without --accumulate-allreduce-grads-in-fp32 (the 2021 papers'
-     * runs): gradients accumulate and the data-parallel reduction runs in the 16-bit
-     * type, half the bytes of bf16's fp32 main gradients (Megatron forces fp32 for
-     * bf16). Memory is unchanged: the fp16 optimizer copies them into fp32 for its step. */
+     * runs), or --grad-reduce-in-bf16: gradients go through the data-parallel reduction
+     * in 16 bits, half the bytes of fp32 main gradients. Memory is unchanged. */
     bool grads_16bit;
+    bool grad_buffer_16bit;      /* --grad-reduce-in-bf16: the gradient buffers themselves are 16-bit (memory) */
     mg_precision precision;
     /* Cost attention as Megatron's unfused path (--attention-backend unfused, the 2021
      * papers' kernels): scores and probabilities of s x s per head written to memory,
@@ -102,38 +133,49 @@ typedef struct mg_plan_query {
     bool attention_unfused;
 } mg_plan_query;
 
+/* Fills a query with Megatron's defaults (no parallelism, micro-batch 1, bf16 ...). */
+void mg_plan_query_defaults(mg_plan_query *q);
+
 typedef struct mg_group_cost {
     double bytes;                /* payload bytes per step this rank sends (ring estimate) */
     double time_s;               /* time in its collectives per step */
-    double exposed_s;            /* of which not hidden behind compute */
+    double exposed_s;            /* of which the step waits for (the rest hides behind compute) */
     int ranks;                   /* group size */
     bool inter_node;             /* the group spans nodes */
 } mg_group_cost;
 
+#define MG_PLANNER_MAX_PP 1024
 typedef struct mg_prediction {
     double step_time_s;
     double model_flops;          /* per step, Megatron's count (no recompute) */
-    double hw_flops_per_gpu;     /* per step, what the slowest rank's graph executes (recompute included) */
+    double hw_flops_per_gpu;     /* per step, what the slowest stage's rank executes (recompute included) */
     double tflops_per_gpu;       /* model FLOP/s per GPU, 1e12 */
     double mfu;                  /* tflops_per_gpu / peak */
     double bubble_fraction;      /* fill and drain over M x the slowest stage: (pp - 1) / (v M) for equal stages */
     int n_micro;                 /* micro-batches per pipeline per step, M */
+    int virtual_stages;          /* model chunks per pipeline rank (the layout's, when it gives them) */
     int dp;
     /* time per micro-batch on the slowest stage, and the step's parts */
-    double fwd_s, bwd_s, recompute_s;     /* per micro-batch, compute + exposed tp/cp/ep comm */
-    double p2p_s;                         /* per micro-batch, stage-boundary transfers */
-    double pipeline_s;                    /* M x the slowest stage + (the other stages) / v per micro-batch */
-    double optimizer_s;                   /* once-per-step compute (grad norm, AdamW) */
-    double dp_exposed_s;                  /* gradient reduction / parameter gather not overlapped */
-    /* memory per GPU, bytes */
+    double fwd_s, bwd_s, recompute_s;     /* per micro-batch: compute + exposed tp/cp/ep comm */
+    double p2p_s;                         /* per micro-batch: exposed stage-boundary transfers */
+    double pipeline_s;                    /* M x the slowest stage + (the other stages) / v */
+    double optimizer_s;                   /* once-per-step compute (grad norm, AdamW) + its collectives */
+    double dp_exposed_s;                  /* gradient reduction / parameter gather not hidden */
+    int slowest_stage;
+    /* memory per GPU, bytes, of the stage that needs the most (mem_stage) */
     double mem_weights, mem_grads, mem_optimizer, mem_activations, mem_reserved, mem_total;
-    double activations_per_micro;         /* saved for the backward by one micro-batch */
-    double inflight_micro;                /* micro-batches whose activations are held at once */
+    double activations_per_micro;         /* saved for the backward by one micro-batch (all its chunks) */
+    double inflight_micro;                /* micro-batches' worth of activations held at once */
+    int mem_stage;                        /* the stage of the maximum */
+    char mem_stage_desc[96];              /* what it holds ("embedding + 7 layers in 8 chunks") */
+    int n_stages;
+    float stage_mem_gib[MG_PLANNER_MAX_PP]; /* every stage's total, GiB */
     bool fits;
     mg_group_cost group[MG_GROUP_COUNT];
-    bool pp_estimated;           /* pp from a stage graph + analytic schedule (the partitioner lacks pp) */
-    bool recompute_estimated;    /* full recompute costed from the graph's forward, not rewritten into it */
-    int graph_nodes;             /* nodes of the rank graph walked */
+    bool recompute_estimated;    /* full recompute costed as a second forward of the layers */
+    int graph_nodes;             /* nodes of the probe's rank graph walked */
+    int probe_layers;            /* layers of the probe model (one per layer kind) */
+    double probe_seq_scale;      /* probe sequence / model sequence (1: at full length) */
     char notes[512];
 } mg_prediction;
 

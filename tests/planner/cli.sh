@@ -51,6 +51,15 @@ expect 2 "does not split as 3 on the first pipeline stage" --cluster h200 "${M[@
     no "planner/clusters/cpu-2core.cluster: $(cat "$W/err")"
 grep -q "cpu-2core (fp32)" "$W/cpu" || no "the CPU cluster file's name and precision"
 
+# the repository's cluster files of today's fabrics are the presets written out
+for f in "$(dirname "$0")"/../../planner/clusters/*.cluster; do
+    n=$(basename "$f" .cluster)
+    [ "$n" = cpu-2core ] && continue
+    "$PLAN" --cluster "$f" --print-cluster >"$W/file.txt" 2>"$W/err" || no "$f: $(cat "$W/err")"
+    "$PLAN" --cluster "$n" --print-cluster >"$W/preset.txt" 2>"$W/err" || no "preset $n: $(cat "$W/err")"
+    cmp -s "$W/file.txt" "$W/preset.txt" || no "planner/clusters/$n.cluster differs from the preset $n"
+done
+
 # one plan as JSON: the keys, and the numbers agree with each other
 "$PLAN" --cluster dgx-a100-80gb --json "${M[@]}" --world-size 4 --tensor-model-parallel-size 2 \
     --use-distributed-optimizer >"$W/one.json" 2>"$W/err" || no "--json: $(cat "$W/err")"
@@ -68,6 +77,41 @@ parts = m["weights"] + m["gradients"] + m["optimizer"] + m["activations"] + m["r
 assert abs(parts - j["memory_per_gpu_gib"]) < 1e-6, (parts, j["memory_per_gpu_gib"])
 assert j["plan"]["tp"] == 2 and j["plan"]["dp"] == 2 and j["communication"]["tp"]["link"] == "intra_node"
 assert j["communication"]["dp"]["bytes"] > 0 and j["communication"]["tp"]["bytes"] > 0
+for g in j["communication"].values():
+    assert abs(g["exposed_s"] + g["hidden_s"] - g["time_s"]) < 1e-9 and 0 <= g["exposed_s"] <= g["time_s"] + 1e-12, g
+assert abs(max(j["memory_per_stage_gib"]) - j["memory_per_gpu_gib"]) < 1e-3 and j["memory_stage_holds"]
+PY
+
+# Megatron's flags the planner prices: each changes what it should, bad values exit 2
+L=(--num-layers 8 --hidden-size 512 --num-attention-heads 8 --seq-length 256 --micro-batch-size 1 --global-batch-size 16
+   --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --world-size 8 --sequence-parallel --use-distributed-optimizer)
+"$PLAN" --cluster dgx-h100 --json "${L[@]}" --pipeline-model-parallel-layout "Et*3|t*2|t*2|tL" >"$W/lay.json" 2>"$W/err" ||
+    no "layout: $(cat "$W/err")"
+grep -q '"pipeline_model_parallel_layout": "Et\*3|t\*2|t\*2|tL"' "$W/lay.json" || no "layout not in the JSON"
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['plan']['virtual_stages'] == 2, j['plan']" "$W/lay.json" ||
+    no "layout: 4 stages on pp 2 are 2 virtual stages"
+expect 2 "invalid layer character" --cluster dgx-h100 "${L[@]}" --pipeline-model-parallel-layout "Et*3|t*2|t*2|tX"
+expect 2 "drop the virtual-stage flag" --cluster dgx-h100 "${L[@]}" --pipeline-model-parallel-layout "Et*3|t*2|t*2|tL" \
+    --num-virtual-stages-per-pipeline-rank 2
+expect 2 "--data-parallel-sharding-strategy must be" --cluster dgx-h100 "${L[@]}" --use-megatron-fsdp \
+    --data-parallel-sharding-strategy everything
+expect 2 "--cp-comm-type: the planner prices" --cluster dgx-h100 "${L[@]}" --cp-comm-type a2a
+expect 2 "--num-layers must be in 1..16384" --cluster dgx-h100 --num-layers 1000000 --hidden-size 64 --num-attention-heads 4
+n=0
+for f in "" "--tp-comm-overlap" "--tp-comm-overlap --overlap-grad-reduce --overlap-param-gather" "--use-torch-fsdp2" \
+         "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --num-layers 6"; do
+    n=$((n + 1))
+    # shellcheck disable=SC2086
+    "$PLAN" --cluster dgx-h100 --json "${L[@]}" $f >"$W/ov$n.json" 2>"$W/err" || no "$f: $(cat "$W/err")"
+done
+python3 - "$W"/ov1.json "$W"/ov2.json "$W"/ov3.json "$W"/ov4.json "$W"/ov5.json <<'PY' || fail=1
+import json, sys
+base, tpo, allo, fsdp, acc = (json.load(open(f)) for f in sys.argv[1:6])
+ex = lambda j, g: j["communication"][g]["exposed_s"]
+assert ex(tpo, "tp") < ex(base, "tp") and tpo["step_time_s"] < base["step_time_s"]
+assert ex(allo, "dp") < ex(tpo, "dp")
+assert fsdp["plan"]["data_parallel_sharding"] == "optim_grads_params" and fsdp["memory_gib"]["weights"] < base["memory_gib"]["weights"]
+assert acc["plan"]["account_for_embedding_in_pipeline_split"] and acc["plan"]["account_for_loss_in_pipeline_split"]
 PY
 
 # pipeline: the bubble is at most (pp-1)/(v M) (equal stages' figure; the first stage holds
