@@ -323,6 +323,7 @@ int main(int argc, char **argv) {
     /* no model flag at all: mgraph-run's demo model */
     mg_run_config_parse(&cfg, n_rest, rest, &notes);
     free(rest);
+    cfg.vocab_size = pf.vocab_size; /* --vocab-size is also NullTokenizer's and TikTokenizer's */
     mg_run_config_check(&cfg, &notes);
     mg_error err = {0};
     mg_cluster cl;

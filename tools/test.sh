@@ -92,6 +92,6 @@ run_ctest build-asan -j"$jobs" --timeout 900 -E "$LONG"
 
 phase "fuzzing: libFuzzer targets (clang), a fixed number of runs (at most ${MG_FUZZ_SECONDS:-60} s) each from tests/fuzz/<target>"
 CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -DMG_FUZZ=ON -DMG_CUDA=OFF >/dev/null
-cmake --build build-fuzz -j"$jobs" --target fuzz_plan fuzz_flags fuzz_idx fuzz_gpt2 fuzz_jsonl fuzz_cache fuzz_checkpoint_libfuzzer
+cmake --build build-fuzz -j"$jobs" --target fuzz_plan fuzz_flags fuzz_idx fuzz_gpt2 fuzz_jsonl fuzz_cache fuzz_hf fuzz_tiktoken fuzz_checkpoint_libfuzzer
 bash tests/fuzz/run.sh build-fuzz "${MG_FUZZ_SECONDS:-60}"
 phase "done: every phase passed"
