@@ -16,6 +16,7 @@
 #include "mgraph/planner.h"
 #include "mgraph/tokenizer.h"
 #include "run_config.h"
+#include "run_plan.h"
 
 typedef struct plan_flags {
     const char *cluster, *layout, *fsdp_strategy;
@@ -26,7 +27,6 @@ typedef struct plan_flags {
     mg_precision precision;
     int top, max_micro_batch;
     int64_t vocab_size;          /* 0: from the tokenizer */
-    int layers_per_virtual_stage, virtual_stages;
 } plan_flags;
 
 static void usage(FILE *f) {
@@ -182,83 +182,12 @@ static void take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *
             NEED_VALUE();
             if (!parse_int(val, 1, 1L << 31, &x)) mg_run_notes_error(notes, "--vocab-size must be in 1..2^31 (got '%s')", val);
             else pf->vocab_size = x;
-        } else if (!strcmp(a, "--num-layers-per-virtual-pipeline-stage")) {
-            NEED_VALUE();
-            if (!parse_int(val, 1, 1 << 16, &x))
-                mg_run_notes_error(notes, "--num-layers-per-virtual-pipeline-stage must be >= 1 (got '%s')", val);
-            else pf->layers_per_virtual_stage = (int)x;
-        } else if (!strcmp(a, "--num-virtual-stages-per-pipeline-rank")) {
-            NEED_VALUE();
-            if (!parse_int(val, 1, 1 << 16, &x))
-                mg_run_notes_error(notes, "--num-virtual-stages-per-pipeline-rank must be >= 1 (got '%s')", val);
-            else pf->virtual_stages = (int)x;
         } else {
             rest[(*n_rest)++] = argv[i];
         }
 #undef NEED_VALUE
     }
     rest[*n_rest] = NULL;
-}
-
-/* The plan: defaults, the plan file, then the flags given (as mgraph-run resolves it). */
-static int resolve_plan(const mg_run_config *c, mg_plan *p, mg_error *err) {
-    mg_plan_defaults(p);
-    if (c->plan_file) {
-        int rc = mg_plan_read(p, c->plan_file, err);
-        if (rc) return rc;
-    }
-    const char *names[] = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-                           "--expert-model-parallel-size"};
-    int given[] = {c->tensor_model_parallel_size, c->pipeline_model_parallel_size, c->context_parallel_size,
-                   c->expert_model_parallel_size};
-    int *dst[] = {&p->tp, &p->pp, &p->cp, &p->ep};
-    for (int i = 0; i < 4; i++) {
-        if (!mg_run_config_given(c, names[i])) continue;
-        if (given[i] < 1 || given[i] > 1 << 20)
-            return mg_error_set(err, MG_ERR_INVALID, "%s must be in 1..%d (got %d)", names[i], 1 << 20, given[i]);
-        *dst[i] = given[i];
-    }
-    /* Megatron's uneven pipeline: layers on the first / last stage, an equal share between */
-    int urc = mg_run_config_uneven_pipeline(c, p, err);
-    if (urc) return urc;
-    if (c->sequence_parallel) p->sequence_parallel = true;
-    if (p->tp == 1) p->sequence_parallel = false; /* Megatron disables it with a warning */
-    if (c->use_distributed_optimizer) p->distributed_optimizer = true;
-    return MG_OK;
-}
-
-static int recompute_of(const mg_run_config *c, mg_plan_query *q, mg_error *err) {
-    q->recompute = MG_RECOMPUTE_NONE;
-    if (!c->recompute_granularity) return MG_OK;
-    if (strcmp(c->recompute_granularity, "full")) {
-        q->recompute = MG_RECOMPUTE_SELECTIVE;
-        return MG_OK;
-    }
-    q->recompute = MG_RECOMPUTE_FULL;
-    if (!c->recompute_method)
-        return mg_error_set(err, MG_ERR_INVALID, "--recompute-granularity full needs --recompute-method uniform or block");
-    if (!mg_run_config_given(c, "--recompute-num-layers"))
-        return mg_error_set(err, MG_ERR_INVALID, "--recompute-granularity full needs --recompute-num-layers");
-    q->recompute_method = strcmp(c->recompute_method, "block") ? MG_RECOMPUTE_UNIFORM : MG_RECOMPUTE_BLOCK;
-    if (c->recompute_num_layers < 1 || c->recompute_num_layers > c->num_layers)
-        return mg_error_set(err, MG_ERR_INVALID, "--recompute-num-layers must be in 1..%d (the layers), got %d",
-                            c->num_layers, c->recompute_num_layers);
-    q->recompute_num_layers = c->recompute_num_layers;
-    return MG_OK;
-}
-
-static int vocab_of(const mg_run_config *c, const plan_flags *pf, int64_t *vocab, mg_error *err) {
-    if (pf->vocab_size > 0) {
-        *vocab = pf->vocab_size;
-        return MG_OK;
-    }
-    mg_tokenizer_config tc = mg_run_tokenizer_config(c);
-    mg_tokenizer *tok = NULL;
-    int rc = mg_tokenizer_open(&tc, &tok, err);
-    if (rc) return rc;
-    *vocab = mg_tokenizer_vocab_size(tok);
-    mg_tokenizer_free(tok);
-    return MG_OK;
 }
 
 static int search_keep(const char *s, mg_search_options *o, mg_error *err) {
@@ -335,20 +264,20 @@ int main(int argc, char **argv) {
         mg_run_notes_error(&notes, "%s", err.msg);
         mg_error_clear(&err);
     }
-    if ((rc = resolve_plan(&cfg, &q.plan, &err)) || (rc = recompute_of(&cfg, &q, &err)) ||
-        (rc = mg_run_config_model(&cfg, &q.model, &err))) {
-        mg_run_notes_error(&notes, "%s", err.msg);
-        mg_error_clear(&err);
-    }
     mg_search_options so = {0};
     if (search_keep(keep, &so, &err)) {
         mg_run_notes_error(&notes, "%s", err.msg);
         mg_error_clear(&err);
     }
-    if (pf.layers_per_virtual_stage && pf.virtual_stages)
-        mg_run_notes_error(&notes, "give --num-layers-per-virtual-pipeline-stage or --num-virtual-stages-per-pipeline-rank, not both");
-    int64_t vocab = 0;
-    if (!notes.n_errors && vocab_of(&cfg, &pf, &vocab, &err)) {
+    int64_t vocab = pf.vocab_size;
+    if (!notes.n_errors && !vocab && mg_run_plan_vocab(&cfg, &vocab, &err)) {
+        mg_run_notes_error(&notes, "%s", err.msg);
+        mg_error_clear(&err);
+    }
+    int world = mg_run_config_given(&cfg, "--world-size") ? cfg.world_size : 0;
+    if (mg_run_config_given(&cfg, "--world-size") && (world < 1 || world > 1 << 22))
+        mg_run_notes_error(&notes, "--world-size must be in 1..%d (got %d)", 1 << 22, world);
+    if (!notes.n_errors && mg_run_plan_query(&cfg, pf.cluster ? &cl : NULL, world, vocab, &q, &err)) {
         mg_run_notes_error(&notes, "%s", err.msg);
         mg_error_clear(&err);
     }
@@ -368,7 +297,8 @@ int main(int argc, char **argv) {
                                        "optim_grads_params (got '%s')", st);
     }
     if (pf.layout && !*pf.layout) mg_run_notes_error(&notes, "--pipeline-model-parallel-layout is empty");
-    if (pf.layout && (pf.layers_per_virtual_stage || pf.virtual_stages))
+    if (pf.layout && (mg_run_config_given(&cfg, "--num-layers-per-virtual-pipeline-stage") ||
+                      mg_run_config_given(&cfg, "--num-virtual-stages-per-pipeline-rank")))
         mg_run_notes_error(&notes, "--pipeline-model-parallel-layout says the virtual stages itself: drop the virtual-stage flag");
     if (notes.n_errors || notes.n_warnings) print_notes(&notes);
     if (notes.n_errors) return 2;
@@ -377,29 +307,6 @@ int main(int argc, char **argv) {
         return fflush(stdout) ? 1 : 0;
     }
 
-    q.model.vocab = mg_vocab_padded(vocab, cfg.make_vocab_size_divisible_by, q.plan.tp);
-    q.micro_batch = cfg.micro_batch_size;
-    int inner = q.plan.tp * q.plan.pp * q.plan.cp;
-    q.world = mg_run_config_given(&cfg, "--world-size") ? cfg.world_size : inner;
-    if (q.world < 1 || q.world > 1 << 22) {
-        fprintf(stderr, "mgraph-plan: error: --world-size must be in 1..%d (got %d)\n", 1 << 22, q.world);
-        return 2;
-    }
-    int dp = q.world % inner ? 1 : q.world / inner;
-    q.global_batch = cfg.global_batch_size > 0 ? cfg.global_batch_size : cfg.micro_batch_size * dp;
-    q.virtual_stages = 1;
-    if (pf.virtual_stages) q.virtual_stages = pf.virtual_stages;
-    if (pf.layers_per_virtual_stage) {
-        int per_rank = q.plan.pp > 0 ? cfg.num_layers / q.plan.pp : 0;
-        if (q.plan.pp < 2 || per_rank % pf.layers_per_virtual_stage) {
-            fprintf(stderr, "mgraph-plan: error: --num-layers-per-virtual-pipeline-stage %d must divide the layers per "
-                            "pipeline rank (%d), with --pipeline-model-parallel-size > 1\n",
-                    pf.layers_per_virtual_stage, per_rank);
-            return 2;
-        }
-        q.virtual_stages = per_rank / pf.layers_per_virtual_stage;
-    }
-    q.overlap_grad_reduce = cfg.overlap_grad_reduce;
     q.overlap_param_gather = pf.overlap_param_gather;
     q.tp_comm_overlap = pf.tp_comm_overlap;
     q.overlap_p2p = !pf.no_overlap_p2p;
@@ -412,7 +319,7 @@ int main(int argc, char **argv) {
     q.grads_16bit = (pf.fp16 && !pf.grads_fp32) || pf.grads_bf16;
     q.grad_buffer_16bit = pf.grads_bf16;
     q.attention_unfused = pf.attention_unfused;
-    q.precision = pf.precision_given ? pf.precision : cl.precision;
+    if (pf.precision_given) q.precision = pf.precision;
 
     if (!pf.search) {
         mg_prediction pr;

@@ -27,6 +27,7 @@
 #include "blas_env.h"
 #include "run_checkpoint.h"
 #include "run_config.h"
+#include "run_plan.h"
 #include "run_log.h"
 #include "run_mpi.h"
 #include "run_schedule.h"
@@ -1298,6 +1299,9 @@ int main(int argc, char **argv) {
     if (!rc)
         rc = mg_run_trace_check(r.cfg.trace_file, r.cfg.trace_iterations, r.cfg.train_iters, world,
                                 !strcmp(r.cfg.engine, "starpu"), &err);
+    /* --plan auto: the planner's choice, as if its sizes were given (tools/run_plan.c) */
+    if (!rc && r.cfg.plan_file && !strcmp(r.cfg.plan_file, "auto"))
+        rc = mg_run_plan_auto(&r.cfg, plan_world, rank == 0 ? stdout : NULL, &err);
     if (!rc) rc = resolve_plan(&r, plan_world, &err);
     if (!rc && r.plan.pp > 1 && world > 1 && provided < MPI_THREAD_MULTIPLE)
         rc = mg_error_set(&err, MG_ERR_RUNTIME,

@@ -318,7 +318,11 @@ static const flag flags[] = {
      "the distributed optimizer's parameter all-gather runs at the end of its step (not overlapped with the next "
      "forward)"},
     {"--world-size", F_INT, O(world_size), USE, NULL, "with --dry-run: partition for N ranks without launching them"},
-    {"--plan", F_STR, O(plan_file), USE, NULL, "partition plan file (flags override it)"},
+    {"--plan", F_STR, O(plan_file), USE, NULL,
+     "partition plan file (flags override it), or auto: the planner's fastest plan that fits for this model, world "
+     "and --cluster (tp, pp, virtual stages, cp, ep and micro-batch; those given as flags are kept)"},
+    {"--cluster", F_STR, O(cluster), USE, NULL, "with --plan auto: the cluster the planner prices plans on (a preset "
+     "of mgraph-plan or a cluster file, planner/clusters/)"},
     /* implementation choices of Megatron's that do not change what is computed */
     {"--use-mcore-models", F_BOOL, NOFF, NOOP, NULL, "mgraph has one model implementation"},
     {"--transformer-impl", F_STR, NOFF, NOOP, "local|transformer_engine|inference_optimized",
@@ -1006,6 +1010,17 @@ bool mg_run_config_given(const mg_run_config *c, const char *flag) {
     for (size_t k = 0; k < N_FLAGS && k < sizeof c->given; k++)
         if (!strcmp(flags[k].name, flag)) return c->given[k];
     return false;
+}
+
+int mg_run_config_set_int(mg_run_config *c, const char *flag, int value) {
+    for (size_t k = 0; k < N_FLAGS && k < sizeof c->given; k++) {
+        if (strcmp(flags[k].name, flag)) continue;
+        if (flags[k].type != F_INT || flags[k].off == NOFF) return -1;
+        *(int *)((char *)c + flags[k].off) = value;
+        c->given[k] = true;
+        return 0;
+    }
+    return -1;
 }
 
 void mg_run_config_usage(FILE *out) {

@@ -98,7 +98,8 @@ typedef struct mg_run_config {
     const char *pipeline_schedule;
     bool sequence_parallel, use_distributed_optimizer;
     int world_size;          /* --world-size: partition for N ranks without launching them (with --dry-run) */
-    const char *plan_file;
+    const char *plan_file;   /* "auto": the planner chooses (tools/run_plan.c) */
+    const char *cluster;     /* with --plan auto */
     /* execution */
     const char *recompute_granularity, *recompute_method; /* NULL: not given */
     bool recompute_activations;          /* Megatron's shorthand: --recompute-granularity selective */
@@ -161,6 +162,9 @@ void mg_run_config_usage(FILE *f);
 /* Whether the flag ("--ffn-hidden-size") was given: a value given explicitly is
  * checked, a default may be derived. */
 bool mg_run_config_given(const mg_run_config *c, const char *flag);
+/* Sets an integer flag's value as if it had been given (--plan auto's choices); -1 for a
+ * flag that is not an integer one. */
+int mg_run_config_set_int(mg_run_config *c, const char *flag, int value);
 
 /* The model's configuration from the model flags (mgraph-run, mgraph-plan): sizes, the
  * LLaMA options, MoE; the vocabulary is left for the caller (it comes from the tokenizer). */
