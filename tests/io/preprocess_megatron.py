@@ -18,7 +18,10 @@ tokens). The .bin and .idx must be byte-identical to what preprocess_data.py wri
   (on Python < 3.12 Megatron needs typing.override: PYTHONPATH with a sitecustomize
   that sets it from typing_extensions).
 
-  preprocess_megatron.py MGRAPH_PREPROCESS DATA_DIR WORK_DIR [--megatron DIR]
+Then mgraph-run trains two iterations on each dataset with its tokenizer (--run MGRAPH_RUN):
+the vocabulary is the tokenizer's, padded as Megatron pads it.
+
+  preprocess_megatron.py MGRAPH_PREPROCESS DATA_DIR WORK_DIR [--run MGRAPH_RUN] [--megatron DIR]
 """
 import json
 import os
@@ -41,6 +44,7 @@ import tiktokenizer_vocab  # noqa: E402
 
 pre, data, work = sys.argv[1:4]
 megatron = sys.argv[sys.argv.index("--megatron") + 1] if "--megatron" in sys.argv else None
+mgraph_run = sys.argv[sys.argv.index("--run") + 1] if "--run" in sys.argv else None
 os.makedirs(work, exist_ok=True)
 shakespeare = open(os.path.join(data, "tinyshakespeare.txt"), encoding="utf-8").read()
 hf_tokenizers.shakespeare = shakespeare
@@ -178,4 +182,18 @@ for name, tok, args, path, keys in cases:
                 print(f"{name} {key}{ext}: {'identical to' if ok else 'DIFFERS from'} Megatron-LM's own output "
                       f"({len(theirs)} bytes)")
                 failures += not ok
+    if mgraph_run:
+        # the dataset trains with its tokenizer: ids checked against the vocabulary, padded to 128
+        padded = (tok.vocab_size + 127) // 128 * 128
+        cmd = [mgraph_run, "--data-path", f"{prefix}_{keys[0]}_document", "--split", "90,10,0", "--num-layers", "1",
+               "--hidden-size", "32", "--num-attention-heads", "2", "--seq-length", "32", "--micro-batch-size", "2",
+               "--global-batch-size", "2", "--train-iters", "2", "--eval-iters", "1", "--eval-interval", "2",
+               "--lr", "1e-3", "--eod-mask-loss"] + args
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=work,
+                           env=dict(os.environ, STARPU_SILENT="1", STARPU_HOME=os.path.join(work, "starpu")))
+        ok = r.returncode == 0 and f"vocab {padded} (padded)" in r.stdout
+        print(f"{name}: mgraph-run trains on it, vocab {tok.vocab_size} -> {padded}: {'ok' if ok else 'FAIL'}")
+        if not ok:
+            print(r.stdout[-2000:], r.stderr[-2000:])
+        failures += not ok
 sys.exit(1 if failures else 0)
