@@ -53,7 +53,8 @@ static void usage(FILE *f) {
             "  --input FILE              JSON Lines: one JSON object per line (empty lines are skipped).\n"
             "                            With --input-format text: a text file; repeat --input for more.\n"
             "  --input-format jsonl|text default jsonl\n"
-            "  --json-keys KEY [KEY...]  keys holding the text (default: text); one output per key\n"
+            "  --json-keys KEY [KEY...]  keys holding the text (default: text); one output per key; a list\n"
+            "                            of strings is pre-split sentences, a sequence each (Megatron's)\n"
             "  --split-blank-lines       text input: each block separated by blank lines is a document\n"
             "                            (default: each file is one document)\n"
             "tokenizer:\n"
@@ -214,6 +215,9 @@ typedef struct item {
     /* results, per key: where the ids are in the worker's buffer */
     int worker;
     size_t off[MAX_KEYS], n[MAX_KEYS];
+    /* the sequences of key k: lens.data[lens_off[k] ..][0 .. nlens[k]) (a JSON list's
+     * sentences are a sequence each, as Megatron's; otherwise one) */
+    size_t lens_off[MAX_KEYS], nlens[MAX_KEYS];
 } item;
 
 typedef struct batch {
@@ -227,6 +231,7 @@ typedef struct worker {
     int id;
     mg_tokenizer *tok;
     mg_ids ids;
+    mg_ids lens; /* sequence lengths, per item and key */
     const options *o;
     batch *b;
     atomic_size_t *next;
@@ -244,12 +249,27 @@ static void worker_fail(worker *w, size_t idx, int rc, const char *msg) {
     }
 }
 
-/* Sets the item's id count for key k; Megatron appends EOD to non-empty documents only. */
+/* Encodes one text as a sequence of key k (none when it has no token), as Megatron's
+ * Encoder.encode does for each sentence. */
+static int add_sequence(worker *w, item *it, int k, const char *text, size_t len, mg_error *err) {
+    size_t before = w->ids.len;
+    int rc = mg_tokenizer_encode_append(w->tok, text, len, &w->ids, err);
+    if (rc || w->ids.len == before) return rc;
+    if ((rc = mg_ids_push(&w->lens, (int32_t)(w->ids.len - before), err))) return rc;
+    it->nlens[k]++;
+    return MG_OK;
+}
+
+/* Sets the item's id count for key k; Megatron appends EOD to non-empty documents only,
+ * to their last sequence. */
 static int add_eod(worker *w, item *it, int k, mg_error *err) {
     it->n[k] = w->ids.len - it->off[k];
     if (!w->o->append_eod || it->n[k] == 0) return MG_OK;
     int rc = mg_ids_push(&w->ids, mg_tokenizer_eod(w->tok), err);
-    if (!rc) it->n[k]++;
+    if (!rc) {
+        it->n[k]++;
+        w->lens.data[w->lens.len - 1]++;
+    }
     return rc;
 }
 
@@ -260,7 +280,9 @@ static void encode_item(worker *w, size_t idx) {
     it->worker = w->id;
     if (o->text_format) {
         it->off[0] = w->ids.len;
-        int rc = mg_tokenizer_encode_append(w->tok, it->data, it->len, &w->ids, &err);
+        it->lens_off[0] = w->lens.len;
+        it->nlens[0] = 0;
+        int rc = add_sequence(w, it, 0, it->data, it->len, &err);
         if (!rc) rc = add_eod(w, it, 0, &err);
         if (rc) worker_fail(w, idx, rc, err.msg);
         return;
@@ -278,12 +300,25 @@ static void encode_item(worker *w, size_t idx) {
         json_t *v = json_object_get(doc, o->keys[k]);
         it->off[k] = w->ids.len;
         it->n[k] = 0;
-        if (!v || !json_is_string(v)) {
-            snprintf(msg, sizeof msg, "line %ld: key \"%s\" is %s", it->lineno, o->keys[k], v ? "not a string" : "missing");
+        it->lens_off[k] = w->lens.len;
+        it->nlens[k] = 0;
+        size_t bad = 0;
+        int is_list = json_is_array(v);
+        for (size_t i = 0; is_list && !bad && i < json_array_size(v); i++) bad = json_is_string(json_array_get(v, i)) ? 0 : i + 1;
+        if (!v || !(json_is_string(v) || is_list) || bad) {
+            if (bad) snprintf(msg, sizeof msg, "line %ld: key \"%s\": element %zu of its list is not a string", it->lineno,
+                              o->keys[k], bad - 1);
+            else snprintf(msg, sizeof msg, "line %ld: key \"%s\" is %s", it->lineno, o->keys[k],
+                          v ? "not a string or a list of strings" : "missing");
             worker_fail(w, idx, MG_ERR_INVALID, msg);
             break;
         }
-        int rc = mg_tokenizer_encode_append(w->tok, json_string_value(v), json_string_length(v), &w->ids, &err);
+        int rc = MG_OK;
+        if (!is_list) rc = add_sequence(w, it, k, json_string_value(v), json_string_length(v), &err);
+        for (size_t i = 0; is_list && !rc && i < json_array_size(v); i++) {
+            json_t *e = json_array_get(v, i);
+            rc = add_sequence(w, it, k, json_string_value(e), json_string_length(e), &err);
+        }
         if (rc) {
             snprintf(msg, sizeof msg, "line %ld: %s", it->lineno, err.msg);
             worker_fail(w, idx, rc, msg);
@@ -566,6 +601,7 @@ int main(int argc, char **argv) {
             ws[w].b = &b;
             ws[w].next = &next;
             ws[w].ids.len = 0;
+            ws[w].lens.len = 0;
             ws[w].err_rc = 0;
         }
         if (o.workers == 1) {
@@ -592,9 +628,11 @@ int main(int argc, char **argv) {
             item *it = &b.items[i];
             mg_ids *ids = &ws[it->worker].ids;
             for (int k = 0; k < o.nkeys && !rc; k++) {
-                /* One sequence per document (no sentence splitting); an empty document
-                 * still gets its document-index entry, as in Megatron. */
-                if (it->n[k] > 0) rc = mg_indexed_writer_add_tokens(out[k], ids->data + it->off[k], it->n[k], &err);
+                /* One sequence per text (a list: per sentence with tokens); an empty
+                 * document still gets its document-index entry, as in Megatron. */
+                const int32_t *len = it->nlens[k] ? ws[it->worker].lens.data + it->lens_off[k] : NULL;
+                for (size_t q = 0, at = it->off[k]; q < it->nlens[k] && !rc; at += (size_t)len[q++])
+                    rc = mg_indexed_writer_add_tokens(out[k], ids->data + at, (size_t)len[q], &err);
                 if (!rc) rc = mg_indexed_writer_end_document(out[k], &err);
                 tokens += it->n[k];
             }
@@ -625,6 +663,7 @@ done:
         for (int w = 0; w < o.workers; w++) {
             if (w > 0) mg_tokenizer_free(ws[w].tok);
             mg_ids_free(&ws[w].ids);
+            mg_ids_free(&ws[w].lens);
         }
     mg_tokenizer_free(tok0);
     free(ws);

@@ -51,10 +51,10 @@ hf_tokenizers.shakespeare = shakespeare
 
 # documents: Shakespeare's speeches, a title key, and edge cases
 paras = [p for p in shakespeare.split("\n\n") if p.strip()][:1200]
-docs = [{"text": p, "title": p.split("\n")[0]} for p in paras]
-docs += [{"text": "", "title": "empty text"}, {"text": "<s> special </s> tokens <|begin_of_text|>", "title": ""},
-         {"text": "héllo wörld 日本語 😀 \u0085 tabs\tand\r\nCRLF", "title": "unicode"},
-         {"text": " " * 40, "title": "   "}]
+docs = [{"text": p, "title": p.split("\n")[0], "sents": p.split("\n") + [""]} for p in paras]
+docs += [{"text": "", "title": "empty text", "sents": []}, {"text": "<s> special </s> tokens <|begin_of_text|>", "title": "",
+          "sents": ["", ""]}, {"text": "héllo wörld 日本語 😀 \u0085 tabs\tand\r\nCRLF", "title": "unicode", "sents": ["a"]},
+         {"text": " " * 40, "title": "   ", "sents": [" ", "b"]}]
 corpus = os.path.join(work, "docs.jsonl")
 with open(corpus, "w", encoding="utf-8") as f:
     for d in docs:
@@ -119,11 +119,17 @@ def expected(tok, path, keys):
         bin_parts, lengths, doc_idx = [], [], [0]
         for line in open(path, encoding="utf-8"):
             text = json.loads(line)[key]
-            ids = tok.tokenize(text)
-            if len(ids) > 0:
-                ids = ids + [tok.eod]  # --append-eod
-                lengths.append(len(ids))
-                bin_parts.append(np.array(ids, dtype=dtype).tobytes())
+            doc_ids, sentence_lens = [], []
+            for sentence in text if isinstance(text, list) else [text]:
+                ids = tok.tokenize(sentence)
+                if len(ids) > 0:
+                    doc_ids.extend(ids)
+                    sentence_lens.append(len(ids))
+            if len(doc_ids) > 0:  # --append-eod
+                doc_ids.append(tok.eod)
+                sentence_lens[-1] += 1
+            bin_parts.append(np.array(doc_ids, dtype=dtype).tobytes())
+            lengths.extend(sentence_lens)
             doc_idx.append(len(lengths))
         isz = np.dtype(dtype).itemsize
         pointers = np.concatenate([[0], np.cumsum(np.array(lengths, dtype=np.int64) * isz)[:-1]]) if lengths else []
@@ -156,9 +162,9 @@ cases = [
     ("hf_llama3", HF(hf_dirs["llama3"]), ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", hf_dirs["llama3"]],
      corpus, ["text", "title"]),
     ("hf_metaspace", HF(hf_dirs["metaspace"]),
-     ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", hf_dirs["metaspace"]], corpus, ["text"]),
+     ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", hf_dirs["metaspace"]], corpus, ["text", "sents"]),
     ("tiktoken", Tik(), ["--tokenizer-type", "TikTokenizer", "--tokenizer-model", tik_path, "--vocab-size",
-                         str(tik_vocab_size)], corpus, ["text", "title"]),
+                         str(tik_vocab_size)], corpus, ["text", "title", "sents"]),
     ("null", Null(), ["--tokenizer-type", "NullTokenizer", "--vocab-size", "70000"], null_corpus, ["text"]),
 ]
 failures = 0
