@@ -21,6 +21,7 @@ mg_gpt_config mg_gpt_defaults(void) {
     c.rotary_percent = 1.0f;
     c.moe.topk = 2;
     c.moe.layer_freq = 1;
+    c.moe.bias_update_rate = 1e-3f;
     /* Megatron's RoPE scaling defaults (used when a scaling is chosen) */
     c.rope.factor = 1.0f;
     c.rope.low_freq_factor = 1.0f;
@@ -226,10 +227,13 @@ int64_t mg_gpt_num_params(const mg_gpt_config *c) {
     int64_t pos = c->pos_emb == MG_POS_LEARNED ? (int64_t)c->max_position * h : 0;
     int64_t out = c->untie_embeddings ? c->vocab * h : 0;
     int64_t n = c->vocab * h + out + pos + c->num_layers * layer + norm;
-    /* MoE layers: router [E, h] and E experts (fc1 [F or 2F, h], fc2 [h, F], no biases) in place of the MLP */
-    int64_t E = c->moe.num_experts, fm = c->moe.ffn_hidden > 0 ? c->moe.ffn_hidden : f;
+    /* MoE layers: router [E, h], E experts (fc1 [F or 2F, h], fc2 [h, F], no biases) and the
+     * shared experts' MLP in place of the MLP (the expert bias is a buffer, as Megatron's) */
+    int64_t E = c->moe.num_experts, fm = c->moe.ffn_hidden > 0 ? c->moe.ffn_hidden : f, fs = c->moe.shared_ffn;
+    int64_t shared = fs > 0 ? mlp_in * fs * (h + bias) + h * (fs + bias) : 0;
     for (int i = 0; i < c->num_layers; i++)
-        if (mg_moe_is_layer(c, i)) n += E * h + E * (mlp_in + 1) * fm * h - (mlp_in * f * (h + bias) + h * (f + bias));
+        if (mg_moe_is_layer(c, i))
+            n += E * h + E * (mlp_in + 1) * fm * h + shared - (mlp_in * f * (h + bias) + h * (f + bias));
     return n;
 }
 
@@ -245,9 +249,11 @@ double mg_gpt_flops(const mg_gpt_config *c, int64_t samples) {
     int64_t mat = 0;
     attention_params(c, &mat);
     double per_token = L * (2 * (double)mat + mlp * h * f + s * nh * (hd + hv)) + 2 * h * V;
-    /* MoE layers: router 2hE, and each token through k experts in place of the MLP */
+    /* MoE layers: router 2hE, and each token through k experts and the shared experts in
+     * place of the MLP */
     double fm = c->moe.ffn_hidden > 0 ? c->moe.ffn_hidden : f;
     for (int i = 0; i < c->num_layers; i++)
-        if (mg_moe_is_layer(c, i)) per_token += 2 * h * c->moe.num_experts + c->moe.topk * mlp * h * fm - mlp * h * f;
+        if (mg_moe_is_layer(c, i))
+            per_token += 2 * h * c->moe.num_experts + (c->moe.topk * fm + c->moe.shared_ffn) * mlp * h - mlp * h * f;
     return 3.0 * per_token * s * (double)samples;
 }

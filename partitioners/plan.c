@@ -52,6 +52,12 @@ void mg_plan_defaults(mg_plan *p) {
      * parallel (whole heads), the down projections and latent norms replicated */
     add_rule(p, "*self_attn.q_b_proj.weight", 0, true);
     add_rule(p, "*self_attn.kv_b_proj.weight", 0, true);
+    /* MoE's shared experts: the MLP's layout (Megatron's SharedExpertMLP) */
+    add_rule(p, "*mlp.shared_experts.gate_proj.weight", 0, true);
+    add_rule(p, "*mlp.shared_experts.gate_proj.bias", 0, true);
+    add_rule(p, "*mlp.shared_experts.up_proj.weight", 0, true);
+    add_rule(p, "*mlp.shared_experts.up_proj.bias", 0, true);
+    add_rule(p, "*mlp.shared_experts.down_proj.weight", 1, true);
 }
 
 static char *trim(char *s) {

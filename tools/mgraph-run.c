@@ -863,7 +863,9 @@ static int train(run *r, mg_error *err) {
     int interval_n = 0, interval_nan = 0;
     /* MoE: Megatron's load_balancing_loss and z_loss (without coefficients, mean over MoE
      * layers), logged after the lm loss; absent for dense models */
-    const char *moe_names[2] = {"load_balancing_loss", "z_loss"};
+    const char *moe_names[2] = {r->train.model.cfg.moe.balance == MG_MOE_SEQ_AUX_LOSS ? "seq_load_balancing_loss"
+                                                                                      : "load_balancing_loss",
+                                "z_loss"}; /* (Megatron's names of each balancing loss) */
     mg_tensor *moe_t[2] = {mg_rank_tensor(&r->train_rg, r->train.load_balancing_loss),
                            mg_rank_tensor(&r->train_rg, r->train.z_loss)};
     double moe_sum[2] = {0, 0};

@@ -216,7 +216,21 @@ static json_t *model_json(const mg_run_config *c, const mg_gpt_config *m, int64_
     if (j) json_object_set_new(j, "num_experts", json_integer(m->moe.num_experts));
     if (j && m->moe.num_experts > 0) {
         json_object_set_new(j, "moe_ffn_hidden_size", json_integer(m->moe.ffn_hidden > 0 ? m->moe.ffn_hidden : m->ffn_hidden));
-        json_object_set_new(j, "moe_layer_freq", json_integer(m->moe.layer_freq));
+        json_object_set_new(j, "moe_layer_freq", json_integer(m->moe.pattern_len ? 0 : m->moe.layer_freq));
+        if (m->moe.pattern_len) { /* the list: "0001..." one character per layer */
+            char pat[MG_MOE_MAX_LAYERS + 1];
+            for (int i = 0; i < m->moe.pattern_len; i++) pat[i] = mg_moe_is_layer(m, i) ? '1' : '0';
+            pat[m->moe.pattern_len] = '\0';
+            json_object_set_new(j, "moe_layers", json_string(pat));
+        }
+        const mg_moe_config *mo = &m->moe;
+        if (mo->score != MG_MOE_SOFTMAX || mo->num_groups || mo->topk_scaling > 0 || mo->expert_bias)
+            json_object_set_new(j, "moe_router",
+                                json_pack("{s:s, s:i, s:i, s:f, s:b}", "score_function",
+                                          mo->score == MG_MOE_SIGMOID ? "sigmoid" : "softmax", "num_groups",
+                                          mo->num_groups, "group_topk", mo->group_topk, "topk_scaling_factor",
+                                          (double)mo->topk_scaling, "expert_bias", mo->expert_bias));
+        json_object_set_new(j, "moe_shared_expert_intermediate_size", json_integer(mo->shared_ffn));
     }
     return j;
 }
@@ -371,6 +385,10 @@ static int check_model(const mg_ckpt *ck, json_t *saved, const mg_run_config *c,
         {"window", "--window-size (the sliding window, in keys: L + 1)", true},
         {"window_attn_skip_freq", "--window-attn-skip-freq", true},
         {"kv_channels", "--kv-channels", true},
+        {"moe_shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size", false},
+        {"moe_layers", "--moe-layer-freq (its list of MoE layers)", false},
+        {"moe_router", "the router (--moe-router-score-function, --moe-router-num-groups, --moe-router-group-topk, "
+                       "--moe-router-topk-scaling-factor, --moe-router-enable-expert-bias)", false},
         /* objects, absent where the model has none of it */
         {"rope_scaling", "the RoPE scaling (--use-rope-scaling, --position-embedding-type yarn, MLA's --rope-type, their "
                          "factors) or --rotary-interleaved", false},

@@ -118,7 +118,36 @@ static const flag flags[] = {
     {"--moe-router-pre-softmax", F_BOOL, O(moe_router_pre_softmax), USE, NULL, "softmax over all experts before top-k"},
     {"--moe-aux-loss-coeff", F_FLOAT, O(moe_aux_loss_coeff), USE, NULL, "load-balancing loss coefficient (default 0)"},
     {"--moe-z-loss-coeff", F_FLOAT, O(moe_z_loss_coeff), USE, NULL, "router z-loss coefficient (default 0)"},
-    {"--moe-layer-freq", F_INT, O(moe_layer_freq), USE, NULL, "every N-th layer is MoE, from layer 0 (default 1)"},
+    {"--moe-layer-freq", F_STR, O(moe_layer_freq_arg), USE, NULL,
+     "N: every N-th layer is MoE, from layer 0 (default 1); or a list, one 0/1 per layer: ([0]*3+[1]*58), [1,0]*2, ..."},
+    {"--moe-router-score-function", F_STR, O(moe_router_score_function), USE, "softmax|sigmoid|sqrtsoftplus",
+     "softmax (default) | sigmoid: DeepSeek-V3's scores, normalised over the chosen experts"},
+    {"--moe-router-num-groups", F_INT, O(moe_router_num_groups), USE, NULL,
+     "group-limited routing: experts in this many groups (DeepSeek's nodes)..."},
+    {"--moe-router-group-topk", F_INT, O(moe_router_group_topk), USE, NULL,
+     "... of which each token uses this many, by their top-(topk / group-topk) scores"},
+    {"--moe-router-topk-scaling-factor", F_FLOAT, O(moe_router_topk_scaling_factor), USE, NULL,
+     "the routing weights times this (DeepSeek-V3: 2.5)"},
+    {"--moe-router-enable-expert-bias", F_BOOL, O(moe_router_enable_expert_bias), USE, NULL,
+     "aux-loss-free balancing: a per-expert bias on the sigmoid scores picks the experts, stepped once per iteration "
+     "towards equal token counts over the whole global batch"},
+    {"--moe-router-bias-update-rate", F_FLOAT, O(moe_router_bias_update_rate), USE, NULL,
+     "the expert bias's step per iteration (default 1e-3)"},
+    {"--moe-router-dtype", F_STR, O(moe_router_dtype), USE, "fp32|fp64",
+     "fp32: routing, its softmax / sigmoid and the weighted sum of experts are fp32 (always, here)"},
+    {"--moe-shared-expert-intermediate-size", F_INT, O(moe_shared_expert_intermediate_size), USE, NULL,
+     "shared experts: an MLP of this size beside the routed experts, for every token"},
+    {"--moe-shared-expert-overlap", F_BOOL, NOFF, NOOP, NULL,
+     "the shared experts are graph nodes the scheduler overlaps with the token exchange where the dataflow allows"},
+    {"--moe-shared-expert-gate", F_BOOL, NOFF, REFUSE, NULL, "the shared experts have no sigmoid gate"},
+    {"--moe-router-fusion", F_BOOL, NOFF, NOOP, NULL, "kernel fusion does not change what is computed"},
+    {"--moe-permute-fusion", F_BOOL, NOFF, NOOP, NULL, "kernel fusion does not change what is computed"},
+    {"--moe-flex-dispatcher-backend", F_STR, NOFF, NOOP, "deepep|hybridep",
+     "the flex dispatcher's communication library: tokens go through all-to-all collectives here"},
+    {"--moe-layer-recompute", F_BOOL, NOFF, NOOP, NULL,
+     "only memory: the MoE layer's activations are kept (--recompute-granularity full recomputes whole layers)"},
+    {"--moe-router-force-load-balancing", F_BOOL, NOFF, REFUSE, NULL,
+     "a benchmark switch of Megatron's (random router logits) that mgraph does not have"},
     {"--moe-expert-capacity-factor", F_FLOAT, O(moe_expert_capacity_factor), USE, NULL,
      "expert capacity factor (default: dropless)"},
     {"--moe-token-drop-policy", F_STR, O(moe_token_drop_policy), USE, "probs|position",
@@ -126,10 +155,12 @@ static const flag flags[] = {
     {"--moe-pad-expert-input-to-capacity", F_BOOL, O(moe_pad_expert_input_to_capacity), USE, NULL,
      "pad each expert's input to its capacity"},
     {"--moe-router-load-balancing-type", F_STR, O(moe_router_load_balancing_type), USE,
-     "aux_loss|seq_aux_loss|global_aux_loss|sinkhorn|none", "aux_loss (the others are not supported)"},
+     "aux_loss|seq_aux_loss|global_aux_loss|sinkhorn|quantile_balancing|none",
+     "aux_loss (default) | seq_aux_loss (per sample, DeepSeek's) | none; global_aux_loss, sinkhorn and "
+     "quantile_balancing are not supported"},
     {"--moe-grouped-gemm", F_BOOL, NOFF, NOOP, NULL, "a rank's experts always run as one grouped matmul op"},
     {"--moe-token-dispatcher-type", F_STR, O(moe_token_dispatcher_type), USE, "alltoall|allgather|flex",
-     "alltoall (the others are not supported yet)"},
+     "alltoall, or flex (DeepEP / HybridEP's: the same dispatch, done here by all-to-all); allgather is not supported"},
     /* batch and schedule */
     {"--micro-batch-size", F_INT, O(micro_batch_size), USE, NULL, "sequences per micro-batch"},
     {"--global-batch-size", F_INT, O(global_batch_size), USE, NULL, "sequences per iteration (default micro-batch x dp)"},
@@ -451,6 +482,8 @@ void mg_run_config_defaults(mg_run_config *c) {
     c->moe_router_topk = 2;
     c->expert_tensor_parallel_size = 1;
     c->moe_layer_freq = 1;
+    c->moe_router_score_function = "softmax";
+    c->moe_router_bias_update_rate = 1e-3f;
     c->exit_signal = "SIGTERM";
     c->distributed_timeout_minutes = 10;
     c->moe_token_drop_policy = "probs";
@@ -701,6 +734,139 @@ static void check_window(mg_run_config *c, mg_run_notes *n) {
         c->window_skip = (int)f;
 }
 
+/* Megatron's moe_freq_type: a list expression of 0s and 1s, one per layer (its
+ * _eval_pattern allows digits, commas, brackets, parentheses, + and *: Python lists,
+ * concatenated and repeated). A small recursive descent over the same grammar:
+ *   expr := term ('+' term)*    term := factor ('*' INT)* | INT '*' factor
+ *   factor := '[' INT (',' INT)* ']' | '(' expr ')'
+ * Returns the length (values in v[0..max)), or -1 with *why set. */
+typedef struct pattern_parser {
+    const char *p;
+    unsigned char *v;
+    int n, max;
+    const char *why;
+} pattern_parser;
+
+static int pp_expr(pattern_parser *pp);
+
+static long pp_int(pattern_parser *pp) {
+    if (*pp->p < '0' || *pp->p > '9') return pp->why = "a number expected", -1;
+    long x = 0;
+    while (*pp->p >= '0' && *pp->p <= '9' && x < 1000000) x = 10 * x + (*pp->p++ - '0');
+    return x;
+}
+
+/* repeats the values from `from` (the factor just parsed) `times` times in all */
+static int pp_repeat(pattern_parser *pp, int from, long times) {
+    int len = pp->n - from;
+    if (times < 0 || (long)len * times > pp->max - from) return pp->why = "the list is too long", -1;
+    if (times == 0) pp->n = from;
+    for (long t = 1; t < times; t++)
+        for (int i = 0; i < len; i++) pp->v[pp->n++] = pp->v[from + i];
+    return 0;
+}
+
+static int pp_factor(pattern_parser *pp) {
+    if (*pp->p == '(') {
+        pp->p++;
+        if (pp_expr(pp)) return -1;
+        if (*pp->p != ')') return pp->why = "')' expected", -1;
+        pp->p++;
+        return 0;
+    }
+    if (*pp->p != '[') return pp->why = "a list or '(' expected", -1;
+    pp->p++;
+    for (;;) {
+        long x = pp_int(pp);
+        if (x < 0) return -1;
+        if (pp->n >= pp->max) return pp->why = "the list is too long", -1;
+        pp->v[pp->n++] = (unsigned char)(x > 255 ? 255 : x);
+        if (*pp->p == ',') {
+            pp->p++;
+            continue;
+        }
+        if (*pp->p != ']') return pp->why = "']' or ',' expected", -1;
+        pp->p++;
+        return 0;
+    }
+}
+
+static int pp_term(pattern_parser *pp) {
+    int from = pp->n;
+    if (*pp->p >= '0' && *pp->p <= '9') { /* INT '*' factor */
+        long t = pp_int(pp);
+        if (*pp->p != '*') return pp->why = "'*' expected after a number", -1;
+        pp->p++;
+        if (pp_factor(pp) || pp_repeat(pp, from, t)) return -1;
+    } else if (pp_factor(pp)) {
+        return -1;
+    }
+    while (*pp->p == '*') {
+        pp->p++;
+        long t = pp_int(pp);
+        if (t < 0 || pp_repeat(pp, from, t)) return -1;
+    }
+    return 0;
+}
+
+static int pp_expr(pattern_parser *pp) {
+    if (pp_term(pp)) return -1;
+    while (*pp->p == '+') {
+        pp->p++;
+        if (pp_term(pp)) return -1;
+    }
+    return 0;
+}
+
+int mg_run_parse_layer_pattern(const char *s, unsigned char *v, int max, const char **why) {
+    pattern_parser pp = {s, v, 0, max, NULL};
+    if (pp_expr(&pp) == 0 && *pp.p) pp.why = "unexpected text after the list";
+    *why = pp.why;
+    return pp.why ? -1 : pp.n;
+}
+
+/* --moe-layer-freq (an integer or a list) and the router's flags. */
+static void check_moe(mg_run_config *c, mg_run_notes *n) {
+    const char *f = c->moe_layer_freq_arg;
+    if (f && strchr(f, '[')) {
+        unsigned char v[MG_MOE_MAX_LAYERS];
+        const char *why = NULL;
+        int len = mg_run_parse_layer_pattern(f, v, MG_MOE_MAX_LAYERS, &why);
+        if (len < 0) {
+            mg_run_notes_error(n, "--moe-layer-freq '%s': %s (a list of 0s and 1s, one per layer, as ([0]*3+[1]*58))",
+                               f, why);
+            return;
+        }
+        c->moe_pattern_len = len;
+        memset(c->moe_pattern, 0, sizeof c->moe_pattern);
+        for (int i = 0; i < len; i++) {
+            if (v[i] > 1) {
+                mg_run_notes_error(n, "--moe-layer-freq '%s': entry %d is %d (1: an MoE layer, 0: dense)", f, i, v[i]);
+                return;
+            }
+            if (v[i]) c->moe_pattern[i / 64] |= 1ull << (i % 64);
+        }
+        if (len != c->num_layers) /* (Megatron asserts it) */
+            mg_run_notes_error(n, "--moe-layer-freq lists %d layers, --num-layers is %d", len, c->num_layers);
+    } else if (f) {
+        char *e;
+        errno = 0;
+        long x = strtol(f, &e, 10);
+        if (e == f || *e || errno || x < 1 || x > INT_MAX)
+            mg_run_notes_error(n, "--moe-layer-freq '%s': an integer N >= 1 or a list of 0s and 1s", f);
+        else
+            c->moe_layer_freq = (int)x;
+    }
+    if (!strcmp(c->moe_router_score_function, "sqrtsoftplus"))
+        mg_run_notes_error(n, "--moe-router-score-function sqrtsoftplus is not supported: mgraph's router has softmax "
+                              "and sigmoid scores");
+    if (c->moe_router_dtype && !strcmp(c->moe_router_dtype, "fp64"))
+        mg_run_notes_error(n, "--moe-router-dtype fp64 is not supported: routing is fp32");
+    if (!strcmp(c->moe_token_dispatcher_type, "allgather"))
+        mg_run_notes_error(n, "--moe-token-dispatcher-type allgather is not supported: tokens go to their experts by "
+                              "all-to-all (alltoall, flex)");
+}
+
 /* RoPE's type and scaling, multi-latent attention (Megatron's argument rules). */
 static void check_rope_mla(mg_run_config *c, mg_run_notes *n) {
     bool yarn_pos = !strcmp(c->position_embedding_type, "yarn");
@@ -817,10 +983,12 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
         c->position_embedding_type = "none"; /* Megatron's add_position_embedding = False */
     if (mg_run_config_given(c, "--kv-channels") && c->kv_channels < 1)
         mg_run_notes_error(n, "--kv-channels must be >= 1 (got %d)", c->kv_channels);
-    if (strcmp(c->moe_router_load_balancing_type, "aux_loss"))
-        mg_run_notes_error(n, "--moe-router-load-balancing-type %s is not supported: the router's balancing is "
-                              "Megatron's aux_loss (--moe-aux-loss-coeff)",
+    if (strcmp(c->moe_router_load_balancing_type, "aux_loss") && strcmp(c->moe_router_load_balancing_type, "seq_aux_loss") &&
+        strcmp(c->moe_router_load_balancing_type, "none"))
+        mg_run_notes_error(n, "--moe-router-load-balancing-type %s is not supported: mgraph has Megatron's aux_loss, "
+                              "seq_aux_loss and none (with --moe-aux-loss-coeff)",
                            c->moe_router_load_balancing_type);
+    check_moe(c, n);
     if (strcmp(c->optimizer, "adam"))
         mg_run_notes_error(n, "--optimizer %s is not supported: mgraph's optimizer is Adam with decoupled weight "
                               "decay (Megatron's adam)",
@@ -948,13 +1116,25 @@ int mg_run_config_model(const mg_run_config *c, mg_gpt_config *m, mg_error *err)
     m->moe.aux_loss_coeff = c->moe_aux_loss_coeff;
     m->moe.z_loss_coeff = c->moe_z_loss_coeff;
     m->moe.layer_freq = c->moe_layer_freq;
+    m->moe.pattern_len = c->moe_pattern_len;
+    memcpy(m->moe.layer_pattern, c->moe_pattern, sizeof m->moe.layer_pattern);
+    m->moe.score = !strcmp(c->moe_router_score_function, "sigmoid") ? MG_MOE_SIGMOID : MG_MOE_SOFTMAX;
+    m->moe.num_groups = c->moe_router_num_groups;
+    m->moe.group_topk = c->moe_router_group_topk;
+    m->moe.topk_scaling = c->moe_router_topk_scaling_factor;
+    m->moe.expert_bias = c->moe_router_enable_expert_bias;
+    m->moe.bias_update_rate = c->moe_router_bias_update_rate;
+    m->moe.shared_ffn = c->moe_shared_expert_intermediate_size;
+    m->moe.balance = !strcmp(c->moe_router_load_balancing_type, "seq_aux_loss") ? MG_MOE_SEQ_AUX_LOSS
+                     : !strcmp(c->moe_router_load_balancing_type, "none")       ? MG_MOE_NO_BALANCING_LOSS
+                                                                                : MG_MOE_AUX_LOSS;
     m->moe.capacity_factor = c->moe_expert_capacity_factor;
     m->moe.pad_to_capacity = c->moe_pad_expert_input_to_capacity;
     if (!strcmp(c->moe_token_drop_policy, "position")) m->moe.drop_policy = MG_MOE_DROP_POSITION;
     else if (strcmp(c->moe_token_drop_policy, "probs"))
         return mg_error_set(err, MG_ERR_INVALID, "--moe-token-drop-policy must be probs or position (got '%s')",
                             c->moe_token_drop_policy);
-    if (strcmp(c->moe_token_dispatcher_type, "alltoall"))
+    if (strcmp(c->moe_token_dispatcher_type, "alltoall") && strcmp(c->moe_token_dispatcher_type, "flex"))
         return mg_error_set(err, MG_ERR_INVALID, "--moe-token-dispatcher-type %s is not supported yet (alltoall is)",
                             c->moe_token_dispatcher_type);
     if (c->moe_expert_capacity_factor < 0)

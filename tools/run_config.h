@@ -22,6 +22,14 @@ typedef struct mg_run_config {
     bool moe_router_pre_softmax, moe_pad_expert_input_to_capacity;
     float moe_aux_loss_coeff, moe_z_loss_coeff, moe_expert_capacity_factor;
     const char *moe_token_drop_policy, *moe_token_dispatcher_type;
+    /* DeepSeek-V3's MoE: --moe-layer-freq as given (an integer or a list pattern, parsed into
+     * moe_layer_freq / moe_pattern by mg_run_config_check), router and balancing */
+    const char *moe_layer_freq_arg, *moe_router_score_function, *moe_router_dtype;
+    int moe_pattern_len;
+    uint64_t moe_pattern[MG_MOE_MAX_LAYERS / 64];
+    int moe_router_num_groups, moe_router_group_topk, moe_shared_expert_intermediate_size;
+    float moe_router_topk_scaling_factor, moe_router_bias_update_rate;
+    bool moe_router_enable_expert_bias;
     /* the LLaMA family (Megatron's names) */
     float rotary_base, rotary_percent, norm_epsilon;
     bool swiglu, group_query_attention, untie_embeddings_and_output_weights, disable_bias_linear;
@@ -177,5 +185,8 @@ mg_tokenizer_config mg_run_tokenizer_config(const mg_run_config *c);
  * --decoder-first/last-pipeline-num-layers, each checked in 1..--num-layers, into
  * p->pp_first_layers / pp_last_layers. */
 int mg_run_config_uneven_pipeline(const mg_run_config *c, mg_plan *p, mg_error *err);
+/* Megatron's list patterns (--moe-layer-freq '([0]*3+[1]*58)'): the values into v[0..max);
+ * the length, or -1 with *why. */
+int mg_run_parse_layer_pattern(const char *s, unsigned char *v, int max, const char **why);
 
 #endif

@@ -21,6 +21,11 @@ extern "C" {
 typedef enum mg_norm_kind { MG_NORM_LAYERNORM = 0, MG_NORM_RMSNORM } mg_norm_kind;
 typedef enum mg_pos_emb_kind { MG_POS_LEARNED = 0, MG_POS_ROPE, MG_POS_NONE } mg_pos_emb_kind;
 
+/* The load-balancing loss (Megatron's --moe-router-load-balancing-type). */
+typedef enum mg_moe_balance { MG_MOE_AUX_LOSS = 0, MG_MOE_SEQ_AUX_LOSS, MG_MOE_NO_BALANCING_LOSS } mg_moe_balance;
+/* The most layers a --moe-layer-freq list describes. */
+#define MG_MOE_MAX_LAYERS 512
+
 /* Mixture of experts in place of the MLP (Megatron's --num-experts ... flags); the
  * experts use the model's activation (SwiGLU with --swiglu, else GELU). */
 typedef struct mg_moe_config {
@@ -34,6 +39,18 @@ typedef struct mg_moe_config {
     double capacity_factor;     /* --moe-expert-capacity-factor; 0: dropless */
     mg_moe_drop_policy drop_policy; /* --moe-token-drop-policy probs|position */
     bool pad_to_capacity;       /* --moe-pad-expert-input-to-capacity */
+    /* DeepSeek-V3's router and balancing */
+    mg_moe_score score;         /* --moe-router-score-function softmax | sigmoid */
+    int num_groups, group_topk; /* --moe-router-num-groups, --moe-router-group-topk (0: no groups) */
+    float topk_scaling;         /* --moe-router-topk-scaling-factor (0: none) */
+    bool expert_bias;           /* --moe-router-enable-expert-bias: aux-loss-free balancing */
+    float bias_update_rate;     /* --moe-router-bias-update-rate (1e-3) */
+    mg_moe_balance balance;     /* --moe-router-load-balancing-type aux_loss | seq_aux_loss | none */
+    int shared_ffn;             /* --moe-shared-expert-intermediate-size: shared experts' MLP (0: none) */
+    /* --moe-layer-freq as a list ([0]*3+[1]*58): bit i of layer_pattern is layer i; pattern_len
+     * 0: layer_freq decides */
+    int pattern_len;
+    uint64_t layer_pattern[MG_MOE_MAX_LAYERS / 64];
 } mg_moe_config;
 
 /* RoPE's frequencies and pairing (ops/rope.c, mg_attr_rope). */
@@ -155,8 +172,12 @@ typedef struct mg_gpt_layer {
     mg_tensor *ln2_w, *ln2_b;
     mg_tensor *gate_w, *gate_b, *fc_w, *fc_b, *fc2_w, *fc2_b; /* gate, up (c_fc), down (c_proj) */
     /* MoE layers (no dense MLP): mlp.router.weight [E, h], mlp.experts.fc1.weight
-     * [E, F (2F with SwiGLU: gate then up), h], mlp.experts.fc2.weight [E, h, F] */
-    mg_tensor *router_w, *experts_fc1_w, *experts_fc2_w;
+     * [E, F (2F with SwiGLU: gate then up), h], mlp.experts.fc2.weight [E, h, F];
+     * mlp.router.expert_bias [E] (--moe-router-enable-expert-bias: a parameter without
+     * gradient, stepped by the routed token counts); shared experts
+     * mlp.shared_experts.{gate_proj, up_proj, down_proj} (gate with SwiGLU, biases beside) */
+    mg_tensor *router_w, *experts_fc1_w, *experts_fc2_w, *expert_bias;
+    mg_tensor *shared_gate_w, *shared_gate_b, *shared_fc_w, *shared_fc_b, *shared_fc2_w, *shared_fc2_b;
 } mg_gpt_layer;
 
 typedef struct mg_gpt {

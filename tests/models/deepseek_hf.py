@@ -31,7 +31,19 @@ except Exception as e:  # noqa: BLE001
     sys.exit(77)
 
 EXE, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-VARIANTS = {0: "MLA, q latent, YaRN factor 4 with mscale", 1: "MLA, q from the hidden state, unscaled RoPE"}
+VARIANTS = {0: "MLA, q latent, YaRN factor 4 with mscale", 1: "MLA, q from the hidden state, unscaled RoPE",
+            2: "MLA, a dense layer, then DeepSeek-V3's MoE: sigmoid routing with the expert bias, 4 of 2 of 4 groups, "
+               "scaling 2.5, a shared expert"}
+# mgraph's MoE names (Megatron's) -> DeepseekV3's; the expert bias is a buffer there
+RENAME = [(".mlp.router.weight", ".mlp.gate.weight"), (".mlp.router.expert_bias", ".mlp.gate.e_score_correction_bias"),
+          (".mlp.experts.fc1.weight", ".mlp.experts.gate_up_proj"), (".mlp.experts.fc2.weight", ".mlp.experts.down_proj")]
+
+
+def hf_name(name):
+    for a, b in RENAME:
+        if name.endswith(a):
+            return name[: -len(a)] + b
+    return name
 failures = 0
 
 
@@ -50,9 +62,11 @@ def hf_config(c):
                 "beta_fast": 32.0, "beta_slow": 1.0, "mscale": c["rope_mscale"], "mscale_all_dim": c["rope_mscale_all_dim"]}
     return DeepseekV3Config(
         vocab_size=c["vocab_size"], hidden_size=c["hidden_size"], intermediate_size=c["intermediate_size"],
-        moe_intermediate_size=8, num_hidden_layers=c["num_hidden_layers"], num_attention_heads=c["num_attention_heads"],
-        num_key_value_heads=c["num_attention_heads"], n_shared_experts=1, n_routed_experts=4, num_experts_per_tok=2,
-        n_group=1, topk_group=1, first_k_dense_replace=c["num_hidden_layers"],
+        moe_intermediate_size=c["moe_intermediate_size"] or 8, num_hidden_layers=c["num_hidden_layers"],
+        num_attention_heads=c["num_attention_heads"], num_key_value_heads=c["num_attention_heads"], n_shared_experts=1,
+        n_routed_experts=c["n_routed_experts"] or 4, num_experts_per_tok=c["num_experts_per_tok"],
+        n_group=c["n_group"] or 1, topk_group=c["topk_group"] or 1, norm_topk_prob=True,
+        routed_scaling_factor=c["routed_scaling_factor"] or 1.0, first_k_dense_replace=c["first_k_dense_replace"],
         q_lora_rank=c["q_lora_rank"] or None, kv_lora_rank=c["kv_lora_rank"], qk_nope_head_dim=c["qk_nope_head_dim"],
         qk_rope_head_dim=c["qk_rope_head_dim"], v_head_dim=c["v_head_dim"], rms_norm_eps=c["rms_norm_eps"],
         max_position_embeddings=c["max_position_embeddings"], rope_parameters=rope, rope_interleave=True,
@@ -72,17 +86,18 @@ for variant, what in VARIANTS.items():
     c = json.load(open(os.path.join(d, "config.json")))
     model = DeepseekV3ForCausalLM(hf_config(c)).float()
     params = dict(model.named_parameters())
+    params.update({k: v for k, v in model.named_buffers() if k.endswith("e_score_correction_bias")})
     ours = {}
     for line in open(os.path.join(d, "params.txt")):
         name, *shape = line.split()
-        ours[name] = [int(x) for x in shape]
+        ours[hf_name(name)] = ([int(x) for x in shape], name)
     check(set(ours) == set(params), f"variant {variant}: names differ: {sorted(set(ours) ^ set(params))}")
     with torch.no_grad():
-        for name, shape in ours.items():
+        for name, (shape, ours_name) in ours.items():
             if name not in params:
                 continue
             check(list(params[name].shape) == shape, f"{name}: shape {shape}, transformers {list(params[name].shape)}")
-            a = np.fromfile(os.path.join(d, name + ".bin"), dtype=np.float32).reshape(shape)
+            a = np.fromfile(os.path.join(d, ours_name + ".bin"), dtype=np.float32).reshape(shape)
             params[name].copy_(torch.from_numpy(a))
     s, b = c["seq_length"], c["batch"]
     t = np.fromfile(os.path.join(d, "tokens.bin"), dtype=np.int32).reshape(2, s, b)  # [tokens|targets, s, b]
@@ -96,14 +111,23 @@ for variant, what in VARIANTS.items():
     rel = abs(got - ref) / abs(ref)
     check(rel <= 1e-5, f"variant {variant}: loss {got:.9g}, transformers {ref:.9g} (relative {rel:.3g})")
     worst = 0.0
-    for name in ours:
-        if name not in params:
+    for name, (shape, ours_name) in ours.items():
+        if name not in params or not params[name].requires_grad:
             continue
         g_ref = params[name].grad.numpy()
-        g = np.fromfile(os.path.join(d, name + ".grad.bin"), dtype=np.float32).reshape(g_ref.shape)
+        g = np.fromfile(os.path.join(d, ours_name + ".grad.bin"), dtype=np.float32).reshape(g_ref.shape)
         e = float(np.abs(g - g_ref).max() / max(np.abs(g_ref).max(), 1e-12))
         worst = max(worst, e)
         check(e <= 1e-4, f"variant {variant}: gradient of {name} differs by {e:.3g} of its largest entry")
+    if variant == 2:  # the expert bias takes part: transformers without it routes otherwise
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                if name.endswith("e_score_correction_bias"):
+                    b.zero_()
+            unbiased = torch.nn.functional.cross_entropy(model(input_ids=tokens).logits.reshape(-1, c["vocab_size"]),
+                                                         targets.reshape(-1)).item()
+        check(abs(unbiased - ref) > 1e-4 * abs(ref), f"variant 2: the expert bias changes transformers' loss by too "
+                                                     f"little ({unbiased:.9g} without it) for the check to mean anything")
     print(f"variant {variant} ({what}): loss {got:.9g}, transformers {ref:.9g} (relative {rel:.2g}); "
           f"{len(ours)} parameters, worst gradient difference {worst:.2g} of the tensor's largest entry")
 

@@ -103,6 +103,65 @@ static void test_names(void) {
     mg_graph_free(g);
 }
 
+/* DeepSeek-V3's shape in small: MLA, a dense first layer, then MoE layers of 8 experts with
+ * sigmoid routing, an expert bias, groups and shared experts. */
+static mg_gpt_config dsv3_config(void) {
+    mg_gpt_config c = mla_config();
+    c.num_layers = 3;
+    c.moe.num_experts = 8, c.moe.ffn_hidden = 16, c.moe.topk = 4, c.moe.shared_ffn = 24;
+    c.moe.pattern_len = 3, c.moe.layer_pattern[0] = 6; /* [0, 1, 1] */
+    c.moe.score = MG_MOE_SIGMOID, c.moe.expert_bias = true, c.moe.num_groups = 4, c.moe.group_topk = 2;
+    c.moe.topk_scaling = 2.5f, c.moe.balance = MG_MOE_SEQ_AUX_LOSS, c.moe.aux_loss_coeff = 1e-2f;
+    return c;
+}
+
+/* DeepSeek-V3's MoE parameters: the router's expert bias (a parameter without gradient,
+ * counted as Megatron and Hugging Face count buffers: not at all), the shared experts
+ * with the MLP's names, the dense first layer; counts against the graph. */
+static void test_moe_names(void) {
+    mg_gpt_config c = dsv3_config();
+    mg_graph *g = NULL;
+    graph_params(&c, &g);
+    int64_t n = 0;
+    for (int i = 0; i < mg_graph_n_tensors(g); i++) {
+        const mg_tensor *t = mg_graph_tensor(g, i);
+        if (t->role == MG_ROLE_PARAM && t->requires_grad) n += mg_numel(t);
+    }
+    expect_param(g, "model.layers.0.mlp.gate_proj.weight", 2, 48, 32);
+    TK_CHECK(!mg_graph_find(g, "model.layers.0.mlp.router.weight"), "layer 0 is dense ([0, 1, 1])");
+    expect_param(g, "model.layers.1.mlp.router.weight", 2, 8, 32);
+    expect_param(g, "model.layers.2.mlp.router.expert_bias", 1, 8, 0);
+    expect_param(g, "model.layers.2.mlp.shared_experts.gate_proj.weight", 2, 24, 32);
+    expect_param(g, "model.layers.2.mlp.shared_experts.up_proj.weight", 2, 24, 32);
+    expect_param(g, "model.layers.2.mlp.shared_experts.down_proj.weight", 2, 32, 24);
+    const mg_tensor *eb = mg_graph_find(g, "model.layers.1.mlp.router.expert_bias");
+    TK_CHECK(eb && !eb->requires_grad && eb->init.kind == MG_INIT_ZEROS, "the expert bias: zeros, no gradient");
+    TK_CHECK(n == mg_gpt_num_params(&c), "DeepSeek-V3-like: %lld trained parameters, mg_gpt_num_params %lld",
+             (long long)n, (long long)mg_gpt_num_params(&c));
+    mg_graph_free(g);
+}
+
+/* Parameter counts of the real models against transformers' (DeepseekV3ForCausalLM and
+ * Qwen3MoeForCausalLM built on the meta device from their published configs: 671,026,404,352
+ * and 30,532,122,624). */
+static void test_known_sizes(void) {
+    mg_gpt_config c = mg_gpt_defaults();
+    c.num_layers = 61, c.hidden = 7168, c.ffn_hidden = 18432, c.heads = 128, c.vocab = 129280;
+    c.norm = MG_NORM_RMSNORM, c.pos_emb = MG_POS_ROPE, c.swiglu = true, c.untie_embeddings = true;
+    c.disable_bias_linear = true, c.qk_layernorm = true;
+    c.mla = (mg_mla_config){true, 1536, 512, 128, 64, 128};
+    c.moe.num_experts = 256, c.moe.ffn_hidden = 2048, c.moe.topk = 8, c.moe.shared_ffn = 2048;
+    c.moe.pattern_len = 61;
+    for (int i = 3; i < 61; i++) c.moe.layer_pattern[i / 64] |= 1ull << (i % 64);
+    TK_CHECK(mg_gpt_num_params(&c) == 671026404352LL, "DeepSeek-V3: %lld parameters", (long long)mg_gpt_num_params(&c));
+    c = mg_gpt_defaults();
+    c.num_layers = 48, c.hidden = 2048, c.ffn_hidden = 6144, c.heads = 32, c.query_groups = 4, c.kv_channels = 128;
+    c.vocab = 151936, c.norm = MG_NORM_RMSNORM, c.pos_emb = MG_POS_ROPE, c.swiglu = true, c.untie_embeddings = true;
+    c.disable_bias_linear = true, c.qk_layernorm = true;
+    c.moe.num_experts = 128, c.moe.ffn_hidden = 768, c.moe.topk = 8;
+    TK_CHECK(mg_gpt_num_params(&c) == 30532122624LL, "Qwen3-30B-A3B: %lld parameters", (long long)mg_gpt_num_params(&c));
+}
+
 /* Model FLOPs: the attention part of mg_gpt_flops against a count by hand. */
 static void test_flops(void) {
     mg_gpt_config c = mla_config();
@@ -142,6 +201,19 @@ static void test_config_errors(void) {
     c = mla_config(), c.mla.enabled = false, c.rope.scaling = MG_ROPE_YARN, c.rope.factor = 4, c.rope.interleaved = true;
     c.rope.original_max_pos = 8;
     expect_invalid(c, "--rotary-interleaved");
+    c = dsv3_config();
+    TK_CHECK(mg_gpt_check(&c, &err) == MG_OK, "DeepSeek-V3-like config: %s", err.msg);
+    c.moe.score = MG_MOE_SOFTMAX;
+    expect_invalid(c, "--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid");
+    c = dsv3_config(), c.moe.num_groups = 3;
+    expect_invalid(c, "--moe-router-num-groups 3 must divide --num-experts 8");
+    c = dsv3_config(), c.moe.group_topk = 0;
+    expect_invalid(c, "group-limited routing needs");
+    c = dsv3_config(), c.moe.pattern_len = 4;
+    expect_invalid(c, "--moe-layer-freq lists 4 layers");
+    c = dsv3_config(), c.moe.score = MG_MOE_SOFTMAX, c.moe.expert_bias = false, c.moe.topk = 1, c.moe.num_groups = 0;
+    c.moe.group_topk = 0;
+    expect_invalid(c, "--moe-router-pre-softmax");
     c = mla_config(), c.hidden = 30; /* heads need not divide hidden with MLA or --kv-channels (Megatron) */
     TK_CHECK(mg_gpt_check(&c, &err) == MG_OK, "MLA with hidden 30 and 4 heads: %s", err.msg);
     c.mla.enabled = false;
@@ -226,6 +298,82 @@ static void test_grad_model(void) {
     grad_model_case(c, "--kv-channels 12, GQA, q/k norms, Llama 3.1 RoPE interleaved");
 }
 
+/* The DeepSeek-V3-like model's training loss (lm + coefficient x seq aux loss) against
+ * finite differences: MLA, the dense layer, routed experts through sigmoid weights with
+ * groups and scaling, shared experts. Routing is piecewise constant: the step 1e-3 is far
+ * below the score gaps of this draw, and probes that crossed a boundary would fail. */
+static void test_grad_moe(void) {
+    mg_gpt_config c = dsv3_config();
+    c.init_std = 0.2f;
+    c.moe.bias_update_rate = 0; /* (each run steps the biases: by 0, so every run routes alike) */
+    c.hidden_dropout = c.attention_dropout = 0;
+    mg_graph *g = mg_graph_new();
+    mg_gpt m;
+    mg_error err = {0};
+    int64_t s = c.seq_length, b = 2;
+    mg_tensor *tok = mg_input(g, "tokens", MG_I32, 2, (int64_t[]){s, b});
+    mg_tensor *tgt = mg_input(g, "targets", MG_I32, 2, (int64_t[]){s, b});
+    mg_tensor *pos = mg_input(g, "positions", MG_I32, 1, &s);
+    mg_tensor *loss = NULL;
+    mg_gpt_aux aux;
+    if (mg_gpt2_params(g, &c, &m, &err) == MG_OK) {
+        loss = mg_gpt2_forward_aux(g, &m, tok, pos, NULL, tgt, true, &aux);
+        loss = aux.loss ? mg_add(g, loss, aux.loss) : NULL;
+    }
+    tk_run r;
+    if (!loss || mg_graph_backward(g, loss, &err) || tk_prepare(&r, g)) {
+        TK_CHECK(false, "build: %s %s", mg_graph_error(g)->msg, err.msg);
+        mg_gpt_release(&m);
+        mg_graph_free(g);
+        return;
+    }
+    tk_rng rng = {17};
+    for (int64_t i = 0; i < s * b; i++) {
+        tk_i32(&r, tok)[i] = (int32_t)tk_uniform(&rng, 0, (float)c.vocab);
+        tk_i32(&r, tgt)[i] = (int32_t)tk_uniform(&rng, 0, (float)c.vocab);
+    }
+    for (int64_t t = 0; t < s; t++) tk_i32(&r, pos)[t] = (int32_t)t;
+    for (int i = 0; i < mg_graph_n_tensors(g); i++) { /* biases that take part in the selection */
+        mg_tensor *p = mg_graph_tensor(g, i);
+        if (p->role == MG_ROLE_PARAM && !p->requires_grad) tk_fill(&rng, tk_f32(&r, p), mg_numel(p), -0.1f, 0.1f);
+    }
+    tk_exec(&r);
+    double eps = 1e-3, worst = 0;
+    int fails = tk_failures, probed = 0;
+    for (int i = 0; i < mg_graph_n_tensors(g); i++) {
+        mg_tensor *p = mg_graph_tensor(g, i);
+        if (p->role != MG_ROLE_PARAM || !p->requires_grad) continue;
+        TK_CHECK(p->grad != NULL, "%s got no gradient", p->name);
+        if (!p->grad) continue;
+        int64_t n = mg_numel(p);
+        float *an = malloc((size_t)n * sizeof *an);
+        memcpy(an, tk_f32(&r, p->grad), (size_t)n * sizeof *an);
+        float *x = tk_f32(&r, p);
+        for (int k = 0; k < 3; k++) {
+            int64_t e = (int64_t)(((uint64_t)(k + 1) * 2654435761u + (uint64_t)i * 97u) % (uint64_t)n);
+            float keep = x[e];
+            x[e] = keep + (float)eps;
+            tk_exec(&r);
+            double lp = tk_f32(&r, loss)[0];
+            x[e] = keep - (float)eps;
+            tk_exec(&r);
+            double lm = tk_f32(&r, loss)[0];
+            x[e] = keep;
+            double fd = (lp - lm) / (2 * eps), a = an[e];
+            double err_ = fabs(fd - a) / (1e-3 + 3e-2 * fmax(fabs(fd), fabs(a)));
+            if (err_ > worst) worst = err_;
+            probed++;
+            TK_CHECK(err_ <= 1.0, "d loss / d %s[%lld]: analytic %.6g, finite difference %.6g", p->name, (long long)e, a,
+                     fd);
+        }
+        free(an);
+    }
+    if (tk_failures == fails) printf("ok DeepSeek-V3-like: %d probes, worst gradient error %.3f of tolerance\n", probed, worst);
+    tk_release(&r);
+    mg_gpt_release(&m);
+    mg_graph_free(g);
+}
+
 /* ---- the Hugging Face reference (tests/models/deepseek_hf.py) ------------------------------- */
 /* Variant 0: MLA with a q latent and YaRN (factor 4 over 4 positions, mscale 1, mscale_all_dim
  * 1: the softmax scale times mscale^2); 1: MLA without a q latent and YaRN of factor 1 (the
@@ -241,6 +389,14 @@ static mg_gpt_config dump_config(int variant) {
     c.rope.scaling = MG_ROPE_YARN, c.rope.original_max_pos = 4096;
     c.rope.factor = variant == 0 ? 4.0f : 1.0f;
     if (variant == 0) c.rope.original_max_pos = 4, c.rope.mscale = 1, c.rope.mscale_all_dim = 1;
+    if (variant == 2) { /* DeepSeek-V3's MoE: a dense first layer, 8 experts in 4 groups, top-4 of 2 groups, sigmoid
+                         * scores with the expert bias, scaling 2.5, a shared expert of the experts' size */
+        c.num_layers = 3;
+        c.moe.num_experts = 8, c.moe.ffn_hidden = 32, c.moe.topk = 4, c.moe.shared_ffn = 32;
+        c.moe.pattern_len = 3, c.moe.layer_pattern[0] = 6;
+        c.moe.score = MG_MOE_SIGMOID, c.moe.expert_bias = true, c.moe.num_groups = 4, c.moe.group_topk = 2;
+        c.moe.topk_scaling = 2.5f;
+    }
     return c;
 }
 
@@ -254,11 +410,15 @@ static int write_config(const char *dir, const mg_gpt_config *c) {
             "\"num_attention_heads\": %d, \"q_lora_rank\": %d, \"kv_lora_rank\": %d, \"qk_nope_head_dim\": %d, "
             "\"qk_rope_head_dim\": %d, \"v_head_dim\": %d, \"rms_norm_eps\": %.9g, \"max_position_embeddings\": %d, "
             "\"rope_theta\": %.9g, \"rope_factor\": %.9g, \"rope_original_max_position_embeddings\": %d, "
-            "\"rope_mscale\": %.9g, \"rope_mscale_all_dim\": %.9g, \"seq_length\": %d, \"batch\": 2}\n",
+            "\"rope_mscale\": %.9g, \"rope_mscale_all_dim\": %.9g, \"seq_length\": %d, \"batch\": 2, "
+            "\"n_routed_experts\": %d, \"moe_intermediate_size\": %d, \"num_experts_per_tok\": %d, \"n_group\": %d, "
+            "\"topk_group\": %d, \"routed_scaling_factor\": %.9g, \"first_k_dense_replace\": %d}\n",
             (long long)c->vocab, c->hidden, c->ffn_hidden, c->num_layers, c->heads, c->mla.q_lora_rank,
             c->mla.kv_lora_rank, c->mla.qk_head_dim, c->mla.qk_pos_emb_head_dim, c->mla.v_head_dim, (double)c->ln_eps,
             c->max_position, (double)c->rotary_base, (double)c->rope.factor, c->rope.original_max_pos,
-            (double)c->rope.mscale, (double)c->rope.mscale_all_dim, c->seq_length);
+            (double)c->rope.mscale, (double)c->rope.mscale_all_dim, c->seq_length, c->moe.num_experts,
+            c->moe.ffn_hidden, c->moe.topk, c->moe.num_groups, c->moe.group_topk, (double)c->moe.topk_scaling,
+            c->moe.num_experts ? 1 : c->num_layers);
     return fclose(o) != 0;
 }
 
@@ -302,7 +462,7 @@ static int dump_model(const char *dir, int variant) {
         fprintf(list, "%s", t->name);
         for (int d = 0; d < t->ndim; d++) fprintf(list, " %lld", (long long)t->shape[d]);
         fprintf(list, "\n");
-        for (int k = 0; k < 2 && !rc; k++) {
+        for (int k = 0; k < (t->grad ? 2 : 1) && !rc; k++) { /* (the expert bias has no gradient) */
             snprintf(fn, sizeof fn, "%s/%s%s.bin", dir, t->name, k ? ".grad" : "");
             FILE *o = fopen(fn, "wb");
             const float *v = tk_f32(&r, k ? t->grad : t);
@@ -333,6 +493,9 @@ int main(int argc, char **argv) {
         {"flops", test_flops},
         {"config_errors", test_config_errors},
         {"grad_model", test_grad_model},
+        {"moe_names", test_moe_names},
+        {"known_sizes", test_known_sizes},
+        {"grad_moe", test_grad_moe},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
 }
