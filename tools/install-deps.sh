@@ -20,32 +20,37 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Reference checks only (tests/checkpoint/hf.py compares mgraph-convert with Hugging Face
-# transformers): PyTorch's CPU wheels and transformers from PyPI. Never a runtime
-# dependency; a failure here is reported and the test says loudly that it skipped.
-if ! python3 -c "import torch, transformers, safetensors" 2>/dev/null; then
+# The tests' reference packages (torch, transformers, tokenizers, safetensors, tiktoken,
+# tensorboard, numpy: never runtime dependencies) at the versions tests/requirements.txt
+# pins, from PyPI. Installed only when one is missing or at another version; a failure
+# here fails the script: tools/test.sh requires them (tests/support/reference.py).
+if ! python3 - "$(dirname "$0")/../tests/requirements.txt" << 'PY'
+import importlib.metadata, sys
+bad = []
+for line in open(sys.argv[1]):
+    line = line.split("#", 1)[0].strip()
+    if not line:
+        continue
+    name, _, want = line.partition("==")
+    try:
+        have = importlib.metadata.version(name.strip())
+    except importlib.metadata.PackageNotFoundError:
+        have = None
+    if have is None or have.split("+", 1)[0] != want.strip():
+        bad.append(f"{name.strip()} {have or '(none)'} (want {want.strip()})")
+if bad:
+    print("reference packages to install: " + ", ".join(bad))
+sys.exit(1 if bad else 0)
+PY
+then
   if ! python3 -m pip --version >/dev/null 2>&1; then
-    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-pip >/dev/null || true
+    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-pip >/dev/null
   fi
   PIP=(python3 -m pip install --quiet)
   python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages && PIP+=(--break-system-packages)
-  "${PIP[@]}" --index-url https://download.pytorch.org/whl/cpu torch || "${PIP[@]}" torch ||
-    echo "warning: could not install torch (tests/checkpoint/hf.py will skip)"
-  "${PIP[@]}" transformers safetensors || echo "warning: could not install transformers (tests/checkpoint/hf.py will skip)"
-fi
-
-# Reference check only (tests/tools/megatron_run.py reads mgraph-run's event files with
-# it): the tensorboard package from PyPI. Never a runtime dependency.
-if ! python3 -c "import tensorboard" 2>/dev/null; then
-  PIP=(python3 -m pip install --quiet)
-  python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages && PIP+=(--break-system-packages)
-  "${PIP[@]}" tensorboard || echo "warning: could not install tensorboard (tests/tools/megatron_run.py tensorboard will skip)"
-fi
-
-# Reference check only (tests/io/tiktokenizer.py compares TikTokenizer with it): OpenAI's
-# tiktoken from PyPI. Never a runtime dependency.
-if ! python3 -c "import tiktoken" 2>/dev/null; then
-  PIP=(python3 -m pip install --quiet)
-  python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages && PIP+=(--break-system-packages)
-  "${PIP[@]}" tiktoken || echo "warning: could not install tiktoken (tests/io/tiktokenizer.py will skip)"
+  if ! "${PIP[@]}" -r "$(dirname "$0")/../tests/requirements.txt"; then
+    echo "error: could not install the tests' reference packages (tests/requirements.txt) from PyPI;" >&2
+    echo "       the suite needs them (MG_REQUIRE_REFERENCES=1 in tools/test.sh)" >&2
+    exit 1
+  fi
 fi

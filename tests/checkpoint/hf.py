@@ -13,7 +13,8 @@
 3. With activation_function "gelu" (the exact GELU, not GPT-2's tanh approximation): the
    import needs --no-bias-gelu-fusion (exit 2 naming it without), then gives transformers'
    loss, ten times closer than the tanh twin's, and exports as "gelu".
-Exits 77 (skipped) with a loud message when torch or transformers cannot be imported.
+Exits 77 (skipped), loudly, where the pinned torch/transformers are missing; under CI or
+tools/test.sh that is a failure (tests/support/reference.py).
 """
 import json
 import os
@@ -21,15 +22,13 @@ import shutil
 import subprocess
 import sys
 
-try:
-    import torch
-    import transformers
-    from transformers import GPT2Config, GPT2LMHeadModel
-except Exception as e:  # noqa: BLE001
-    print("=" * 78)
-    print(f"SKIPPED: torch/transformers not importable ({e}); tools/install-deps.sh installs them")
-    print("=" * 78)
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import reference  # noqa: E402  (tests/support/reference.py)
+
+reference.require("torch", "transformers")
+import torch
+import transformers
+from transformers import GPT2Config, GPT2LMHeadModel
 
 RUN, CONVERT, WORK = (os.path.abspath(a) for a in sys.argv[1:4])
 shutil.rmtree(WORK, ignore_errors=True)

@@ -19,7 +19,8 @@ same windows computed independently of mgraph, within 1e-5 relative:
     own, at its positions in the window (a token sees only its document);
   - both: each document on its own from position 0.
 Each must differ visibly from the plain loss, so that the check can fail.
-Exits 77 (skipped) with a loud message when torch or transformers cannot be imported.
+Exits 77 (skipped), loudly, where the pinned torch/transformers are missing; under CI or
+tools/test.sh that is a failure (tests/support/reference.py).
 """
 import json
 import os
@@ -28,14 +29,12 @@ import shutil
 import subprocess
 import sys
 
-try:
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-except Exception as e:  # noqa: BLE001
-    print("=" * 78)
-    print(f"SKIPPED: torch/transformers not importable ({e}); tools/install-deps.sh installs them")
-    print("=" * 78)
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import reference  # noqa: E402  (tests/support/reference.py)
+
+reference.require("torch", "transformers")
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
 
 RUN, CONVERT, VOCAB, MERGES, WORK = (os.path.abspath(a) for a in sys.argv[1:6])
 shutil.rmtree(WORK, ignore_errors=True)

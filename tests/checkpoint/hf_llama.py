@@ -21,7 +21,8 @@ sliding window: MistralForCausalLM, sliding_window 5 of the 16 tokens, mgraph's
    the class's from_pretrained loads it with no missing or unexpected tensor and
    gives mgraph's loss (relative 1e-5), and re-importing the export reproduces it bit for
    bit.
-Exits 77 (skipped) with a loud message when torch or transformers cannot be imported.
+Exits 77 (skipped), loudly, where the pinned torch/transformers are missing; under CI or
+tools/test.sh that is a failure (tests/support/reference.py).
 """
 import json
 import os
@@ -29,17 +30,15 @@ import shutil
 import subprocess
 import sys
 
-try:
-    import torch
-    import transformers
-    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-                              Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
-    from safetensors.torch import load_file
-except Exception as e:  # noqa: BLE001
-    print("=" * 78)
-    print(f"SKIPPED: torch/transformers not importable ({e}); tools/install-deps.sh installs them")
-    print("=" * 78)
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import reference  # noqa: E402  (tests/support/reference.py)
+
+reference.require("torch", "transformers", "safetensors")
+import torch
+import transformers
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from safetensors.torch import load_file
 
 RUN, CONVERT, WORK = (os.path.abspath(a) for a in sys.argv[1:4])
 shutil.rmtree(WORK, ignore_errors=True)

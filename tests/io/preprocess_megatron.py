@@ -29,13 +29,13 @@ import struct
 import subprocess
 import sys
 
-try:
-    import numpy as np
-    import tiktoken
-    from transformers import AutoTokenizer
-except ImportError as e:
-    print(f"SKIPPED: numpy/tiktoken/transformers not importable ({e}); tools/install-deps.sh installs them")
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import reference  # noqa: E402  (tests/support/reference.py)
+
+reference.require("numpy", "tiktoken", "transformers")
+import numpy as np
+import tiktoken
+from transformers import AutoTokenizer
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)

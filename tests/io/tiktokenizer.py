@@ -17,12 +17,12 @@ import os
 import subprocess
 import sys
 
-try:
-    import tiktoken  # noqa: F401
-    import tokenizers  # noqa: F401
-except ImportError as e:
-    print(f"SKIPPED: tiktoken/tokenizers not importable ({e}); tools/install-deps.sh installs them")
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import reference  # noqa: E402  (tests/support/reference.py)
+
+reference.require("tiktoken", "tokenizers")
+import tiktoken  # noqa: F401
+import tokenizers  # noqa: F401
 
 exe, data, work = sys.argv[1:4]
 os.makedirs(work, exist_ok=True)

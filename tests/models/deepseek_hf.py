@@ -12,7 +12,8 @@ and [k_nope, v] splits, the shared RoPE key, the interleaved RoPE pairing, YaRN'
 frequencies, cos/sin factor and softmax scale must all be transformers' for the loss to
 agree (relative 1e-5) and every gradient (max difference <= 1e-4 of the tensor's largest
 entry).
-Exits 77 (skipped) with a loud message when torch or transformers cannot be imported.
+Exits 77 (skipped), loudly, where the pinned torch/transformers are missing; under CI or
+tools/test.sh that is a failure (tests/support/reference.py).
 """
 import json
 import os
@@ -20,15 +21,13 @@ import shutil
 import subprocess
 import sys
 
-try:
-    import numpy as np
-    import torch
-    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
-except Exception as e:  # noqa: BLE001
-    print("=" * 78)
-    print(f"SKIPPED: torch/transformers not importable ({e}); tools/install-deps.sh installs them")
-    print("=" * 78)
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import reference  # noqa: E402  (tests/support/reference.py)
+
+reference.require("numpy", "torch", "transformers")
+import numpy as np
+import torch
+from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
 EXE, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 VARIANTS = {0: "MLA, q latent, YaRN factor 4 with mscale", 1: "MLA, q from the hidden state, unscaled RoPE",

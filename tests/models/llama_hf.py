@@ -11,22 +11,21 @@ its gradients on fixed tokens. The parameters are loaded *by name* into
 LlamaForCausalLM: the names, [out, in] layouts, head order, rotate-half RoPE, GQA
 grouping, RMSNorm and SwiGLU must all be Hugging Face's for the loss to agree (relative
 1e-5) and every gradient (max difference <= 1e-4 of the tensor's largest entry).
-Exits 77 (skipped) with a loud message when torch or transformers cannot be imported.
+Exits 77 (skipped), loudly, where the pinned torch/transformers are missing; under CI or
+tools/test.sh that is a failure (tests/support/reference.py).
 """
 import os
 import shutil
 import subprocess
 import sys
 
-try:
-    import numpy as np
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-except Exception as e:  # noqa: BLE001
-    print("=" * 78)
-    print(f"SKIPPED: torch/transformers not importable ({e}); tools/install-deps.sh installs them")
-    print("=" * 78)
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import reference  # noqa: E402  (tests/support/reference.py)
+
+reference.require("numpy", "torch", "transformers")
+import numpy as np
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
 EXE, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 failures = 0
