@@ -37,6 +37,7 @@ run_ctest() {
       [ "$cond" = no-gpu ] && [ "$have_gpu" = 1 ] && continue
       [ "$cond" = no-avx512bf16 ] && [ "$have_bf16" = 1 ] && continue
       [ "$cond" = no-netns ] && [ "$have_netns" = 1 ] && continue
+      [[ $cond =~ ^under-([0-9]+)-gpus$ ]] && [ "$n_gpus" -ge "${BASH_REMATCH[1]}" ] && continue
       # shellcheck disable=SC2053 # PATTERN is a glob on purpose
       [[ $name == $pat ]] && allowed=1
     done < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' tests/expected-skips.txt)
@@ -50,8 +51,9 @@ run_ctest() {
 }
 
 # Tests that need a GPU may skip only where there is none.
-have_gpu=0
-command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU' && have_gpu=1
+have_gpu=0 n_gpus=0
+command -v nvidia-smi >/dev/null && n_gpus=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU' || true)
+[ "$n_gpus" -gt 0 ] && have_gpu=1
 # The AVX512-BF16 kernel's test may skip only on CPUs without it.
 have_bf16=0
 grep -qw avx512_bf16 /proc/cpuinfo && have_bf16=1

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Expert parallelism through mgraph-run: training runs under mpirun (ep, with dp, tp, the
 # distributed optimizer and pipeline stages) reproduce the serial run (lm loss, grad
-# norm, load-balancing and z losses within 1e-5 relative every iteration),
+# norm, load-balancing and z losses within 1e-5 relative every iteration; every weight
+# and Adam moment of the final checkpoints within tests/support/ckpt.py's bound),
 # bad expert-parallel flags exit 2 naming the rule, and Mixtral 8x7B's layout on 64
 # ranks (ep 8 x tp 2) dry-runs, printing per-rank memory and all-to-all bytes.
 #   cli_ep.sh MPIEXEC MGRAPH_RUN TEXT_FILE DATA_DIR WORK_DIR CASE
 set -u
 MPIEXEC=$1 RUN=$2 TEXT=$3 DATA=$4 WORK=$5 CASE=$6
+CKPT=$(cd "$(dirname "$0")/../support" && pwd)/ckpt.py
 mkdir -p "$WORK" && cd "$WORK" || exit 1
+# an earlier run's serial reference and checkpoints (this script's own) are not reused
+rm -rf -- serial.jsonl serial.ck parallel.ck ck_* ./*.resumed.ck
 MPI="$MPIEXEC --oversubscribe --allow-run-as-root"
 fail() { echo "FAIL: $*"; exit 1; }
 [ -f "$TEXT" ] || fail "no corpus $TEXT"
@@ -40,10 +44,11 @@ expect_usage() { # NAME REGEX CMD...: exit 2 within 60 s with the message
 
 train_vs_serial() { # NP FLAGS...: the run on NP ranks with FLAGS matches the serial run
     local np=$1; shift
-    [ -f serial.jsonl ] || timeout 180 "$RUN" "${MOE[@]}" --train-iters 5 --metrics-file serial.jsonl > serial.txt 2>&1 ||
-        { cat serial.txt; fail "serial run"; }
-    timeout 300 $MPI -np "$np" "$RUN" "${MOE[@]}" --train-iters 5 "$@" --metrics-file parallel.jsonl > parallel.txt 2>&1 ||
-        { cat parallel.txt; fail "run on $np ranks with $*"; }
+    [ -f serial.jsonl ] || timeout 180 "$RUN" "${MOE[@]}" --train-iters 5 --metrics-file serial.jsonl --save serial.ck \
+        > serial.txt 2>&1 || { cat serial.txt; fail "serial run"; }
+    rm -rf parallel.ck
+    timeout 300 $MPI -np "$np" "$RUN" "${MOE[@]}" --train-iters 5 "$@" --metrics-file parallel.jsonl --save parallel.ck \
+        > parallel.txt 2>&1 || { cat parallel.txt; fail "run on $np ranks with $*"; }
     if [[ " $* " == *" --expert-model-parallel-size 2 "* ]]; then
         grep -q "ep 2 (2 experts per rank)" parallel.txt || { cat parallel.txt; fail "plan not applied"; }
     fi
@@ -51,11 +56,13 @@ train_vs_serial() { # NP FLAGS...: the run on NP ranks with FLAGS matches the se
         grep -q "pp 2 (1 model chunk per stage" parallel.txt || { cat parallel.txt; fail "pipeline not applied"; }
     fi
     for m in lm_loss grad_norm load_balancing_loss z_loss; do same $m parallel.jsonl serial.jsonl || fail "$m differs"; done
+    python3 "$CKPT" compare serial.ck parallel.ck || fail "the final weights or Adam moments differ"
 }
 
 # resumes NAME NP1 "FLAGS1" NP2 "FLAGS2": a 6-iteration run on NP1 ranks with FLAGS1 saves
 # at iteration 3; resumed from there on NP2 ranks with FLAGS2, iterations 4-6 match the
-# uninterrupted run (lm loss, grad norm, load-balancing loss within 1e-5)
+# uninterrupted run (lm loss, grad norm, load-balancing loss within 1e-5; the final
+# checkpoints' tensors within tests/support/ckpt.py's bound)
 resumes() {
     local name=$1 np1=$2 f1=$3 np2=$4 f2=$5 m
     # shellcheck disable=SC2086 # the flags are several words
@@ -63,12 +70,14 @@ resumes() {
         --metrics-file "$name.jsonl" > "$name.txt" 2>&1 || { cat "$name.txt"; fail "$name run"; }
     # shellcheck disable=SC2086
     timeout 300 $MPI -np "$np2" "$RUN" "${MOE[@]}" --train-iters 6 $f2 --load "ck_$name/iter_0000003" \
-        --metrics-file "$name.resumed.jsonl" > "$name.resumed.txt" 2>&1 ||
+        --save "$name.resumed.ck" --metrics-file "$name.resumed.jsonl" > "$name.resumed.txt" 2>&1 ||
         { cat "$name.resumed.txt"; fail "$name checkpoint resumed on $np2 rank(s) with '$f2'"; }
     grep '"iteration": [456],' "$name.jsonl" > "$name.456.jsonl"
     for m in lm_loss grad_norm load_balancing_loss; do
         same $m "$name.resumed.jsonl" "$name.456.jsonl" || fail "$m after resuming the $name checkpoint"
     done
+    python3 "$CKPT" compare "ck_$name" "$name.resumed.ck" --iteration 6 ||
+        fail "the weights or Adam moments at iteration 6 after resuming the $name checkpoint"
 }
 
 case "$CASE" in

@@ -10,7 +10,7 @@ layer then MoE layers (--moe-layer-freq list) of 16 experts with DeepSeek-V3's r
 micro-batches of 2 per iteration, 4 iterations. The serial run and the plan's run each
 write metrics and a checkpoint; the plan must give, every iteration, the serial lm loss,
 seq_load_balancing_loss and grad norm within 1e-5 relative, and in the final checkpoint
-(pieces put back together from the index, stdlib only) every parameter and Adam moment
+(pieces put back together by tests/support/ckpt.py) every parameter and Adam moment
 within 1e-5 relative in the 2-norm (+1e-7 per element, test_equivalence's bound), and
 every expert bias exactly: it is a sum of +-rate steps decided by integer token counts,
 which every plan sums whole over its ranks. The biases must have moved.
@@ -20,10 +20,11 @@ import json
 import math
 import os
 import shutil
-import struct
 import subprocess
 import sys
-from array import array
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import ckpt  # noqa: E402  (tests/support/ckpt.py)
 
 MPI, RUN, TEXT, WORK, PLAN = sys.argv[1:6]
 PLANS = {
@@ -71,38 +72,11 @@ def metrics(path):
 
 
 def checkpoint(d):
-    """Every tensor of the checkpoint in d, whole (its pieces placed by their offsets and ranges)."""
-    it = f"{d}/iter_{ITERS:07d}"
-    index = json.load(open(f"{it}/index.json"))
-    blobs, headers = [], []
-    for f in index["files"]:
-        blob = open(f"{it}/{f}", "rb").read()
-        (n,) = struct.unpack("<Q", blob[:8])
-        blobs.append((blob, 8 + n))
-        headers.append(json.loads(blob[8:8 + n]))
-    out = {}
-    for name, t in index["tensors"].items():
-        shape = t["shape"]
-        numel = math.prod(shape)
-        whole = [None] * numel
-        strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
-        for p in t["pieces"]:
-            blob, base = blobs[p["file"]]
-            e = headers[p["file"]][p["key"]]
-            a, b = e["data_offsets"]
-            v = array("f")
-            v.frombytes(blob[base + a:base + b])
-            block, off, lo = p["block"], p["offset"], p.get("lo", 0)
-            bstr = [math.prod(block[i + 1:]) for i in range(len(block))]
-            for k, x in enumerate(v, lo):  # elements lo.. of the block (a distributed optimizer's range)
-                idx = 0
-                for dim in range(len(block)):
-                    idx += (off[dim] + (k // bstr[dim]) % block[dim]) * strides[dim]
-                whole[idx] = x
-        if any(x is None for x in whole):
-            fail(f"{d}: {name} is not covered by its pieces")
-        out[name] = whole
-    return out
+    """Every tensor of the checkpoint in d, whole (tests/support/ckpt.py)."""
+    try:
+        return ckpt.load(d, ITERS)
+    except (OSError, ValueError) as e:
+        fail(str(e))
 
 
 os.makedirs(WORK, exist_ok=True)

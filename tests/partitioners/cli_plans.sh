@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # mgraph-run under mpirun: bad plans end every rank with the rule named (exit 2, no
 # hang), plan files, --dry-run --world-size, and a plan's training run reproducing the
-# serial run's losses through the CLI.
+# serial run's losses, gradient norms and final weights and Adam moments through the CLI.
 #   cli_plans.sh MPIEXEC MGRAPH_RUN TEXT_FILE WORK_DIR CASE
 set -u
 MPIEXEC=$1 RUN=$2 TEXT=$3 WORK=$4 CASE=$5
+CKPT=$(cd "$(dirname "$0")/../support" && pwd)/ckpt.py
 mkdir -p "$WORK" && cd "$WORK" || exit 1
+rm -rf -- *.ck # the checkpoints of an earlier run of this case (this script's own)
 MPI="$MPIEXEC --oversubscribe --allow-run-as-root"
 SMALL=(--text-file "$TEXT" --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
        --micro-batch-size 2 --global-batch-size 8 --eval-iters 0 --log-interval 1 --lr 3e-3
@@ -67,10 +69,13 @@ same_column() {
 
 # same_losses A B TOL: every iteration's loss and grad norm within relative TOL (the
 # grad norm shows gradients scaled by a constant, which clipping and Adam hide from
-# the losses)
+# the losses), then every tensor of the runs' final checkpoints (A.ck against B.ck, each
+# run saved with --save: the weights and Adam's moments, where one tensor's gradient
+# scaled shows even when the norm of all hides it) within tests/support/ckpt.py's bound
 same_losses() {
     same_column loss "$(losses "$1")" "$(losses "$2")" "$3" &&
-        same_column grad_norm "$(grad_norms "$1")" "$(grad_norms "$2")" "$3"
+        same_column grad_norm "$(grad_norms "$1")" "$(grad_norms "$2")" "$3" &&
+        python3 "$CKPT" compare "${2%.jsonl}.ck" "${1%.jsonl}.ck"
 }
 
 case "$CASE" in
@@ -96,10 +101,10 @@ pp_world_not_multiple)
 pp_matches_serial)
     needs_text
     # 4 stages of one layer each, 1F1B, dropout on, tied embeddings (the embedding group)
-    timeout 120 "$RUN" "${SMALL[@]}" --num-layers 4 --train-iters 6 --metrics-file serial.jsonl > serial.txt 2>&1 ||
+    timeout 120 "$RUN" "${SMALL[@]}" --num-layers 4 --train-iters 6 --metrics-file serial.jsonl --save serial.ck > serial.txt 2>&1 ||
         { cat serial.txt; fail "serial run"; }
     timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" --num-layers 4 --train-iters 6 --pipeline-model-parallel-size 4 \
-        --metrics-file parallel.jsonl > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
+        --metrics-file parallel.jsonl --save parallel.ck > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
     grep -q "tp 1, dp 1, pp 4 (1 model chunk per stage, 1f1b schedule)" parallel.txt || fail "plan not applied"
     same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
     echo "ok $CASE" ;;
@@ -107,10 +112,10 @@ pp_interleaved_tp2_matches_serial)
     needs_text
     # a plan file: tp 2 with sequence parallelism x pp 2 with 2 model chunks per stage (interleaved)
     printf 'tensor-model-parallel-size 2\nsequence-parallel true\npipeline-model-parallel-size 2\nnum-virtual-stages-per-pipeline-rank 2\n' > pp.plan
-    timeout 120 "$RUN" "${SMALL[@]}" --num-layers 4 --train-iters 6 --metrics-file serial.jsonl > serial.txt 2>&1 ||
+    timeout 120 "$RUN" "${SMALL[@]}" --num-layers 4 --train-iters 6 --metrics-file serial.jsonl --save serial.ck > serial.txt 2>&1 ||
         { cat serial.txt; fail "serial run"; }
     timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" --num-layers 4 --train-iters 6 --plan pp.plan \
-        --metrics-file parallel.jsonl > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
+        --metrics-file parallel.jsonl --save parallel.ck > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
     grep -q "tp 2, dp 1, sequence parallel, pp 2 (2 model chunks per stage, interleaved schedule)" parallel.txt ||
         { cat parallel.txt; fail "plan not applied"; }
     same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
@@ -149,10 +154,10 @@ cp_world_not_multiple)
 pp_cp_train_matches_serial)
     # LLaMA, pipeline 2 x context parallel 2 (4 ranks, 4 layers), dropout on, vs the serial run
     needs_text
-    timeout 120 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --num-layers 4 --train-iters 5 --metrics-file serial.jsonl \
+    timeout 120 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --num-layers 4 --train-iters 5 --metrics-file serial.jsonl --save serial.ck \
         > serial.txt 2>&1 || { cat serial.txt; fail "serial run"; }
     timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --num-layers 4 --train-iters 5 --context-parallel-size 2 \
-        --pipeline-model-parallel-size 2 --metrics-file parallel.jsonl > parallel.txt 2>&1 ||
+        --pipeline-model-parallel-size 2 --metrics-file parallel.jsonl --save parallel.ck > parallel.txt 2>&1 ||
         { cat parallel.txt; fail "parallel run"; }
     grep -q "cp 2" parallel.txt && grep -q "pp 2" parallel.txt || { cat parallel.txt; fail "plan not applied"; }
     same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
@@ -160,15 +165,15 @@ pp_cp_train_matches_serial)
 cp_train_matches_serial)
     # LLaMA, context parallel 2 x data parallel 2 (4 ranks), dropout on, vs the serial run
     needs_text
-    timeout 120 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --train-iters 5 --metrics-file serial.jsonl > serial.txt 2>&1 ||
+    timeout 120 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --train-iters 5 --metrics-file serial.jsonl --save serial.ck > serial.txt 2>&1 ||
         { cat serial.txt; fail "serial run"; }
     timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --train-iters 5 --context-parallel-size 2 \
-        --metrics-file parallel.jsonl > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
+        --metrics-file parallel.jsonl --save parallel.ck > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
     grep -q "cp 2" parallel.txt || { cat parallel.txt; fail "plan not applied"; }
     same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
     # and with the distributed optimizer (its state cut over dp x cp)
     timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --train-iters 5 --context-parallel-size 2 \
-        --use-distributed-optimizer --metrics-file dopt.jsonl > dopt.txt 2>&1 || { cat dopt.txt; fail "distopt run"; }
+        --use-distributed-optimizer --metrics-file dopt.jsonl --save dopt.ck > dopt.txt 2>&1 || { cat dopt.txt; fail "distopt run"; }
     grep -q "distributed optimizer" dopt.txt || { cat dopt.txt; fail "distributed optimizer not applied"; }
     same_losses dopt.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ with the distributed optimizer"
     echo "ok $CASE" ;;
@@ -218,27 +223,27 @@ micro_batch_split)
     needs_text
     ONE=("${SMALL[@]}" --micro-batch-size 4 --global-batch-size 4 --train-iters 5 --hidden-dropout 0.1
          --attention-dropout 0.1)
-    timeout 120 "$RUN" "${ONE[@]}" --micro-batch-split 1 --metrics-file whole.jsonl > whole.txt 2>&1 ||
+    timeout 120 "$RUN" "${ONE[@]}" --micro-batch-split 1 --metrics-file whole.jsonl --save whole.ck > whole.txt 2>&1 ||
         { cat whole.txt; fail "whole micro-batch run"; }
     grep -q "sub-batches" whole.txt && { cat whole.txt; fail "--micro-batch-split 1 still split"; }
     for k in 2 4; do
-        timeout 120 "$RUN" "${ONE[@]}" --micro-batch-split $k --metrics-file split$k.jsonl > split$k.txt 2>&1 ||
+        timeout 120 "$RUN" "${ONE[@]}" --micro-batch-split $k --metrics-file split$k.jsonl --save split$k.ck > split$k.txt 2>&1 ||
             { cat split$k.txt; fail "split $k run"; }
         grep -q "each run as $k sub-batches of $((4 / k))" split$k.txt || { cat split$k.txt; fail "split $k not applied"; }
         same_losses split$k.jsonl whole.jsonl 1e-5 || fail "split $k: losses or grad norms differ"
     done
     # auto: one micro-batch per step on 2 workers is cut in 2
-    timeout 120 "$RUN" "${ONE[@]}" --cpu-workers 2 --metrics-file auto.jsonl > auto.txt 2>&1 ||
+    timeout 120 "$RUN" "${ONE[@]}" --cpu-workers 2 --metrics-file auto.jsonl --save auto.ck > auto.txt 2>&1 ||
         { cat auto.txt; fail "auto run"; }
     grep -q "each run as 2 sub-batches of 2" auto.txt || { cat auto.txt; fail "auto split not applied"; }
     same_losses auto.jsonl whole.jsonl 1e-5 || fail "auto split: losses or grad norms differ"
     # with tensor parallelism (its collectives run per sub-batch) and data parallelism
     # (micro-batch 2 per rank, each cut in 2, against the serial micro-batch of 4)
     timeout 240 $MPI -np 2 "$RUN" "${ONE[@]}" --tensor-model-parallel-size 2 --sequence-parallel --micro-batch-split 2 \
-        --metrics-file tp.jsonl > tp.txt 2>&1 || { cat tp.txt; fail "tp run"; }
+        --metrics-file tp.jsonl --save tp.ck > tp.txt 2>&1 || { cat tp.txt; fail "tp run"; }
     grep -q "tp 2" tp.txt && grep -q "sub-batches" tp.txt || { cat tp.txt; fail "tp plan or split not applied"; }
     same_losses tp.jsonl whole.jsonl 1e-5 || fail "tp 2 with split 2: losses or grad norms differ"
-    timeout 240 $MPI -np 2 "$RUN" "${ONE[@]}" --micro-batch-size 2 --micro-batch-split 2 --metrics-file dp.jsonl \
+    timeout 240 $MPI -np 2 "$RUN" "${ONE[@]}" --micro-batch-size 2 --micro-batch-split 2 --metrics-file dp.jsonl --save dp.ck \
         > dp.txt 2>&1 || { cat dp.txt; fail "dp run"; }
     same_losses dp.jsonl whole.jsonl 1e-5 || fail "dp 2 with split 2: losses or grad norms differ"
     echo "ok $CASE" ;;
@@ -259,9 +264,9 @@ train_matches_serial)
     needs_text
     # a plan file (tp 2, sp) and flags (distributed optimizer) on 4 ranks vs the serial run
     printf '# tensor parallel with sequence parallel\ntensor-model-parallel-size 2\nsequence-parallel true\n' > tp.plan
-    timeout 120 "$RUN" "${SMALL[@]}" --train-iters 6 --metrics-file serial.jsonl > serial.txt 2>&1 || fail "serial run"
+    timeout 120 "$RUN" "${SMALL[@]}" --train-iters 6 --metrics-file serial.jsonl --save serial.ck > serial.txt 2>&1 || fail "serial run"
     timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" --train-iters 6 --plan tp.plan --use-distributed-optimizer --overlap-grad-reduce \
-        --metrics-file parallel.jsonl > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
+        --metrics-file parallel.jsonl --save parallel.ck > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
     grep -q "tp 2, dp 2, sequence parallel, distributed optimizer" parallel.txt || fail "plan not applied"
     same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
     echo "ok $CASE" ;;
@@ -304,20 +309,20 @@ llama_groups_not_divisible)
 llama_tp2_matches_serial)
     needs_text
     # LLaMA with GQA, tensor parallel 2 (one key/value group per rank), dropout on
-    timeout 120 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --train-iters 6 --metrics-file serial.jsonl > serial.txt 2>&1 ||
+    timeout 120 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --train-iters 6 --metrics-file serial.jsonl --save serial.ck > serial.txt 2>&1 ||
         { cat serial.txt; fail "serial run"; }
     timeout 240 $MPI -np 2 "$RUN" "${SMALL[@]}" "${LLAMA[@]}" --train-iters 6 --tensor-model-parallel-size 2 \
-        --metrics-file parallel.jsonl > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
+        --metrics-file parallel.jsonl --save parallel.ck > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
     grep -q "tp 2, dp 1" parallel.txt || fail "plan not applied"
     same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
     echo "ok $CASE" ;;
 train_matches_serial_noclip)
     # clipping off (--clip-grad 0): dp 2 with the distributed optimizer vs the serial run
     needs_text
-    timeout 120 "$RUN" "${SMALL[@]}" --train-iters 6 --clip-grad 0 --metrics-file serial.jsonl > serial.txt 2>&1 ||
+    timeout 120 "$RUN" "${SMALL[@]}" --train-iters 6 --clip-grad 0 --metrics-file serial.jsonl --save serial.ck > serial.txt 2>&1 ||
         fail "serial run"
     timeout 240 $MPI -np 2 "$RUN" "${SMALL[@]}" --train-iters 6 --clip-grad 0 --use-distributed-optimizer \
-        --metrics-file parallel.jsonl > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
+        --metrics-file parallel.jsonl --save parallel.ck > parallel.txt 2>&1 || { cat parallel.txt; fail "parallel run"; }
     grep -q "tp 1, dp 2, distributed optimizer" parallel.txt || fail "plan not applied"
     same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
     echo "ok $CASE" ;;

@@ -41,6 +41,7 @@
 #include "mgraph/engine.h"
 #include "mgraph/model.h"
 #include "mgraph/plan.h"
+#include "ops/op.h" /* mg_op_cost: the FLOPs the op table gives each node */
 #include "mgraph/trainer.h"
 
 static int rank_, failures;
@@ -171,16 +172,29 @@ static double compare_block(const mg_tensor *pt, const float *pv, const mg_tenso
 
 /* ---- the plan really partitioned the step ------------------------------------------
  * A "plan" whose ranks each ran the whole model would pass the comparisons above, so:
- * parameters Megatron splits over tp (column-parallel c_attn / c_fc with their biases,
- * row-parallel c_proj weights, the vocab-parallel embedding) hold 1/tp of the serial
- * elements, every other parameter all of them; the rank's matmuls do 1/tp of the
- * serial matmul FLOPs (heads, hidden features and vocabulary all split); and the bytes
- * its collectives send per step on dp are the ring all-reduce of its gradients
- * (reduce-scatter + all-gather with the distributed optimizer: the same bytes), plus
- * at most a few scalars (loss, norm). */
+ * parameters Megatron splits over tp (column-parallel c_attn / c_fc / q, k, v, gate, up
+ * with their biases, row-parallel c_proj / o_proj / down_proj weights, the
+ * vocab-parallel embedding and output layer) hold 1/tp of the serial elements, every
+ * other parameter all of them; the rank's matmuls, MLP activations and (without cp)
+ * attention do 1/(tp cp) of the serial FLOPs (heads, hidden features, vocabulary and
+ * tokens all split); the bytes its collectives send per step on dp are the ring
+ * all-reduce of its gradients (reduce-scatter + all-gather with the distributed
+ * optimizer: the same bytes), plus at most a few scalars (loss, norm); and on tp at least
+ * the activations' collectives. */
 static bool tp_split(const char *name) {
-    static const char *split[] = {"attn.c_attn.weight", "attn.c_attn.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-                                  "attn.c_proj.weight", "mlp.c_proj.weight", "wte.weight"};
+    static const char *split[] = {
+        /* GPT-2's names */
+        "attn.c_attn.weight", "attn.c_attn.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "attn.c_proj.weight",
+        "mlp.c_proj.weight", "wte.weight",
+        /* the LLaMA family's (Hugging Face's): column-parallel q/k/v, gate/up (with their
+         * biases) and MLA's up projections, row-parallel o_proj / down_proj weights, the
+         * vocab-parallel embedding and output layer; norms, MLA's down projections and
+         * latent norms, row-parallel biases stay whole */
+        "self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight", "self_attn.k_proj.bias",
+        "self_attn.v_proj.weight", "self_attn.v_proj.bias", "self_attn.q_b_proj.weight",
+        "self_attn.kv_b_proj.weight", "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.gate_proj.bias",
+        "mlp.up_proj.weight", "mlp.up_proj.bias", "mlp.down_proj.weight", "model.embed_tokens.weight",
+        "lm_head.weight"};
     size_t n = strlen(name);
     for (size_t i = 0; i < sizeof split / sizeof *split; i++) {
         size_t k = strlen(split[i]);
@@ -189,15 +203,36 @@ static bool tp_split(const char *name) {
     return false;
 }
 
-/* 2 * M * N * K summed over the matmul nodes: output elements x the contracted size */
-static double matmul_flops(const mg_graph *g) {
+/* The FLOPs Megatron's tensor and context parallelism divide: the matmuls (2 M N K:
+ * output elements x the contracted size), the MLP's activations and their backward
+ * (over ffn / tp features, s / cp tokens) and, without context parallelism (whose ring
+ * splits a rank's attention in blocks of its own cost), attention forward and backward
+ * over the rank's heads (the op table's cost). A rank that ran all heads of attention or
+ * all features of the activation passes a matmul-only count. */
+static double split_flops(const mg_graph *g, bool attention) {
     double f = 0;
     for (int i = 0; i < mg_graph_n_nodes(g); i++) {
         const mg_node *n = mg_graph_node(g, i);
-        if (n->op != MG_OP_MATMUL) continue;
-        const mg_tensor *a = n->in[0];
-        int64_t k = n->attrs.matmul.trans_a ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
-        f += 2.0 * (double)mg_numel(n->out[0]) * (double)k;
+        double fl = 0, by = 0;
+        switch (n->op) {
+        case MG_OP_MATMUL: {
+            const mg_tensor *a = n->in[0];
+            int64_t k = n->attrs.matmul.trans_a ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+            f += 2.0 * (double)mg_numel(n->out[0]) * (double)k;
+            continue;
+        }
+        case MG_OP_ATTENTION:
+        case MG_OP_ATTENTION_BWD:
+            if (!attention) continue;
+            break;
+        case MG_OP_GELU: case MG_OP_GELU_BWD: case MG_OP_GELU_ERF: case MG_OP_GELU_ERF_BWD: case MG_OP_SWIGLU:
+        case MG_OP_SWIGLU_BWD: case MG_OP_SQUARED_RELU: case MG_OP_SQUARED_RELU_BWD:
+            break;
+        default:
+            continue;
+        }
+        mg_op_cost(n, &fl, &by);
+        f += fl;
     }
     return f;
 }
@@ -218,8 +253,8 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
         CHECK(p != NULL || pp > 1, "rank lacks parameter %s", s->name);
         stage_params += p != NULL;
         if (!p) continue; /* (another pipeline stage's) */
-        /* the shard rule by name is GPT-2's; for LLaMA only the FLOPs and bytes below */
-        int64_t want = !gpt2 ? mg_numel(p) : tp_split(s->name) ? mg_numel(s) / tp : mg_numel(s);
+        /* Megatron's shard rule by name (GPT-2's and the LLaMA family's names) */
+        int64_t want = tp_split(s->name) ? mg_numel(s) / tp : mg_numel(s);
         n_split += tp_split(s->name);
         n_params++;
         layers += strstr(s->name, "mlp.c_fc.weight") != NULL;
@@ -229,7 +264,7 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
     }
     CHECK(!gpt2 || pp > 1 || (layers > 0 && n_split == 1 + 6 * layers), "%d tp-split parameters, want %d", n_split,
           1 + 6 * layers);
-    double fs = matmul_flops(S), fp = matmul_flops(P), fsum = fp;
+    double fs = split_flops(S, cp == 1), fp = split_flops(P, cp == 1), fsum = fp;
     int all_params = 0;
     for (int i = 0; i < mg_graph_n_tensors(S); i++) all_params += mg_graph_tensor(S, i)->role == MG_ROLE_PARAM;
     if (pp > 1) { /* the stages share the model: their FLOPs sum to the serial ones; none holds all layers */
@@ -239,7 +274,7 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
         CHECK(stage_params < all_params, "pipeline stage holds all %d parameters", all_params);
         CHECK(fp < fs / tp, "pipeline stage runs all the matmul FLOPs (%.0f)", fp);
     }
-    CHECK(fabs(fsum * tp * cp - fs) <= 1e-9 * fs, "matmul FLOPs on %s %.0f, want serial %.0f / (tp %d x cp %d)",
+    CHECK(fabs(fsum * tp * cp - fs) <= 1e-9 * fs, "tp/cp-split FLOPs on %s %.0f, want serial %.0f / (tp %d x cp %d)",
           pp > 1 ? "the pipeline's stages" : "this rank", fsum, fs, tp, cp);
     double bytes[MG_GROUP_COUNT], want_dp = dp > 1 ? 2.0 * (dp - 1) / dp * local : 0;
     mg_plan_comm_bytes(P, n_local, bytes);
@@ -263,10 +298,27 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
     CHECK(bytes[gb] - (gb == MG_GROUP_CP ? ring : 0) >= want_dp && bytes[gb] - (gb == MG_GROUP_CP ? ring : 0) <= want_dp + 64,
           "%s bytes per step %.0f, want the gradients' %.0f (+ scalars)", mg_group_name(gb), bytes[gb], want_dp);
     CHECK((bytes[MG_GROUP_TP] > 0) == (tp > 1), "tp bytes per step %.0f with tp %d", bytes[MG_GROUP_TP], tp);
+    /* at least Megatron's activation collectives of tensor parallelism, per micro-batch: per
+     * layer two all-reduces forward (attention's and the MLP's row-parallel outputs) and two
+     * backward (their column-parallel inputs' gradients), the vocab-parallel embedding's
+     * forward and the output layer's input gradient: 4 L + 2 all-reduces of the rank's
+     * [s / cp, b, h] activations (with sequence parallelism each is an all-gather plus a
+     * reduce-scatter: the same bytes). Norm weights, scalars and the separate q/k/v and
+     * gate/up gradients add to it. (One pipeline stage holds only some of it: pp 1 only.) */
+    double act_min = 0;
+    if (tp > 1 && pp == 1) {
+        const mg_gpt_config *m = &sc->model;
+        double unit = 2.0 * (tp - 1) / tp * ((double)m->seq_length / cp) * sc->micro_batch * m->hidden * 4 * n_local;
+        act_min = (4.0 * m->num_layers + 2) * unit;
+        CHECK(bytes[MG_GROUP_TP] >= act_min,
+              "tp bytes per step %.0f, below the %d layers' activation collectives' %.0f (%d all-reduces of %.0f bytes)",
+              bytes[MG_GROUP_TP], m->num_layers, act_min, 4 * m->num_layers + 2, unit / n_local);
+    }
     if (rank_ == 0)
-        printf("partitioned: %d of %d parameters split over tp %d; matmul GFLOP per micro-batch %.4f (serial %.4f); "
-               "bytes per step: tp %.0f, %s %.0f (gradients %.0f), cp %.0f (K/V ring %.0f)\n", n_split, n_params, tp,
-               fp / 1e9, fs / 1e9, bytes[MG_GROUP_TP], mg_group_name(gg), bytes[gg], want_dp, bytes[MG_GROUP_CP], ring);
+        printf("partitioned: %d of %d parameters split over tp %d; split GFLOP per micro-batch %.4f (serial %.4f); "
+               "bytes per step: tp %.0f (activations >= %.0f), %s %.0f (gradients %.0f), cp %.0f (K/V ring %.0f)\n", n_split,
+               n_params, tp, fp / 1e9, fs / 1e9, bytes[MG_GROUP_TP], act_min, mg_group_name(gg), bytes[gg], want_dp,
+               bytes[MG_GROUP_CP], ring);
 }
 
 int main(int argc, char **argv) {

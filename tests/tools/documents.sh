@@ -88,10 +88,12 @@ echo "ok: full and selective recompute replay documents bit for bit"
 parallel() { # NP SERIAL MODEL-ARRAY-NAME PLAN...
     local np=$1 ser=$2 model=$3; shift 3
     local -n args=$model
+    rm -rf parallel.ck
     timeout 300 "$MPI" -np "$np" "$RUN" --data-path lines_text_document "${args[@]}" "${RESET[@]}" "$@" \
-        --metrics-file parallel.jsonl > parallel.txt 2>&1 || { cat parallel.txt; fail "$np ranks with '$*'"; }
+        --metrics-file parallel.jsonl --save parallel.ck > parallel.txt 2>&1 || { cat parallel.txt; fail "$np ranks with '$*'"; }
     echo "$np ranks ${*:-(dp $np)}:"
     for m in lm_loss grad_norm; do within $m parallel.jsonl "$ser.jsonl" 5 || fail "$m of '${*:-dp}' differs from serial"; done
+    same_weights "$ser" parallel || fail "the final weights or Adam moments of '${*:-dp}' differ from serial"
 }
 parallel 2 reset GPT --context-parallel-size 2
 parallel 2 reset GPT --tensor-model-parallel-size 2 --sequence-parallel

@@ -89,17 +89,21 @@ paste <(column val_loss eval8.jsonl) <(column val_loss eval16.jsonl) | awk -F'\t
 echo "ok: evaluation weights its batches by their kept tokens"
 
 # ---- 4. parallel == serial ---------------------------------------------------------------------
-timeout 120 "$RUN" "${SH[@]}" --eod-mask-loss --metrics-file serial.jsonl > serial.txt 2>&1 || { cat serial.txt; fail "serial run"; }
+rm -rf serial.ck parallel.ck
+timeout 120 "$RUN" "${SH[@]}" --eod-mask-loss --metrics-file serial.jsonl --save serial.ck > serial.txt 2>&1 ||
+    { cat serial.txt; fail "serial run"; }
 timeout 120 "$RUN" "${SH[@]}" --metrics-file serial_unmasked.jsonl > serial_unmasked.txt 2>&1 ||
     { cat serial_unmasked.txt; fail "serial unmasked run"; }
 cmp -s <(column lm_loss serial.jsonl) <(column lm_loss serial_unmasked.jsonl) && fail "the mask changed nothing on these documents"
 for plan in "--context-parallel-size 2" "--tensor-model-parallel-size 2 --sequence-parallel" "" \
             "--pipeline-model-parallel-size 2"; do
     # shellcheck disable=SC2086 # the plan is several words
-    timeout 300 $MPI -np 2 "$RUN" "${SH[@]}" --eod-mask-loss $plan --metrics-file parallel.jsonl > parallel.txt 2>&1 ||
-        { cat parallel.txt; fail "2 ranks with '$plan'"; }
+    rm -rf parallel.ck
+    timeout 300 $MPI -np 2 "$RUN" "${SH[@]}" --eod-mask-loss $plan --metrics-file parallel.jsonl --save parallel.ck \
+        > parallel.txt 2>&1 || { cat parallel.txt; fail "2 ranks with '$plan'"; }
     echo "2 ranks ${plan:-(dp 2)}:"
     for m in lm_loss grad_norm; do within $m parallel.jsonl serial.jsonl 5 || fail "$m of '${plan:-dp 2}' differs from serial"; done
+    same_weights serial parallel || fail "the final weights or Adam moments of '${plan:-dp 2}' differ from serial"
 done
 echo "ok: cp 2, tp 2 + SP, dp 2 and pp 2 with --eod-mask-loss equal the serial run"
 

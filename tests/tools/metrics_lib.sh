@@ -2,6 +2,9 @@
 # decoupled_lr.sh, wd_schedule.sh):
 # reading --metrics-file output, comparing two runs, and a dataset with many documents.
 
+# (tests/support/ckpt.py: checkpoints read back whole and compared)
+CKPT_PY=$(cd "$(dirname "${BASH_SOURCE[0]}")/../support" && pwd)/ckpt.py
+
 # column NAME FILE: metric NAME of every iteration of a metrics file, one per line
 column() { grep -o "\"$1\": [^,}]*" "$2" | awk '{print $2}'; }
 
@@ -15,12 +18,19 @@ within() {
               exit (n != want || bad > 0) }'
 }
 
+# same_weights A B: every weight and Adam moment of run B's final checkpoint (B.ck) within
+# tests/support/ckpt.py's bound of run A's (A.ck): a plan against the serial run
+same_weights() { python3 "$CKPT_PY" compare "$1.ck" "$2.ck"; }
+
 # train_n N OUT ARGS...: one serial mgraph-run ($RUN) with ARGS, metrics in OUT.jsonl, which
-# must hold exactly N iterations; the script's fail() on any error
+# must hold exactly N iterations, its final checkpoint in OUT.ck (unless ARGS has a --save
+# of its own); the script's fail() on any error
 train_n() {
-    local n=$1 out=$2
+    local n=$1 out=$2 save=()
     shift 2
-    timeout 120 "$RUN" "$@" --metrics-file "$out.jsonl" > "$out.txt" 2>&1 || { cat "$out.txt"; fail "run $out"; }
+    [[ " $* " == *" --save "* ]] || { rm -rf "$out.ck"; save=(--save "$out.ck"); }
+    timeout 120 "$RUN" "$@" --metrics-file "$out.jsonl" "${save[@]}" > "$out.txt" 2>&1 ||
+        { cat "$out.txt"; fail "run $out"; }
     [ "$(column lm_loss "$out.jsonl" | wc -l)" -eq "$n" ] || fail "$out: want $n iterations"
 }
 

@@ -19,9 +19,10 @@ fail() { echo "FAIL: $*"; exit 1; }
 # GPT-2's tokenizer cut to 896 tokens (tests/data/gpt2-small: a small output layer, the same EOD)
 TOK=(--tokenizer-type GPT2BPETokenizer --vocab-file "$DATA/gpt2-small/vocab.json" --merge-file "$DATA/gpt2-small/merges.txt")
 source "$(dirname "$0")/metrics_lib.sh"
-run() { # NAME FLAGS...: one run, its metrics in NAME.jsonl
+run() { # NAME FLAGS...: one run, its metrics in NAME.jsonl, its final checkpoint in NAME.ck
     local name=$1; shift
-    timeout 300 "$@" --metrics-file "$name.jsonl" > "$name.txt" 2>&1 || { cat "$name.txt"; fail "$name"; }
+    rm -rf "$name.ck"
+    timeout 300 "$@" --metrics-file "$name.jsonl" --save "$name.ck" > "$name.txt" 2>&1 || { cat "$name.txt"; fail "$name"; }
 }
 
 lines_dataset "$PRE" "$DATA/tinyshakespeare.txt" "${TOK[@]}"
@@ -60,6 +61,7 @@ for plan in "--context-parallel-size 2" "--tensor-model-parallel-size 2 --sequen
     run parallel $MPI -np 2 "$RUN" "${SH[@]}" --calculate-per-token-loss --micro-batch-size 2 $plan
     echo "2 ranks ${plan:-(dp 2)}:"
     for m in lm_loss grad_norm; do within $m parallel.jsonl serial.jsonl 4 || fail "$m of '${plan:-dp 2}' differs from serial"; done
+    same_weights serial parallel || fail "the final weights or Adam moments of '${plan:-dp 2}' differ from serial"
 done
 echo "ok: cp 2, tp 2 + SP, dp 2 and pp 2 with --calculate-per-token-loss equal the serial run"
 
@@ -73,4 +75,5 @@ echo "MoE, 2 ranks, ep 2:"
 for m in lm_loss grad_norm load_balancing_loss; do
     within $m moe_ep2.jsonl moe_serial.jsonl 4 || fail "$m of MoE ep 2 differs from serial"
 done
+same_weights moe_serial moe_ep2 || fail "the final weights or Adam moments of MoE ep 2 differ from serial"
 echo "ok: MoE on ep 2 with --calculate-per-token-loss equals the serial run"

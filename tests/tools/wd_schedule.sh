@@ -44,11 +44,13 @@ train serial --weight-decay-incr-style cosine --start-weight-decay 0.05 --end-we
 for plan in "--tensor-model-parallel-size 2 --sequence-parallel" "--use-distributed-optimizer" \
             "--pipeline-model-parallel-size 2"; do
     # shellcheck disable=SC2086 # the plan is several words
+    rm -rf parallel.ck
     timeout 300 "$MPI" -np 2 "$RUN" "${BASE[@]}" --weight-decay-incr-style cosine --start-weight-decay 0.05 \
-        --end-weight-decay 0.5 $plan --metrics-file parallel.jsonl > parallel.txt 2>&1 ||
+        --end-weight-decay 0.5 $plan --metrics-file parallel.jsonl --save parallel.ck > parallel.txt 2>&1 ||
         { cat parallel.txt; fail "2 ranks with '$plan'"; }
     echo "2 ranks $plan:"
     for m in lm_loss grad_norm; do within $m parallel.jsonl serial.jsonl 4 || fail "$m of '$plan' differs from serial"; done
+    same_weights serial parallel || fail "the final weights or Adam moments of '$plan' differ from serial"
 done
 echo "ok: tp 2 + SP, dp 2 + distributed optimizer and pp 2 with a cosine decay schedule equal the serial run"
 
