@@ -17,8 +17,9 @@
 The machine is shared with other jobs, so step times are measured as CPU time per
 iteration and rank (what a dedicated core takes, as mgraph-calibrate measures): the
 CPU time of a run of N iterations minus that of a run of 2, divided by (N - 2) and the
-ranks. The wall-clock median of the log's iterations is shown beside it, with the load
-average before and after the plan's runs.
+ranks. Plans are measured in rounds (each plan once per round) so that the machine's
+load falls on all of them alike; the wall-clock median of the log's iterations is shown
+beside, and the load average at each round.
 """
 import argparse, json, os, resource, statistics, subprocess, sys
 
@@ -83,23 +84,30 @@ for k in (ALL if a.plans == "all" else a.plans).split(","):
 if a.auto:
     plans.append(("--plan auto", 2, ["--plan", "auto", "--cluster", cluster]))
 measured = []
-print("| plan | ranks | measured CPU s per iteration and rank (median of %d) | predicted step (s) | error | "
-      "wall median (s) | load |" % a.repeats)
-print("|---|---|---|---|---|---|---|")
-for name, np, flags in plans:
-    load0 = os.getloadavg()[0]
-    cpus, walls = [], []
-    for _ in range(a.repeats):
+# Rounds: every plan once per round, so a change in the machine's load falls on all plans
+# alike; medians over the rounds.
+cpus = {i: [] for i in range(len(plans))}
+walls = {i: [] for i in range(len(plans))}
+logs, loads = {}, []
+for rnd in range(a.repeats):
+    loads.append(os.getloadavg()[0])
+    for i, (name, np, flags) in enumerate(plans):
         c_long, log = run(np, flags, iters)
         c_short, _ = run(np, flags, 2)
-        cpus.append((c_long - c_short) / (iters - 2) / np)
-        walls += [float(l.split("elapsed time per iteration (ms):")[1].split("|")[0]) / 1e3
-                  for l in log.splitlines() if "elapsed time per iteration" in l][2:]
-    cpu = statistics.median(cpus)
+        cpus[i].append((c_long - c_short) / (iters - 2) / np)
+        walls[i] += [float(l.split("elapsed time per iteration (ms):")[1].split("|")[0]) / 1e3
+                     for l in log.splitlines() if "elapsed time per iteration" in l][2:]
+        logs[i] = log
+loads.append(os.getloadavg()[0])
+print("| plan | ranks | measured CPU s per iteration and rank (median of %d rounds) | predicted step (s) | error | "
+      "wall median (s) |" % a.repeats)
+print("|---|---|---|---|---|---|")
+for i, (name, np, flags) in enumerate(plans):
+    cpu = statistics.median(cpus[i])
     if name == "--plan auto":
-        chosen = [l for l in log.splitlines() if "--plan auto on" in l][0]
+        chosen = [l for l in logs[i].splitlines() if "--plan auto on" in l][0]
         pred = float(chosen.split("predicted ")[1].split(" s")[0])
-        name = "--plan auto: " + chosen.split(": ", 1)[1].split(" (")[0]
+        name = "--plan auto (%s)" % chosen.split("--plan auto on ")[1].split(": ", 1)[1].split(" (")[0]
     else:
         p = subprocess.run([os.path.join(B, "mgraph-plan"), "--cluster", cluster, "--json", "--world-size", str(np),
                             "--text-file", text] + model + flags, capture_output=True, text=True, env=env)
@@ -107,9 +115,10 @@ for name, np, flags in plans:
             sys.exit("mgraph-plan failed: %s" % p.stderr)
         pred = json.loads(p.stdout)["step_time_s"]
     measured.append((name, np, cpu))
-    print("| %s | %d | %.3f (%s) | %.3f | %+.0f%% | %.3f | %.1f-%.1f |" %
-          (name, np, cpu, " ".join("%.3f" % c for c in cpus), pred, 100 * (pred - cpu) / cpu, statistics.median(walls),
-           load0, os.getloadavg()[0]), flush=True)
+    print("| %s | %d | %.3f (%s) | %.3f | %+.0f%% | %.3f |" %
+          (name, np, cpu, " ".join("%.3f" % c for c in cpus[i]), pred, 100 * (pred - cpu) / cpu,
+           statistics.median(walls[i])), flush=True)
+print("\nload average at the start of each round and at the end: %s" % " ".join("%.1f" % x for x in loads))
 hand = [m for m in measured if m[1] == 2 and not m[0].startswith("--plan auto")]
 auto = [m for m in measured if m[0].startswith("--plan auto")]
 if auto and hand:

@@ -121,11 +121,10 @@ static bool recomputed(const mg_plan_query *q, int local) {
 }
 
 /* One stage's sums over its chunks. */
-typedef struct stage_t {
+typedef struct stage_sum_t {
     double f, b, rec, p2p, p2p_exposed, flops;
     double comm[MG_GROUP_COUNT], exposed[MG_GROUP_COUNT];
     double params, expert_params, tied;
-    double layer_fwd_max;               /* the longest layer forward (FSDP prefetch) */
 } stage_sum_t;
 
 /* Data-parallel time of one stage: the gradient reduction and the parameter gather,
@@ -219,7 +218,6 @@ int mg_planner_schedule(const mg_cluster *c, const mg_plan_query *q, const mg_pl
                 st->flops += x->flops[0] + x->flops[1];
                 st->params += x->params;
                 st->expert_params += x->expert_params;
-                if (x->t[0] > st->layer_fwd_max) st->layer_fwd_max = x->t[0];
                 for (int g = 0; g < MG_GROUP_COUNT; g++) {
                     st->comm[g] += x->comm[0][g] + x->comm[1][g];
                     st->exposed[g] += x->exposed[0][g] + x->exposed[1][g];
