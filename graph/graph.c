@@ -213,6 +213,15 @@ mg_tensor *mg_param(mg_graph *g, const char *name, int ndim, const int64_t *shap
     return t;
 }
 
+mg_tensor *mg_set_layout(mg_tensor *t, mg_layout layout) {
+    if (t && layout >= 0 && layout < MG_LAYOUT_COUNT) t->layout = layout;
+    return t;
+}
+
+bool mg_layout_is_expert(mg_layout layout) {
+    return layout == MG_LAYOUT_EXPERT_COLUMN || layout == MG_LAYOUT_EXPERT_ROW;
+}
+
 mg_tensor *mg_state(mg_graph *g, const char *name, mg_dtype dt, int ndim, const int64_t *shape, mg_init init) {
     mg_tensor *t = mg_tensor_new(g, name, false, dt, MG_ROLE_OPT_STATE, ndim, shape);
     if (t) {

@@ -125,7 +125,7 @@ int64_t mg_lr_samples_before(const mg_lr_schedule *s, int64_t iteration) {
     return c;
 }
 
-static mg_tensor *moment(mg_graph *g, const mg_tensor *p, const char *which) {
+static mg_tensor *moment(mg_graph *g, mg_tensor *p, const char *which) {
     char nm[512];
     snprintf(nm, sizeof nm, "%s.%s", p->name, which);
     mg_tensor *t = mg_tensor_new(g, nm, false, MG_F32, MG_ROLE_OPT_STATE, p->ndim, p->shape);
@@ -135,6 +135,7 @@ static mg_tensor *moment(mg_graph *g, const mg_tensor *p, const char *which) {
         t->logical = p->logical; /* a moment is sharded exactly like its parameter */
         t->logical.key = mg_hash_name(nm);
         t->place = p->place;
+        t->state_of = p; /* the typed binding (checkpoints, partitioners) */
     }
     return t;
 }

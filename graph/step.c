@@ -46,6 +46,7 @@ static int accumulate_grads(mg_graph *g, mg_error *err) {
         snprintf(acc, sizeof acc, "%s.main_grad", p->name);
         snprintf(out, sizeof out, "%s.main_grad.acc", p->name);
         mg_tensor *sum = accumulate(g, p->grad, acc, out);
+        if (sum) sum->src->in[0]->state_of = p; /* the accumulator belongs to p */
         if (!sum) return mg_error_set(err, mg_graph_error(g)->code, "step: %s", mg_graph_error(g)->msg);
         p->grad = sum;
     }

@@ -40,8 +40,13 @@ const char *mg_op_name(mg_op op) {
 }
 
 const char *mg_group_name(mg_group grp) {
-    static const char *names[] = {"tp", "cp", "ep", "dp", "pp", "dp_cp", "edp", "world", "emb"};
+    static const char *names[] = {"tp", "cp", "ep", "dp", "pp", "dp_cp", "edp", "world", "emb", "etp"};
     return grp >= 0 && grp < MG_GROUP_COUNT ? names[grp] : "none";
+}
+
+const char *mg_layout_name(mg_layout layout) {
+    static const char *names[] = {"replicated", "column", "row", "vocab", "expert_column", "expert_row"};
+    return layout >= 0 && layout < MG_LAYOUT_COUNT ? names[layout] : "?";
 }
 
 const char *mg_shape_str(const mg_tensor *t, char *buf, size_t len) {

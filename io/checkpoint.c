@@ -12,9 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "mgraph/outfile.h"
+#include "mgraph/infile.h"
 #include "mgraph/safetensors.h"
 
 #define TRACKER "latest_checkpointed_iteration.txt"
@@ -146,6 +149,55 @@ static void partial_dir(const char *root, int64_t iteration, char *buf, size_t l
     snprintf(buf, len, "%s/iter_%07" PRId64 ".partial", root, iteration);
 }
 
+/* The partial directory of the save under way in this process (mg_ckpt_discard_partial):
+ * rank 0's from begin to the end of finish, another rank's while it writes its file. */
+static char g_partial[PATH_MAX];
+static _Atomic int g_partial_set;
+
+static void partial_register(const char *dir) {
+    atomic_store(&g_partial_set, 0);
+    snprintf(g_partial, sizeof g_partial, "%s", dir);
+    atomic_store(&g_partial_set, 1);
+}
+
+/* is_ours without stdio (async-signal-safe) */
+static bool ours_safe(const char *n) {
+    size_t len = strlen(n);
+    if (!strcmp(n, INDEX)) return true;
+    if (len == 22 && !strncmp(n, "rank_", 5) && !strcmp(n + 10, ".safetensors")) {
+        for (int i = 5; i < 10; i++)
+            if (n[i] < '0' || n[i] > '9') return false;
+        return true;
+    }
+    return n[0] == '.' && strstr(n, ".tmp-") != NULL && (strstr(n, "rank_") == n + 1 || strstr(n, INDEX) == n + 1);
+}
+
+void mg_ckpt_discard_partial(void) {
+    if (!atomic_load(&g_partial_set)) return;
+    atomic_store(&g_partial_set, 0);
+    int fd = open(g_partial, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    char buf[4096];
+    bool foreign = false;
+    for (;;) {
+        long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
+        if (n <= 0) break;
+        for (long off = 0; off < n;) {
+            /* struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name */
+            unsigned short reclen;
+            memcpy(&reclen, buf + off + 16, sizeof reclen);
+            const char *name = buf + off + 19;
+            if (strcmp(name, ".") && strcmp(name, "..")) {
+                if (ours_safe(name)) unlinkat(fd, name, 0);
+                else foreign = true;
+            }
+            off += reclen;
+        }
+    }
+    close(fd);
+    if (!foreign) rmdir(g_partial);
+}
+
 int mg_ckpt_begin(const char *root, int64_t iteration, mg_error *err) {
     if (iteration < 0) return mg_error_set(err, MG_ERR_INVALID, "checkpoint iteration %" PRId64 " < 0", iteration);
     if (mkdir(root, 0777) != 0 && errno != EEXIST)
@@ -158,7 +210,16 @@ int mg_ckpt_begin(const char *root, int64_t iteration, mg_error *err) {
     int rc = remove_iter_dir(dir, err); /* a save that died half-way */
     if (rc) return rc;
     if (mkdir(dir, 0777) != 0) return mg_error_set(err, MG_ERR_IO, "cannot create %s: %s", dir, strerror(errno));
+    partial_register(dir);
     return MG_OK;
+}
+
+void mg_ckpt_abort(const char *root, int64_t iteration) {
+    char dir[PATH_MAX];
+    partial_dir(root, iteration, dir, sizeof dir);
+    mg_error ignored = {0};
+    remove_iter_dir(dir, &ignored);
+    atomic_store(&g_partial_set, 0);
 }
 
 int mg_ckpt_write_rank(const char *root, int64_t iteration, int rank, const mg_ckpt_piece *pieces, int n,
@@ -166,6 +227,8 @@ int mg_ckpt_write_rank(const char *root, int64_t iteration, int rank, const mg_c
     char dir[PATH_MAX], path[PATH_MAX + 32];
     partial_dir(root, iteration, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/rank_%05d.safetensors", dir, rank);
+    bool registered_here = !atomic_load(&g_partial_set);
+    if (registered_here) partial_register(dir);
     mg_st_out *out = calloc((size_t)n + 1, sizeof *out);
     char **keys = calloc((size_t)n + 1, sizeof *keys);
     int64_t (*shapes)[1] = calloc((size_t)n + 1, sizeof *shapes);
@@ -217,6 +280,7 @@ int mg_ckpt_write_rank(const char *root, int64_t iteration, int rank, const mg_c
     free(keys);
     free(shapes);
     free(out);
+    if (registered_here) atomic_store(&g_partial_set, 0);
     return rc;
 }
 
@@ -460,6 +524,11 @@ int mg_ckpt_finish(const char *root, int64_t iteration, int nranks, const char *
     }
     if (!rc) rc = check_whole(tensors, held, err);
     json_decref(held);
+    if (rc) { /* an incomplete save is not kept half-way either */
+        mg_error ignored = {0};
+        remove_iter_dir(dir, &ignored);
+        atomic_store(&g_partial_set, 0);
+    }
     json_t *idx = json_pack("{s:s, s:i, s:I, s:o, s:o, s:o}", "format", FORMAT, "version", 1, "iteration",
                             (json_int_t)iteration, "files", files, "tensors", tensors, "meta", meta);
     if (idx && !rc) rc = seal_index(idx, err);
@@ -476,6 +545,7 @@ int mg_ckpt_finish(const char *root, int64_t iteration, int nranks, const char *
     /* an iteration directory left by a run that died before updating the tracker */
     if (!rc) rc = remove_iter_dir(final, err);
     if (!rc && rename(dir, final) != 0) rc = mg_error_set(err, MG_ERR_IO, "cannot rename %s to %s: %s", dir, final, strerror(errno));
+    atomic_store(&g_partial_set, 0); /* (in place, or left for the next save to remove) */
     if (!rc) rc = sync_dir(root, err);
     if (!rc) {
         char num[32];
@@ -674,21 +744,31 @@ static int parse_index(mg_ckpt *c, const char *ipath, json_t *idx, mg_error *err
     return MG_OK;
 }
 
-/* The iteration the tracker of root names, or -1 when root has no tracker. */
+/* The iteration the tracker of root names, -1 when root has no tracker, -2 for
+ * Megatron's "release" (the checkpoint is DIR/release). Like Megatron's read_metadata,
+ * the text is read without its surrounding whitespace. */
 static int read_tracker(const char *root, int64_t *it, mg_error *err) {
     char p[PATH_MAX + 40], buf[64];
     snprintf(p, sizeof p, "%s/" TRACKER, root);
-    FILE *f = fopen(p, "r");
+    FILE *f = NULL;
     *it = -1;
-    if (!f) return errno == ENOENT ? MG_OK : mg_error_set(err, MG_ERR_IO, "cannot read %s: %s", p, strerror(errno));
+    if (access(p, F_OK) != 0 && errno == ENOENT) return MG_OK;
+    int rc = mg_input_fopen(p, "checkpoint tracker", &f, err);
+    if (rc) return rc;
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
-    char *end = NULL;
+    char *s = buf, *end = NULL;
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
+    size_t len = strlen(s);
+    while (len && (s[len - 1] == ' ' || s[len - 1] == '\t' || s[len - 1] == '\n' || s[len - 1] == '\r')) s[--len] = '\0';
+    if (!strcmp(s, "release")) {
+        *it = -2;
+        return MG_OK;
+    }
     errno = 0;
-    long long v = strtoll(buf, &end, 10);
-    while (end && (*end == '\n' || *end == ' ' || *end == '\r')) end++;
-    if (!n || errno || !end || *end || v < 0 || buf[0] < '0' || buf[0] > '9')
+    long long v = strtoll(s, &end, 10);
+    if (!n || errno || !end || *end || v < 0 || s[0] < '0' || s[0] > '9')
         return mg_error_set(err, MG_ERR_IO, "%s does not hold an iteration number", p);
     *it = v;
     return MG_OK;
@@ -703,17 +783,22 @@ int mg_ckpt_open(const char *path, mg_ckpt **out, mg_error *err) {
     char dir[PATH_MAX], ipath[PATH_MAX + 16];
     if (!c) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     if (tracked >= 0) mg_ckpt_iter_dir(path, tracked, dir, sizeof dir);
+    else if (tracked == -2) snprintf(dir, sizeof dir, "%s/release", path);
     else snprintf(dir, sizeof dir, "%s", path);
     snprintf(ipath, sizeof ipath, "%s/" INDEX, dir);
     if (!(c->dir = strdup(dir))) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     json_error_t je;
     json_t *idx = NULL;
-    if (!rc && access(ipath, F_OK) != 0)
-        rc = tracked >= 0 ? mg_error_set(err, MG_ERR_IO, "%s names iteration %" PRId64 ", but %s is missing",
+    if (!rc && access(ipath, F_OK) != 0 && errno == ENOENT)
+        rc = tracked == -2 ? mg_error_set(err, MG_ERR_IO, "%s names the release checkpoint, but %s is missing", path, ipath)
+             : tracked >= 0 ? mg_error_set(err, MG_ERR_IO, "%s names iteration %" PRId64 ", but %s is missing",
                                          path, tracked, ipath)
                           : mg_error_set(err, MG_ERR_IO, "%s is not a checkpoint (no " TRACKER " and no " INDEX ")", path);
-    if (!rc && !(idx = json_load_file(ipath, JSON_REJECT_DUPLICATES, &je)))
+    FILE *jf = NULL;
+    if (!rc) rc = mg_input_fopen(ipath, "checkpoint index", &jf, err);
+    if (!rc && !(idx = json_loadf(jf, JSON_REJECT_DUPLICATES, &je)))
         rc = mg_error_set(err, MG_ERR_IO, "%s: not valid JSON (line %d: %s)", ipath, je.line, je.text);
+    if (jf) fclose(jf);
     if (!rc && !json_is_object(idx)) rc = mg_error_set(err, MG_ERR_IO, "%s: not a JSON object", ipath);
     if (!rc) rc = parse_index(c, ipath, idx, err);
     if (!rc && tracked >= 0 && c->iteration != tracked)

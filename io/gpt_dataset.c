@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mgraph/infile.h"
 #include "io/dataset_internal.h"
 #include "io/hashmap.h"
 #include "mgraph/outfile.h"
@@ -299,8 +300,9 @@ static void cache_drop(gpt_part *p) {
 }
 
 static int load_cache(gpt_part *p, const cache_key *k, int seq_length) {
-    FILE *f = fopen(k->path, "rb");
-    if (!f) return -1;
+    FILE *f = NULL;
+    mg_error ignored = {0}; /* (a cache that cannot be read is rebuilt) */
+    if (mg_input_fopen(k->path, "dataset cache", &f, &ignored)) return -1;
     char magic[8];
     uint64_t h[5];
     struct stat st;

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mgraph/infile.h"
 #include "mgraph/dataset.h"
 #include "mgraph/outfile.h"
 
@@ -39,7 +40,7 @@ int mg_indexed_dtype_for_vocab(int64_t vocab) { return vocab < 65500 ? MG_IDX_U1
 /* ---- reader ---- */
 
 struct mg_indexed_dataset {
-    void *idx_map, *bin_map;
+    const void *idx_map, *bin_map; /* (mg_input_map: a truncation is reported by name) */
     size_t idx_size, bin_size;
     int dtype;
     uint64_t nseq, ndoc_idx;
@@ -50,32 +51,10 @@ struct mg_indexed_dataset {
     int32_t *lens;
 };
 
-static int map_file(const char *path, void **map, size_t *size, mg_error *err) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return mg_error_set(err, MG_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        close(fd);
-        return mg_error_set(err, MG_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
-    }
-    *size = (size_t)st.st_size;
-    *map = NULL;
-    if (*size > 0) {
-        *map = mmap(NULL, *size, PROT_READ, MAP_SHARED, fd, 0);
-        if (*map == MAP_FAILED) {
-            *map = NULL;
-            close(fd);
-            return mg_error_set(err, MG_ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
-        }
-    }
-    close(fd);
-    return MG_OK;
-}
-
 void mg_indexed_free(mg_indexed_dataset *ds) {
     if (!ds) return;
-    if (ds->idx_map) munmap(ds->idx_map, ds->idx_size);
-    if (ds->bin_map) munmap(ds->bin_map, ds->bin_size);
+    mg_input_unmap(ds->idx_map, ds->idx_size);
+    mg_input_unmap(ds->bin_map, ds->bin_size);
     free(ds->docidx);
     free(ds->offsets);
     free(ds->lens);
@@ -100,8 +79,8 @@ int mg_indexed_open(const char *prefix, mg_indexed_dataset **out, mg_error *err)
     }
     sprintf(idx, "%s.idx", prefix);
     sprintf(bin, "%s.bin", prefix);
-    if ((rc = map_file(idx, &ds->idx_map, &ds->idx_size, err))) goto fail;
-    if ((rc = map_file(bin, &ds->bin_map, &ds->bin_size, err))) goto fail;
+    if ((rc = mg_input_map(idx, "dataset index", &ds->idx_map, &ds->idx_size, err))) goto fail;
+    if ((rc = mg_input_map(bin, "dataset", &ds->bin_map, &ds->bin_size, err))) goto fail;
     const unsigned char *p = ds->idx_map;
     if (ds->idx_size < IDX_HEADER_BYTES) {
         rc = mg_error_set(err, MG_ERR_IO, "%s: truncated index (%zu bytes, the header alone is %d)", idx, ds->idx_size,

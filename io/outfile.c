@@ -1,7 +1,9 @@
 /* Atomic output files (include/mgraph/outfile.h). */
+#define _GNU_SOURCE /* fopencookie */
 #include "mgraph/outfile.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdint.h>
@@ -18,10 +20,74 @@ struct mg_outfile {
     char *tmp;         /* the temporary file this created; NULL when writing a device directly */
     char *what;
     bool fsync;
+    int slot;          /* in g_temps, or -1 */
+    int fd;            /* what the stream writes to */
+    int werrno;        /* the first write's failure (ENOSPC, EIO...): stdio loses it */
 };
+
+/* The stream writes through here so that the reason of a failed write is kept for the
+ * message however late the caller notices (a later flush may fail without a syscall). */
+static ssize_t cookie_write(void *c, const char *buf, size_t size) {
+    mg_outfile *o = c;
+    size_t done = 0;
+    while (done < size) {
+        ssize_t w = write(o->fd, buf + done, size - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (!o->werrno) o->werrno = w < 0 ? errno : ENOSPC;
+            return done ? (ssize_t)done : -1;
+        }
+        done += (size_t)w;
+    }
+    return (ssize_t)done;
+}
+
+static int cookie_close(void *c) {
+    mg_outfile *o = c;
+    int rc = close(o->fd);
+    if (rc != 0 && !o->werrno) o->werrno = errno;
+    o->fd = -1;
+    return rc;
+}
+
+/* A stdio stream over fd whose write errors are kept in o. */
+static FILE *stream_over(mg_outfile *o, int fd) {
+    o->fd = fd;
+    cookie_io_functions_t io = {NULL, cookie_write, NULL, cookie_close};
+    return fopencookie(o, "w", io);
+}
+
+/* ---- the temporary files under way, for mg_outfile_discard_temps -------------------------
+ * A fixed table a signal handler can read without locks: a slot's path is written
+ * before it is published (release), and unpublished before it is reused. */
+enum { TEMPS = 128 };
+static struct { _Atomic int used; char path[PATH_MAX + 64]; } g_temps[TEMPS];
+
+static int temp_register(const char *path) {
+    if (strlen(path) >= sizeof g_temps[0].path) return -1;
+    for (int i = 0; i < TEMPS; i++) {
+        int expect = 0;
+        if (atomic_load(&g_temps[i].used) == 0 && atomic_compare_exchange_strong(&g_temps[i].used, &expect, 2)) {
+            strcpy(g_temps[i].path, path);
+            atomic_store(&g_temps[i].used, 1); /* (2: being filled, not yet a path) */
+            return i;
+        }
+    }
+    return -1; /* full: that file is not removed on a fatal signal, nothing worse */
+}
+
+static void temp_unregister(int slot) {
+    if (slot >= 0) atomic_store(&g_temps[slot].used, 0);
+}
+
+void mg_outfile_discard_temps(void) {
+    for (int i = 0; i < TEMPS; i++)
+        if (atomic_load(&g_temps[i].used) == 1) unlink(g_temps[i].path);
+}
 
 static void outfile_free(mg_outfile *o) {
     if (!o) return;
+    temp_unregister(o->slot);
     free(o->path);
     free(o->tmp);
     free(o->what);
@@ -75,7 +141,8 @@ static int create_temp(mg_outfile *o, mg_error *err) {
         return rc;
     }
     free(dir);
-    o->f = fdopen(fd, "w");
+    o->slot = temp_register(o->tmp);
+    o->f = stream_over(o, fd);
     if (!o->f) {
         int e = errno;
         close(fd);
@@ -97,6 +164,8 @@ int mg_outfile_open(const char *path, const char *what, const mg_outfile_options
         return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     }
     o->fsync = opt && opt->fsync;
+    o->slot = -1;
+    o->fd = -1;
     struct stat st;
     int rc = MG_OK;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -104,7 +173,7 @@ int mg_outfile_open(const char *path, const char *what, const mg_outfile_options
     } else if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
         /* a device or FIFO: write into it as it is, never replace or remove it */
         int fd = open(path, O_WRONLY | O_NOCTTY | O_CLOEXEC);
-        if (fd < 0 || !(o->f = fdopen(fd, "w"))) {
+        if (fd < 0 || !(o->f = stream_over(o, fd))) {
             int e = errno;
             if (fd >= 0) close(fd);
             rc = mg_error_set(err, MG_ERR_IO, "cannot write %s %s: %s", what, path, strerror(e));
@@ -128,8 +197,8 @@ int mg_outfile_flush(mg_outfile *f, mg_error *err) {
     if (!f || !f->f) return mg_error_set(err, MG_ERR_INVALID, "mg_outfile_flush: no open file");
     errno = 0;
     if (fflush(f->f) != 0 || ferror(f->f))
-        return mg_error_set(err, MG_ERR_IO, "writing %s %s failed: %s", f->what, f->path,
-                            errno ? strerror(errno) : "write error");
+        return mg_error_set(err, MG_ERR_RUNTIME, "writing %s %s failed: %s", f->what, f->path,
+                            strerror(f->werrno ? f->werrno : errno ? errno : EIO));
     return MG_OK;
 }
 
@@ -149,12 +218,12 @@ int mg_outfile_commit(mg_outfile *f, mg_error *err) {
     if (!f) return mg_error_set(err, MG_ERR_INVALID, "mg_outfile_commit: NULL file");
     int rc = MG_OK, e = 0;
     errno = 0;
-    if (fflush(f->f) != 0 || ferror(f->f)) e = errno ? errno : EIO;
-    if (!e && f->fsync && f->tmp && fsync(fileno(f->f)) != 0) e = errno;
-    if (fclose(f->f) != 0 && !e) e = errno ? errno : EIO;
+    if (fflush(f->f) != 0 || ferror(f->f)) e = f->werrno ? f->werrno : errno ? errno : EIO;
+    if (!e && f->fsync && f->tmp && fsync(f->fd) != 0) e = errno;
+    if (fclose(f->f) != 0 && !e) e = f->werrno ? f->werrno : errno ? errno : EIO;
     f->f = NULL;
     if (e) {
-        rc = mg_error_set(err, MG_ERR_IO, "writing %s %s failed: %s", f->what, f->path, strerror(e));
+        rc = mg_error_set(err, MG_ERR_RUNTIME, "writing %s %s failed: %s", f->what, f->path, strerror(e));
     } else if (f->tmp) {
         if (rename(f->tmp, f->path) != 0) {
             e = errno;
@@ -187,7 +256,7 @@ int mg_write_file_atomic(const char *path, const char *what, const void *data, s
     if (rc) return rc;
     if (len && fwrite(data, 1, len, mg_outfile_stream(o)) != len) {
         int e = errno;
-        rc = mg_error_set(err, MG_ERR_IO, "writing %s %s failed: %s", what ? what : "output file", path,
+        rc = mg_error_set(err, MG_ERR_RUNTIME, "writing %s %s failed: %s", what ? what : "output file", path,
                           e ? strerror(e) : "short write");
         mg_outfile_abort(o);
         return rc;

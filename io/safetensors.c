@@ -1,4 +1,5 @@
 /* safetensors read (mmap, every field checked) and write (atomic) with jansson. */
+#include "mgraph/infile.h"
 #include "mgraph/safetensors.h"
 
 #include <errno.h>
@@ -41,7 +42,7 @@ bool mg_st_dtype_parse(const char *s, mg_dtype *dt) {
 
 void mg_st_close(mg_st_file *f) {
     if (!f) return;
-    if (f->map && f->size) munmap((void *)f->map, f->size);
+    if (f->map && f->size) mg_input_unmap(f->map, f->size);
     for (int i = 0; i < f->n; i++) free((char *)f->e[i].key);
     free(f->e);
     json_decref(f->meta);
@@ -186,33 +187,14 @@ int mg_st_open(const char *path, mg_st_file **out, mg_error *err) {
         free(f);
         return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        int e = errno;
-        if (fd >= 0) close(fd);
+    const void *m = NULL;
+    int rc = mg_input_map(path, "safetensors file", &m, &f->size, err);
+    if (rc) {
         mg_st_close(f);
-        return mg_error_set(err, MG_ERR_IO, "cannot open %s: %s", path, strerror(e));
+        return rc;
     }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        mg_st_close(f);
-        return mg_error_set(err, MG_ERR_IO, "%s is not a regular file", path);
-    }
-    f->size = (size_t)sb.st_size;
-    if (f->size) {
-        void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            f->size = 0;
-            mg_st_close(f);
-            return mg_error_set(err, MG_ERR_IO, "cannot map %s: %s", path, strerror(e));
-        }
-        f->map = m;
-    }
-    close(fd);
-    int rc = parse_header(f, err);
+    f->map = m;
+    rc = parse_header(f, err);
     if (rc) {
         mg_st_close(f);
         return rc;
@@ -255,22 +237,29 @@ int mg_st_write(const char *path, const mg_st_out *t, int n, const char *const *
     size_t len = strlen(text), padded = (len + 7) / 8 * 8; /* 8-byte aligned data, as the Rust crate writes */
     mg_outfile *o = NULL;
     mg_outfile_options opt = {fsync, true};
-    int rc = mg_outfile_open(path, path, &opt, &o, err);
+    int rc = mg_outfile_open(path, "safetensors file", &opt, &o, err);
     if (rc) {
         free(text);
         return rc;
     }
+    /* Every write is checked and its errno kept: a full disk is reported as ENOSPC at
+     * the write that hit it (stdio's later flush or close may no longer know why). */
     FILE *s = mg_outfile_stream(o);
     uint8_t le[8];
     for (int i = 0; i < 8; i++) le[i] = (uint8_t)((uint64_t)padded >> (8 * i));
-    fwrite(le, 1, 8, s);
-    fwrite(text, 1, len, s);
-    for (size_t i = len; i < padded; i++) fputc(' ', s);
+    errno = 0;
+    bool ok = fwrite(le, 1, 8, s) == 8 && fwrite(text, 1, len, s) == len;
+    for (size_t i = len; ok && i < padded; i++) ok = fputc(' ', s) != EOF;
     free(text);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; ok && i < n; i++) {
         size_t bytes = mg_dtype_size(t[i].dtype);
         for (int d = 0; d < t[i].ndim; d++) bytes *= (size_t)t[i].shape[d];
-        if (bytes && fwrite(t[i].data, 1, bytes, s) != bytes) break;
+        ok = !bytes || fwrite(t[i].data, 1, bytes, s) == bytes;
+    }
+    if (!ok) {
+        int e = errno ? errno : EIO;
+        mg_outfile_abort(o);
+        return mg_error_set(err, MG_ERR_RUNTIME, "writing %s failed: %s", path, strerror(e));
     }
     return mg_outfile_commit(o, err);
 }

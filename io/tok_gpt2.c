@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mgraph/infile.h"
 #include "io/hashmap.h"
 #include "io/tok_internal.h"
 
@@ -89,7 +90,11 @@ static void gpt2_destroy(void *impl) {
 
 static int load_vocab(gpt2 *g, mg_tokenizer *t, const int16_t *byte_of_cp, mg_error *err) {
     json_error_t jerr;
-    json_t *root = json_load_file(t->vocab_file, 0, &jerr);
+    FILE *vf = NULL;
+    int orc = mg_input_fopen(t->vocab_file, "--vocab-file", &vf, err);
+    if (orc) return orc;
+    json_t *root = json_loadf(vf, 0, &jerr);
+    fclose(vf);
     if (!root)
         return mg_error_set(err, MG_ERR_IO, "cannot read GPT-2 vocab %s: %s (line %d)", t->vocab_file, jerr.text,
                             jerr.line);
@@ -170,8 +175,9 @@ out:
 }
 
 static int load_merges(gpt2 *g, mg_tokenizer *t, const int16_t *byte_of_cp, mg_error *err) {
-    FILE *f = fopen(t->merge_file, "rb");
-    if (!f) return mg_error_set(err, MG_ERR_IO, "cannot open GPT-2 merges %s", t->merge_file);
+    FILE *f = NULL;
+    int orc = mg_input_fopen(t->merge_file, "--merge-file", &f, err);
+    if (orc) return orc;
     if (mg_u64map_init(&g->merges, 50000)) {
         fclose(f);
         return mg_error_set(err, MG_ERR_NOMEM, "out of memory");

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "mgraph/infile.h"
 #include "io/hashmap.h"
 #include "io/tok_hf_internal.h"
 
@@ -824,7 +825,11 @@ static const char *config_token(json_t *cfg, const char *key) {
 
 static int read_json(const char *path, json_t **out, mg_error *err) {
     json_error_t jerr;
-    *out = json_load_file(path, 0, &jerr);
+    FILE *f = NULL;
+    int rc = mg_input_fopen(path, "tokenizer file", &f, err);
+    if (rc) return rc;
+    *out = json_loadf(f, 0, &jerr);
+    fclose(f);
     if (!*out)
         return mg_error_set(err, MG_ERR_INVALID, "cannot read %s: %s (line %d, column %d)", path, jerr.text, jerr.line,
                             jerr.column);

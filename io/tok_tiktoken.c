@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mgraph/infile.h"
 #include "io/hashmap.h"
 #include "io/tok_internal.h"
 
@@ -355,7 +356,11 @@ int mg_tok_tiktoken_init(mg_tokenizer *t, mg_error *err) {
                                                  "of {rank, token_bytes, token_str})",
                             path);
     json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_ALLOW_NUL, &jerr); /* token_str holds any byte */
+    FILE *vf = NULL;
+    int orc = mg_input_fopen(path, "--tokenizer-model", &vf, err);
+    if (orc) return orc;
+    json_t *root = json_loadf(vf, JSON_ALLOW_NUL, &jerr); /* token_str holds any byte */
+    fclose(vf);
     if (!root)
         return mg_error_set(err, MG_ERR_INVALID, "cannot read %s: %s (line %d, column %d)", path, jerr.text, jerr.line,
                             jerr.column);

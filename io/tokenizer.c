@@ -1,5 +1,6 @@
 /* Tokenizer front end: picks the implementation by Megatron's type name and owns
  * what every implementation shares (config copies, id buffers, vocab padding). */
+#include "mgraph/infile.h"
 #include "io/tok_internal.h"
 
 #include <errno.h>
@@ -38,13 +39,9 @@ static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 /* A tokenizer file must be a regular file: a directory would reach the JSON or
  * protobuf parser as a read error, /dev/zero would be read forever. */
 static int check_file(const char *path, const char *flag, mg_error *err) {
-    struct stat st;
-    if (!path) return MG_OK;
-    if (stat(path, &st) != 0) return mg_error_set(err, MG_ERR_IO, "cannot open %s %s: %s", flag, path, strerror(errno));
-    if (S_ISDIR(st.st_mode)) return mg_error_set(err, MG_ERR_IO, "%s %s is a directory, not a file", flag, path);
-    if (!S_ISREG(st.st_mode)) return mg_error_set(err, MG_ERR_IO, "%s %s is not a regular file", flag, path);
-    return MG_OK;
+    return path ? mg_input_check(path, flag, err) : MG_OK;
 }
+
 
 static void tok_release(mg_tokenizer *t) {
     if (t->ops && t->impl) t->ops->destroy(t->impl);
@@ -103,6 +100,12 @@ static const tok_kind kinds[] = {
     {"NullTokenizer", mg_tok_null_init, NULL},
     {"ByteLevelTokenizer", mg_tok_bytes_init, NULL},
 };
+
+bool mg_tokenizer_type_known(const char *type) {
+    for (size_t i = 0; type && i < sizeof kinds / sizeof *kinds; i++)
+        if (!strcmp(type, kinds[i].name)) return true;
+    return false;
+}
 
 int mg_tokenizer_open(const mg_tokenizer_config *cfg, mg_tokenizer **out, mg_error *err) {
     *out = NULL;

@@ -22,13 +22,15 @@ mg_tensor *gpt_vec(mg_graph *g, const char *name, int64_t n, mg_init_kind init) 
     return t;
 }
 
-void gpt_linear_params(mg_graph *g, const char *name, int64_t out, int64_t in, float std, bool bias, mg_tensor **w,
-                       mg_tensor **b) {
+void gpt_linear_params(mg_graph *g, const char *name, int64_t out, int64_t in, float std, bool bias, mg_layout lay,
+                       mg_tensor **w, mg_tensor **b) {
     char nm[96];
     snprintf(nm, sizeof nm, "%s.weight", name);
-    *w = gpt_weight(g, nm, out, in, std);
+    *w = mg_set_layout(gpt_weight(g, nm, out, in, std), lay);
     snprintf(nm, sizeof nm, "%s.bias", name);
-    *b = bias ? gpt_vec(g, nm, out, MG_INIT_ZEROS) : NULL;
+    /* ColumnParallelLinear splits its bias with the outputs; RowParallelLinear's is whole */
+    *b = bias ? mg_set_layout(gpt_vec(g, nm, out, MG_INIT_ZEROS), lay == MG_LAYOUT_COLUMN ? lay : MG_LAYOUT_REPLICATED)
+              : NULL;
 }
 
 void gpt_norm_params(mg_graph *g, const mg_gpt_config *c, const char *name, int64_t n, mg_tensor **w, mg_tensor **b) {
@@ -46,12 +48,12 @@ static void norm_params(mg_graph *g, const mg_gpt_config *c, const char *name, m
 static void gpt2_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer *l, float std, float out_std) {
     int64_t h = c->hidden, f = c->ffn_hidden;
     norm_params(g, c, "ln_1", &l->ln1_w, &l->ln1_b);
-    gpt_linear_params(g, "attn.c_attn", 3 * h, h, std, true, &l->qkv_w, &l->qkv_b);
-    gpt_linear_params(g, "attn.c_proj", h, h, out_std, true, &l->proj_w, &l->proj_b);
+    gpt_linear_params(g, "attn.c_attn", 3 * h, h, std, true, MG_LAYOUT_COLUMN, &l->qkv_w, &l->qkv_b);
+    gpt_linear_params(g, "attn.c_proj", h, h, out_std, true, MG_LAYOUT_ROW, &l->proj_w, &l->proj_b);
     norm_params(g, c, "ln_2", &l->ln2_w, &l->ln2_b);
     if (l->router_w) return; /* an MoE layer: experts in place of the MLP */
-    gpt_linear_params(g, "mlp.c_fc", f, h, std, true, &l->fc_w, &l->fc_b);
-    gpt_linear_params(g, "mlp.c_proj", h, f, out_std, true, &l->fc2_w, &l->fc2_b);
+    gpt_linear_params(g, "mlp.c_fc", f, h, std, true, MG_LAYOUT_COLUMN, &l->fc_w, &l->fc_b);
+    gpt_linear_params(g, "mlp.c_proj", h, f, out_std, true, MG_LAYOUT_ROW, &l->fc2_w, &l->fc2_b);
 }
 
 static void llama_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer *l, float std, float out_std) {
@@ -62,9 +64,9 @@ static void llama_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer
     if (c->mla.enabled) {
         mg_mla_layer_params(g, c, l, std, out_std);
     } else {
-        gpt_linear_params(g, "self_attn.q_proj", q, h, std, qkv_bias, &l->q_w, &l->q_b);
-        gpt_linear_params(g, "self_attn.k_proj", kv, h, std, qkv_bias, &l->k_w, &l->k_b);
-        gpt_linear_params(g, "self_attn.v_proj", kv, h, std, qkv_bias, &l->v_w, &l->v_b);
+        gpt_linear_params(g, "self_attn.q_proj", q, h, std, qkv_bias, MG_LAYOUT_COLUMN, &l->q_w, &l->q_b);
+        gpt_linear_params(g, "self_attn.k_proj", kv, h, std, qkv_bias, MG_LAYOUT_COLUMN, &l->k_w, &l->k_b);
+        gpt_linear_params(g, "self_attn.v_proj", kv, h, std, qkv_bias, MG_LAYOUT_COLUMN, &l->v_w, &l->v_b);
         if (c->qk_layernorm) { /* decayed only with --apply-wd-to-qk-layernorm (Megatron) */
             gpt_norm_params(g, c, "self_attn.q_norm", hd, &l->q_norm_w, &l->q_norm_b);
             gpt_norm_params(g, c, "self_attn.k_norm", hd, &l->k_norm_w, &l->k_norm_b);
@@ -72,13 +74,13 @@ static void llama_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer
             for (int i = 0; i < 4; i++)
                 if (qk[i]) qk[i]->no_weight_decay = !c->qk_layernorm_wd;
         }
-        gpt_linear_params(g, "self_attn.o_proj", h, q, out_std, bias, &l->proj_w, &l->proj_b);
+        gpt_linear_params(g, "self_attn.o_proj", h, q, out_std, bias, MG_LAYOUT_ROW, &l->proj_w, &l->proj_b);
     }
     norm_params(g, c, "post_attention_layernorm", &l->ln2_w, &l->ln2_b);
     if (l->router_w) return; /* an MoE layer: experts in place of the MLP */
-    if (c->swiglu) gpt_linear_params(g, "mlp.gate_proj", f, h, std, bias, &l->gate_w, &l->gate_b);
-    gpt_linear_params(g, "mlp.up_proj", f, h, std, bias, &l->fc_w, &l->fc_b);
-    gpt_linear_params(g, "mlp.down_proj", h, f, out_std, bias, &l->fc2_w, &l->fc2_b);
+    if (c->swiglu) gpt_linear_params(g, "mlp.gate_proj", f, h, std, bias, MG_LAYOUT_COLUMN, &l->gate_w, &l->gate_b);
+    gpt_linear_params(g, "mlp.up_proj", f, h, std, bias, MG_LAYOUT_COLUMN, &l->fc_w, &l->fc_b);
+    gpt_linear_params(g, "mlp.down_proj", h, f, out_std, bias, MG_LAYOUT_ROW, &l->fc2_w, &l->fc2_b);
 }
 
 int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m, mg_error *err) {
@@ -91,7 +93,8 @@ int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m, mg_error *err
     int64_t h = c->hidden;
     float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->num_layers);
     bool gpt2 = mg_gpt_is_gpt2(c);
-    m->wte = gpt_weight(g, gpt2 ? "wte.weight" : "model.embed_tokens.weight", c->vocab, h, std);
+    m->wte = mg_set_layout(gpt_weight(g, gpt2 ? "wte.weight" : "model.embed_tokens.weight", c->vocab, h, std),
+                           MG_LAYOUT_VOCAB);
     if (m->wte) m->wte->embedding_or_output = true; /* (Megatron's decoupled learning rate) */
     if (c->pos_emb == MG_POS_LEARNED)
         m->wpe = gpt_weight(g, gpt2 ? "wpe.weight" : "model.embed_positions.weight", c->max_position, h, std);
@@ -103,7 +106,7 @@ int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m, mg_error *err
         mg_scope_pop(g);
     }
     norm_params(g, c, gpt2 ? "ln_f" : "model.norm", &m->lnf_w, &m->lnf_b);
-    if (c->untie_embeddings) m->lm_head = gpt_weight(g, "lm_head.weight", c->vocab, h, std);
+    if (c->untie_embeddings) m->lm_head = mg_set_layout(gpt_weight(g, "lm_head.weight", c->vocab, h, std), MG_LAYOUT_VOCAB);
     if (m->lm_head) m->lm_head->embedding_or_output = true;
     if (c->qk_l2_norm) { /* the weightless norm: RMSNorm times a constant one (no parameter, no gradient) */
         int64_t hd = mg_gpt_head_dim(c);

@@ -26,23 +26,23 @@ void mg_mla_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer *l, f
     int64_t h = c->hidden, nh = c->heads, qd = m->qk_head_dim + m->qk_pos_emb_head_dim;
     mg_tensor *none = NULL;
     if (m->q_lora_rank > 0) {
-        gpt_linear_params(g, "self_attn.q_a_proj", m->q_lora_rank, h, std, false, &l->q_a_w, &none);
+        gpt_linear_params(g, "self_attn.q_a_proj", m->q_lora_rank, h, std, false, MG_LAYOUT_REPLICATED, &l->q_a_w, &none);
         if (c->qk_layernorm) gpt_norm_params(g, c, "self_attn.q_a_layernorm", m->q_lora_rank, &l->q_a_norm_w, &l->q_a_norm_b);
-        gpt_linear_params(g, "self_attn.q_b_proj", nh * qd, m->q_lora_rank, std, false, &l->q_b_w, &none);
+        gpt_linear_params(g, "self_attn.q_b_proj", nh * qd, m->q_lora_rank, std, false, MG_LAYOUT_COLUMN, &l->q_b_w, &none);
     } else {
-        gpt_linear_params(g, "self_attn.q_proj", nh * qd, h, std, false, &l->q_w, &none);
+        gpt_linear_params(g, "self_attn.q_proj", nh * qd, h, std, false, MG_LAYOUT_COLUMN, &l->q_w, &none);
     }
     gpt_linear_params(g, "self_attn.kv_a_proj_with_mqa", m->kv_lora_rank + m->qk_pos_emb_head_dim, h, std, false,
-                      &l->kv_a_w, &none);
+                      MG_LAYOUT_REPLICATED, &l->kv_a_w, &none);
     if (c->qk_layernorm) gpt_norm_params(g, c, "self_attn.kv_a_layernorm", m->kv_lora_rank, &l->kv_a_norm_w, &l->kv_a_norm_b);
     gpt_linear_params(g, "self_attn.kv_b_proj", nh * (m->qk_head_dim + m->v_head_dim), m->kv_lora_rank, std, false,
-                      &l->kv_b_w, &none);
+                      MG_LAYOUT_COLUMN, &l->kv_b_w, &none);
     /* the latent norms are decayed only with --apply-wd-to-qk-layernorm, as --qk-layernorm's */
     mg_tensor *norms[4] = {l->q_a_norm_w, l->q_a_norm_b, l->kv_a_norm_w, l->kv_a_norm_b};
     for (int i = 0; i < 4; i++)
         if (norms[i]) norms[i]->no_weight_decay = !c->qk_layernorm_wd;
-    gpt_linear_params(g, "self_attn.o_proj", h, nh * m->v_head_dim, out_std, !c->disable_bias_linear, &l->proj_w,
-                      &l->proj_b);
+    gpt_linear_params(g, "self_attn.o_proj", h, nh * m->v_head_dim, out_std, !c->disable_bias_linear, MG_LAYOUT_ROW,
+                      &l->proj_w, &l->proj_b);
 }
 
 mg_tensor *mg_mla_block(mg_graph *g, const mg_gpt *md, const mg_gpt_layer *l, mg_tensor *x, mg_tensor *positions,

@@ -10,9 +10,10 @@
 mg_tensor *gpt_weight(mg_graph *g, const char *name, int64_t rows, int64_t cols, float std);
 /* A vector parameter [n] initialised `init`, without weight decay (norms and biases). */
 mg_tensor *gpt_vec(mg_graph *g, const char *name, int64_t n, mg_init_kind init);
-/* "<name>.weight" [out, in] and, with `bias`, "<name>.bias" (else *b = NULL). */
-void gpt_linear_params(mg_graph *g, const char *name, int64_t out, int64_t in, float std, bool bias, mg_tensor **w,
-                       mg_tensor **b);
+/* "<name>.weight" [out, in] and, with `bias`, "<name>.bias" (else *b = NULL), with their
+ * tensor-parallel layout role (MG_LAYOUT_COLUMN, _ROW or _REPLICATED: mg_tensor.layout). */
+void gpt_linear_params(mg_graph *g, const char *name, int64_t out, int64_t in, float std, bool bias, mg_layout lay,
+                       mg_tensor **w, mg_tensor **b);
 /* A norm of n features: "<name>.weight" (ones) and, for LayerNorm, "<name>.bias" (zeros). */
 void gpt_norm_params(mg_graph *g, const mg_gpt_config *c, const char *name, int64_t n, mg_tensor **w, mg_tensor **b);
 /* The model's norm (--normalization) of x over its last dimension. */

@@ -97,12 +97,14 @@ void mg_moe_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer *l) {
     l->experts_fc1_w = mg_param(g, "mlp.experts.fc1.weight", 3, (int64_t[]){E, c->swiglu ? 2 * f : f, h},
                                 (mg_init){MG_INIT_NORMAL, std});
     l->experts_fc2_w = mg_param(g, "mlp.experts.fc2.weight", 3, (int64_t[]){E, h, f}, (mg_init){MG_INIT_NORMAL, out_std});
+    mg_set_layout(l->experts_fc1_w, MG_LAYOUT_EXPERT_COLUMN); /* (Megatron's grouped column / row linears) */
+    mg_set_layout(l->experts_fc2_w, MG_LAYOUT_EXPERT_ROW);
     if (m->shared_ffn > 0) { /* Megatron's SharedExpertMLP: the model's MLP of that size */
         int64_t fs = m->shared_ffn;
         bool bias = !c->disable_bias_linear;
-        if (c->swiglu) gpt_linear_params(g, "mlp.shared_experts.gate_proj", fs, h, std, bias, &l->shared_gate_w, &l->shared_gate_b);
-        gpt_linear_params(g, "mlp.shared_experts.up_proj", fs, h, std, bias, &l->shared_fc_w, &l->shared_fc_b);
-        gpt_linear_params(g, "mlp.shared_experts.down_proj", h, fs, out_std, bias, &l->shared_fc2_w, &l->shared_fc2_b);
+        if (c->swiglu) gpt_linear_params(g, "mlp.shared_experts.gate_proj", fs, h, std, bias, MG_LAYOUT_COLUMN, &l->shared_gate_w, &l->shared_gate_b);
+        gpt_linear_params(g, "mlp.shared_experts.up_proj", fs, h, std, bias, MG_LAYOUT_COLUMN, &l->shared_fc_w, &l->shared_fc_b);
+        gpt_linear_params(g, "mlp.shared_experts.down_proj", h, fs, out_std, bias, MG_LAYOUT_ROW, &l->shared_fc2_w, &l->shared_fc2_b);
     }
 }
 

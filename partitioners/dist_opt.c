@@ -270,11 +270,13 @@ static int bucket_gather(part_ctx *c, int bi) {
 }
 
 static mg_tensor *moment_segment(part_ctx *c, const mg_tensor *lm, mg_sharding tp_state, int64_t len,
-                                  int64_t flat_off) {
+                                  int64_t flat_off, mg_tensor *param) {
     mg_tensor *t = part_new_leaf(c, lm->name, MG_F32, MG_ROLE_OPT_STATE, 1, &len);
     if (!t) return NULL;
     t->init = lm->init;
     t->persistent = true;
+    t->state_of = param; /* the parameter (this rank's tp block) whose flat segment it is */
+    t->state_flat = true;
     /* identity: the flattened moment (of this rank's tensor-parallel block), this range */
     t->logical.key = lm->logical.key;
     t->logical.ndim = 1;
@@ -307,8 +309,8 @@ static int dopt_adamw(part_ctx *c, const mg_node *n) {
         mg_tensor *in[7];
         in[0] = mg_slice(c->P, flat(c, pp), 0, a - p->off, z - a);
         in[1] = mg_slice(c->P, b->shard_grad, 0, a - range_lo(c, b), z - a);
-        in[2] = moment_segment(c, n->in[2], ps, z - a, a - p->off);
-        in[3] = moment_segment(c, n->in[3], ps, z - a, a - p->off);
+        in[2] = moment_segment(c, n->in[2], ps, z - a, a - p->off, c->st[p->p->id].t);
+        in[3] = moment_segment(c, n->in[3], ps, z - a, a - p->off, c->st[p->p->id].t);
         in[4] = lr;
         in[5] = coef;
         in[6] = wd;

@@ -1,7 +1,7 @@
 /* Expert parallelism: experts split over the ep group, tokens exchanged by all-to-all
  * (Megatron-LM's expert model parallelism with the alltoall token dispatcher).
  *
- * Placement. An expert weight [E, ., .] (a parameter named "*.mlp.experts.*") is SPLIT(0)
+ * Placement. An expert weight [E, ., .] (a parameter whose layout role is an expert one) is SPLIT(0)
  * over ep: rank j of the ep group holds experts [j E/ep, (j+1) E/ep), and so do its
  * gradient, gradient accumulator and Adam moments. Tokens are not split over ep: the ep
  * group is made of data-parallel ranks (mesh.c), each running its own micro-batches.
@@ -59,7 +59,7 @@ struct ep_state {
 static mg_sharding ep_split(int d) { return mg_place_split(MG_GROUP_EP, d); }
 
 bool ep_is_expert_param(const mg_tensor *lt) {
-    return lt->role == MG_ROLE_PARAM && lt->ndim == 3 && strstr(lt->name, "mlp.experts.") != NULL;
+    return lt->role == MG_ROLE_PARAM && lt->ndim == 3 && mg_layout_is_expert(lt->layout);
 }
 
 int ep_init(part_ctx *c) {

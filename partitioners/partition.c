@@ -114,6 +114,10 @@ mg_tensor *part_make_leaf(part_ctx *c, const mg_tensor *lt, const mg_placement *
     t->no_weight_decay = lt->no_weight_decay;
     t->persistent = lt->persistent;
     t->per_microbatch = lt->per_microbatch;
+    t->layout = lt->layout;
+    t->embedding_or_output = lt->embedding_or_output;
+    /* a moment or accumulator's parameter, as this rank holds it (made before its state) */
+    if (lt->state_of) t->state_of = c->st[lt->state_of->id].t;
     part_set_identity(c, t, lt, p);
     return t;
 }

@@ -5,13 +5,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "mgraph/infile.h"
 #include "mgraph/plan.h"
 #include "ops/op.h"
 
-static void add_rule(mg_plan *p, const char *pattern, int dim, bool builtin) {
+static void add_rule(mg_plan *p, const char *pattern, int dim) {
     if (p->n_rules >= MG_PLAN_MAX_RULES) return;
     snprintf(p->rules[p->n_rules].pattern, sizeof p->rules[0].pattern, "%s", pattern);
-    p->rules[p->n_rules].builtin = builtin;
     p->rules[p->n_rules++].dim = dim;
 }
 
@@ -23,41 +23,8 @@ void mg_plan_defaults(mg_plan *p) {
     p->matmul_tiles = 1;
     p->microbatch_slots = MG_PLAN_DEFAULT_SLOTS;
     p->matmul_tile_min_flops = 5e7; /* ~0.5 ms of sgemm: smaller tiles cost more than they share */
-    /* Megatron's GPT: column-parallel QKV and fc1 (weights and biases split on output
-     * features), row-parallel projections (split on input features; their biases stay
-     * whole and are added after the reduction), vocab-parallel word embedding (which
-     * the tied output layer shares). */
-    add_rule(p, "*attn.c_attn.weight", 0, true);
-    add_rule(p, "*attn.c_attn.bias", 0, true);
-    add_rule(p, "*mlp.c_fc.weight", 0, true);
-    add_rule(p, "*mlp.c_fc.bias", 0, true);
-    add_rule(p, "*attn.c_proj.weight", 1, true);
-    add_rule(p, "*mlp.c_proj.weight", 1, true);
-    add_rule(p, "wte.weight", 0, true);
-    /* the same layout under Hugging Face LLaMA names: q/k/v and gate/up column-parallel
-     * (with their biases), o/down row-parallel, embedding and untied lm_head
-     * vocab-parallel (the output layer's logits then feed the vocab-parallel
-     * cross-entropy) */
-    add_rule(p, "*self_attn.[qkv]_proj.weight", 0, true);
-    add_rule(p, "*self_attn.[qkv]_proj.bias", 0, true);
-    add_rule(p, "*mlp.gate_proj.weight", 0, true);
-    add_rule(p, "*mlp.gate_proj.bias", 0, true);
-    add_rule(p, "*mlp.up_proj.weight", 0, true);
-    add_rule(p, "*mlp.up_proj.bias", 0, true);
-    add_rule(p, "*self_attn.o_proj.weight", 1, true);
-    add_rule(p, "*mlp.down_proj.weight", 1, true);
-    add_rule(p, "model.embed_tokens.weight", 0, true);
-    add_rule(p, "lm_head.weight", 0, true);
-    /* multi-latent attention (Megatron's MLASelfAttention): the up projections column-
-     * parallel (whole heads), the down projections and latent norms replicated */
-    add_rule(p, "*self_attn.q_b_proj.weight", 0, true);
-    add_rule(p, "*self_attn.kv_b_proj.weight", 0, true);
-    /* MoE's shared experts: the MLP's layout (Megatron's SharedExpertMLP) */
-    add_rule(p, "*mlp.shared_experts.gate_proj.weight", 0, true);
-    add_rule(p, "*mlp.shared_experts.gate_proj.bias", 0, true);
-    add_rule(p, "*mlp.shared_experts.up_proj.weight", 0, true);
-    add_rule(p, "*mlp.shared_experts.up_proj.bias", 0, true);
-    add_rule(p, "*mlp.shared_experts.down_proj.weight", 1, true);
+    /* no shard rules: parameters are placed by the layout roles the model declared
+     * (mg_tensor.layout); a plan file's rules override them by name */
 }
 
 static char *trim(char *s) {
@@ -84,13 +51,9 @@ static int parse_bool(const char *v, bool *out) {
 }
 
 int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
-    FILE *f = fopen(path, "r");
-    if (!f) return mg_error_set(err, MG_ERR_IO, "cannot read plan file %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-        fclose(f);
-        return mg_error_set(err, MG_ERR_IO, "plan file %s is a directory, not a file", path);
-    }
+    FILE *f = NULL;
+    int orc = mg_input_fopen(path, "plan file", &f, err);
+    if (orc) return orc;
     char *line = NULL;
     size_t cap = 0;
     ssize_t got;
@@ -113,13 +76,13 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
         char *key = strtok(s, " \t"), *v1 = strtok(NULL, " \t"), *v2 = strtok(NULL, " \t"), *v3 = strtok(NULL, " \t");
         long x;
         bool b;
-        int *sizes[] = {&p->tp, &p->pp, &p->cp, &p->ep, &p->vpp, &p->pp_first_layers, &p->pp_last_layers};
+        int *sizes[] = {&p->tp, &p->pp, &p->cp, &p->ep, &p->vpp, &p->pp_first_layers, &p->pp_last_layers, &p->etp};
         const char *size_keys[] = {"tensor-model-parallel-size", "pipeline-model-parallel-size",
                                    "context-parallel-size", "expert-model-parallel-size",
                                    "num-virtual-stages-per-pipeline-rank", "decoder-first-pipeline-num-layers",
-                                   "decoder-last-pipeline-num-layers"};
+                                   "decoder-last-pipeline-num-layers", "expert-tensor-parallel-size"};
         int done = 0;
-        for (int i = 0; i < 7 && !done; i++)
+        for (int i = 0; i < 8 && !done; i++)
             if (!strcmp(key, size_keys[i])) {
                 done = 1;
                 if (!v1 || v2 || parse_int(v1, 1, 1 << 20, &x))
@@ -132,6 +95,18 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: %s expects true or false", path, ln, key);
             else if (key[0] == 's') p->sequence_parallel = b;
             else p->distributed_optimizer = b;
+        } else if (!strcmp(key, "order")) {
+            mg_mesh m;
+            mg_error e = {0};
+            mg_mesh_spec sp = {1, 1, 1, 1, 1, v1};
+            if (!v1 || v2 || strlen(v1) >= sizeof p->order || mg_mesh_init_spec(&m, 1, 0, &sp, &e))
+                rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: order expects axes joined by '-', innermost first "
+                                  "(tp-cp-ep-dp-pp)%s%s", path, ln, e.code ? ": " : "", e.code ? e.msg : "");
+            else snprintf(p->order, sizeof p->order, "%s", v1);
+        } else if (!strcmp(key, "use-tp-pp-dp-mapping")) {
+            if (!v1 || v2 || parse_bool(v1, &b))
+                rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: %s expects true or false", path, ln, key);
+            else snprintf(p->order, sizeof p->order, "%s", b ? "tp-pp-dp" : "");
         } else if (!strcmp(key, "pipeline-schedule")) {
             if (!v1 || v2 || mg_pp_schedule_parse(v1, &p->pp_schedule))
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: pipeline-schedule expects auto, 1f1b, interleaved or gpipe",
@@ -155,11 +130,14 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: bucket-size expects a positive integer", path, ln);
             else p->bucket_numel = x;
         } else if (!strcmp(key, "shard")) {
-            if (!v1 || !v2 || v3 || parse_int(v2, 0, MG_MAX_DIMS - 1, &x))
-                rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: shard expects a name pattern and a dimension", path, ln);
+            bool none = v2 && !strcmp(v2, "none"); /* whole on every tensor-parallel rank */
+            x = -1;
+            if (!v1 || !v2 || v3 || (!none && parse_int(v2, 0, MG_MAX_DIMS - 1, &x)))
+                rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: shard expects a name pattern and a dimension (or none)",
+                                  path, ln);
             else if (p->n_rules >= MG_PLAN_MAX_RULES)
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: more than %d shard rules", path, ln, MG_PLAN_MAX_RULES);
-            else add_rule(p, v1, (int)x, false);
+            else add_rule(p, v1, (int)x);
         } else if (!strcmp(key, "shard-clear")) {
             if (v1) rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: shard-clear takes no value", path, ln);
             p->n_rules = 0;
@@ -196,11 +174,20 @@ void mg_plan_print(const mg_plan *p, FILE *f) {
             p->tp, p->pp, p->cp, p->ep, p->sequence_parallel ? "true" : "false",
             p->distributed_optimizer ? "true" : "false", (long long)p->bucket_numel, p->matmul_tiles,
             p->microbatch_slots, p->vpp, mg_pp_schedule_name(p->pp_schedule));
+    if (p->etp) fprintf(f, "expert-tensor-parallel-size %d\n", p->etp);
+    if (p->order[0]) fprintf(f, "order %s\n", p->order);
     if (p->micro_batch_split) fprintf(f, "micro-batch-split %d\n", p->micro_batch_split);
     else fprintf(f, "micro-batch-split auto\n");
     if (p->pp_first_layers) fprintf(f, "decoder-first-pipeline-num-layers %d\n", p->pp_first_layers);
     if (p->pp_last_layers) fprintf(f, "decoder-last-pipeline-num-layers %d\n", p->pp_last_layers);
-    for (int i = 0; i < p->n_rules; i++) fprintf(f, "shard %s %d\n", p->rules[i].pattern, p->rules[i].dim);
+    for (int i = 0; i < p->n_rules; i++)
+        if (p->rules[i].dim < 0) fprintf(f, "shard %s none\n", p->rules[i].pattern);
+        else fprintf(f, "shard %s %d\n", p->rules[i].pattern, p->rules[i].dim);
+}
+
+int mg_plan_mesh(const mg_plan *p, int world, int rank, mg_mesh *m, mg_error *err) {
+    mg_mesh_spec s = {p->tp, p->cp, p->ep, p->pp, p->etp, p->order[0] ? p->order : NULL};
+    return mg_mesh_init_spec(m, world, rank, &s, err);
 }
 
 int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
@@ -245,6 +232,17 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
             return mg_error_set(err, MG_ERR_UNSUPPORTED,
                                 "--expert-model-parallel-size %d with --context-parallel-size %d is not supported yet",
                                 p->ep, p->cp);
+    }
+    if (p->etp < 0) return mg_error_set(err, MG_ERR_INVALID, "--expert-tensor-parallel-size must be >= 1 (got %d)", p->etp);
+    if (p->etp && p->etp != p->tp)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                            "--expert-tensor-parallel-size %d other than --tensor-model-parallel-size %d is not "
+                            "supported yet",
+                            p->etp, p->tp);
+    { /* the mesh's own rules (the order, the expert layers' world) */
+        mg_mesh m;
+        int rc = mg_plan_mesh(p, world, 0, &m, err);
+        if (rc) return rc;
     }
     if (p->sequence_parallel && p->tp == 1)
         return mg_error_set(err, MG_ERR_INVALID, "--sequence-parallel needs --tensor-model-parallel-size > 1");

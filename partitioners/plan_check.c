@@ -24,19 +24,19 @@ static int check_rules(const mg_plan *p, const mg_graph *L, mg_error *err) {
             if (!matched[k] && fnmatch(p->rules[k].pattern, t->name, 0) == 0) matched[k] = true;
         const mg_shard_rule *r = rule_of(p, t);
         if (!r) continue;
-        if (r->dim < 0 || r->dim >= t->ndim)
+        if (r->dim >= t->ndim) /* (-1: kept whole) */
             return mg_error_set(err, MG_ERR_INVALID, "plan: shard rule '%s %d' applies to %s, which has %d dimension%s (0..%d)",
                                 r->pattern, r->dim, t->name, t->ndim, t->ndim == 1 ? "" : "s", t->ndim - 1);
-        if (p->tp > 1 && t->shape[r->dim] % p->tp)
+        if (p->tp > 1 && r->dim >= 0 && t->shape[r->dim] % p->tp)
             return mg_error_set(err, MG_ERR_INVALID,
                                 "plan: shard rule '%s %d' applies to %s, whose dimension %d (%lld) is not divisible by the "
                                 "tensor-parallel size %d",
                                 r->pattern, r->dim, t->name, r->dim, (long long)t->shape[r->dim], p->tp);
     }
-    /* the built-in rules name two families' parameters; a rule the user gave and that
-     * matches nothing is a typo or another model's */
+    /* a rule that matches nothing is a typo or another model's (the model declares its
+     * layout: rules only override it) */
     for (int k = 0; k < p->n_rules; k++)
-        if (!matched[k] && !p->rules[k].builtin)
+        if (!matched[k])
             return mg_error_set(err, MG_ERR_INVALID,
                                 "plan: shard rule '%s %d' matches no parameter of the model%s%s%s", p->rules[k].pattern,
                                 p->rules[k].dim, example ? " (its parameters are named like '" : "",
@@ -78,9 +78,9 @@ int mg_plan_add_rule(mg_plan *p, const char *pattern, int dim, mg_error *err) {
     if (!pattern || !*pattern || strlen(pattern) >= sizeof p->rules[0].pattern)
         return mg_error_set(err, MG_ERR_INVALID, "plan: a shard rule needs a name pattern of 1..%zu characters",
                             sizeof p->rules[0].pattern - 1);
-    if (dim < 0 || dim >= MG_MAX_DIMS)
-        return mg_error_set(err, MG_ERR_INVALID, "plan: shard rule '%s %d': the dimension must be in 0..%d", pattern, dim,
-                            MG_MAX_DIMS - 1);
+    if (dim < -1 || dim >= MG_MAX_DIMS)
+        return mg_error_set(err, MG_ERR_INVALID, "plan: shard rule '%s %d': the dimension must be in 0..%d (or -1: whole)",
+                            pattern, dim, MG_MAX_DIMS - 1);
     if (p->n_rules >= MG_PLAN_MAX_RULES)
         return mg_error_set(err, MG_ERR_INVALID, "plan: more than %d shard rules", MG_PLAN_MAX_RULES);
     mg_shard_rule *r = &p->rules[p->n_rules++];

@@ -1,9 +1,11 @@
 /* Tensor and sequence parallelism: each op's sharding rule applied over the tp axis.
  *
  * States over the tp group: FULL (replicated), SPLIT(d) (contiguous block d of tp),
- * PARTIAL (a term of a sum over tp). Parameters start in the state the plan's shard
- * rules give (Megatron's GPT: column-parallel c_attn / c_fc split on output features,
- * row-parallel c_proj split on input features, vocab-parallel wte). Every op then
+ * PARTIAL (a term of a sum over tp). Parameters start in the state their layout role
+ * gives (mg_tensor.layout, declared by the model builder: column-parallel weights and
+ * biases split on output features, row-parallel weights on input features, the vocab-
+ * parallel embedding and output layer on the vocabulary), unless a plan's shard rule
+ * names them. Every op then
  * follows its inputs by its rule (mg_op_def.shard, next to the op in ops/<family>.c),
  * and where two states meet that an op cannot combine, the input is converted
  * (partition.c). Megatron's collectives fall out of that:
@@ -29,14 +31,20 @@
 #include "partitioners/partition_internal.h"
 
 mg_sharding tp_param_state(const part_ctx *c, const mg_tensor *lt) {
-    for (int i = c->plan->n_rules - 1; i >= 0; i--) {
+    int dim = -1;
+    bool ruled = false;
+    for (int i = c->plan->n_rules - 1; i >= 0 && !ruled; i--) { /* a plan's rule by name wins (the last that matches) */
         const mg_shard_rule *r = &c->plan->rules[i];
-        if (fnmatch(r->pattern, lt->name, 0) == 0) {
-            if (r->dim < lt->ndim && lt->shape[r->dim] % c->tp == 0) return sh_split(r->dim);
-            return sh_full(); /* a rule that does not divide leaves the tensor whole */
-        }
+        if (fnmatch(r->pattern, lt->name, 0) == 0) dim = r->dim, ruled = true;
     }
-    return sh_full();
+    if (!ruled) /* else the role the model declared */
+        switch (lt->layout) {
+        case MG_LAYOUT_COLUMN: case MG_LAYOUT_VOCAB: dim = 0; break;
+        case MG_LAYOUT_ROW: dim = lt->ndim - 1; break;
+        default: break; /* replicated; expert weights are ep.c's */
+        }
+    if (dim >= 0 && dim < lt->ndim && lt->shape[dim] % c->tp == 0) return sh_split(dim);
+    return sh_full(); /* what does not divide stays whole */
 }
 
 #define MAXIN MG_SHARD_MAX_IO

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "mgraph/infile.h"
 #include "mgraph/planner.h"
 
 /* Numeric keys, where each lives, its range and whether a file must give it. */
@@ -165,13 +166,9 @@ int mg_cluster_read(const char *path, mg_cluster *c, mg_error *err) {
     c->precision = MG_PREC_FP32;
     c->oversubscription = 1;
     c->attention_efficiency = 1;
-    FILE *f = fopen(path, "r");
-    if (!f) return mg_error_set(err, MG_ERR_IO, "cannot read cluster file %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-        fclose(f);
-        return mg_error_set(err, MG_ERR_IO, "cluster file %s is a directory", path);
-    }
+    FILE *f = NULL;
+    int orc = mg_input_fopen(path, "cluster file", &f, err);
+    if (orc) return orc;
     bool seen[N_KEYS] = {false};
     int rc = read_lines(f, path, c, seen, err);
     fclose(f);

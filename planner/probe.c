@@ -81,14 +81,13 @@ static double comm_payload(const mg_node *n, const mg_plan_query *q) {
     return b;
 }
 
-/* Distance between consecutive members of rank 0's group in Megatron's rank order
- * (tp innermost, then cp, then ep within data parallelism). */
+/* Distance between consecutive members of rank 0's group: the mesh's (graph/mesh.c), in
+ * the plan's rank order (a world with just enough data parallelism for ep). */
 static long group_stride(const mg_plan *p, mg_group g) {
-    switch (g) {
-    case MG_GROUP_CP: return p->tp;
-    case MG_GROUP_EP: return (long)p->tp * p->cp;
-    default: return 1;
-    }
+    int dp = p->ep > p->cp ? p->ep : 1;
+    mg_mesh m;
+    if (mg_plan_mesh(p, p->tp * p->cp * p->pp * dp, 0, &m, NULL)) return 1;
+    return mg_mesh_stride(&m, g);
 }
 
 static mg_planner_block_t *block_of(mg_planner_costs_t *k, int layer) {

@@ -27,28 +27,12 @@ static bool is_state(const mg_tensor *t) {
     return !t->src && t->persistent && (t->role == MG_ROLE_PARAM || t->role == MG_ROLE_OPT_STATE);
 }
 
-/* The parameter a moment belongs to ("x.weight.exp_avg" -> "x.weight"). */
-static mg_tensor *moment_param(const mg_graph *g, const char *name) {
-    char base[512];
-    const char *suf[] = {".exp_avg_sq", ".exp_avg"};
-    size_t n = strlen(name);
-    for (int i = 0; i < 2; i++) {
-        size_t k = strlen(suf[i]);
-        if (n > k && n - k < sizeof base && !strcmp(name + n - k, suf[i])) {
-            memcpy(base, name, n - k);
-            base[n - k] = '\0';
-            return mg_graph_find(g, base);
-        }
-    }
-    return NULL;
-}
-
 /* Describes state tensor t of this rank's graph as a piece. *owner says whether this
  * rank is the one that writes it (each logical element is saved by one rank only:
  * data-parallel rank 0, tensor-parallel rank 0 for what tp replicates; every dp rank
  * for its distributed-optimizer segments; every pipeline stage for its own layers, the
  * stages' shared state being left to the first that holds it, see drop_lower_stages). */
-static int piece_of(const mg_graph *g, const mg_mesh *mesh, mg_tensor *t, mg_storage *st, mg_ckpt_piece *p,
+static int piece_of(const mg_mesh *mesh, mg_tensor *t, mg_storage *st, mg_ckpt_piece *p,
                     bool *owner, mg_error *err) {
     memset(p, 0, sizeof *p);
     p->name = t->name;
@@ -59,9 +43,9 @@ static int piece_of(const mg_graph *g, const mg_mesh *mesh, mg_tensor *t, mg_sto
     mg_mesh staged = *mesh;
     staged.coord[MG_GROUP_PP] = 0;
     *owner = mg_placement_owner(&t->place, &staged);
-    if (t->place.ax[MG_GROUP_DP].kind == MG_SHARD_SPLIT) {
+    if (t->state_flat) {
         /* a distributed-optimizer moment: a flat segment of its parameter's tp block */
-        mg_tensor *par = moment_param(g, t->name);
+        mg_tensor *par = t->state_of; /* (the typed binding: dist_opt.c sets it) */
         /* (dist_opt.c gives the segment the logical moment's numel as its logical shape,
          * and its offset inside this rank's tp block: only the offset is used here) */
         if (!par || t->ndim != 1 || t->logical.ndim != 1 || t->logical.offset[0] + t->shape[0] > mg_numel(par))
@@ -98,7 +82,7 @@ static int collect(const mg_graph *g, const mg_mesh *mesh, mg_storage *st, bool 
         mg_tensor *t = mg_graph_tensor(g, i);
         if (!is_state(t) || (!moments && t->role != MG_ROLE_PARAM)) continue;
         bool owner = false;
-        int rc = piece_of(g, mesh, t, st, &v[k], &owner, err);
+        int rc = piece_of(mesh, t, st, &v[k], &owner, err);
         if (rc) {
             free(v);
             return rc;

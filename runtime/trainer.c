@@ -133,8 +133,7 @@ int mg_trainer_new(const mg_trainer_config *cfg, mg_trainer **out, mg_error *err
     if (!rc) rc = mg_plan_check(&c->plan, t->world, err);
     /* (a dry run for another world lays out rank 0 of it: every rank is partitioned there) */
     if (!rc)
-        rc = mg_mesh_init(&t->mesh, t->world, t->world == mpi_world ? rank : 0, c->plan.tp, c->plan.cp, c->plan.ep,
-                          c->plan.pp, err);
+        rc = mg_plan_mesh(&c->plan, t->world, t->world == mpi_world ? rank : 0, &t->mesh, err);
     if (!rc && c->global_batch == 0) c->global_batch = c->micro_batch * mg_trainer_dp(&t->mesh);
     if (!rc) rc = check_config(t, c->serial ? MPI_THREAD_MULTIPLE : mg_world_thread_level(), err);
     rc = agree_split(t, rc, err);
@@ -184,7 +183,7 @@ int mg_trainer_partition(mg_trainer *t, mg_error *err) {
 int mg_trainer_partition_rank(mg_trainer *t, int rank, mg_mesh *mesh, mg_rank_graph *out, int *cloned, mg_error *err) {
     memset(out, 0, sizeof *out);
     const mg_plan *p = &t->cfg.plan;
-    int rc = mg_mesh_init(mesh, t->world, rank, p->tp, p->cp, p->ep, p->pp, err);
+    int rc = mg_plan_mesh(p, t->world, rank, mesh, err);
     if (!rc) rc = rank_graph(t, t->train.step.g, mesh, out, err);
     if (!rc) rc = recompute(t, out->graph, cloned, err);
     return rc;

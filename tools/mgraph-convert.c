@@ -16,6 +16,8 @@
  *
  * Exit status: 0 success, 2 bad usage or input (one message on stderr), 1 failure.
  */
+#include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,7 +26,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mgraph/infile.h"
+#include "mgraph/tokenizer.h"
 #include "convert.h"
+#include "tool_signals.h"
 #include "mgraph/checkpoint.h"
 #include "mgraph/outfile.h"
 #include "mgraph/safetensors.h"
@@ -257,11 +262,20 @@ static int save_mgraph(const char *root, cv_model *m, mg_error *err) {
     json_decref(meta);
     /* (the directory's lock, as a training job's: not while a job saves into it) */
     mg_ckpt_lock *lock = NULL;
+    struct stat sb;
+    bool existed = stat(root, &sb) == 0;
     int rc = text ? mg_ckpt_lock_take(root, &lock, err) : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     if (!rc && mg_ckpt_lock_warning(lock)) fprintf(stderr, "mgraph-convert: warning: %s\n", mg_ckpt_lock_warning(lock));
-    if (!rc) rc = mg_ckpt_begin(root, 0, err);
+    bool begun = !rc && !(rc = mg_ckpt_begin(root, 0, err));
     if (!rc) rc = mg_ckpt_write_rank(root, 0, 0, p, m->n, NULL, 0, err);
     if (!rc) rc = mg_ckpt_finish(root, 0, 1, text, 0, err);
+    if (rc && begun) mg_ckpt_abort(root, 0);
+    if (rc && lock && !existed) { /* a directory this call made: gone again, lock file and all */
+        char lp[4200];
+        snprintf(lp, sizeof lp, "%s/.mgraph-save.lock", root);
+        unlink(lp);
+        rmdir(root);
+    }
     mg_ckpt_lock_release(lock);
     free(text);
     free(p);
@@ -277,17 +291,20 @@ typedef struct hf_files {
     char index[4096];   /* the index's path, or "" */
     json_t *map;        /* weight_map (owned by idx) */
     json_t *idx;
+    json_t *used;       /* the tensors read (a set): what is left over is refused */
 } hf_files;
 
 static void hf_close(hf_files *h) {
     for (int i = 0; i < h->n; i++) mg_st_close(h->f[i]);
     free(h->f);
     json_decref(h->idx);
+    json_decref(h->used);
     memset(h, 0, sizeof *h);
 }
 
 static int hf_open(const char *dir, hf_files *h, mg_error *err) {
     memset(h, 0, sizeof *h);
+    if (!(h->used = json_object())) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     snprintf(h->index, sizeof h->index, "%s/model.safetensors.index.json", dir);
@@ -299,8 +316,12 @@ static int hf_open(const char *dir, hf_files *h, mg_error *err) {
         if (!rc) h->n = 1;
         return rc;
     }
-    json_error_t je;
-    h->idx = json_load_file(h->index, 0, &je);
+    json_error_t je = {0};
+    FILE *jf = NULL;
+    int orc = mg_input_fopen(h->index, "shard index", &jf, err);
+    if (orc) return orc;
+    h->idx = json_loadf(jf, 0, &je);
+    fclose(jf);
     h->map = json_object_get(h->idx, "weight_map");
     if (!json_is_object(h->map) || json_object_size(h->map) == 0)
         return mg_error_set(err, MG_ERR_INVALID, "%s: no weight_map object (%s)", h->index, h->idx ? "" : je.text);
@@ -366,6 +387,7 @@ static int hf_get(const hf_files *h, const char *key, const char *alt, int ndim,
     if (!e && alt && !err->code) e = hf_find(h, alt, &f, err);
     if (err->code) return err->code;
     if (found) *found = e != NULL;
+    if (e) json_object_set_new(h->used, e->key, json_true());
     if (!e && optional) return MG_OK;
     if (!e) return mg_error_set(err, MG_ERR_INVALID, "%s has no tensor %s", h->index[0] ? h->index : mg_st_path(h->f[0]), key);
     bool same = e->ndim == ndim;
@@ -394,14 +416,98 @@ static int hf_get(const hf_files *h, const char *key, const char *alt, int ndim,
     return MG_OK;
 }
 
+/* Every tensor of the files must have been read: one left over means config.json and the
+ * weights disagree (n_layer smaller than the layers stored, a module mgraph's model
+ * lacks), and converting would drop it silently. Transformers' own non-parameter buffers
+ * of old checkpoints are not weights: GPT-2's causal-mask attn.bias / attn.masked_bias,
+ * RoPE's inv_freq. */
+static bool hf_buffer(const char *key) {
+    static const char *suffix[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"};
+    size_t n = strlen(key);
+    for (size_t i = 0; i < sizeof suffix / sizeof *suffix; i++) {
+        size_t k = strlen(suffix[i]);
+        if (n > k && !strcmp(key + n - k, suffix[i])) return true;
+    }
+    return false;
+}
+
+static int hf_check_all_used(const hf_files *h, const char *dir, mg_error *err) {
+    for (int i = 0; i < h->n; i++)
+        for (int j = 0; j < mg_st_n_entries(h->f[i]); j++) {
+            const mg_st_entry *e = mg_st_entry_at(h->f[i], j);
+            if (json_object_get(h->used, e->key) || hf_buffer(e->key)) continue;
+            return mg_error_set(err, MG_ERR_INVALID,
+                                "%s: %s holds %s, which is not part of the model config.json describes (more layers "
+                                "than num_hidden_layers / n_layer, or a module mgraph's model lacks): not converting "
+                                "part of a model",
+                                dir, mg_st_path(h->f[i]), e->key);
+        }
+    return MG_OK;
+}
+
+/* The types of config.json's keys that any reader here looks at: a value of another type
+ * (layer_norm_epsilon "abc", hidden_act 7) is refused by name instead of being read as
+ * absent and replaced by a default. */
+typedef enum { K_INT = 1, K_NUM = 2, K_STR = 4, K_BOOL = 8, K_OBJ = 16, K_NULL = 32 } key_kind;
+static int check_config_types(json_t *cfg, const char *path, mg_error *err) {
+    static const struct { const char *key; int kinds; } keys[] = {
+        {"model_type", K_STR}, {"architectures", K_NULL}, /* (an array; checked below) */
+        {"n_layer", K_INT}, {"n_embd", K_INT}, {"n_head", K_INT}, {"n_positions", K_INT}, {"n_ctx", K_INT},
+        {"n_inner", K_INT | K_NULL}, {"vocab_size", K_INT}, {"layer_norm_epsilon", K_NUM},
+        {"activation_function", K_STR}, {"resid_pdrop", K_NUM}, {"embd_pdrop", K_NUM}, {"attn_pdrop", K_NUM},
+        {"scale_attn_weights", K_BOOL}, {"scale_attn_by_inverse_layer_idx", K_BOOL}, {"tie_word_embeddings", K_BOOL},
+        {"num_hidden_layers", K_INT}, {"hidden_size", K_INT}, {"intermediate_size", K_INT},
+        {"num_attention_heads", K_INT}, {"num_key_value_heads", K_INT | K_NULL}, {"head_dim", K_INT | K_NULL},
+        {"max_position_embeddings", K_INT}, {"rms_norm_eps", K_NUM}, {"hidden_act", K_STR}, {"rope_theta", K_NUM},
+        {"rope_scaling", K_OBJ | K_NULL}, {"rope_parameters", K_OBJ | K_NULL}, {"partial_rotary_factor", K_NUM},
+        {"attention_bias", K_BOOL}, {"mlp_bias", K_BOOL}, {"attention_dropout", K_NUM},
+        {"sliding_window", K_INT | K_NULL}, {"use_sliding_window", K_BOOL}, {"max_window_layers", K_INT},
+        {"pretraining_tp", K_INT | K_NULL},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        json_t *v = json_object_get(cfg, keys[i].key);
+        if (!v || !strcmp(keys[i].key, "architectures")) continue;
+        int k = keys[i].kinds;
+        bool ok = (k & K_INT && json_is_integer(v)) || (k & K_NUM && json_is_number(v)) ||
+                  (k & K_STR && json_is_string(v)) || (k & K_BOOL && json_is_boolean(v)) ||
+                  (k & K_OBJ && json_is_object(v)) || (k & K_NULL && json_is_null(v));
+        if (!ok) {
+            char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+            int rc = mg_error_set(err, MG_ERR_INVALID, "%s: %s is %.60s, not %s", path, keys[i].key, text ? text : "?",
+                                  k & K_INT   ? "an integer"
+                                  : k & K_NUM ? "a number"
+                                  : k & K_STR ? "a string"
+                                  : k & K_BOOL ? "true or false"
+                                               : "an object");
+            free(text);
+            return rc;
+        }
+    }
+    /* a partial rotary embedding (Phi, GPT-NeoX style) is not mgraph-convert's to map */
+    json_t *pf = json_object_get(cfg, "partial_rotary_factor");
+    if (pf && json_number_value(pf) != 1.0)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g (only 1: RoPE over the whole head)",
+                            path, json_number_value(pf));
+    return MG_OK;
+}
+
 static int load_hf(const opts *o, cv_model *m, mg_error *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", o->from_hf);
-    json_error_t je;
-    json_t *cfg = json_load_file(path, 0, &je);
+    json_error_t je = {0};
+    FILE *jf = NULL;
+    int orc = mg_input_fopen(path, "Hugging Face config", &jf, err);
+    if (orc) return orc;
+    json_t *cfg = json_loadf(jf, 0, &je);
+    fclose(jf);
     if (!json_is_object(cfg)) {
         json_decref(cfg);
         return mg_error_set(err, MG_ERR_INVALID, "%s: not a JSON object (%s)", path, je.text);
+    }
+    int trc = check_config_types(cfg, path, err);
+    if (trc) {
+        json_decref(cfg);
+        return trc;
     }
     const char *mt = json_string_value(json_object_get(cfg, "model_type"));
     const cv_arch *known[] = {&cv_gpt2, &cv_llama, &cv_qwen2, &cv_qwen3, &cv_mistral}, *a = NULL;
@@ -417,6 +523,9 @@ static int load_hf(const opts *o, cv_model *m, mg_error *err) {
     int64_t unit = (int64_t)o->divisible_by * o->tp;
     c->padded = (c->vocab + unit - 1) / unit * unit;
     c->divisible_by = o->divisible_by;
+    if (o->tokenizer_type && !mg_tokenizer_type_known(o->tokenizer_type))
+        return mg_error_set(err, MG_ERR_INVALID, "--tokenizer-type %s is not a tokenizer mgraph-run knows",
+                            o->tokenizer_type);
     if (o->tokenizer_type) c->tokenizer_type = o->tokenizer_type;
     rc = a->alloc(m, err);
     hf_files h = {0};
@@ -450,6 +559,7 @@ static int load_hf(const opts *o, cv_model *m, mg_error *err) {
                               o->from_hf, a->embedding);
     }
     free(buf);
+    if (!rc) rc = hf_check_all_used(&h, o->from_hf, err);
     hf_close(&h);
     return rc;
 }
@@ -496,9 +606,24 @@ static int save_hf_files(const char *dir, cv_model *m, mg_error *err) {
 
 /* Into DIR (made if absent); a failure leaves no half-written directory that this call made. */
 static int save_hf(const char *dir, cv_model *m, mg_error *err) {
-    bool made = mkdir(dir, 0777) == 0;
+    int e = mkdir(dir, 0777) == 0 ? 0 : errno;
+    bool made = !e;
     struct stat sb;
-    if (!made && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))) return mg_error_set(err, MG_ERR_IO, "cannot create directory %s", dir);
+    if (!made && e != EEXIST) return mg_error_set(err, MG_ERR_IO, "cannot create directory %s: %s", dir, strerror(e));
+    if (!made && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
+        return mg_error_set(err, MG_ERR_IO, "--to-hf %s exists and is not a directory", dir);
+    /* An existing directory must be empty: its config.json would be replaced and shards
+     * of another model left beside the new ones. */
+    DIR *d = made ? NULL : opendir(dir);
+    for (struct dirent *de; d && (de = readdir(d));)
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+            closedir(d);
+            return mg_error_set(err, MG_ERR_INVALID,
+                                "--to-hf %s is not empty (it holds %s): give a new or empty directory, mgraph-convert "
+                                "does not replace files it did not write",
+                                dir, de->d_name);
+        }
+    if (d) closedir(d);
     int rc = save_hf_files(dir, m, err);
     if (rc && made) {
         char path[4096];
@@ -553,6 +678,7 @@ int main(int argc, char **argv) {
     opts o;
     mg_error err = {0};
     cv_model m = {0};
+    mg_tool_install_fatal_handlers("mgraph-convert", NULL);
     int rc = parse(argc, argv, &o, &err);
     if (rc == 1) {
         usage(stdout);

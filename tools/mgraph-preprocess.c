@@ -18,8 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mgraph/infile.h"
 #include "mgraph/dataset.h"
 #include "mgraph/tokenizer.h"
+#include "tool_signals.h"
 
 #define MAX_KEYS 16
 #define MAX_INPUTS 4096
@@ -420,9 +422,9 @@ static int read_batch(reader *r, batch *b) {
         if (!r->f) {
             if (r->file >= r->o->ninputs) return b->n ? 0 : 1;
             const char *path = r->o->inputs[r->file];
-            r->f = fopen(path, "rb");
-            if (!r->f) {
-                fprintf(stderr, "%s: cannot open %s: %s\n", g_prog, path, strerror(errno));
+            mg_error oerr = {0};
+            if (mg_input_fopen(path, "--input", &r->f, &oerr)) {
+                fprintf(stderr, "%s: %s\n", g_prog, oerr.msg);
                 return -2;
             }
             r->lineno = 0;
@@ -513,6 +515,7 @@ static const char *output_is_input(const options *o, const char *base) {
 
 int main(int argc, char **argv) {
     options o;
+    mg_tool_install_fatal_handlers("mgraph-preprocess", NULL);
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
     uint64_t total = 0;

@@ -32,6 +32,7 @@
 #include "run_mpi.h"
 #include "run_schedule.h"
 #include "run_trace.h"
+#include "tool_signals.h"
 #include "mgraph/recompute.h"
 
 #ifndef MG_DEFAULT_CORPUS
@@ -113,13 +114,12 @@ static void run_release(run *r) {
 static char g_metrics_tmp[PATH_MAX], g_metrics_path[PATH_MAX];
 static volatile sig_atomic_t g_metrics_armed;
 
-static void on_stop_signal(int sig) {
+/* (async-signal-safe: the fatal paths put the records written so far in place) */
+static void keep_metrics(void) {
     if (g_metrics_armed) {
         g_metrics_armed = 0;
         rename(g_metrics_tmp, g_metrics_path);
     }
-    signal(sig, SIG_DFL);
-    raise(sig);
 }
 
 /* --distributed-timeout-minutes expired (scheduler/watchdog.c): a peer is stopped or hung,
@@ -131,10 +131,7 @@ static void on_wait_expired(const char *msg, void *ctx) {
     fprintf(stderr, "mgraph-run: failed: %s\n", msg);
     fflush(stdout);
     fflush(stderr);
-    if (g_metrics_armed) {
-        g_metrics_armed = 0;
-        rename(g_metrics_tmp, g_metrics_path);
-    }
+    mg_tool_fatal_cleanup();
     _exit(1);
 }
 
@@ -147,13 +144,6 @@ static int metrics_open(run *r, mg_error *err) {
         strcpy(g_metrics_path, r->cfg.metrics_file);
         g_metrics_armed = 1;
         printf("mgraph-run: metrics are written to %s, which becomes %s when the run ends\n", tmp, r->cfg.metrics_file);
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_stop_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGHUP, &sa, NULL);
     }
     return MG_OK;
 }
@@ -292,6 +282,7 @@ static int resolve_plan(run *r, int world, mg_error *err) {
         p->sequence_parallel = false;
     }
     if (c->use_distributed_optimizer) p->distributed_optimizer = true;
+    if (c->use_tp_pp_dp_mapping) snprintf(p->order, sizeof p->order, "tp-pp-dp"); /* Megatron's initialize.py */
     /* pipeline layout: Megatron's flags, checked against the model in mg_plan_check_model */
     bool by_layers = mg_run_config_given(c, "--num-layers-per-virtual-pipeline-stage"),
          by_stages = mg_run_config_given(c, "--num-virtual-stages-per-pipeline-rank");
@@ -990,6 +981,7 @@ static int train(run *r, mg_error *err) {
             snprintf(why, sizeof why, "at iteration %lld", (long long)it + 1);
         if (*why && it + 1 < c->train_iters) {
             if (c->save && !saved && (rc = save(r, it + 1, consumed, err))) return rc;
+            if ((rc = mg_run_trace_end_early(&r->trace, r->train_eng, it, is_logger(r), err))) return rc;
             if (is_logger(r)) {
                 printf(" exiting program %s\n", why);
                 fflush(stdout);
@@ -1041,7 +1033,7 @@ static int check_shard_rules(const run *r, mg_error *err) {
         for (int k = r->plan.n_rules - 1; k >= 0; k--) {
             const mg_shard_rule *rule = &r->plan.rules[k];
             if (fnmatch(rule->pattern, t->name, 0) != 0) continue;
-            if (rule->dim < 0 || rule->dim >= t->ndim)
+            if (rule->dim >= t->ndim) /* (-1: kept whole) */
                 return mg_error_set(err, MG_ERR_INVALID,
                                     "plan: shard rule '%s %d' applies to %s, which has %d dimension%s (0..%d)",
                                     rule->pattern, rule->dim, t->name, t->ndim, t->ndim == 1 ? "" : "s", t->ndim - 1);
@@ -1184,7 +1176,7 @@ static int dry_run_world(run *r, int world, mg_error *err) {
     for (int rank = first; rank < end; rank++) {
         mg_mesh mesh;
         mg_rank_graph R = {0};
-        int rc = mg_mesh_init(&mesh, world, rank, r->plan.tp, r->plan.cp, r->plan.ep, r->plan.pp, err);
+        int rc = mg_plan_mesh(&r->plan, world, rank, &mesh, err);
         if (!rc) rc = rank_graph(r, &r->train, &mesh, &R, err);
         if (!rc) rc = apply_recompute(r, R.graph, rank, err);
         if (!rc) describe(r, R.graph, &mesh, rank);
@@ -1249,6 +1241,8 @@ int main(int argc, char **argv) {
     r.t_start = now_s();
     mg_error err = {0};
     mg_step_config sc;
+    /* a stopped or failed run leaves no temporary file and no half-written checkpoint */
+    mg_tool_install_fatal_handlers("mgraph-run", keep_metrics);
     /* Collectives run on StarPU workers, one at a time (the engine serialises them):
      * MPI_THREAD_SERIALIZED is what that needs. */
     int provided, world = 1, rank = 0;
@@ -1323,8 +1317,7 @@ int main(int argc, char **argv) {
         printf("\n");
     }
     if (!rc) /* with --world-size, the mesh of rank 0 of the planned world (every rank is partitioned below) */
-        rc = mg_mesh_init(&r.mesh, plan_world, plan_world == world ? rank : 0, r.plan.tp, r.plan.cp, r.plan.ep,
-                          r.plan.pp, &err);
+        rc = mg_plan_mesh(&r.plan, plan_world, plan_world == world ? rank : 0, &r.mesh, &err);
     if (!rc) rc = resolve(&r.cfg, plan_world / (r.plan.tp * r.plan.pp * r.plan.cp), &sc, &err);
     rc = resolve_split(&r, &sc, rc, &err);
     if (!rc) rc = open_data(&r, &sc, &err);

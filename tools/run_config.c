@@ -6,6 +6,7 @@
 #include "mgraph/model.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -282,6 +283,11 @@ static const flag flags[] = {
      "the training data alone: a prefix or blend, every document of it (instead of --data-path and --split)"},
     {"--valid-data-path", F_LIST, O(split_data_path[1]), USE, NULL, "the validation data alone (as --train-data-path)"},
     {"--test-data-path", F_LIST, O(split_data_path[2]), USE, NULL, "the test data alone (as --train-data-path)"},
+    {"--data-args-path", F_STR, O(data_args_path), USE, NULL,
+     "a file holding --data-path's values (white-space separated), for blends too long for a command line"},
+    {"--per-split-data-args-path", F_STR, O(per_split_data_args_path), USE, NULL,
+     "a JSON file {\"train\": ..., \"valid\": ..., \"test\": ...} holding the three per-split data paths (a string, a "
+     "list or null each)"},
     {"--split", F_STR, O(split), USE, NULL, "train,valid,test proportions (--data-path: 969,30,1; text: 90,10,0)"},
     {"--data-cache-path", F_STR, O(data_cache_path), USE, NULL, "where dataset indices are cached"},
     {"--tokenizer-type", F_STR, O(tokenizer_type), USE,
@@ -340,6 +346,8 @@ static const flag flags[] = {
     {"--pipeline-schedule", F_STR, O(pipeline_schedule), USE, "auto|1f1b|interleaved|gpipe",
      "order of a stage's forward and backward halves (auto: Megatron's: interleaved with virtual stages, else 1f1b)"},
     {"--sequence-parallel", F_BOOL, O(sequence_parallel), USE, NULL, "split norms and dropout along the sequence (with tp > 1)"},
+    {"--use-tp-pp-dp-mapping", F_BOOL, O(use_tp_pp_dp_mapping), USE, NULL,
+     "lay ranks out as tp-pp-dp (tp innermost, then pp, dp outermost) instead of tp-cp-ep-dp-pp"},
     {"--use-distributed-optimizer", F_BOOL, O(use_distributed_optimizer), USE, NULL, "shard optimizer state over dp"},
     {"--distributed-backend", F_STR, NOFF, NOOP, "nccl|gloo", "ranks communicate through MPI"},
     {"--distributed-timeout-minutes", F_I64, O(distributed_timeout_minutes), USE, NULL,
@@ -895,6 +903,142 @@ static void check_rope_mla(mg_run_config *c, mg_run_notes *n) {
     }
 }
 
+/* ---- --data-args-path / --per-split-data-args-path ------------------------------------
+ * Megatron's get_blend_and_blend_per_split: the file's words are --data-path's values; the
+ * JSON's train / valid / test each a string (split at white space), a list or null. The
+ * joined values live for the program (reachable from here). */
+static char *g_data_args[4];
+
+static char *read_text_file(const char *path, mg_run_notes *n, const char *flag) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        mg_run_notes_error(n, "%s %s: %s", flag, path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    for (size_t r; buf && (r = fread(buf + len, 1, cap - len - 1, f)) > 0;) {
+        len += r;
+        if (len + 1 == cap) {
+            char *nb = cap < ((size_t)1 << 30) ? realloc(buf, cap *= 2) : NULL;
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = nb;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        mg_run_notes_error(n, "%s %s: cannot read it (or it is over 1 GiB)", flag, path);
+        return NULL;
+    }
+    buf[len] = '\0';
+    return buf;
+}
+
+/* The words of s joined by one space into a fresh string; NULL with *empty when none. */
+static char *join_words(const char *s, size_t len, char *out, size_t *o) {
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r' || s[i] == '\f' || s[i] == '\v')) i++;
+        size_t st = i;
+        while (i < len && !(s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r' || s[i] == '\f' || s[i] == '\v')) i++;
+        if (i > st) {
+            if (*o) out[(*o)++] = ' ';
+            memcpy(out + *o, s + st, i - st);
+            *o += i - st;
+        }
+    }
+    out[*o] = '\0';
+    return out;
+}
+
+static void load_data_args(mg_run_config *c, mg_run_notes *n) {
+    if (c->data_args_path) {
+        if (c->data_path) {
+            mg_run_notes_error(n, "give --data-path or --data-args-path, not both");
+            return;
+        }
+        char *text = read_text_file(c->data_args_path, n, "--data-args-path");
+        if (!text) return;
+        size_t len = strlen(text), o = 0;
+        char *out = malloc(len + 1);
+        if (out) join_words(text, len, out, &o);
+        free(text);
+        if (!out || o == 0) {
+            free(out);
+            mg_run_notes_error(n, "--data-args-path %s holds no data path", c->data_args_path);
+            return;
+        }
+        free(g_data_args[3]);
+        c->data_path = g_data_args[3] = out;
+    }
+    if (!c->per_split_data_args_path) return;
+    if (c->split_data_path[0] || c->split_data_path[1] || c->split_data_path[2]) {
+        mg_run_notes_error(n, "give --train/--valid/--test-data-path or --per-split-data-args-path, not both");
+        return;
+    }
+    json_error_t jerr;
+    json_t *root = json_load_file(c->per_split_data_args_path, 0, &jerr);
+    if (!json_is_object(root)) {
+        mg_run_notes_error(n, "--per-split-data-args-path %s: %s", c->per_split_data_args_path,
+                           root ? "not a JSON object" : jerr.text);
+        json_decref(root);
+        return;
+    }
+    static const char *keys[3] = {"train", "valid", "test"};
+    for (int s = 0; s < 3; s++) {
+        json_t *v = json_object_get(root, keys[s]);
+        if (!v) {
+            mg_run_notes_error(n, "--per-split-data-args-path %s has no \"%s\" (Megatron reads train, valid and test)",
+                               c->per_split_data_args_path, keys[s]);
+            continue;
+        }
+        size_t total = 1;
+        if (json_is_string(v)) total += json_string_length(v);
+        else if (json_is_array(v)) {
+            size_t i;
+            json_t *e;
+            json_array_foreach(v, i, e) {
+                if (!json_is_string(e)) {
+                    mg_run_notes_error(n, "--per-split-data-args-path: \"%s\"[%zu] is not a string", keys[s], i);
+                    total = 0;
+                    break;
+                }
+                total += json_string_length(e) + 1;
+            }
+            if (!total) continue;
+        } else if (!json_is_null(v)) {
+            mg_run_notes_error(n, "--per-split-data-args-path: \"%s\" is not a string, a list or null", keys[s]);
+            continue;
+        }
+        char *out = malloc(total);
+        size_t o = 0;
+        if (!out) {
+            mg_run_notes_error(n, "out of memory reading --per-split-data-args-path");
+            continue;
+        }
+        if (json_is_string(v)) join_words(json_string_value(v), json_string_length(v), out, &o);
+        else if (json_is_array(v)) {
+            size_t i;
+            json_t *e;
+            json_array_foreach(v, i, e) join_words(json_string_value(e), json_string_length(e), out, &o);
+        }
+        free(g_data_args[s]);
+        g_data_args[s] = NULL;
+        if (o == 0) {
+            free(out);
+            c->split_data_path[s] = NULL;
+        } else {
+            c->split_data_path[s] = g_data_args[s] = out;
+        }
+    }
+    json_decref(root);
+}
+
 /* The tokenizer flags: the types mgraph has, and the flags each one reads. */
 static void check_tokenizer(mg_run_config *c, mg_run_notes *n) {
     static const char *have[] = {"ByteLevelTokenizer", "GPT2BPETokenizer", "SentencePieceTokenizer",
@@ -1077,6 +1221,7 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     if (c->save_interval < 0 || c->save_retain < 0) mg_run_notes_error(n, "--save-interval and --save-retain must be >= 0");
     if ((c->save_interval || c->save_retain) && !c->save)
         mg_run_notes_error(n, "--save-interval and --save-retain need --save DIR");
+    load_data_args(c, n);
     if (c->text_file && c->data_path) mg_run_notes_error(n, "give --text-file or --data-path, not both");
     bool per_split = c->split_data_path[0] || c->split_data_path[1] || c->split_data_path[2];
     if (per_split && (c->data_path || c->text_file)) /* Megatron's get_blend_and_blend_per_split */

@@ -84,6 +84,10 @@ typedef struct mg_run_config {
     /* data */
     const char *text_file, *data_path, *split, *data_cache_path;
     const char *split_data_path[3]; /* --train-data-path, --valid-data-path, --test-data-path */
+    /* --data-args-path FILE (the --data-path values, white-space separated) and
+     * --per-split-data-args-path FILE.json ({"train", "valid", "test"}): read by
+     * mg_run_config_check into data_path / split_data_path */
+    const char *data_args_path, *per_split_data_args_path;
     const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model;
     /* the other tokenizer flags (mg_run_tokenizer_config) */
     int64_t vocab_size;                    /* --vocab-size: NullTokenizer's, TikTokenizer's */
@@ -105,6 +109,7 @@ typedef struct mg_run_config {
     int decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
     const char *pipeline_schedule;
     bool sequence_parallel, use_distributed_optimizer;
+    bool use_tp_pp_dp_mapping;           /* the rank order tp-pp-dp instead of tp-cp-ep-dp-pp (graph/mesh.c) */
     int world_size;          /* --world-size: partition for N ranks without launching them (with --dry-run) */
     const char *plan_file;   /* "auto": the planner chooses (tools/run_plan.c) */
     const char *cluster;     /* with --plan auto */

@@ -7,9 +7,12 @@
  * models start empty. */
 #include "run_trace.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int parse_range(const char *s, int64_t *a, int64_t *b, mg_error *err) {
     long long x, y;
@@ -76,6 +79,18 @@ int mg_run_trace_open(mg_run_trace *rt, const char *file, const char *iterations
         if (start >= train_iters) return MG_OK; /* nothing to train, nothing to trace */
         rt->first = rt->last = start + 2 <= train_iters ? start + 2 : start + 1;
     }
+    /* the directory is checked now, not when the trace is written after training */
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", rt->path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    struct stat st;
+    errno = 0;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK) != 0)
+        return mg_error_set(err, MG_ERR_IO, "cannot write --trace-file %s: its directory %s: %s", rt->path, dir,
+                            errno ? strerror(errno) : "not a directory");
     return mg_trace_new(rank, &rt->t, err);
 }
 
@@ -95,6 +110,24 @@ int mg_run_trace_after(mg_run_trace *rt, mg_engine *e, int64_t it, mg_error *err
     int rc = mg_trace_write(rt->t, rt->path, err);
     mg_trace_free(rt->t);
     rt->t = NULL;
+    return rc;
+}
+
+int mg_run_trace_end_early(mg_run_trace *rt, mg_engine *e, int64_t it, bool say, mg_error *err) {
+    if (!rt->t) return MG_OK;
+    if (it + 1 < rt->first) {
+        if (say)
+            printf("mgraph-run: --trace-file %s not written: the run ended at iteration %lld, before the traced "
+                   "iterations %lld..%lld\n", rt->path, (long long)it + 1, (long long)rt->first, (long long)rt->last);
+        mg_run_trace_close(rt);
+        return MG_OK;
+    }
+    mg_engine_set_trace(e, NULL, err);
+    int rc = mg_trace_write(rt->t, rt->path, err);
+    if (!rc && say)
+        printf("mgraph-run: --trace-file %s holds iterations %lld..%lld of %lld..%lld: the run ended early\n", rt->path,
+               (long long)rt->first, (long long)it + 1, (long long)rt->first, (long long)rt->last);
+    mg_run_trace_close(rt);
     return rc;
 }
 

@@ -29,6 +29,10 @@ int mg_run_trace_open(mg_run_trace *rt, const char *file, const char *iterations
  * the range; after the range's last iteration, detach and write the file. */
 int mg_run_trace_before(mg_run_trace *rt, mg_engine *e, int64_t it, mg_error *err);
 int mg_run_trace_after(mg_run_trace *rt, mg_engine *e, int64_t it, mg_error *err);
+/* The run ends early after 0-based iteration `it` (--exit-interval, --exit-duration-in-mins,
+ * the exit signal): a trace under way is written with the iterations it has, and one that
+ * has not begun is reported as not written. `say` prints the note (the logging rank). */
+int mg_run_trace_end_early(mg_run_trace *rt, mg_engine *e, int64_t it, bool say, mg_error *err);
 void mg_run_trace_close(mg_run_trace *rt);
 
 #endif

@@ -69,6 +69,9 @@ int mg_ckpt_begin(const char *root, int64_t iteration, mg_error *err);
  * pieces are all it holds): finish checks that some rank wrote each of them. */
 int mg_ckpt_write_rank(const char *root, int64_t iteration, int rank, const mg_ckpt_piece *pieces, int n,
                        const char *const *held, int n_held, mg_error *err);
+/* A save that failed on some rank: removes DIR/iter_N.partial/ (what this module wrote in
+ * it) so that no half-written iteration stays behind. Rank 0, after every rank is done. */
+void mg_ckpt_abort(const char *root, int64_t iteration);
 /* Reads back the headers of ranks [0, nranks) and checks that the save is whole: every
  * tensor a rank holds was written, and the pieces of each tensor cover it exactly once
  * (otherwise MG_ERR_RUNTIME naming the tensor, and nothing is put in place). Then writes
@@ -78,6 +81,12 @@ int mg_ckpt_write_rank(const char *root, int64_t iteration, int rank, const mg_c
  * are removed). */
 int mg_ckpt_finish(const char *root, int64_t iteration, int nranks, const char *meta_json, int retain,
                    mg_error *err);
+
+/* Removes the DIR/iter_N.partial/ of a save this process has under way (what this
+ * module wrote in it, then the directory if that emptied it). Async-signal-safe: for a
+ * program's fatal-signal or watchdog path, so that a job stopped mid-save leaves the
+ * previous checkpoint and no half-written one (the next save would remove it too). */
+void mg_ckpt_discard_partial(void);
 
 /* ---- one writer per checkpoint directory ------------------------------------------ */
 /* Two jobs saving into one directory would delete and replace each other's iterations

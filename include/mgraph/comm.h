@@ -1,13 +1,16 @@
 /* Ranks, process groups and the communicators behind collective nodes.
  *
- * The mesh follows Megatron's rank order, innermost first: tp, cp, ep, dp, pp.
- * (Expert parallelism reuses ranks of dp x cp; with ep == 1, the default, it is a
- * no-op dimension.) A rank's coordinate in each dimension is its index inside that
- * dimension's group; the group of dimension D is the set of ranks that agree on
- * every coordinate except D's. The combined group dp_cp holds the ranks that agree on tp and pp
- * (index cp + cp * dp): gradients reduce over it in one collective under context
- * parallelism. The expert-data-parallel group edp holds the dp x cp ranks with the same
- * ep coordinate (size dp*cp/ep): expert gradients are summed over it.
+ * The mesh is data (graph/mesh.c): an order string names its axes innermost first, as
+ * Megatron's RankGenerator takes it (default "tp-cp-ep-dp-pp": tp innermost), and two
+ * rank generators read it, the dense one (tp, cp, dp, pp) and the expert one (etp, ep,
+ * edp, pp). A process group is a generator and the axes it spans: tp, cp, dp, pp, dp_cp
+ * (dp x cp, over which gradients reduce under context parallelism) of the dense one;
+ * ep, edp (the ranks holding the same experts: expert gradients are summed over it)
+ * and etp (expert tensor parallelism) of the expert one; emb (the first and last
+ * pipeline stage) and world. A rank's coordinate in a group is its index there, the
+ * spanned axes' coordinates read mixed-radix; the group is the set of ranks that agree
+ * on every other axis of its generator. With etp = tp (the default) an ep group is ep
+ * ranks of one (tp, pp) slice's dp x cp ranks; with ep == 1 it is the rank alone.
  *
  * mg_comm wraps one MPI communicator per group. Collective nodes (ops/collective.c)
  * find their communicator through mg_exec_info.comm; a later NCCL backend implements
@@ -25,19 +28,45 @@
 extern "C" {
 #endif
 
+/* The axes an order string names (Megatron's tokens). */
+typedef enum mg_mesh_axis {
+    MG_MESH_AXIS_TP, MG_MESH_AXIS_CP, MG_MESH_AXIS_EP, MG_MESH_AXIS_DP, MG_MESH_AXIS_PP, MG_MESH_AXIS_COUNT
+} mg_mesh_axis;
+
+/* What a mesh is made of: sizes (dp follows from the world size) and the rank order. */
+typedef struct mg_mesh_spec {
+    int tp, cp, ep, pp;
+    int etp;                    /* expert tensor parallelism; 0: tp (Megatron's default) */
+    const char *order;          /* Megatron's --order-style string, innermost first; NULL: "tp-cp-ep-dp-pp" */
+} mg_mesh_spec;
+
 typedef struct mg_mesh {
     int world, rank;
-    int size[MG_GROUP_COUNT];   /* tp, cp, ep, dp, pp, dp_cp, edp, world, emb */
+    int size[MG_GROUP_COUNT];   /* tp, cp, ep, dp, pp, dp_cp, edp, world, emb, etp */
     int coord[MG_GROUP_COUNT];  /* this rank's index in each group (-1: not a member: the
                                  * embedding group's middle pipeline stages) */
+    /* the layout (graph/mesh.c): the order's axes innermost first, and per generator
+     * (0 dense, 1 expert) each axis' size, stride in world ranks and this rank's coordinate */
+    char order_str[32];
+    int order[MG_MESH_AXIS_COUNT];
+    int axis_size[2][MG_MESH_AXIS_COUNT], axis_stride[2][MG_MESH_AXIS_COUNT], axis_coord[2][MG_MESH_AXIS_COUNT];
 } mg_mesh;
 
-/* Lays out `world` ranks as tp x cp x dp x pp (dp = world / (tp cp pp)) and places
- * `rank`. MG_ERR_INVALID naming the rule when world is not a multiple of tp*cp*pp,
- * or ep does not divide dp*cp. */
+/* Lays out `world` ranks as spec says (dp = world / (tp cp pp), edp = world / (etp ep pp))
+ * and places `rank`. MG_ERR_INVALID naming the rule when world is not a multiple of
+ * tp*cp*pp or of etp*ep*pp, or the order is malformed or gives the expert layers other
+ * pipeline groups than the dense ones (Megatron's checks). */
+int mg_mesh_init_spec(mg_mesh *m, int world, int rank, const mg_mesh_spec *spec, mg_error *err);
+/* The default order, etp = tp. */
 int mg_mesh_init(mg_mesh *m, int world, int rank, int tp, int cp, int ep, int pp, mg_error *err);
-/* The world rank of the member with index `idx` of this rank's group `grp`. */
+/* The world rank of the member with index `idx` of this rank's group `grp` (-1: none). */
 int mg_mesh_peer(const mg_mesh *m, mg_group grp, int idx);
+/* How many world ranks apart consecutive members of a group of grp are (its innermost
+ * axis' stride: what decides whether a group stays inside a node). */
+long mg_mesh_stride(const mg_mesh *m, mg_group grp);
+/* "tp-cp-ep-dp-pp" (the default), or the order the mesh was made with. */
+const char *mg_mesh_order(const mg_mesh *m);
+const char *mg_mesh_default_order(void);
 
 typedef struct mg_comm mg_comm;
 

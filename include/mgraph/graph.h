@@ -50,15 +50,16 @@ typedef enum mg_op {
     MG_OP_COUNT
 } mg_op;
 
-/* Parallel dimensions, in Megatron's rank order (tp innermost), then the combined
- * groups: DP_CP is dp x cp (Megatron's data-parallel group with context parallelism:
- * gradients are summed, and the distributed optimizer shards, over it in one
- * collective), EDP the expert-data-parallel group (the dp x cp ranks holding the same
- * experts under expert parallelism: expert gradients are summed over it), and WORLD
- * every rank. */
+/* Process groups (the mesh's table, graph/mesh.c): the parallel dimensions, then the
+ * combined groups: DP_CP is dp x cp (Megatron's data-parallel group with context
+ * parallelism: gradients are summed, and the distributed optimizer shards, over it in
+ * one collective), EDP the expert-data-parallel group (the ranks holding the same
+ * experts under expert parallelism: expert gradients are summed over it), WORLD every
+ * rank, EMB the first and last pipeline stage, ETP expert tensor parallelism. */
 typedef enum mg_group { MG_GROUP_NONE = -1, MG_GROUP_TP, MG_GROUP_CP, MG_GROUP_EP, MG_GROUP_DP,
                         MG_GROUP_PP, MG_GROUP_DP_CP, MG_GROUP_EDP, MG_GROUP_WORLD,
                         MG_GROUP_EMB, /* first and last pipeline stage (Megatron's embedding group) */
+                        MG_GROUP_ETP, /* expert tensor parallelism (Megatron's expert tensor group) */
                         MG_GROUP_COUNT } mg_group;
 
 /* How a physical tensor relates to its logical tensor across a group of ranks. */
@@ -94,6 +95,21 @@ typedef struct mg_logical {
     int64_t offset[MG_MAX_DIMS];       /* start of this tensor's block in it */
 } mg_logical;
 
+/* What a parameter is to Megatron's tensor-parallel layout, declared by the model
+ * builder (mg_set_layout): tensor and expert parallelism place parameters by it,
+ * whatever their names, so any model gets Megatron's layout. A plan's shard rules
+ * (mg_plan.rules) override it by name. The layer kinds are Megatron's. */
+typedef enum mg_layout {
+    MG_LAYOUT_REPLICATED = 0, /* whole on every tensor-parallel rank: norms, a row-parallel layer's bias,
+                               * routers, position tables (the default) */
+    MG_LAYOUT_COLUMN,         /* ColumnParallelLinear: weight [out, in] and bias [out] split on out (dim 0) */
+    MG_LAYOUT_ROW,            /* RowParallelLinear: weight [out, in] split on in (the last dim) */
+    MG_LAYOUT_VOCAB,          /* VocabParallelEmbedding and the output layer: [vocab, h] split on the vocabulary */
+    MG_LAYOUT_EXPERT_COLUMN,  /* grouped expert weights [E, out, in]: experts split over ep, out over etp */
+    MG_LAYOUT_EXPERT_ROW,     /* grouped expert weights [E, out, in]: experts split over ep, in over etp */
+    MG_LAYOUT_COUNT
+} mg_layout;
+
 /* Initial value of a parameter or state tensor. */
 typedef enum mg_init_kind { MG_INIT_NONE, MG_INIT_ZEROS, MG_INIT_ONES, MG_INIT_NORMAL, MG_INIT_CONSTANT } mg_init_kind;
 /* std: the standard deviation of NORMAL, the value of every element for CONSTANT. */
@@ -123,6 +139,13 @@ typedef struct mg_tensor {
     bool no_weight_decay;         /* norms and biases, as Megatron */
     bool embedding_or_output;     /* the word embedding and the untied output layer (Megatron's
                                    * is_embedding_or_output_parameter: --decoupled-lr drives them) */
+    mg_layout layout;             /* parameters: how tensor / expert parallelism split it */
+    /* Optimizer state (Adam moments, gradient accumulators): the parameter it belongs
+     * to, in the same graph (a typed binding: checkpoints and the distributed optimizer
+     * find a moment's parameter through it, never by its name). NULL otherwise. */
+    struct mg_tensor *state_of;
+    bool state_flat;              /* it holds a flat range of state_of's block (the distributed optimizer's
+                                   * segments): logical.offset[0] is where the range starts, row-major */
     bool persistent;              /* lives across steps (params, grads accumulators, moments) */
     bool per_microbatch;          /* an input with one value per micro-batch of a step (token ids,
                                    * labels): storage keeps one copy per micro-batch instance */
@@ -336,6 +359,11 @@ mg_tensor *mg_input(mg_graph *g, const char *name, mg_dtype dt, int ndim, const 
 mg_tensor *mg_param(mg_graph *g, const char *name, int ndim, const int64_t *shape, mg_init init);
 /* Persistent optimizer state with the shape of `like`. */
 mg_tensor *mg_state(mg_graph *g, const char *name, mg_dtype dt, int ndim, const int64_t *shape, mg_init init);
+/* Declares parameter t's layout role (mg_layout). Returns t (NULL passes through). */
+mg_tensor *mg_set_layout(mg_tensor *t, mg_layout layout);
+const char *mg_layout_name(mg_layout layout);
+/* Whether a layout role holds experts (split over the expert-parallel group). */
+bool mg_layout_is_expert(mg_layout layout);
 /* Renames t to "<scope>.<name>" (unique: a clash gets an error). Returns t. */
 mg_tensor *mg_set_name(mg_graph *g, mg_tensor *t, const char *name);
 

@@ -31,6 +31,12 @@ typedef struct mg_outfile_options {
     bool binary;         /* informational: the stream is the same either way on POSIX */
 } mg_outfile_options;
 
+/* Removes every temporary file of an mg_outfile not yet committed or aborted, in this
+ * process. Async-signal-safe: for a program's fatal-signal or watchdog path, so that a
+ * job stopped by SIGTERM, SIGINT, SIGHUP or a timeout leaves no temporary files (the
+ * targets are untouched). */
+void mg_outfile_discard_temps(void);
+
 /* Starts writing `path`. what names the file in messages ("--metrics-file"). opt may
  * be NULL (no fsync). MG_ERR_IO naming the path and the reason on failure. */
 int mg_outfile_open(const char *path, const char *what, const mg_outfile_options *opt, mg_outfile **out,

@@ -1,7 +1,8 @@
 /* Partition plans and the partitioner: logical graph -> one rank's physical graph.
  *
- * A plan says how many ranks each parallel dimension uses (Megatron's flags) and
- * which parameters tensor parallelism splits. The partitioner walks the logical
+ * A plan says how many ranks each parallel dimension uses (Megatron's flags), and may
+ * override by name which parameters tensor parallelism splits (the model declares
+ * that by layout roles, mg_tensor.layout). The partitioner walks the logical
  * training-step graph (forward, backward and optimizer: it runs after autodiff, so
  * collectives need no gradient rules and the optimizer step is partitioned like any
  * other op) and gives every tensor a sharding state per group: full, split along a
@@ -38,11 +39,11 @@ extern "C" {
 #define MG_PLAN_DEFAULT_SLOTS 2
 
 /* "Parameters whose name matches `pattern` (fnmatch(3) glob) are split along `dim`
- * over the tensor-parallel group." */
+ * over the tensor-parallel group" (dim -1: kept whole). Overrides the layout role the
+ * model declared (mg_tensor.layout); the last rule that matches applies. */
 typedef struct mg_shard_rule {
     char pattern[128];
     int dim;
-    bool builtin;                /* one of mg_plan_defaults' (GPT-2 and LLaMA names): may match nothing */
 } mg_shard_rule;
 
 /* The order a pipeline stage runs its micro-batches' forward and backward halves in
@@ -54,6 +55,9 @@ typedef enum mg_pp_schedule_kind {
 
 typedef struct mg_plan {
     int tp, pp, cp, ep;          /* sizes; dp is derived from the world size */
+    int etp;                     /* expert tensor parallelism (0: tp, Megatron's default) */
+    char order[32];              /* the mesh's rank order, innermost first ("": tp-cp-ep-dp-pp; Megatron's
+                                  * --use-tp-pp-dp-mapping is tp-pp-dp): graph/mesh.c */
     int vpp;                     /* model chunks (virtual stages) per pipeline rank; 1: none */
     int pp_first_layers, pp_last_layers; /* layers on the first / last stage (0: an equal share) */
     mg_pp_schedule_kind pp_schedule;
@@ -70,8 +74,8 @@ typedef struct mg_plan {
     mg_shard_rule rules[MG_PLAN_MAX_RULES];
 } mg_plan;
 
-/* Serial plan with Megatron's GPT tensor-parallel rules (c_attn and c_fc column-
- * parallel, attn.c_proj and mlp.c_proj row-parallel, wte vocab-parallel). */
+/* Serial plan without shard rules: tensor parallelism places parameters by the
+ * layout roles the model declared (mg_tensor.layout). */
 void mg_plan_defaults(mg_plan *p);
 
 /* Reads a plan file: one setting per line, '#' comments:
@@ -79,6 +83,8 @@ void mg_plan_defaults(mg_plan *p);
  *     pipeline-model-parallel-size 1
  *     context-parallel-size 1
  *     expert-model-parallel-size 1
+ *     expert-tensor-parallel-size 1         (default: the tensor-parallel size)
+ *     order tp-cp-ep-dp-pp                  (the rank order, innermost first; use-tp-pp-dp-mapping true: tp-pp-dp)
  *     sequence-parallel true
  *     use-distributed-optimizer true
  *     bucket-size 40000000
@@ -87,13 +93,17 @@ void mg_plan_defaults(mg_plan *p);
  *     num-virtual-stages-per-pipeline-rank 2   (model chunks per pipeline rank)
  *     decoder-first-pipeline-num-layers 3   (and decoder-last-...: uneven first / last stage)
  *     pipeline-schedule 1f1b                (auto, 1f1b, interleaved or gpipe)
- *     shard h.*.attn.c_attn.weight 0        (adds a rule; "shard-clear" drops the defaults)
+ *     shard h.*.attn.c_attn.weight 0        (adds a rule overriding the layout roles; "none": whole;
+ *                                            "shard-clear" drops the rules read so far)
  * Unknown keys and malformed values are errors naming the file and line. */
 int mg_plan_read(mg_plan *p, const char *path, mg_error *err);
 void mg_plan_print(const mg_plan *p, FILE *f);
 const char *mg_pp_schedule_name(mg_pp_schedule_kind k);
 /* The kind a name (auto, 1f1b, interleaved, gpipe) stands for; MG_ERR_INVALID for others. */
 int mg_pp_schedule_parse(const char *s, mg_pp_schedule_kind *k);
+
+/* This rank's mesh under plan p (its sizes, etp and order): mg_mesh_init_spec. */
+int mg_plan_mesh(const mg_plan *p, int world, int rank, mg_mesh *m, mg_error *err);
 
 /* The model-independent rules for `world` ranks: world a multiple of tp*pp*cp, sizes
  * >= 1, ep dividing dp x cp, combinations this build does not implement (pp with cp or
@@ -115,14 +125,14 @@ int mg_plan_check_split(const mg_plan *p, int micro_batch, bool moe, mg_error *e
 
 /* The plan against the logical graph it is to partition, for `world` ranks:
  * MG_ERR_INVALID naming the rule when a shard rule names a dimension its parameter
- * lacks or the tensor-parallel size does not divide, or a rule given by the user (not
- * builtin) matches no parameter; and naming what to do when the graph has no
+ * lacks or the tensor-parallel size does not divide, or a rule matches no parameter;
+ * and naming what to do when the graph has no
  * per-micro-batch part (no node with mb >= 0) under data or pipeline parallelism or the
  * distributed optimizer (every rank would compute the whole batch), or marks no layer
  * under pipeline parallelism. mg_partition and the trainer call it. */
 int mg_plan_check_graph(const mg_plan *p, int world, const mg_graph *L, mg_error *err);
-/* Adds the rule "split parameters matching pattern along dim over tp" (as a plan file's
- * `shard` line). */
+/* Adds the rule "split parameters matching pattern along dim over tp" (dim -1: keep them
+ * whole), as a plan file's `shard` line. */
 int mg_plan_add_rule(mg_plan *p, const char *pattern, int dim, mg_error *err);
 
 /* The model facts a plan must divide. */

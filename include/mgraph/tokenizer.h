@@ -15,6 +15,7 @@
 #ifndef MGRAPH_TOKENIZER_H
 #define MGRAPH_TOKENIZER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,6 +55,9 @@ int mg_ids_push(mg_ids *ids, int32_t id, mg_error *err);
 void mg_ids_free(mg_ids *ids);
 
 int mg_tokenizer_open(const mg_tokenizer_config *cfg, mg_tokenizer **out, mg_error *err);
+/* Whether mg_tokenizer_open knows the type name (tools check names they only record:
+ * mgraph-convert writes one into a checkpoint). */
+bool mg_tokenizer_type_known(const char *type);
 /* A new tokenizer with the same configuration (for another thread). */
 int mg_tokenizer_clone(const mg_tokenizer *tok, mg_tokenizer **out, mg_error *err);
 void mg_tokenizer_free(mg_tokenizer *tok);

@@ -131,6 +131,8 @@ static void mesh_consistency(void) {
                         /* edp (same experts): its members differ in dp, cp, dp_cp, but agree on ep */
                         if (g == MG_GROUP_EDP && (h == MG_GROUP_DP || h == MG_GROUP_CP || h == MG_GROUP_DP_CP)) continue;
                         if (h == MG_GROUP_EDP && (g == MG_GROUP_DP || g == MG_GROUP_CP || g == MG_GROUP_DP_CP)) continue;
+                        /* etp (expert tensor parallelism, = tp here): its members differ in tp */
+                        if (g == MG_GROUP_ETP && h == MG_GROUP_TP) continue;
                         TK_CHECK(q.coord[h] == m.coord[h], "config %zu: %s peer %d of %d differs in %s", c,
                                  mg_group_name((mg_group)g), p, r, mg_group_name((mg_group)h));
                     }
@@ -140,6 +142,80 @@ static void mesh_consistency(void) {
         }
     }
     printf("ok mesh_consistency: %d memberships\n", checked);
+}
+
+/* Members of rank r's group grp under spec s (world ranks). */
+static void expect_spec_group(const char *what, int world, const mg_mesh_spec *s, int r, mg_group grp, int n,
+                              const int *want) {
+    mg_mesh m;
+    mg_error err = {0};
+    TK_CHECK(mg_mesh_init_spec(&m, world, r, s, &err) == MG_OK, "%s: %s", what, err.msg);
+    TK_CHECK(m.size[grp] == n, "%s: rank %d's %s group has %d members, want %d", what, r, mg_group_name(grp),
+             m.size[grp], n);
+    for (int j = 0; j < n && m.size[grp] == n; j++)
+        TK_CHECK(mg_mesh_peer(&m, grp, j) == want[j], "%s: rank %d's %s member %d is %d, want %d", what, r,
+                 mg_group_name(grp), j, mg_mesh_peer(&m, grp, j), want[j]);
+}
+
+/* The mesh as data: Megatron's RankGenerator for other orders, and the expert generator
+ * with its own tensor-parallel size (generate_masked_orthogonal_rank_groups' examples). */
+static void mesh_order(void) {
+    /* its docstring: order tp-dp-pp, tp 2, dp 3, pp 4: dp_group[0] = [0, 2, 4], dp_group[7] = [19, 21, 23] */
+    mg_mesh_spec a = {.tp = 2, .cp = 1, .ep = 1, .pp = 4, .order = "tp-dp-pp"};
+    expect_spec_group("tp-dp-pp", 24, &a, 0, MG_GROUP_DP, 3, (int[]){0, 2, 4});
+    expect_spec_group("tp-dp-pp", 24, &a, 23, MG_GROUP_DP, 3, (int[]){19, 21, 23});
+    expect_spec_group("tp-dp-pp", 24, &a, 23, MG_GROUP_PP, 4, (int[]){5, 11, 17, 23});
+    /* order tp-pp-dp (Megatron's --use-tp-pp-dp-mapping), 8 ranks of tp 2, pp 2, dp 2:
+     * dp groups [0, 4], [1, 5], [2, 6], [3, 7]; pp groups [0, 2], ... */
+    mg_mesh_spec b = {.tp = 2, .cp = 1, .ep = 1, .pp = 2, .order = "tp-pp-dp"};
+    for (int r = 0; r < 4; r++) expect_spec_group("tp-pp-dp", 8, &b, r, MG_GROUP_DP, 2, (int[]){r, r + 4});
+    expect_spec_group("tp-pp-dp", 8, &b, 1, MG_GROUP_PP, 2, (int[]){1, 3});
+    expect_spec_group("tp-pp-dp", 8, &b, 5, MG_GROUP_EMB, 2, (int[]){5, 7});
+    /* experts with their own tensor parallelism: tp 2, etp 1, ep 2 on 8 ranks. The
+     * expert generator lays out etp 1 x ep 2 x edp 4: an ep group is two consecutive
+     * ranks (a dense tp group), an edp group every second rank */
+    mg_mesh_spec c = {.tp = 2, .cp = 1, .ep = 2, .pp = 1, .etp = 1};
+    expect_spec_group("tp2 etp1 ep2", 8, &c, 2, MG_GROUP_EP, 2, (int[]){2, 3});
+    expect_spec_group("tp2 etp1 ep2", 8, &c, 3, MG_GROUP_EDP, 4, (int[]){1, 3, 5, 7});
+    expect_spec_group("tp2 etp1 ep2", 8, &c, 3, MG_GROUP_ETP, 1, (int[]){3});
+    expect_spec_group("tp2 etp1 ep2", 8, &c, 3, MG_GROUP_TP, 2, (int[]){2, 3});
+    /* tp 1, etp 2, ep 2 on 4 ranks: etp pairs of consecutive ranks, ep across them */
+    mg_mesh_spec d = {.tp = 1, .cp = 1, .ep = 2, .pp = 1, .etp = 2};
+    expect_spec_group("tp1 etp2 ep2", 4, &d, 0, MG_GROUP_ETP, 2, (int[]){0, 1});
+    expect_spec_group("tp1 etp2 ep2", 4, &d, 1, MG_GROUP_EP, 2, (int[]){1, 3});
+    expect_spec_group("tp1 etp2 ep2", 4, &d, 1, MG_GROUP_DP, 4, (int[]){0, 1, 2, 3});
+    /* etp = tp (the default): ep within a (tp, pp) slice's dp x cp ranks, etp the tp group */
+    mg_mesh_spec e = {.tp = 2, .cp = 2, .ep = 2, .pp = 1};
+    expect_spec_group("tp2 cp2 ep2", 8, &e, 5, MG_GROUP_EP, 2, (int[]){5, 7});
+    expect_spec_group("tp2 cp2 ep2", 8, &e, 5, MG_GROUP_ETP, 2, (int[]){4, 5});
+    expect_spec_group("tp2 cp2 ep2", 8, &e, 5, MG_GROUP_EDP, 2, (int[]){1, 5});
+    /* strides: what the planner asks to place a group on the network */
+    mg_mesh m;
+    mg_error err = {0};
+    TK_CHECK(mg_mesh_init_spec(&m, 16, 0, &(mg_mesh_spec){.tp = 2, .cp = 2, .ep = 2, .pp = 2}, &err) == MG_OK, "%s",
+             err.msg);
+    long want[][2] = {{MG_GROUP_TP, 1}, {MG_GROUP_CP, 2}, {MG_GROUP_DP, 4}, {MG_GROUP_DP_CP, 2}, {MG_GROUP_EP, 2},
+                      {MG_GROUP_EDP, 4}, {MG_GROUP_PP, 8}, {MG_GROUP_EMB, 8}, {MG_GROUP_ETP, 1}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        TK_CHECK(mg_mesh_stride(&m, (mg_group)want[i][0]) == want[i][1], "stride of %s: %ld, want %ld",
+                 mg_group_name((mg_group)want[i][0]), mg_mesh_stride(&m, (mg_group)want[i][0]), want[i][1]);
+    TK_CHECK(!strcmp(mg_mesh_order(&m), "tp-cp-ep-dp-pp"), "default order %s", mg_mesh_order(&m));
+    /* malformed orders, an axis of size > 1 left out, pp groups the two generators disagree on */
+    const struct { mg_mesh_spec s; int world; const char *needle; } bad[] = {
+        {{.tp = 1, .cp = 1, .ep = 1, .pp = 1, .order = "tp-xp"}, 2, "unknown axis 'xp'"},
+        {{.tp = 1, .cp = 1, .ep = 1, .pp = 1, .order = "tp-dp-tp"}, 2, "repeated axis 'tp'"},
+        {{.tp = 1, .cp = 1, .ep = 1, .pp = 1, .order = "tp-"}, 2, "ends with '-'"},
+        {{.tp = 1, .cp = 2, .ep = 1, .pp = 1, .order = "tp-pp-dp"}, 4, "does not name cp, whose size is 2"},
+        {{.tp = 1, .cp = 1, .ep = 2, .pp = 2, .order = "tp-pp-cp-ep-dp"}, 4, "put pp last"},
+        {{.tp = 1, .cp = 1, .ep = 4, .pp = 1, .etp = 4}, 8, "not a multiple of etp*ep*pp = 4*4*1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&err, 0, sizeof err);
+        int rc = mg_mesh_init_spec(&m, bad[i].world, 0, &bad[i].s, &err);
+        TK_CHECK(rc == MG_ERR_INVALID && strstr(err.msg, bad[i].needle), "bad mesh %zu: rc %d, '%s' lacks '%s'", i, rc,
+                 err.msg, bad[i].needle);
+    }
+    printf("ok mesh_order\n");
 }
 
 static void expect_error(const char *what, int rc, const mg_error *err, int code, const char *needle) {
@@ -376,6 +452,7 @@ static void single_rank(void) {
 int main(int argc, char **argv) {
     static const tk_case cases[] = {
         {"mesh_layout", mesh_layout}, {"mesh_consistency", mesh_consistency}, {"mesh_errors", mesh_errors},
+        {"mesh_order", mesh_order},
         {"shapes", shapes},           {"shape_errors", shape_errors},         {"single_rank", single_rank},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));

@@ -40,4 +40,15 @@ cmp -s run_pc/mlp.dot run_cm/mlp.dot || fail "the two builds wrote different DOT
 # 3. the installed tools run (and find the shim through their rpath)
 "$P/bin/mgraph-run" --help > help.txt 2>&1 && grep -q -- "--num-layers" help.txt || { cat help.txt; fail "mgraph-run --help"; }
 "$P/bin/mgraph-preprocess" --help > phelp.txt 2>&1 && grep -qi "usage" phelp.txt || { cat phelp.txt; fail "mgraph-preprocess --help"; }
-echo "ok: installed tree builds the README example with pkg-config and find_package; tools run"
+# 4. a model of one's own (its own parameter names, layout roles declared) gets Megatron's
+#    column / row tensor parallelism with no shard rules, and equals the serial run
+command -v mpicc > /dev/null && command -v mpirun > /dev/null || fail "mpicc / mpirun not found"
+# shellcheck disable=SC2086 # the flags are words
+mpicc -std=c11 -O2 "$SRC/tests/install/custom_model.c" -o custom_model $flags > mcc.txt 2>&1 ||
+    { cat mcc.txt; fail "mpicc with pkg-config"; }
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+    timeout 120 mpirun -np 2 --oversubscribe --allow-run-as-root ./custom_model > custom.txt 2>&1 ||
+    { cat custom.txt; fail "the custom model under tp 2"; }
+cat custom.txt
+grep -q "equal serial: ok" custom.txt || fail "the custom model under tp 2: no result line"
+echo "ok: installed tree builds the README example with pkg-config and find_package; tools run; a custom model gets tensor parallelism from its roles"

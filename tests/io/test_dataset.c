@@ -350,6 +350,13 @@ static void text_dataset(void) {
     fclose(f);
     mg_error_clear(&err);
     e.seq_length = 64;
+    /* too short for one window: a dataset without samples (the caller refuses what it needs:
+     * mgraph-run --skip-train evaluates without a training split) */
+    CHECK(mg_text_dataset_open(&e, &x, &err) == 0 && mg_dataset_num_samples(x, MG_SPLIT_TRAIN) == 0, "short: %s", err.msg);
+    mg_dataset_free(x);
+    x = NULL;
+    e.num_samples[MG_SPLIT_TRAIN] = 1; /* asked for one: refused */
+    mg_error_clear(&err);
     CHECK(mg_text_dataset_open(&e, &x, &err) == MG_ERR_INVALID && strstr(err.msg, "seq_length + 1"), "short: %s", err.msg);
     printf("text dataset errors: \"%s\"\n", err.msg);
 }

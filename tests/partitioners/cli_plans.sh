@@ -201,7 +201,7 @@ plan_file_bad)
     expect_usage "$CASE" "bad.plan:2: unknown setting 'sequence-paralel'" \
         "$RUN" "${SMALL[@]}" --plan bad.plan --metrics-file metrics.jsonl ;;
 plan_file_missing)
-    expect_usage "$CASE" "cannot read plan file" "$RUN" "${SMALL[@]}" --plan nowhere.plan ;;
+    expect_usage "$CASE" "cannot open plan file" "$RUN" "${SMALL[@]}" --plan nowhere.plan ;;
 dry_run_world)
     needs_text
     rm -f rank*.dot

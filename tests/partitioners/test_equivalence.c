@@ -358,7 +358,8 @@ int main(int argc, char **argv) {
     mg_error err = {0};
     mg_mesh mesh;
     plan.cp = argc > 9 ? atoi(argv[9]) : 1;
-    if (mg_mesh_init(&mesh, world, rank_, plan.tp, plan.cp, 1, plan.pp, &err)) die("mesh", &err);
+    if (getenv("MG_TEST_ORDER")) snprintf(plan.order, sizeof plan.order, "%s", getenv("MG_TEST_ORDER")); /* rank order */
+    if (mg_plan_mesh(&plan, world, rank_, &mesh, &err)) die("mesh", &err);
     int dp = mesh.size[MG_GROUP_DP];
 
     mg_step_config sc = {0};

@@ -20,13 +20,8 @@ static void defaults(void) {
     mg_plan_defaults(&p);
     TK_CHECK(p.tp == 1 && p.pp == 1 && p.cp == 1 && p.ep == 1, "serial sizes");
     TK_CHECK(!p.sequence_parallel && !p.distributed_optimizer && p.matmul_tiles == 1, "features off");
-    bool qkv = false, proj = false, wte = false;
-    for (int i = 0; i < p.n_rules; i++) {
-        qkv |= !strcmp(p.rules[i].pattern, "*attn.c_attn.weight") && p.rules[i].dim == 0;
-        proj |= !strcmp(p.rules[i].pattern, "*attn.c_proj.weight") && p.rules[i].dim == 1;
-        wte |= !strcmp(p.rules[i].pattern, "wte.weight") && p.rules[i].dim == 0;
-    }
-    TK_CHECK(qkv && proj && wte, "Megatron's column / row / vocab-parallel rules");
+    /* no name rules: tensor parallelism follows the layout roles the model declares */
+    TK_CHECK(p.n_rules == 0, "%d default shard rules", p.n_rules);
     mg_error err = {0};
     TK_CHECK(mg_plan_check(&p, 1, &err) == MG_OK, "serial plan on one rank: %s", err.msg);
 }
@@ -47,6 +42,49 @@ static void file_ok(void) {
     remove(path);
 }
 
+/* "shard PATTERN none" keeps what matches whole (overriding a declared layout role). */
+static void file_none(void) {
+    mg_plan p;
+    mg_plan_defaults(&p);
+    mg_error err = {0};
+    const char *path = write_plan("tensor-model-parallel-size 2\nshard lm_head.weight none\nshard *.q_proj.weight 1\n");
+    TK_CHECK(mg_plan_read(&p, path, &err) == MG_OK, "read: %s", err.msg);
+    TK_CHECK(p.n_rules == 2 && p.rules[0].dim == -1 && p.rules[1].dim == 1, "rules read: %d", p.n_rules);
+    char buf[4096] = "";
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    mg_plan_print(&p, f);
+    fclose(f);
+    TK_CHECK(strstr(buf, "shard lm_head.weight none\n") && strstr(buf, "shard *.q_proj.weight 1\n"), "printed: %s", buf);
+    remove(path);
+}
+
+/* The mesh's settings: the rank order (Megatron's --use-tp-pp-dp-mapping, or any order)
+ * and the expert tensor-parallel size; the mesh follows them (mg_plan_mesh). */
+static void file_mesh(void) {
+    mg_plan p;
+    mg_plan_defaults(&p);
+    mg_error err = {0};
+    const char *path = write_plan("tensor-model-parallel-size 2\npipeline-model-parallel-size 2\n"
+                                  "use-tp-pp-dp-mapping true\nexpert-tensor-parallel-size 2\n");
+    TK_CHECK(mg_plan_read(&p, path, &err) == MG_OK, "read: %s", err.msg);
+    TK_CHECK(!strcmp(p.order, "tp-pp-dp") && p.etp == 2, "order '%s', etp %d", p.order, p.etp);
+    TK_CHECK(mg_plan_check(&p, 8, &err) == MG_OK, "check: %s", err.msg);
+    mg_mesh m;
+    TK_CHECK(mg_plan_mesh(&p, 8, 1, &m, &err) == MG_OK && mg_mesh_peer(&m, MG_GROUP_DP, 1) == 5 &&
+                 mg_mesh_peer(&m, MG_GROUP_PP, 1) == 3,
+             "tp-pp-dp: rank 1's dp peer %d (want 5), pp peer %d (want 3)", mg_mesh_peer(&m, MG_GROUP_DP, 1),
+             mg_mesh_peer(&m, MG_GROUP_PP, 1));
+    char buf[4096] = "";
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    mg_plan_print(&p, f);
+    fclose(f);
+    TK_CHECK(strstr(buf, "order tp-pp-dp\n") && strstr(buf, "expert-tensor-parallel-size 2\n"), "printed: %s", buf);
+    remove(path);
+    path = write_plan("order tp-dp-cp-pp\n");
+    TK_CHECK(mg_plan_read(&p, path, &err) == MG_OK && !strcmp(p.order, "tp-dp-cp-pp"), "order read: %s", err.msg);
+    remove(path);
+}
+
 static void expect_file_error(const char *text, const char *needle) {
     mg_plan p;
     mg_plan_defaults(&p);
@@ -63,6 +101,9 @@ static void file_errors(void) {
     expect_file_error("\n\nsequence-paralel true\n", ":3: unknown setting 'sequence-paralel'");
     expect_file_error("sequence-parallel maybe\n", "expects true or false");
     expect_file_error("shard wte.weight\n", "shard expects a name pattern and a dimension");
+    expect_file_error("order tp-xx-dp\n", "unknown axis 'xx'");
+    expect_file_error("use-tp-pp-dp-mapping maybe\n", "expects true or false");
+    expect_file_error("expert-tensor-parallel-size 0\n", "expects one positive integer");
     expect_file_error("matmul-tiles 0\n", "matmul-tiles expects");
     expect_file_error("tensor-model-parallel-size 2 3\n", "expects one positive integer");
     mg_plan p;
@@ -175,6 +216,6 @@ static void no_rule(void) {
 
 int main(int argc, char **argv) {
     static const tk_case cases[] = {{"defaults", defaults}, {"file_ok", file_ok}, {"file_errors", file_errors},
-                                    {"rules", rules},       {"no_rule", no_rule}};
+                                    {"rules", rules}, {"file_none", file_none}, {"file_mesh", file_mesh},       {"no_rule", no_rule}};
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
 }

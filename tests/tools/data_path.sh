@@ -71,3 +71,32 @@ cmp -s <(grep -o '"val_loss": [^,]*' eval_--valid-data-path.jsonl) <(grep -o '"v
 "$RUN" "${COMMON[@]}" --valid-data-path other_text_document > bad.txt 2>&1
 [ $? -eq 2 ] && grep -q "without --train-data-path" bad.txt || { cat bad.txt; fail "--valid-data-path alone"; }
 echo "ok: --train-data-path / --valid-data-path: each split from its own data, whole"
+
+# Megatron's --data-args-path (--data-path's values in a file, any white space) and
+# --per-split-data-args-path (JSON: train / valid / test, a string, a list or null) train
+# bit for bit as the flags they stand for
+printf '0.3\nshakespeare_text_document\n\t0.7   other_text_document\n' > blend.txt
+"$RUN" "${COMMON[@]}" --data-path 0.3 shakespeare_text_document 0.7 other_text_document --split 90,10,0 \
+    --eval-interval 3 --eval-iters 2 --metrics-file blend_flag.jsonl > blend1.txt 2>&1 || { cat blend1.txt; fail "blend"; }
+"$RUN" "${COMMON[@]}" --data-args-path blend.txt --split 90,10,0 \
+    --eval-interval 3 --eval-iters 2 --metrics-file blend_file.jsonl > blend2.txt 2>&1 || { cat blend2.txt; fail "--data-args-path"; }
+cmp -s <(grep -o '"[a-z_]*loss": [^,]*' blend_flag.jsonl) <(grep -o '"[a-z_]*loss": [^,]*' blend_file.jsonl) ||
+    fail "--data-args-path does not train as --data-path with its values"
+printf '{"train": ["shakespeare_text_document"], "valid": "other_text_document", "test": null}\n' > splits.json
+"$RUN" "${COMMON[@]}" --per-split-data-args-path splits.json --eval-interval 3 --eval-iters 2 \
+    --metrics-file split_file.jsonl > split2.txt 2>&1 || { cat split2.txt; fail "--per-split-data-args-path"; }
+cmp -s <(grep -o '"[a-z_]*loss": [^,]*' split.jsonl) <(grep -o '"[a-z_]*loss": [^,]*' split_file.jsonl) ||
+    fail "--per-split-data-args-path does not train as --train-data-path / --valid-data-path"
+printf '{"train": "shakespeare_text_document", "valid": null}\n' > nokey.json
+printf '{"train": 3, "valid": null, "test": null}\n' > badval.json
+for bad in "--data-args-path blend.txt --data-path other_text_document|give --data-path or --data-args-path" \
+           "--data-args-path nowhere.txt|--data-args-path nowhere.txt" \
+           "--per-split-data-args-path nokey.json|has no \"test\"" \
+           "--per-split-data-args-path badval.json|not a string, a list or null" \
+           "--per-split-data-args-path splits.json --train-data-path other_text_document|not both"; do
+    # shellcheck disable=SC2086 # several flags
+    "$RUN" "${COMMON[@]}" ${bad%%|*} --dry-run > bad.txt 2>&1
+    rc=$?
+    [ $rc -eq 2 ] && grep -qF -- "${bad#*|}" bad.txt || { cat bad.txt; fail "'${bad%%|*}': exit $rc"; }
+done
+echo "ok: --data-args-path and --per-split-data-args-path train as the flags they hold; bad files exit 2"

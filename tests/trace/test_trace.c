@@ -233,7 +233,7 @@ static void test_write_errors(void) {
     mg_error_clear(&err);
     if (access("/dev/full", W_OK) == 0) {
         rc = mg_trace_write(t, "/dev/full", &err);
-        TK_CHECK(rc == MG_ERR_IO, "/dev/full: rc %d, '%s'", rc, err.msg);
+        TK_CHECK(rc == MG_ERR_RUNTIME && strstr(err.msg, "No space left"), "/dev/full: rc %d, '%s'", rc, err.msg);
         TK_CHECK(access("/dev/full", F_OK) == 0, "/dev/full was removed");
     }
     /* a good write of an empty trace is valid JSON with no task */
