@@ -1,6 +1,7 @@
 /* Checkpoint directories: writing (per-rank files, index, tracker, retention) and
  * reading (validation, resharding fill). See include/mgraph/checkpoint.h. */
 #include "mgraph/checkpoint.h"
+#include "mgraph/megatron_ckpt.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -776,8 +777,17 @@ static int read_tracker(const char *root, int64_t *it, mg_error *err) {
 
 int mg_ckpt_open(const char *path, mg_ckpt **out, mg_error *err) {
     *out = NULL;
+    /* Megatron-LM's checkpoints share the tracker and the iteration directories' names */
+    mg_megatron_info mi;
+    int rc = mg_megatron_probe(path, &mi, err);
+    if (rc) return rc;
+    if (mi.format != MG_MEGATRON_NONE)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s is a Megatron-LM checkpoint (--ckpt-format %s, %s %" PRId64 "), "
+                            "not mgraph's: convert it first with mgraph-convert --from-megatron %s --save NEW_DIR "
+                            "(the model, iteration, schedule and optimizer state), then load NEW_DIR", path,
+                            mg_megatron_format_name(mi.format), mi.release ? "release" : "iteration", mi.iteration, path);
     int64_t tracked;
-    int rc = read_tracker(path, &tracked, err);
+    rc = read_tracker(path, &tracked, err);
     if (rc) return rc;
     mg_ckpt *c = calloc(1, sizeof *c);
     char dir[PATH_MAX], ipath[PATH_MAX + 16];

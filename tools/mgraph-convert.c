@@ -3,6 +3,9 @@
  *
  *   mgraph-convert --load CKPT --to-hf DIR      config.json + model.safetensors
  *   mgraph-convert --from-hf DIR --save CKPT    an mgraph checkpoint at iteration 0
+ *   mgraph-convert --from-megatron DIR --save CKPT   a Megatron-LM checkpoint (torch or torch_dist
+ *                                                format), its iteration, schedule and Adam state
+ *                                                (tools/convert_megatron.c)
  *
  * The architecture follows the checkpoint's model flags (GPT-2 exactly, or RMSNorm + rope +
  * SwiGLU: LLaMA) or config.json's model_type; each one's names and layouts are in
@@ -30,13 +33,16 @@
 #include "mgraph/tokenizer.h"
 #include "convert.h"
 #include "tool_signals.h"
+#include "convert_megatron.h"
 #include "mgraph/checkpoint.h"
 #include "mgraph/outfile.h"
 #include "mgraph/safetensors.h"
 
 typedef struct opts {
-    const char *load, *to_hf, *from_hf, *save, *tokenizer_type;
+    const char *load, *to_hf, *from_hf, *save, *tokenizer_type, *from_megatron;
     int divisible_by, tp;
+    int64_t true_vocab_size;
+    bool no_load_optim;
 } opts;
 
 /* ---- the model (convert.h) ----------------------------------------------------------------- */
@@ -639,10 +645,15 @@ static void usage(FILE *f) {
     fprintf(f, "usage: mgraph-convert --load CKPT --to-hf DIR\n"
                "       mgraph-convert --from-hf DIR --save CKPT [--make-vocab-size-divisible-by N]\n"
                "                      [--tensor-model-parallel-size N] [--tokenizer-type T]\n\n"
+               "       mgraph-convert --from-megatron DIR --save CKPT [--true-vocab-size N] [--no-load-optim]\n\n"
                "Converts mgraph checkpoints of GPT-2 (GPT2LMHeadModel) and of the LLaMA family (RMSNorm,\n"
                "rope, swiglu; LlamaForCausalLM, with --add-qkv-bias Qwen2ForCausalLM, with --qk-layernorm\n"
                "Qwen3ForCausalLM) to and from Hugging Face directories (config.json +\n"
                "model.safetensors, or its shards with model.safetensors.index.json on import).\n"
+               "--from-megatron reads a Megatron-LM checkpoint of Megatron-Core's GPTModel (--ckpt-format\n"
+               "torch or torch_dist, any tensor / pipeline parallelism): the model, the iteration, the\n"
+               "learning-rate schedule, the data position and, where saved, Adam's moments; the\n"
+               "vocabulary's size from the tokenizer its args name, or --true-vocab-size.\n"
                "Exit status: 0 success, 2 bad usage or input, 1 failure.\n");
 }
 
@@ -653,9 +664,23 @@ static int parse(int argc, char **argv, opts *o, mg_error *err) {
         if (!strcmp(a, "--help")) return 1;
         const char **s = !strcmp(a, "--load") ? &o->load : !strcmp(a, "--to-hf") ? &o->to_hf
                        : !strcmp(a, "--from-hf") ? &o->from_hf : !strcmp(a, "--save") ? &o->save
-                       : !strcmp(a, "--tokenizer-type") ? &o->tokenizer_type : NULL;
+                       : !strcmp(a, "--tokenizer-type") ? &o->tokenizer_type
+                       : !strcmp(a, "--from-megatron") ? &o->from_megatron : NULL;
         int *n = !strcmp(a, "--make-vocab-size-divisible-by") ? &o->divisible_by
                : !strcmp(a, "--tensor-model-parallel-size") ? &o->tp : NULL;
+        if (!strcmp(a, "--no-load-optim")) {
+            o->no_load_optim = true;
+            continue;
+        }
+        if (!strcmp(a, "--true-vocab-size")) {
+            char *end;
+            long long x = i + 1 < argc ? strtoll(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || *end || x < 1 || x > (1LL << 40))
+                return mg_error_set(err, MG_ERR_INVALID, "--true-vocab-size expects a positive integer");
+            o->true_vocab_size = x;
+            i++;
+            continue;
+        }
         if (!s && !n) return mg_error_set(err, MG_ERR_INVALID, "unknown flag '%s' (see --help)", a);
         if (i + 1 >= argc || !argv[i + 1][0] || !strncmp(argv[i + 1], "--", 2))
             return mg_error_set(err, MG_ERR_INVALID, "%s needs a value", a);
@@ -668,9 +693,16 @@ static int parse(int argc, char **argv, opts *o, mg_error *err) {
             *n = (int)x;
         }
     }
+    if (o->from_megatron) {
+        if (!o->save || o->load || o->to_hf || o->from_hf)
+            return mg_error_set(err, MG_ERR_INVALID, "give --from-megatron DIR --save CKPT");
+        return MG_OK;
+    }
+    if (o->true_vocab_size || o->no_load_optim)
+        return mg_error_set(err, MG_ERR_INVALID, "--true-vocab-size and --no-load-optim are for --from-megatron");
     bool to = o->load || o->to_hf, from = o->from_hf || o->save;
     if (to == from || (to && !(o->load && o->to_hf)) || (from && !(o->from_hf && o->save)))
-        return mg_error_set(err, MG_ERR_INVALID, "give either --load CKPT --to-hf DIR, or --from-hf DIR --save CKPT");
+        return mg_error_set(err, MG_ERR_INVALID, "give either --load CKPT --to-hf DIR, --from-hf DIR --save CKPT, or --from-megatron DIR --save CKPT");
     return MG_OK;
 }
 
@@ -684,7 +716,11 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (!rc && o.load) {
+    if (!rc && o.from_megatron) {
+        cv_megatron_opts mo = {.from = o.from_megatron, .save = o.save, .no_load_optim = o.no_load_optim,
+                               .true_vocab_size = o.true_vocab_size};
+        rc = cv_from_megatron(&mo, &err);
+    } else if (!rc && o.load) {
         rc = load_mgraph(o.load, &m, &err);
         if (!rc) rc = save_hf(o.to_hf, &m, &err);
         if (!rc) printf("mgraph-convert: %s -> %s (%s, %d layers, vocab %lld)\n", o.load, o.to_hf,

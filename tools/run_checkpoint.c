@@ -219,6 +219,17 @@ static json_t *model_json(const mg_run_config *c, const mg_gpt_config *m, int64_
     return j;
 }
 
+char *mg_run_ckpt_meta(void *user) {
+    const mg_run_ckpt_model *k = user;
+    const mg_run_config *c = k->cfg;
+    json_t *m = json_pack("{s:o, s:{s:s?, s:s?, s:s?}, s:{s:f, s:f}}", "model", model_json(c, k->model, k->vocab_unpadded),
+                          "data", "text_file", c->text_file, "data_path", c->data_path, "split", c->split, "dropout",
+                          "hidden", (double)k->model->hidden_dropout, "attention", (double)k->model->attention_dropout);
+    char *text = m ? json_dumps(m, JSON_COMPACT) : NULL;
+    json_decref(m);
+    return text;
+}
+
 static char *meta_text(const mg_run_config *c, const mg_step_config *sc, const mg_plan *plan, const mg_mesh *mesh,
                        const mg_run_save_state *s) {
     const mg_adamw_config *o = &sc->optim;

@@ -47,6 +47,16 @@ typedef struct mg_run_save_state {
     int64_t optim_start; /* where the saved moments started from zero (mg_exec_info.optim_start) */
 } mg_run_save_state;
 
+/* The model's flags as every save's metadata holds them and --load checks them:
+ * {"model": {...}, "data": {...}, "dropout": {...}} (mgraph-convert --from-megatron writes
+ * the same for the model it converts). */
+typedef struct mg_run_ckpt_model {
+    const mg_run_config *cfg;
+    const mg_gpt_config *model;
+    int64_t vocab_unpadded;
+} mg_run_ckpt_model;
+char *mg_run_ckpt_meta(void *user);
+
 /* --save: every rank writes the pieces it holds (each piece by one rank only), rank 0
  * the index and the tracker. Collective when mpi_world > 1. */
 int mg_run_save(const mg_run_config *cfg, const mg_step_config *sc, const mg_plan *plan, const mg_mesh *mesh,

@@ -69,7 +69,7 @@ EQUIV='equivalence|bitwise|starpu_equals_reference|memplan_reuse_equal|scheduler
 # sanitizers, where they would be a third of the run (CI's budget is ~30 minutes). They run
 # in the normal build only; their code paths run under the sanitizers through shorter
 # tests (the same kernels, engine, partitioners and planner on smaller models).
-LONG='^(models\.(llama_train_loss_falls|moe_train)|tools\.train_loss_falls|partitioners\.cli_dry_run_(70b_memory|70b_pipeline|405b_pp_cp)|ep\.cli_mixtral_dry_run|io\.hf_tokenizers)$'
+LONG='^(models\.(llama_train_loss_falls|moe_train)|tools\.train_loss_falls|partitioners\.cli_dry_run_(70b_memory|70b_pipeline|405b_pp_cp)|ep\.cli_mixtral_dry_run|io\.hf_tokenizers|checkpoint\.megatron_(llama|gpt2|dist))$'
 # a kernel other than the one mgraph-run picks by itself on AVX-512 machines
 if grep -qw avx2 /proc/cpuinfo; then forced=Haswell; else forced=Prescott; fi
 
@@ -102,6 +102,6 @@ run_ctest build-asan -j"$jobs" --timeout 900 -E "$LONG"
 
 phase "fuzzing: libFuzzer targets (clang), a fixed number of runs (at most ${MG_FUZZ_SECONDS:-60} s) each from tests/fuzz/<target>"
 CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -DMG_FUZZ=ON -DMG_CUDA=OFF >/dev/null
-cmake --build build-fuzz -j"$jobs" --target fuzz_plan fuzz_flags fuzz_idx fuzz_gpt2 fuzz_jsonl fuzz_cache fuzz_hf fuzz_tiktoken fuzz_checkpoint_libfuzzer
+cmake --build build-fuzz -j"$jobs" --target fuzz_plan fuzz_flags fuzz_idx fuzz_gpt2 fuzz_jsonl fuzz_cache fuzz_hf fuzz_tiktoken fuzz_torch fuzz_checkpoint_libfuzzer
 bash tests/fuzz/run.sh build-fuzz "${MG_FUZZ_SECONDS:-60}"
 phase "done: every phase passed"

@@ -18,10 +18,10 @@ export LSAN_OPTIONS="suppressions=$HERE/../lsan.supp:fast_unwind_on_malloc=0:pri
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 failed=0
 # executions per target: ~20 s each on the 2-core development machine under load
-declare -A RUNS=([plan]=30000 [flags]=100000 [idx]=30000 [gpt2]=500 [jsonl]=4000 [cache]=6000 [checkpoint]=600 [hf]=15000 [tiktoken]=8000)
+declare -A RUNS=([plan]=30000 [flags]=100000 [idx]=30000 [gpt2]=500 [jsonl]=4000 [cache]=6000 [checkpoint]=600 [hf]=15000 [tiktoken]=8000 [torch]=30000)
 printf '%-8s %10s %12s %8s %s\n' target execs/s executions corpus result
 # checkpoint: the checkpoint engineer's reader target (tests/checkpoint/fuzz_checkpoint.c)
-for t in plan flags idx gpt2 jsonl cache hf tiktoken checkpoint; do
+for t in plan flags idx gpt2 jsonl cache hf tiktoken torch checkpoint; do
     mkdir -p "$B/fuzz-corpus/$t"
     log=$B/fuzz-$t.log
     exe=$B/bin/fuzz_$t
