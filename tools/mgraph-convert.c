@@ -620,17 +620,20 @@ static int save_hf(const char *dir, cv_model *m, mg_error *err) {
         return mg_error_set(err, MG_ERR_IO, "--to-hf %s exists and is not a directory", dir);
     /* An existing directory must be empty: its config.json would be replaced and shards
      * of another model left beside the new ones. */
+    int rc;
     DIR *d = made ? NULL : opendir(dir);
     for (struct dirent *de; d && (de = readdir(d));)
         if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+            /* the message first: closedir frees the entry */
+            rc = mg_error_set(err, MG_ERR_INVALID,
+                              "--to-hf %s is not empty (it holds %s): give a new or empty directory, mgraph-convert "
+                              "does not replace files it did not write",
+                              dir, de->d_name);
             closedir(d);
-            return mg_error_set(err, MG_ERR_INVALID,
-                                "--to-hf %s is not empty (it holds %s): give a new or empty directory, mgraph-convert "
-                                "does not replace files it did not write",
-                                dir, de->d_name);
+            return rc;
         }
     if (d) closedir(d);
-    int rc = save_hf_files(dir, m, err);
+    rc = save_hf_files(dir, m, err);
     if (rc && made) {
         char path[4096];
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
