@@ -7,7 +7,8 @@ PKGS=(build-essential cmake pkg-config
       graphviz        # dot: DOT dumps are rendered by the tests
       fortunes        # English text for the default training run
       clang-14 libclang-rt-14-dev   # libFuzzer targets (tests/fuzz)
-      iproute2)       # ip netns: the two-host test (tests/reliability/two_hosts.sh)
+      iproute2        # ip netns: the two-host test (tests/reliability/two_hosts.sh)
+      groff-base)     # groff: the man pages are checked to render (tests/docs)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

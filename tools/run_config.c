@@ -1375,6 +1375,97 @@ void mg_run_config_usage(FILE *out) {
     fprintf(out, "\nExit status: 0 success, 2 bad usage or input, 1 failure while running.\n");
 }
 
+/* ---- the reference: docs/mgraph-run.md and mgraph-run.1 from the same table ---------------- */
+static const char *arg_word(const flag *f) {
+    return f->type == F_BOOL ? "" : f->type == F_STR ? "S" : f->type == F_LIST ? "S..." : f->type == F_INT3 ? "N N N" : "N";
+}
+
+/* Markdown: '|' in a cell would end it; roff: a leading '.' or '\'' would be a request and
+ * '\\' an escape, and '-' is a hyphen unless escaped (man pages keep flags copyable). */
+static void md_text(FILE *out, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|') fputc('\\', out);
+        fputc(*s, out);
+    }
+}
+static void roff_text(FILE *out, const char *s) {
+    if (*s == '.' || *s == '\'') fputs("\\&", out);
+    for (; *s; s++) {
+        if (*s == '\\') fputs("\\e", out);
+        else if (*s == '-') fputs("\\-", out);
+        else fputc(*s, out);
+    }
+}
+
+static const char *const kind_title[3] = {
+    "Flags", "Accepted for Megatron's recipes, no effect in mgraph (a warning says why)",
+    "Accepted, then refused (exit 2) until mgraph can honour them"};
+
+void mg_run_config_reference(FILE *out, bool man) {
+    if (man) {
+        fputs(".TH MGRAPH-RUN 1 \"\" \"mgraph\" \"User Commands\"\n"
+              ".SH NAME\nmgraph-run \\- train a transformer language model under a partition plan\n"
+              ".SH SYNOPSIS\n.B mgraph-run\n[\\fIflags\\fR]\n\n"
+              ".B mpirun \\-np\n\\fIN\\fR\n.B mgraph-run\n[\\fIflags\\fR]\n"
+              ".SH DESCRIPTION\nTrains a GPT-family model with mgraph. Flag names and defaults follow Megatron-LM's\n"
+              ".IR pretrain_gpt.py .\nWith no flags: a small byte-level GPT on Debian's fortunes corpus.\n"
+              "This page is generated from mgraph-run's flag table (tools/run_config.c), as are\n"
+              ".B \\-\\-help\nand docs/mgraph-run.md.\n",
+              out);
+    } else {
+        fputs("# mgraph-run flag reference\n\n"
+              "Generated from mgraph-run's flag table (`tools/run_config.c`) by `mgraph-flag-docs markdown`, as\n"
+              "are `mgraph-run --help` and the man page `mgraph-run.1`; the test `docs.flag_reference` fails when\n"
+              "this file and the table disagree. Flag names and defaults follow Megatron-LM's `pretrain_gpt.py`;\n"
+              "the README and the other pages in `docs/` say how each feature behaves and how it is tested.\n\n"
+              "With no flags, `mgraph-run` trains a small byte-level GPT on Debian's fortunes corpus, as if given\n\n```\nmgraph-run",
+              out);
+        for (const char *const *a = demo_args; *a; a++) fprintf(out, " %s", *a);
+        fputs("\n```\n", out);
+    }
+    for (int pass = 0; pass < 3; pass++) {
+        if (man)
+            fprintf(out, ".SH %s\n", pass == 0 ? "OPTIONS" : pass == 1 ? "ACCEPTED WITHOUT EFFECT" : "REFUSED");
+        else
+            fprintf(out, "\n## %s\n\n| flag | argument | %s |\n|---|---|---|\n", kind_title[pass],
+                    pass == 0 ? "meaning" : "why");
+        if (man && pass) fprintf(out, "%s.\n", kind_title[pass]);
+        for (size_t k = 0; k < N_FLAGS; k++) {
+            const flag *f = &flags[k];
+            if ((int)f->kind != pass) continue;
+            const char *a = arg_word(f);
+            if (man) {
+                /* the tag on one line: .TP takes only the next line as the tag */
+                fputs(".TP\n.BI \"", out);
+                roff_text(out, f->name);
+                fprintf(out, "%s\" \"%s\"\n", *a ? " " : "", a);
+                roff_text(out, f->help);
+                if (f->choices) {
+                    fputs(" (one of: ", out);
+                    roff_text(out, f->choices);
+                    fputc(')', out);
+                }
+                fputc('\n', out);
+            } else {
+                fprintf(out, "| `%s` | %s | ", f->name, *a ? a : "");
+                md_text(out, f->help);
+                if (f->choices) {
+                    fputs(" (one of: `", out);
+                    md_text(out, f->choices);
+                    fputs("`)", out);
+                }
+                fputs(" |\n", out);
+            }
+        }
+    }
+    if (man)
+        fputs(".SH EXIT STATUS\n0 success, 2 bad usage or input, 1 failure while running.\n"
+              ".SH SEE ALSO\n.BR mgraph-convert (1),\n.BR mgraph-preprocess (1),\n.BR mgraph-plan (1)\n",
+              out);
+    else
+        fputs("\nExit status: 0 success, 2 bad usage or input, 1 failure while running.\n", out);
+}
+
 int mg_run_config_uneven_pipeline(const mg_run_config *c, mg_plan *p, mg_error *err) {
     const char *fl[] = {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"};
     int fv[] = {c->decoder_first_pipeline_num_layers, c->decoder_last_pipeline_num_layers};

@@ -172,6 +172,8 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *notes);
 /* The demo run's flags (a NULL-terminated list), written out so that --help shows them. */
 const char *const *mg_run_config_demo_args(void);
 void mg_run_config_usage(FILE *f);
+/* The whole flag table as docs/mgraph-run.md (Markdown) or the man page mgraph-run.1. */
+void mg_run_config_reference(FILE *f, bool man);
 /* Whether the flag ("--ffn-hidden-size") was given: a value given explicitly is
  * checked, a default may be derived. */
 bool mg_run_config_given(const mg_run_config *c, const char *flag);
