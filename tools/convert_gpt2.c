@@ -131,4 +131,6 @@ static json_t *write_config(const cv_arch *a, const cv_cfg *c) {
     return cfg;
 }
 
-const cv_arch cv_gpt2 = {"GPT2LMHeadModel", "gpt2", "wte.weight", alloc, hf_key, hf_shape, convert, read_config, write_config};
+const cv_arch cv_gpt2 = {.hf_class = "GPT2LMHeadModel", .model_type = "gpt2", .embedding = "wte.weight", .alloc = alloc,
+                         .hf_key = hf_key, .hf_shape = hf_shape, .convert = convert, .read_config = read_config,
+                         .write_config = write_config};

@@ -1,5 +1,7 @@
 /* mgraph-convert: mgraph checkpoints <-> Hugging Face GPT2LMHeadModel / LlamaForCausalLM
- * (and its variants Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM).
+ * (and its variants Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM), the MoE classes
+ * MixtralForCausalLM and Qwen3MoeForCausalLM, and DeepseekV3ForCausalLM (multi-latent
+ * attention and DeepSeek-V3's MoE).
  *
  *   mgraph-convert --load CKPT --to-hf DIR      config.json + model.safetensors
  *   mgraph-convert --from-hf DIR --save CKPT    an mgraph checkpoint at iteration 0
@@ -7,15 +9,18 @@
  *                                                format), its iteration, schedule and Adam state
  *                                                (tools/convert_megatron.c)
  *
- * The architecture follows the checkpoint's model flags (GPT-2 exactly, or RMSNorm + rope +
- * SwiGLU: LLaMA) or config.json's model_type; each one's names and layouts are in
- * convert_gpt2.c / convert_llama.c. mgraph's word embedding (and LLaMA's untied lm_head)
- * is padded to a multiple of --make-vocab-size-divisible-by x tp, HF's is not: export
- * drops the padded rows, import adds zero rows (which take part in mgraph's softmax, as in
- * Megatron: to evaluate exactly as transformers does, import with a
- * --make-vocab-size-divisible-by that divides the vocabulary). The checkpoint written by
- * --from-hf holds the model only (no optimizer state), as Megatron's converters do.
- * --from-hf reads model.safetensors, or the shards model.safetensors.index.json lists.
+ * The architecture follows the checkpoint's model flags (tools/model_flags.c: GPT-2 exactly,
+ * or RMSNorm + rope + SwiGLU: the LLaMA family, with experts or multi-latent attention its
+ * MoE classes) or config.json's model_type; each one's names and layouts are in
+ * convert_gpt2.c / convert_llama.c / convert_deepseek.c, the experts' in convert_moe.c.
+ * mgraph's word embedding (and LLaMA's untied lm_head) is padded to a multiple of
+ * --make-vocab-size-divisible-by x tp, HF's is not: export drops the padded rows, import adds
+ * zero rows (which take part in mgraph's softmax, as in Megatron: to evaluate exactly as
+ * transformers does, import with a --make-vocab-size-divisible-by that divides the
+ * vocabulary). The checkpoint written by --from-hf holds the model only (no optimizer
+ * state), as Megatron's converters do. --from-hf reads model.safetensors, or the shards
+ * model.safetensors.index.json lists; experts are read and written one matrix each, as
+ * Hugging Face checkpoints hold them.
  *
  * Exit status: 0 success, 2 bad usage or input (one message on stderr), 1 failure.
  */
@@ -34,6 +39,7 @@
 #include "convert.h"
 #include "tool_signals.h"
 #include "convert_megatron.h"
+#include "model_flags.h"
 #include "mgraph/checkpoint.h"
 #include "mgraph/outfile.h"
 #include "mgraph/safetensors.h"
@@ -46,6 +52,14 @@ typedef struct opts {
 } opts;
 
 /* ---- the model (convert.h) ----------------------------------------------------------------- */
+int cv_add3(cv_model *m, const char *name, int64_t d0, int64_t d1, int64_t d2, mg_error *err) {
+    int rc = cv_add(m, name, d0 * d1, d2, err);
+    if (rc) return rc;
+    cv_tensor *t = &m->t[m->n - 1];
+    t->ndim = 3, t->shape[0] = d0, t->shape[1] = d1, t->shape[2] = d2;
+    return MG_OK;
+}
+
 int cv_add(cv_model *m, const char *name, int64_t rows, int64_t cols, mg_error *err) {
     if (m->n == m->cap) {
         int cap = m->cap ? 2 * m->cap : 64;
@@ -102,7 +116,72 @@ int cv_cfg_int(json_t *cfg, const char *k, int64_t def, int64_t *v, const char *
 /* The class of c: the LLaMA family's by its switches (model_arch refuses the others). */
 static const cv_arch *arch_of(const cv_cfg *c) {
     if (c->arch != CV_LLAMA) return &cv_gpt2;
+    if (c->mla.enabled) return &cv_deepseek_v3;
+    if (c->moe.num_experts > 0) return c->qk_norm ? &cv_qwen3_moe : &cv_mixtral;
     return c->window ? &cv_mistral : c->qk_norm ? &cv_qwen3 : c->qkv_bias && !c->bias ? &cv_qwen2 : &cv_llama;
+}
+
+/* c as the model config mgraph-run builds (the checkpoint's model flags come from it). */
+static mg_gpt_config gpt_of(const cv_cfg *c) {
+    mg_gpt_config m = mg_gpt_defaults();
+    bool llama = c->arch == CV_LLAMA;
+    m.num_layers = c->layers, m.hidden = c->hidden, m.ffn_hidden = c->ffn, m.heads = c->heads;
+    m.seq_length = m.max_position = c->positions, m.vocab = c->padded, m.ln_eps = (float)c->eps;
+    m.norm = llama ? MG_NORM_RMSNORM : MG_NORM_LAYERNORM, m.pos_emb = llama ? MG_POS_ROPE : MG_POS_LEARNED;
+    m.swiglu = llama, m.query_groups = c->groups, m.untie_embeddings = c->untied, m.disable_bias_linear = !c->bias;
+    m.add_qkv_bias = c->qkv_bias && !c->bias, m.qk_layernorm = c->qk_norm, m.gelu_exact = c->gelu_exact;
+    m.window = c->window, m.rotary_base = (float)c->rope_base, m.kv_channels = c->head_dim;
+    m.rope = c->rope, m.mla = c->mla, m.moe = c->moe;
+    return m;
+}
+
+/* What an export needs of the model beyond one class's options (the class's own rules are
+ * in its read_config's converse, checked here on what the checkpoint says). */
+static int check_export(const cv_cfg *c, const char *path, mg_error *err) {
+    const mg_moe_config *o = &c->moe;
+    if (c->rope.interleaved)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: --rotary-interleaved: no Hugging Face class mgraph-convert "
+                            "writes pairs adjacent RoPE channels outside multi-latent attention", path);
+    if (c->mla.enabled) { /* DeepseekV3ForCausalLM */
+        const char *why = c->groups != c->heads ? "grouped-query attention"
+                          : !c->qk_norm          ? "latents without norms (give --qk-layernorm)"
+                          : c->bias              ? "linear biases"
+                          : c->window            ? "a sliding window"
+                          : o->num_experts && o->score != MG_MOE_SIGMOID ? "softmax router scores"
+                          : o->num_experts && o->num_groups > 1 && o->topk / o->group_topk != 2
+                              ? "groups chosen by other than their top-2 scores (--moe-router-topk / --moe-router-group-topk)"
+                          : o->num_experts && o->shared_ffn % (o->ffn_hidden ? o->ffn_hidden : c->ffn)
+                              ? "shared experts of other than a multiple of the experts' size"
+                              : NULL;
+        int dense = 0;
+        while (!why && o->num_experts && dense < c->layers && !mg_moe_is_layer(&(mg_gpt_config){.moe = *o}, dense)) dense++;
+        for (int i = dense; !why && o->num_experts && i < c->layers; i++)
+            if (!mg_moe_is_layer(&(mg_gpt_config){.moe = *o}, i)) why = "dense layers after MoE layers";
+        if (why)
+            return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: multi-latent attention with %s is no Hugging Face class "
+                                "mgraph-convert writes (DeepseekV3ForCausalLM)", path, why);
+        return MG_OK;
+    }
+    if (o->num_experts > 0) { /* MixtralForCausalLM or Qwen3MoeForCausalLM */
+        const char *why = o->score != MG_MOE_SOFTMAX ? "sigmoid router scores"
+                          : o->num_groups             ? "group-limited routing"
+                          : o->topk_scaling > 0 && o->topk_scaling != 1 ? "a top-k scaling factor"
+                          : o->expert_bias            ? "an expert bias"
+                          : o->shared_ffn             ? "shared experts"
+                          : c->bias || c->qkv_bias    ? "linear biases"
+                                                      : NULL;
+        if (!why && !c->qk_norm) { /* Mixtral: every layer MoE, softmax after the top-k */
+            for (int i = 0; i < c->layers && !why; i++)
+                if (!mg_moe_is_layer(&(mg_gpt_config){.moe = *o}, i)) why = "dense layers (Mixtral's are all MoE)";
+            if (!why && o->pre_softmax) why = "--moe-router-pre-softmax (Mixtral normalises over the top-k)";
+            if (!why && c->head_dim && c->head_dim * c->heads != c->hidden) why = "--kv-channels";
+            if (!why && c->rope.scaling != MG_ROPE_DEFAULT) why = "RoPE scaling";
+        }
+        if (why)
+            return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: a mixture of experts with %s is no Hugging Face class "
+                                "mgraph-convert writes (MixtralForCausalLM, Qwen3MoeForCausalLM)", path, why);
+    }
+    return MG_OK;
 }
 
 
@@ -118,24 +197,9 @@ static int json_int(json_t *o, const char *k, int64_t *v, const char *what, mg_e
  * GPT-2 exactly, or the LLaMA family; anything else is neither HF class. */
 static int model_arch(json_t *mm, const char *path, cv_cfg *c, mg_error *err) {
     const char *arch = json_string_value(json_object_get(mm, "arch"));
-    json_t *ne = json_object_get(mm, "num_experts");
-    if (ne && !(json_is_integer(ne) && json_integer_value(ne) == 0))
-        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: a mixture-of-experts model (--num-experts); mgraph-convert "
-                            "writes dense GPT2LMHeadModel and LlamaForCausalLM only", path);
     if (json_is_true(json_object_get(mm, "qk_l2_norm")))
         return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: --qk-l2-norm: no Hugging Face class mgraph-convert writes "
                             "has weightless q/k norms", path);
-    /* (lifted per class as their converters learn them) */
-    if (json_object_get(mm, "multi_latent_attention"))
-        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: --multi-latent-attention: no Hugging Face class mgraph-convert "
-                            "writes has it yet", path);
-    if (json_object_get(mm, "rope_scaling"))
-        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: RoPE scaling or --rotary-interleaved: no Hugging Face class "
-                            "mgraph-convert writes has it yet", path);
-    json_t *kvc = json_object_get(mm, "kv_channels");
-    if (kvc && !(json_is_integer(kvc) && json_integer_value(kvc) == 0))
-        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: --kv-channels other than hidden / heads: no Hugging Face class "
-                            "mgraph-convert writes has it yet", path);
     if (json_is_true(json_object_get(mm, "squared_relu")))
         return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: --squared-relu: no Hugging Face class mgraph-convert writes "
                             "has that MLP", path);
@@ -155,6 +219,10 @@ static int model_arch(json_t *mm, const char *path, cv_cfg *c, mg_error *err) {
                       : !json_is_true(json_object_get(mm, "swiglu"))   ? "--swiglu"
                       : !json_is_number(rp) || json_number_value(rp) != 1.0 ? "--rotary-percent 1.0"
                                                                        : NULL;
+    json_t *ne = json_object_get(mm, "num_experts");
+    if (why && json_is_integer(ne) && json_integer_value(ne) > 0)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: a mixture-of-experts model that is none of MixtralForCausalLM, "
+                            "Qwen3MoeForCausalLM and DeepseekV3ForCausalLM, which need %s", path, why);
     if (why)
         return mg_error_set(err, MG_ERR_UNSUPPORTED,
                             "%s: this GPT is neither GPT2LMHeadModel (GPT-2's flags exactly) nor LlamaForCausalLM, "
@@ -183,6 +251,11 @@ static int model_arch(json_t *mm, const char *path, cv_cfg *c, mg_error *err) {
     if (c->window && (c->bias || c->qkv_bias || c->qk_norm))
         return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: a sliding window with biases or --qk-layernorm is no Hugging "
                             "Face class mgraph-convert writes (MistralForCausalLM has neither)", path);
+    /* head size, RoPE scaling, multi-latent attention, experts (tools/model_flags.c) */
+    mg_gpt_config v = mg_gpt_defaults();
+    rc = mg_model_flags_read_variants(mm, path, &v, err);
+    if (rc) return rc;
+    c->head_dim = v.kv_channels, c->rope = v.rope, c->mla = v.mla, c->moe = v.moe;
     return MG_OK;
 }
 
@@ -206,12 +279,14 @@ static int load_mgraph(const char *path, cv_model *m, mg_error *err) {
         json_t *dr = json_object_get(meta, "dropout");
         c->hidden_dropout = json_number_value(json_object_get(dr, "hidden"));
         c->attention_dropout = json_number_value(json_object_get(dr, "attention"));
-        if (c->layers < 1 || c->hidden < 1 || c->heads < 1 || c->hidden % c->heads || c->groups < 1 || c->heads % c->groups ||
+        bool heads_divide = c->heads >= 1 && (c->hidden % c->heads == 0 || c->head_dim > 0 || c->mla.enabled);
+        if (c->layers < 1 || c->hidden < 1 || !heads_divide || c->groups < 1 || c->heads % c->groups ||
             c->vocab < 1 || c->padded < c->vocab || c->ffn < 1 || c->positions < 1 || c->layers > 100000 ||
             c->hidden > 1000000 || c->ffn > 10000000 || c->positions > 10000000 || c->padded > 100000000)
             rc = mg_error_set(err, MG_ERR_IO, "%s: inconsistent model sizes in the checkpoint", path);
     }
     json_decref(meta);
+    if (!rc) rc = check_export(c, path, err);
     if (!rc) rc = arch_of(c)->alloc(m, err);
     mg_ckpt_piece *want = rc ? NULL : calloc((size_t)m->n, sizeof *want);
     if (!rc && !want) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
@@ -228,24 +303,8 @@ static int load_mgraph(const char *path, cv_model *m, mg_error *err) {
 
 /* The model flags mgraph-run checks on --load (tools/run_checkpoint.c model_json). */
 static json_t *model_json(const cv_cfg *c) {
-    bool llama = c->arch == CV_LLAMA;
-    json_t *j = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:i, s:s, s:f}", "arch", llama ? "gpt" : "gpt2",
-                          "num_layers", c->layers, "hidden_size", c->hidden, "ffn_hidden_size", c->ffn,
-                          "num_attention_heads", c->heads, "max_position_embeddings", c->positions, "seq_length",
-                          c->positions, "padded_vocab_size", (json_int_t)c->padded, "vocab_size", (json_int_t)c->vocab,
-                          "make_vocab_size_divisible_by", c->divisible_by, "tokenizer_type", c->tokenizer_type,
-                          "layernorm_epsilon", (double)(float)c->eps);
-    json_t *more = json_pack("{s:s, s:s, s:b, s:i, s:b, s:b, s:f, s:f, s:b, s:b, s:i, s:i}", "normalization",
-                             llama ? "RMSNorm" : "LayerNorm", "position_embedding_type", llama ? "rope" : "learned_absolute",
-                             "swiglu", llama, "num_query_groups", c->groups, "untie_embeddings_and_output_weights",
-                             c->untied, "disable_bias_linear", !c->bias, "rotary_base", (double)(float)c->rope_base,
-                             "rotary_percent", 1.0, "add_qkv_bias", c->qkv_bias && !c->bias, "qk_layernorm", c->qk_norm,
-                             "window", c->window, "window_attn_skip_freq", 0);
-    if (more) json_object_set_new(more, "gelu_exact", json_boolean(c->gelu_exact));
-    if (j && more) json_object_update(j, more);
-    json_decref(more);
-    if (j) json_object_set_new(j, "num_experts", json_integer(0));
-    return j;
+    mg_gpt_config g = gpt_of(c);
+    return mg_model_flags_json(&g, c->vocab, c->divisible_by, c->tokenizer_type);
 }
 
 static int save_mgraph(const char *root, cv_model *m, mg_error *err) {
@@ -454,7 +513,7 @@ static int hf_check_all_used(const hf_files *h, const char *dir, mg_error *err) 
 /* The types of config.json's keys that any reader here looks at: a value of another type
  * (layer_norm_epsilon "abc", hidden_act 7) is refused by name instead of being read as
  * absent and replaced by a default. */
-typedef enum { K_INT = 1, K_NUM = 2, K_STR = 4, K_BOOL = 8, K_OBJ = 16, K_NULL = 32 } key_kind;
+typedef enum { K_INT = 1, K_NUM = 2, K_STR = 4, K_BOOL = 8, K_OBJ = 16, K_NULL = 32, K_ARR = 64 } key_kind;
 static int check_config_types(json_t *cfg, const char *path, mg_error *err) {
     static const struct { const char *key; int kinds; } keys[] = {
         {"model_type", K_STR}, {"architectures", K_NULL}, /* (an array; checked below) */
@@ -469,6 +528,16 @@ static int check_config_types(json_t *cfg, const char *path, mg_error *err) {
         {"attention_bias", K_BOOL}, {"mlp_bias", K_BOOL}, {"attention_dropout", K_NUM},
         {"sliding_window", K_INT | K_NULL}, {"use_sliding_window", K_BOOL}, {"max_window_layers", K_INT},
         {"pretraining_tp", K_INT | K_NULL},
+        /* the experts: Mixtral's, Qwen3-MoE's, DeepseekV3's */
+        {"num_local_experts", K_INT}, {"num_experts", K_INT}, {"num_experts_per_tok", K_INT},
+        {"moe_intermediate_size", K_INT}, {"decoder_sparse_step", K_INT}, {"mlp_only_layers", K_ARR | K_NULL},
+        {"router_jitter_noise", K_NUM | K_NULL}, {"norm_topk_prob", K_BOOL}, {"n_routed_experts", K_INT | K_NULL},
+        {"n_shared_experts", K_INT | K_NULL}, {"n_group", K_INT | K_NULL}, {"topk_group", K_INT | K_NULL},
+        {"moe_layer_freq", K_INT}, {"first_k_dense_replace", K_INT}, {"scoring_func", K_STR},
+        {"topk_method", K_STR}, {"routed_scaling_factor", K_NUM},
+        /* DeepseekV3's multi-latent attention */
+        {"q_lora_rank", K_INT | K_NULL}, {"kv_lora_rank", K_INT}, {"qk_nope_head_dim", K_INT},
+        {"qk_rope_head_dim", K_INT}, {"v_head_dim", K_INT}, {"rope_interleave", K_BOOL},
     };
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         json_t *v = json_object_get(cfg, keys[i].key);
@@ -476,7 +545,7 @@ static int check_config_types(json_t *cfg, const char *path, mg_error *err) {
         int k = keys[i].kinds;
         bool ok = (k & K_INT && json_is_integer(v)) || (k & K_NUM && json_is_number(v)) ||
                   (k & K_STR && json_is_string(v)) || (k & K_BOOL && json_is_boolean(v)) ||
-                  (k & K_OBJ && json_is_object(v)) || (k & K_NULL && json_is_null(v));
+                  (k & K_OBJ && json_is_object(v)) || (k & K_ARR && json_is_array(v)) || (k & K_NULL && json_is_null(v));
         if (!ok) {
             char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
             int rc = mg_error_set(err, MG_ERR_INVALID, "%s: %s is %.60s, not %s", path, keys[i].key, text ? text : "?",
@@ -484,6 +553,7 @@ static int check_config_types(json_t *cfg, const char *path, mg_error *err) {
                                   : k & K_NUM ? "a number"
                                   : k & K_STR ? "a string"
                                   : k & K_BOOL ? "true or false"
+                                  : k & K_ARR  ? "a list"
                                                : "an object");
             free(text);
             return rc;
@@ -516,13 +586,18 @@ static int load_hf(const opts *o, cv_model *m, mg_error *err) {
         return trc;
     }
     const char *mt = json_string_value(json_object_get(cfg, "model_type"));
-    const cv_arch *known[] = {&cv_gpt2, &cv_llama, &cv_qwen2, &cv_qwen3, &cv_mistral}, *a = NULL;
+    const cv_arch *known[] = {&cv_gpt2,  &cv_llama,   &cv_qwen2,     &cv_qwen3,
+                              &cv_mistral, &cv_mixtral, &cv_qwen3_moe, &cv_deepseek_v3},
+                  *a = NULL;
     for (size_t i = 0; i < sizeof known / sizeof *known && mt; i++)
         if (!strcmp(mt, known[i]->model_type)) a = known[i];
+    m->cfg.moe = mg_gpt_defaults().moe; /* (a dense model unless the class says otherwise) */
+    m->cfg.rope = mg_gpt_defaults().rope;
     int rc = a ? a->read_config(a, cfg, path, &m->cfg, err)
                : mg_error_set(err, MG_ERR_UNSUPPORTED,
-                              "%s: model_type '%s' (mgraph-convert reads gpt2, llama, qwen2, qwen3 and mistral)", path,
-                              mt ? mt : "missing");
+                              "%s: model_type '%s' (mgraph-convert reads gpt2, llama, qwen2, qwen3, mistral, mixtral, "
+                              "qwen3_moe and deepseek_v3)",
+                              path, mt ? mt : "missing");
     json_decref(cfg);
     if (rc) return rc;
     cv_cfg *c = &m->cfg;
@@ -538,8 +613,17 @@ static int load_hf(const opts *o, cv_model *m, mg_error *err) {
     if (!rc) rc = hf_open(o->from_hf, &h, err);
     float *buf = NULL;
     char key[160], alt[160];
+    int cap = 2 * c->moe.num_experts + 4, np = 0;
+    cv_part *parts = rc ? NULL : malloc((size_t)cap * sizeof *parts);
+    if (!rc && !parts) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     for (int i = 0; !rc && i < m->n; i++) {
         cv_tensor *t = &m->t[i];
+        if (a->parts && (np = a->parts(a, c, t, parts, cap)) > 0) { /* straight into t's data */
+            for (int k = 0; k < np && !rc; k++)
+                rc = hf_get(&h, parts[k].key, NULL, parts[k].ndim, parts[k].shape, t->data + parts[k].offset, false,
+                            NULL, err);
+            continue;
+        }
         int64_t hs[2];
         int nd = a->hf_shape(c, t, hs);
         free(buf);
@@ -566,6 +650,7 @@ static int load_hf(const opts *o, cv_model *m, mg_error *err) {
     }
     free(buf);
     if (!rc) rc = hf_check_all_used(&h, o->from_hf, err);
+    free(parts);
     hf_close(&h);
     return rc;
 }
@@ -573,31 +658,38 @@ static int load_hf(const opts *o, cv_model *m, mg_error *err) {
 static int save_hf_files(const char *dir, cv_model *m, mg_error *err) {
     const cv_cfg *c = &m->cfg;
     const cv_arch *a = arch_of(c);
-    mg_st_out *out = calloc((size_t)m->n, sizeof *out);
-    char (*keys)[160] = calloc((size_t)m->n, sizeof *keys);
-    int64_t (*shapes)[2] = calloc((size_t)m->n, sizeof *shapes);
+    /* one output per whole tensor, or per part (pointing into the tensor's data) */
+    int cap = 2 * c->moe.num_experts + 4, n_out = 0, max_out = m->n * cap;
+    mg_st_out *out = calloc((size_t)max_out, sizeof *out);
+    cv_part *parts = calloc((size_t)max_out, sizeof *parts); /* keys and shapes of every output */
     float **bufs = calloc((size_t)m->n, sizeof *bufs);
-    int rc = out && keys && shapes && bufs ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    int rc = out && parts && bufs ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     for (int i = 0; !rc && i < m->n; i++) {
         cv_tensor *t = &m->t[i];
-        int nd = a->hf_shape(c, t, shapes[i]);
-        bufs[i] = malloc((size_t)(nd == 1 ? shapes[i][0] : shapes[i][0] * shapes[i][1]) * sizeof(float) + 1);
+        int np = a->parts ? a->parts(a, c, t, parts + n_out, cap) : 0;
+        for (int k = 0; k < np; k++, n_out++) {
+            cv_part *p = &parts[n_out];
+            out[n_out] = (mg_st_out){p->key, MG_F32, p->ndim, p->shape, t->data + p->offset};
+        }
+        if (np > 0) continue;
+        cv_part *p = &parts[n_out];
+        int nd = a->hf_shape(c, t, p->shape);
+        bufs[i] = malloc((size_t)(nd == 1 ? p->shape[0] : p->shape[0] * p->shape[1]) * sizeof(float) + 1);
         if (!bufs[i]) {
             rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
             break;
         }
         a->convert(c, t, bufs[i], false);
-        a->hf_key(t, keys[i], sizeof keys[i]);
-        out[i] = (mg_st_out){keys[i], MG_F32, nd, shapes[i], bufs[i]};
+        a->hf_key(t, p->key, sizeof p->key);
+        out[n_out++] = (mg_st_out){p->key, MG_F32, nd, p->shape, bufs[i]};
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     const char *mk[] = {"format"}, *mv[] = {"pt"};
-    if (!rc) rc = mg_st_write(path, out, m->n, mk, mv, 1, true, err);
+    if (!rc) rc = mg_st_write(path, out, n_out, mk, mv, 1, true, err);
     for (int i = 0; bufs && i < m->n; i++) free(bufs[i]);
     free(bufs);
-    free(shapes);
-    free(keys);
+    free(parts);
     free(out);
     if (rc) return rc;
     json_t *cfg = a->write_config(a, c);
@@ -651,7 +743,9 @@ static void usage(FILE *f) {
                "       mgraph-convert --from-megatron DIR --save CKPT [--true-vocab-size N] [--no-load-optim]\n\n"
                "Converts mgraph checkpoints of GPT-2 (GPT2LMHeadModel) and of the LLaMA family (RMSNorm,\n"
                "rope, swiglu; LlamaForCausalLM, with --add-qkv-bias Qwen2ForCausalLM, with --qk-layernorm\n"
-               "Qwen3ForCausalLM) to and from Hugging Face directories (config.json +\n"
+               "Qwen3ForCausalLM, with a window MistralForCausalLM; with experts MixtralForCausalLM and\n"
+               "Qwen3MoeForCausalLM; with --multi-latent-attention DeepseekV3ForCausalLM) to and from\n"
+               "Hugging Face directories (config.json +\n"
                "model.safetensors, or its shards with model.safetensors.index.json on import).\n"
                "--from-megatron reads a Megatron-LM checkpoint of Megatron-Core's GPTModel (--ckpt-format\n"
                "torch or torch_dist, any tensor / pipeline parallelism): the model, the iteration, the\n"

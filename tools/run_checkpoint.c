@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "mgraph/placement.h"
+#include "model_flags.h"
 #include "run_mpi.h"
 
 /* ---- the physical graph as pieces ---------------------------------------------------------
@@ -143,80 +144,7 @@ static int drop_lower_stages(const mg_mesh *mesh, mg_ckpt_piece *v, int *n, mg_e
 
 /* ---- run metadata ------------------------------------------------------------------------ */
 static json_t *model_json(const mg_run_config *c, const mg_gpt_config *m, int64_t vocab_unpadded) {
-    const char *norms[] = {"LayerNorm", "RMSNorm"}, *pos[] = {"learned_absolute", "rope", "none"};
-    int groups = m->query_groups > 0 ? m->query_groups : m->heads;
-    /* GPT-2 exactly (what mgraph-convert exports), or another of Megatron's GPT variants */
-    bool gpt2 = mg_gpt_is_gpt2(m) && m->moe.num_experts == 0;
-    json_t *j = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:i, s:s, s:f}", "arch", gpt2 ? "gpt2" : "gpt",
-                          "num_layers", m->num_layers, "hidden_size", m->hidden, "ffn_hidden_size", m->ffn_hidden,
-                          "num_attention_heads", m->heads, "max_position_embeddings", m->max_position, "seq_length",
-                          m->seq_length, "padded_vocab_size", (json_int_t)m->vocab, "vocab_size",
-                          (json_int_t)vocab_unpadded, "make_vocab_size_divisible_by", c->make_vocab_size_divisible_by,
-                          "tokenizer_type", c->tokenizer_type, "layernorm_epsilon", (double)m->ln_eps);
-    json_t *more = json_pack("{s:s, s:s, s:b, s:i, s:b, s:b, s:f, s:f}", "normalization",
-                             norms[m->norm == MG_NORM_RMSNORM], "position_embedding_type",
-                             pos[m->pos_emb <= MG_POS_NONE ? m->pos_emb : 0], "swiglu", m->swiglu, "num_query_groups",
-                             groups, "untie_embeddings_and_output_weights", m->untie_embeddings, "disable_bias_linear",
-                             m->disable_bias_linear, "rotary_base", (double)m->rotary_base, "rotary_percent",
-                             (double)m->rotary_percent);
-    if (j && more) json_object_update(j, more);
-    json_decref(more);
-    /* the variants' switches (Qwen2's q/k/v biases, Qwen3's per-head q/k norms) */
-    if (j) json_object_set_new(j, "add_qkv_bias", json_boolean(m->add_qkv_bias && m->disable_bias_linear));
-    if (j) json_object_set_new(j, "qk_layernorm", json_boolean(m->qk_layernorm));
-    if (j) json_object_set_new(j, "squared_relu", json_boolean(m->squared_relu));
-    if (j) json_object_set_new(j, "gelu_exact", json_boolean(m->gelu_exact));
-    if (j) json_object_set_new(j, "qk_l2_norm", json_boolean(m->qk_l2_norm));
-    /* the sliding window in keys (Hugging Face's sliding_window; 0: none) */
-    if (j) json_object_set_new(j, "window", json_integer(m->window));
-    if (j) json_object_set_new(j, "window_attn_skip_freq", json_integer(m->window_skip_freq));
-    /* the head size (--kv-channels where it is not hidden / heads), RoPE's scaling and
-     * pairing, multi-latent attention: absent where they are the plain model's */
-    if (j) json_object_set_new(j, "kv_channels",
-                               json_integer(m->kv_channels && (int64_t)m->kv_channels * m->heads != m->hidden ? m->kv_channels : 0));
-    if (j && (m->rope.scaling != MG_ROPE_DEFAULT || m->rope.interleaved)) {
-        const mg_rope_config *r = &m->rope;
-        const char *kinds[] = {"default", "llama3", "yarn"};
-        json_t *o = json_pack("{s:s, s:b}", "scaling", kinds[r->scaling], "interleaved", r->interleaved);
-        if (o && r->scaling != MG_ROPE_DEFAULT) {
-            json_object_set_new(o, "factor", json_real(r->factor));
-            json_object_set_new(o, "original_max_position_embeddings", json_integer(r->original_max_pos));
-        }
-        if (o && r->scaling == MG_ROPE_YARN) {
-            json_t *y = json_pack("{s:f, s:f, s:b, s:f, s:f}", "beta_fast", (double)r->beta_fast, "beta_slow",
-                                  (double)r->beta_slow, "round_to_int", !r->no_round, "mscale", (double)r->mscale,
-                                  "mscale_all_dim", (double)r->mscale_all_dim);
-            if (y) json_object_update(o, y);
-            json_decref(y);
-        }
-        if (o) json_object_set_new(j, "rope_scaling", o);
-    }
-    if (j && m->mla.enabled)
-        json_object_set_new(j, "multi_latent_attention",
-                            json_pack("{s:i, s:i, s:i, s:i, s:i}", "q_lora_rank", m->mla.q_lora_rank, "kv_lora_rank",
-                                      m->mla.kv_lora_rank, "qk_head_dim", m->mla.qk_head_dim, "qk_pos_emb_head_dim",
-                                      m->mla.qk_pos_emb_head_dim, "v_head_dim", m->mla.v_head_dim));
-    /* MoE: the flags that shape the expert parameters (models/moe.c) */
-    if (j) json_object_set_new(j, "num_experts", json_integer(m->moe.num_experts));
-    if (j && m->moe.num_experts > 0) {
-        json_object_set_new(j, "moe_ffn_hidden_size", json_integer(m->moe.ffn_hidden > 0 ? m->moe.ffn_hidden : m->ffn_hidden));
-        json_object_set_new(j, "moe_layer_freq", json_integer(m->moe.pattern_len ? 0 : m->moe.layer_freq));
-        if (m->moe.pattern_len) { /* the list: "0001..." one character per layer */
-            char pat[MG_MOE_MAX_LAYERS + 1];
-            for (int i = 0; i < m->moe.pattern_len; i++) pat[i] = mg_moe_is_layer(m, i) ? '1' : '0';
-            pat[m->moe.pattern_len] = '\0';
-            json_object_set_new(j, "moe_layers", json_string(pat));
-        }
-        const mg_moe_config *mo = &m->moe;
-        if (mo->score != MG_MOE_SOFTMAX || mo->num_groups || mo->topk_scaling > 0 || mo->expert_bias)
-            json_object_set_new(j, "moe_router",
-                                json_pack("{s:s, s:i, s:i, s:f, s:b}", "score_function",
-                                          mo->score == MG_MOE_SIGMOID ? "sigmoid" : "softmax", "num_groups",
-                                          mo->num_groups, "group_topk", mo->group_topk, "topk_scaling_factor",
-                                          (double)mo->topk_scaling, "expert_bias", mo->expert_bias));
-        json_object_set_new(j, "moe_shared_expert_intermediate_size", json_integer(mo->shared_ffn));
-    }
-    return j;
+    return mg_model_flags_json(m, vocab_unpadded, c->make_vocab_size_divisible_by, c->tokenizer_type);
 }
 
 char *mg_run_ckpt_meta(void *user) {

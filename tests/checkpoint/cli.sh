@@ -379,8 +379,9 @@ convert_llama)
         rm -rf hf_bad && cp -r hf hf_bad && sed -i "$2" hf_bad/config.json
         conv2 "$1" --from-hf hf_bad --save x
     }
-    bad "rope_scaling" 's/"use_cache": true/"rope_scaling": {"rope_type": "llama3", "factor": 8.0}, "use_cache": true/'
-    bad "rope_parameters" 's/"rope_type": "default"/"rope_type": "yarn"/'
+    bad "low_freq_factor 2" 's/"use_cache": true/"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 2}, "use_cache": true/'
+    bad "yarn RoPE needs a factor" 's/"rope_type": "default"/"rope_type": "yarn"/'
+    bad "RoPE of type 'dynamic'" 's/"rope_type": "default"/"rope_type": "dynamic"/'
     bad "mlp_bias" 's/"mlp_bias": false/"mlp_bias": true/'
     bad "hidden_act" 's/"silu"/"gelu"/'
     bad "model_type" 's/"llama"/"gemma"/'
@@ -388,7 +389,7 @@ convert_llama)
     bad "layer_types\[1\] is 'full_attention'" 's/"model_type": "llama"/"model_type": "mistral", "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"]/'
     bad "attention_bias true" 's/"model_type": "llama"/"model_type": "qwen3"/; s/"attention_bias": false/"attention_bias": true/'
     bad "use_sliding_window" 's/"model_type": "llama"/"model_type": "qwen2"/; s/"use_cache": true/"use_sliding_window": true, "use_cache": true/'
-    bad "head_dim" 's/"head_dim": 16/"head_dim": 32/'
+    bad "q_proj.weight has shape" 's/"head_dim": 16/"head_dim": 32/' # (another head size: q_proj's rows)
     bad "num_key_value_heads" 's/"num_key_value_heads": 2/"num_key_value_heads": 3/'
     bad "shape" 's/"intermediate_size": [0-9]*/"intermediate_size": 64/'
     bad "lm_head.weight" 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' # tied, but lm_head differs
