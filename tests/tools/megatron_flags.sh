@@ -412,5 +412,43 @@ recipe_mixtral_8x7b)
             --tensorboard-dir tb --no-load-optim --no-load-rng --wandb-project Mixtral --wandb-exp-name Mixtral_8x7B)
     check_recipe "$BF16"
     grep -q "vocab 32000" out.txt || { cat out.txt; fail "Llama2Tokenizer did not give the SentencePiece vocabulary"; } ;;
+recipe_qwen3_30b_a3b)
+    # Megatron's Qwen3-30B-A3B flags (examples/post_training/modelopt/conf/Qwen/Qwen3-30B-A3B.sh,
+    # MODEL_ARGS: every flag), sizes scaled down in its proportions (48 layers -> 2, hidden
+    # 2048 -> 64, heads 32 -> 8 of --kv-channels 16, so q is 128 wide as its 32 x 128 = 4096
+    # against hidden 2048; 128 experts top-8 of 768 -> 8 top-2 of 24), parallel sizes 1;
+    # its HuggingFaceTokenizer (the hub's Qwen3 vocabulary) is replaced by Megatron data in
+    # GPT-2 BPE, and the modelopt scripts' --save / batch / schedule flags are added
+    gpt2_data 1500
+    BF16=--bf16
+    grep -qw avx512_bf16 /proc/cpuinfo && BF16=
+    RECIPE=(--save-interval 100000 --micro-batch-size 1 --bf16 --no-masked-softmax-fusion --disable-bias-linear
+            --untie-embeddings-and-output-weights --position-embedding-type rope --no-rope-fusion --normalization RMSNorm
+            --swiglu --num-layers 2 --hidden-size 64 --ffn-hidden-size 192 --num-attention-heads 8
+            --group-query-attention --num-query-groups 2 --kv-channels 16 --qk-layernorm --num-experts 8
+            --moe-ffn-hidden-size 24 --moe-router-topk 2 --moe-router-dtype fp32 --moe-aux-loss-coeff 1e-3
+            --moe-token-dispatcher-type alltoall --moe-router-load-balancing-type aux_loss --seq-length 64
+            --max-position-embeddings 640 --make-vocab-size-divisible-by 1187 --use-mcore-models --rotary-percent 1.0
+            --rotary-base 1000000 --no-bias-swiglu-fusion --sequence-parallel
+            --data-path docs_text_document "${VOCAB[@]}" --save ck --global-batch-size 4 --train-iters 4 --lr 1e-3
+            --lr-decay-style cosine --lr-warmup-iters 1 --log-interval 1 --eval-iters 0)
+    check_recipe "$BF16"
+    # it trains: the recipe (without what this machine refuses) for 4 iterations, each
+    # logging a finite lm loss and the load-balancing loss, the loss falling; the saved
+    # checkpoint is Qwen3-MoE's (experts, q/k norms, heads of --kv-channels)
+    keep=()
+    for f in "${RECIPE[@]}"; do [ -n "$BF16" ] && [ "$f" = "$BF16" ] && continue; keep+=("$f"); done
+    "$RUN" "${keep[@]}" > train.txt 2> terr.txt || { cat terr.txt; fail "the recipe does not train"; }
+    n=$(grep -cE "iteration +[0-9]+/ +4 \|.*\| lm loss: [0-9.]+E[-+][0-9]+ \| load_balancing_loss: [0-9.]+ \|" train.txt)
+    [ "$n" -eq 4 ] || { cat train.txt; fail "$n of 4 iterations logged with lm and load-balancing losses"; }
+    losses=$(sed -n 's/.*| lm loss: \([0-9.E+-]*\) |.*/\1/p' train.txt | tr '\n' ' ')
+    awk -v l="$losses" 'BEGIN { n = split(l, a, " "); exit !(n == 4 && a[4] + 0 < a[1] - 0.05) }' ||
+        { cat train.txt; fail "the lm loss did not fall: $losses"; }
+    idx=ck/iter_0000004/index.json
+    for want in '"num_experts": 8' '"kv_channels": 16' '"qk_layernorm": true' 'mlp.experts.fc1.weight' \
+                'self_attn.q_norm.weight'; do
+        grep -qF -- "$want" "$idx" || { head -c 2000 "$idx"; fail "the checkpoint lacks $want"; }
+    done
+    echo "ok: the recipe trains 4 iterations, lm loss $losses" ;;
 *) echo "unknown case $CASE"; exit 2 ;;
 esac
