@@ -40,7 +40,7 @@ uint32_t mg_tfrecord_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0
 
 /* ---- protobuf encoding --------------------------------------------------------------- */
 typedef struct buf {
-    unsigned char b[1024];
+    unsigned char b[16384]; /* an event: a scalar, or a text of up to ~16 KB (mg_tb_text) */
     size_t n;
     int overflow;
 } buf;
@@ -149,6 +149,38 @@ int mg_tb_scalar(mg_tb_writer *w, const char *tag, float value, int64_t step, mg
     varint(&ev, (uint64_t)step);
     field_bytes(&ev, 5, sum.b, sum.n); /* Event.summary */
     if (val.overflow || sum.overflow) ev.overflow = 1;
+    return write_record(w, &ev, err);
+}
+
+int mg_tb_text(mg_tb_writer *w, const char *tag, const char *text, int64_t step, mg_error *err) {
+    /* as SummaryWriter.add_text writes it: tag "<tag>/text_summary", the text plugin's
+     * metadata (plugin_name "text", empty content: TextPluginData version 0), and a
+     * DT_STRING tensor of shape [1] holding the UTF-8 text */
+    size_t tn = strlen(text);
+    if (tn > 15000)
+        return mg_error_set(err, MG_ERR_INVALID, "TensorBoard text for %s is %zu bytes (at most 15000)", tag, tn);
+    buf name = {.n = 0}, meta = {.n = 0}, dim = {.n = 0}, shape = {.n = 0}, tensor = {.n = 0}, val = {.n = 0},
+        sum = {.n = 0}, ev = {.n = 0};
+    char full[512];
+    snprintf(full, sizeof full, "%s/text_summary", tag);
+    field_bytes(&name, 1, "text", 4);          /* PluginData.plugin_name */
+    field_bytes(&meta, 1, name.b, name.n);     /* SummaryMetadata.plugin_data */
+    varint(&dim, 1 << 3 | 0);                  /* TensorShapeProto.Dim.size = 1 */
+    varint(&dim, 1);
+    field_bytes(&shape, 2, dim.b, dim.n);      /* TensorShapeProto.dim */
+    varint(&tensor, 1 << 3 | 0);               /* TensorProto.dtype = DT_STRING */
+    varint(&tensor, 7);
+    field_bytes(&tensor, 2, shape.b, shape.n); /* TensorProto.tensor_shape */
+    field_bytes(&tensor, 8, text, tn);         /* TensorProto.string_val */
+    field_bytes(&val, 1, full, strlen(full));  /* Summary.Value.tag */
+    field_bytes(&val, 8, tensor.b, tensor.n);  /* Summary.Value.tensor */
+    field_bytes(&val, 9, meta.b, meta.n);      /* Summary.Value.metadata (after, as torch writes it) */
+    field_bytes(&sum, 1, val.b, val.n);        /* Summary.value */
+    field_double(&ev, 1, wall_time());         /* Event.wall_time */
+    varint(&ev, 2 << 3 | 0);                   /* Event.step */
+    varint(&ev, (uint64_t)step);
+    field_bytes(&ev, 5, sum.b, sum.n);         /* Event.summary */
+    if (tensor.overflow || val.overflow || sum.overflow) ev.overflow = 1;
     return write_record(w, &ev, err);
 }
 

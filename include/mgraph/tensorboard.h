@@ -24,6 +24,10 @@ typedef struct mg_tb_writer mg_tb_writer;
 int mg_tb_open(const char *dir, mg_tb_writer **out, mg_error *err);
 /* Appends one scalar. MG_ERR_IO when the stream has failed (disk full...). */
 int mg_tb_scalar(mg_tb_writer *w, const char *tag, float value, int64_t step, mg_error *err);
+/* Appends one text summary as SummaryWriter.add_text(tag, text, step) does (tag
+ * "<tag>/text_summary", the text plugin; TensorBoard's Text tab shows it); Megatron writes
+ * each argument this way. Texts over 15000 bytes are MG_ERR_INVALID. */
+int mg_tb_text(mg_tb_writer *w, const char *tag, const char *text, int64_t step, mg_error *err);
 /* The target path (valid until close/abort). */
 const char *mg_tb_path(const mg_tb_writer *w);
 /* Flushes and puts the file in place; frees w whatever the outcome. */

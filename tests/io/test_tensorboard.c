@@ -58,6 +58,8 @@ typedef struct event {
     char version[32], tag[64];
     float value;
     int has_value;
+    unsigned char tensor[64], meta[32]; /* a text summary's TensorProto and SummaryMetadata */
+    size_t tensor_n, meta_n;
 } event;
 
 static void parse_value(const unsigned char *p, const unsigned char *end, event *ev) {
@@ -66,6 +68,15 @@ static void parse_value(const unsigned char *p, const unsigned char *end, event 
         if (key == (1 << 3 | 2)) { /* tag */
             uint64_t n = varint(&p, end);
             snprintf(ev->tag, sizeof ev->tag, "%.*s", (int)n, (const char *)p);
+            p += n;
+        } else if (key == (8 << 3 | 2) || key == (9 << 3 | 2)) { /* tensor, metadata (text) */
+            uint64_t n = varint(&p, end);
+            unsigned char *dst = key == (8 << 3 | 2) ? ev->tensor : ev->meta;
+            size_t cap = key == (8 << 3 | 2) ? sizeof ev->tensor : sizeof ev->meta;
+            CHECK(n <= cap, "text field of %llu bytes", (unsigned long long)n);
+            if (n > cap) return;
+            memcpy(dst, p, n);
+            *(key == (8 << 3 | 2) ? &ev->tensor_n : &ev->meta_n) = n;
             p += n;
         } else if (key == (2 << 3 | 5)) { /* simple_value */
             uint32_t u = (uint32_t)le(p, 4);
@@ -139,6 +150,12 @@ int main(int argc, char **argv) {
     float vals[] = {10.8125f, 3e-4f, -1.5f};
     int64_t steps[] = {1, 2, 3000000000LL};
     for (int i = 0; i < 3; i++) CHECK(mg_tb_scalar(w, tags[i], vals[i], steps[i], &err) == MG_OK, "scalar: %s", err.msg);
+    /* a text summary (SummaryWriter.add_text's bytes: tests/tools/megatron_run.py compares with
+     * torch's), and one too long for an event */
+    CHECK(mg_tb_text(w, "num_layers", "4", 7, &err) == MG_OK, "text: %s", err.msg);
+    static char longtext[20000];
+    memset(longtext, 'x', sizeof longtext - 1);
+    CHECK(mg_tb_text(w, "long", longtext, 7, &err) == MG_ERR_INVALID, "a 20 KB text was accepted");
     int n = 0;
     CHECK(event_file(dir, &n) == NULL && n == 0, "the event file appeared before close");
     CHECK(mg_tb_close(w, &err) == MG_OK, "close: %s", err.msg);
@@ -164,10 +181,21 @@ int main(int argc, char **argv) {
         off += 12 + rl + 4;
     }
     CHECK(off == len, "trailing bytes: %zu of %zu read", off, len);
-    CHECK(n_events == 4, "want 4 events, got %d", n_events);
+    CHECK(n_events == 5, "want 5 events, got %d", n_events);
     CHECK(!strcmp(ev[0].version, "brain.Event:2") && ev[0].wall_time > 1.6e9, "first event: version '%s', time %f",
           ev[0].version, ev[0].wall_time);
-    for (int i = 1; i < n_events; i++) {
+    {
+        /* TensorProto {dtype DT_STRING (7), tensor_shape {dim {size 1}}, string_val "4"};
+         * SummaryMetadata {plugin_data {plugin_name "text"}} */
+        static const unsigned char tensor[] = {0x08, 0x07, 0x12, 0x04, 0x12, 0x02, 0x08, 0x01, 0x42, 0x01, '4'};
+        static const unsigned char meta[] = {0x0a, 0x06, 0x0a, 0x04, 't', 'e', 'x', 't'};
+        const event *t = &ev[4];
+        CHECK(!strcmp(t->tag, "num_layers/text_summary") && t->step == 7 && !t->has_value, "text event: tag '%s' step %lld",
+              t->tag, (long long)t->step);
+        CHECK(t->tensor_n == sizeof tensor && !memcmp(t->tensor, tensor, sizeof tensor), "text event's tensor");
+        CHECK(t->meta_n == sizeof meta && !memcmp(t->meta, meta, sizeof meta), "text event's metadata");
+    }
+    for (int i = 1; i < 4; i++) {
         CHECK(!strcmp(ev[i].tag, tags[i - 1]), "event %d tag '%s'", i, ev[i].tag);
         CHECK(ev[i].has_value && ev[i].value == vals[i - 1], "event %d value %g", i, ev[i].value);
         CHECK(ev[i].step == steps[i - 1], "event %d step %lld", i, (long long)ev[i].step);
