@@ -476,6 +476,9 @@ int mg_engine_run(mg_engine *e, const mg_exec_info *info, mg_error *err) {
     st->tasks = atomic_load(&e->tasks);
     st->wall_s = wall;
     st->n_workers = (int)starpu_worker_get_count();
+    st->n_cpu_workers = (int)starpu_cpu_worker_get_count();
+    st->n_cpu_wanted = mg_starpu_cpu_wanted();
+    st->cpu_cap = STARPU_MAXCPUS;
     if (st->n_workers > 64) st->n_workers = 64;
     double busy = 0;
     for (int w = 0; w < 64; w++) {

@@ -96,6 +96,9 @@ void mg_starpu_step_begin(void);
 void mg_starpu_step_submitted(void); /* every task of the step is submitted */
 void mg_starpu_step_end(void);
 const char *mg_starpu_policy(void);
+/* CPU workers the running StarPU was asked for (STARPU_NCPU, ncpus, else the cores):
+ * more than run when the build's STARPU_MAXCPUS capped them. */
+int mg_starpu_cpu_wanted(void);
 
 /* ---- starpu_codelets.c: one codelet per op kind ------------------------------ */
 struct starpu_codelet *mg_starpu_codelet(mg_op op);

@@ -50,11 +50,14 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_refs;
 static int g_running;          /* engines inside a step */
 static char g_policy[64];
+static int g_cpu_wanted;       /* CPU workers the first engine asked for (or the cores) */
 /* Idle workers: 0 spin between steps; 1 (default) paused between steps, resumed
  * before submission; 2 resumed only once the whole step is submitted. Set by
  * MG_STARPU_PAUSE for measurements (bench/bench_engine.c). */
 static int g_pause_mode = 1;
 static bool g_resumed = true;
+
+int mg_starpu_cpu_wanted(void) { return g_cpu_wanted; }
 
 const char *mg_starpu_policy(void) { return g_policy; }
 
@@ -123,7 +126,11 @@ int mg_starpu_acquire(const char *policy, int ncpus, mg_error *err) {
     conf.sched_policy = pol;
     int cores = hwloc_cores();
     int n = ncpus > 0 ? ncpus : cores;
+    /* Capped by the build (Debian's: 4). Not silent: mg_engine_get_stats reports what was
+     * wanted beside what runs, and the tools warn (tools/build-starpu.sh --cpus lifts it). */
     conf.ncpus = n < STARPU_MAXCPUS ? n : STARPU_MAXCPUS;
+    const char *env_ncpu = getenv("STARPU_NCPU");
+    g_cpu_wanted = env_ncpu && *env_ncpu ? atoi(env_ncpu) : n;
 #ifdef STARPU_USE_CUDA
     /* One GPU per rank: several ranks on a node each take the GPU of their node-local
      * index (Open MPI's), unless StarPU's own variables choose. */

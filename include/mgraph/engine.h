@@ -92,6 +92,10 @@ typedef struct mg_engine_stats {
     int64_t tasks;             /* tasks run in the last step */
     double wall_s;             /* last step's wall time */
     int n_workers;
+    /* CPU workers running, asked for (--cpu-workers / STARPU_NCPU, else the cores), and the
+     * most this StarPU build runs (STARPU_MAXCPUS: 4 in Debian's): fewer running than asked
+     * is worth a warning (tools/build-starpu.sh --cpus builds a StarPU without the cap) */
+    int n_cpu_workers, n_cpu_wanted, cpu_cap;
     double busy_s[64];         /* per worker, last step: time inside kernels */
     double idle_fraction;      /* 1 - sum(busy) / (n_workers * wall) */
     double comm_s;             /* last step: time the communication thread spent in collectives */

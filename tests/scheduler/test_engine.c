@@ -148,9 +148,12 @@ static void test_reference(void) { compare_with_reference(NULL, 0, 3); }
 static void test_one_worker(void) { compare_with_reference("eager", 1, 2); }
 
 /* Different policies, one after the other in one process (StarPU restarts between
- * them), give the same bits as each other. */
+ * them), give the same bits as each other; the last three with 4 CPU workers, more than
+ * the 2 cores of the machines this runs on (and the most Debian's StarPU runs), which
+ * the engine's statistics must report as running and as asked for. */
 static void test_policies(void) {
-    static const char *policies[] = {"eager", "prio", "lws", "ws", "dmda"};
+    static const char *policies[] = {"eager", "prio", "lws", "ws", "dmda", "dmdas", "lws", "prio"};
+    static const int ncpus[] = {0, 0, 0, 0, 0, 0, 4, 4};
     model m;
     if (build_model(&m, true, 2)) {
         TK_CHECK(false, "model build failed");
@@ -164,13 +167,21 @@ static void test_policies(void) {
         mg_engine *e = NULL;
         mg_error err = {0};
         if (runner_new(&r, &m)) break;
-        mg_engine_options opt = {.sched_policy = policies[p], .use_priorities = true};
+        mg_engine_options opt = {.sched_policy = policies[p], .use_priorities = true, .ncpus = ncpus[p]};
         int rc = mg_engine_new(m.g, r.st, &opt, &e, &err);
         TK_CHECK(rc == MG_OK, "engine_new(%s): %s", policies[p], err.msg);
         for (int it = 0; it < 2 && !rc; it++) {
             mg_exec_info info = info_at(it);
             rc = mg_engine_run(e, &info, &err);
             TK_CHECK(rc == MG_OK, "%s step %d: %s", policies[p], it, err.msg);
+        }
+        if (!rc && ncpus[p] && !getenv("STARPU_NCPU")) {
+            mg_engine_stats st;
+            mg_engine_get_stats(e, &st);
+            int want = ncpus[p] < st.cpu_cap ? ncpus[p] : st.cpu_cap;
+            TK_CHECK(st.n_cpu_workers == want && st.n_cpu_wanted == ncpus[p],
+                     "%s with %d CPU workers asked: %d run, %d reported asked (cap %d)", policies[p], ncpus[p],
+                     st.n_cpu_workers, st.n_cpu_wanted, st.cpu_cap);
         }
         mg_engine_free(e);
         /* concatenate every persistent tensor */
