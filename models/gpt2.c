@@ -144,13 +144,12 @@ static void qkv_heads(mg_graph *g, const mg_gpt_config *c, const mg_gpt_layer *l
     *v = mg_reshape(g, mg_linear(g, x, l->v_w, l->v_b), 4, (int64_t[]){s, b, ng, hd});
 }
 
-static mg_tensor *attention_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x,
-                                  mg_tensor *positions, mg_tensor *doc_start, int64_t window, bool training) {
+/* q [s, b, nh, hd], k and v [s, b, G, hd] of layer l for x [s, b, h]: the projections,
+ * the per-head norms and RoPE at `positions`, as attention reads them (and a key/value
+ * cache keeps them: models/gpt_decode.c). In the caller's attention scope. */
+void gpt_attn_qkv(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x, mg_tensor *positions,
+                  mg_tensor **qo, mg_tensor **ko, mg_tensor **vo) {
     const mg_gpt_config *c = &m->cfg;
-    if (!x) return NULL;
-    if (c->mla.enabled) return mg_mla_block(g, m, l, x, positions, doc_start, window, training);
-    int64_t s = x->shape[0], b = x->shape[1], qd = c->heads * mg_gpt_head_dim(c);
-    mg_scope_push(g, l->qkv_w ? "attn" : "self_attn");
     mg_tensor *q = NULL, *k = NULL, *v = NULL;
     qkv_heads(g, c, l, x, &q, &k, &v);
     if (l->q_norm_w) { /* per head, before the rotation (Megatron's q_layernorm / k_layernorm) */
@@ -167,6 +166,18 @@ static mg_tensor *attention_block(mg_graph *g, const mg_gpt *m, const mg_gpt_lay
         q = mg_rope_partial_ex(g, q, positions, &ro, rd);
         k = mg_rope_partial_ex(g, k, positions, &ro, rd);
     }
+    *qo = q, *ko = k, *vo = v;
+}
+
+static mg_tensor *attention_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x,
+                                  mg_tensor *positions, mg_tensor *doc_start, int64_t window, bool training) {
+    const mg_gpt_config *c = &m->cfg;
+    if (!x) return NULL;
+    if (c->mla.enabled) return mg_mla_block(g, m, l, x, positions, doc_start, window, training);
+    int64_t s = x->shape[0], b = x->shape[1], qd = c->heads * mg_gpt_head_dim(c);
+    mg_scope_push(g, l->qkv_w ? "attn" : "self_attn");
+    mg_tensor *q = NULL, *k = NULL, *v = NULL;
+    gpt_attn_qkv(g, m, l, x, positions, &q, &k, &v);
     float p = training ? c->attention_dropout : 0.0f;
     mg_tensor *y = mg_attention_masked(g, q, k, v, doc_start, window, p);
     y = mg_reshape(g, y, 3, (int64_t[]){s, b, qd});
@@ -176,7 +187,7 @@ static mg_tensor *attention_block(mg_graph *g, const mg_gpt *m, const mg_gpt_lay
     return y;
 }
 
-static mg_tensor *mlp_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x, bool training) {
+mg_tensor *gpt_mlp_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x, bool training) {
     mg_scope_push(g, "mlp");
     mg_tensor *y = mg_linear(g, x, l->fc_w, l->fc_b);
     /* SwiGLU as LLaMA: silu(gate(x)) * up(x); two column-parallel layers under TP */
@@ -212,7 +223,7 @@ mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, 
         mg_tensor *a = gpt_norm(g, c, x, l->ln1_w, l->ln1_b);
         x = mg_add(g, x, attention_block(g, m, l, a, positions, doc_start, mg_gpt_layer_window(c, i), training));
         mg_tensor *f = gpt_norm(g, c, x, l->ln2_w, l->ln2_b);
-        x = mg_add(g, x, l->router_w ? mg_moe_block(g, m, l, f, training, aux) : mlp_block(g, m, l, f, training));
+        x = mg_add(g, x, l->router_w ? mg_moe_block(g, m, l, f, training, aux) : gpt_mlp_block(g, m, l, f, training));
         mg_scope_pop(g);
     }
     mg_graph_set_layer(g, MG_LAYER_POST);

@@ -19,6 +19,14 @@ void gpt_norm_params(mg_graph *g, const mg_gpt_config *c, const char *name, int6
 /* The model's norm (--normalization) of x over its last dimension. */
 mg_tensor *gpt_norm(mg_graph *g, const mg_gpt_config *c, mg_tensor *x, mg_tensor *w, mg_tensor *b);
 
+/* Layer l's attention inputs for x [s, b, h]: q [s, b, nh, hd], k and v [s, b, G, hd]
+ * after the per-head norms and RoPE at positions (models/gpt2.c; the training forward
+ * and the key/value-cache decoder share it). */
+void gpt_attn_qkv(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x, mg_tensor *positions,
+                  mg_tensor **q, mg_tensor **k, mg_tensor **v);
+/* Layer l's dense MLP block: x [s, b, h] -> [s, b, h] (before the residual add). */
+mg_tensor *gpt_mlp_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x, bool training);
+
 /* Multi-latent attention (models/mla.c): one layer's parameters in the current scope
  * (Hugging Face DeepseekV3's names under self_attn.), and its block: x [s, b, h] ->
  * [s, b, h] (before the residual add). */

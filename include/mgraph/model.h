@@ -232,6 +232,37 @@ typedef struct mg_gpt_aux {
 mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions,
                                mg_tensor *doc_start, mg_tensor *targets, bool training, mg_gpt_aux *aux);
 
+/* ---- decoding with a key/value cache (models/gpt_decode.c) ----------------------------
+ * Text generation runs the model forward over n new tokens of one sequence (batch 1) at
+ * positions p .. p+n-1, attending to the keys and values of the p tokens before them,
+ * which the host keeps (the cache): a prefill graph (cache_len 0, the prompt at once,
+ * the training forward's fused causal attention) and a decode graph (n = 1, cache_len
+ * rows of cache, attention as matmul / mask / softmax / matmul over the cache and the new
+ * key). The graph returns the new tokens' keys and values (after the per-head norms and
+ * RoPE, as attention reads them) for the host to append, and the last token's logits.
+ * Dense GPT and LLaMA-family models (GQA, biases, q/k norms, RoPE and its scalings, sliding
+ * windows); MoE and multi-latent attention are MG_ERR_UNSUPPORTED. */
+typedef struct mg_gpt_decode {
+    int n_new, cache_len, n_layers;
+    mg_tensor *tokens;      /* input [n, 1] (i32) "decode.input_ids" */
+    mg_tensor *positions;   /* input [n] (i32) "decode.position_ids": p .. p+n-1 */
+    mg_tensor *mask;        /* input [n, cache_len + n] (f32) "decode.mask": 0 where query i sees key j
+                               (cache rows, then the new keys), -inf elsewhere (mg_gpt_decode_fill_mask);
+                               NULL when cache_len == 0 */
+    mg_tensor *mask_window; /* the same for the sliding-window layers (NULL: none) */
+    mg_tensor **cache_k, **cache_v; /* [n_layers] inputs [cache_len, 1, G, hd] / [cache_len, 1, G, hv] (NULL: cache_len 0) */
+    mg_tensor **new_k, **new_v;     /* [n_layers] outputs [n, 1, G, hd] / [n, 1, G, hv] (persistent) */
+    mg_tensor *logits;      /* output [1, 1, V] (persistent): the last new token's */
+} mg_gpt_decode;
+
+/* Builds that forward in g on m's parameters (created in g by mg_gpt2_params). */
+int mg_gpt_decode_build(mg_graph *g, const mg_gpt *m, int n_new, int cache_len, mg_gpt_decode *out, mg_error *err);
+void mg_gpt_decode_release(mg_gpt_decode *d);
+/* Fills a mask [n, cache_len + n] for new tokens at positions p .. p+n-1, cache rows
+ * 0 .. p-1 valid (p <= cache_len): query i sees cache row j < p and new key k <= i, those
+ * within `window` keys of it when window > 0 (Megatron's --window-size). */
+void mg_gpt_decode_fill_mask(int n, int cache_len, int64_t p, int64_t window, float *mask);
+
 /* MoE layer (models/moe.c). */
 bool mg_moe_is_layer(const mg_gpt_config *c, int layer);
 int mg_moe_check(const mg_gpt_config *c, mg_error *err);
