@@ -13,8 +13,8 @@ install(TARGETS mgraph mgraph_sentencepiece EXPORT mgraphTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # the tools find the shim next to libmgraph, wherever the tree is installed
-set_target_properties(mgraph-run mgraph-preprocess mgraph-convert mgraph-plan PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
-install(TARGETS mgraph-run mgraph-preprocess mgraph-convert mgraph-plan RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+set_target_properties(mgraph-run mgraph-preprocess mgraph-convert mgraph-plan mgraph-generate PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+install(TARGETS mgraph-run mgraph-preprocess mgraph-convert mgraph-plan mgraph-generate RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # ---- CMake package -------------------------------------------------------------------
 set(MG_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/mgraph)

@@ -11,7 +11,7 @@ rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 P=$WORK/prefix
 cmake --install "$BUILD" --prefix "$P" > install.txt 2>&1 || { cat install.txt; fail "cmake --install"; }
 for f in include/mgraph/mgraph.h include/mgraph/dot.h lib/libmgraph.a lib/libmgraph_sentencepiece.so bin/mgraph-run \
-         bin/mgraph-preprocess bin/mgraph-convert bin/mgraph-plan lib/pkgconfig/mgraph.pc lib/cmake/mgraph/mgraphConfig.cmake \
+         bin/mgraph-preprocess bin/mgraph-convert bin/mgraph-plan bin/mgraph-generate lib/pkgconfig/mgraph.pc lib/cmake/mgraph/mgraphConfig.cmake \
          share/man/man1/mgraph-run.1 share/man/man1/mgraph-convert.1 share/man/man1/mgraph-preprocess.1 share/man/man1/mgraph-plan.1; do
     [ -e "$P/$f" ] || fail "not installed: $f"
 done
