@@ -201,4 +201,10 @@ long mg_mesh_stride(const mg_mesh *m, mg_group grp) {
     return 1;
 }
 
+unsigned mg_mesh_group_axes(mg_group grp, bool *expert) {
+    int gi = group_entry(grp);
+    if (expert) *expert = gi >= 0 && groups[gi].gen == GEN_EXPERT;
+    return gi < 0 || grp == MG_GROUP_WORLD ? 0 : groups[gi].axes;
+}
+
 const char *mg_mesh_order(const mg_mesh *m) { return m && m->order_str[0] ? m->order_str : mg_mesh_default_order(); }

@@ -50,21 +50,23 @@ int mg_placement_local(const mg_placement *p, const mg_mesh *mesh, int ndim, con
     return MG_OK;
 }
 
+bool mg_placement_expert(const mg_placement *p) {
+    return p->ax[MG_GROUP_EP].kind != MG_SHARD_FULL || p->ax[MG_GROUP_ETP].kind != MG_SHARD_FULL ||
+           p->ax[MG_GROUP_EDP].kind != MG_SHARD_FULL;
+}
+
 bool mg_placement_owner(const mg_placement *p, const mg_mesh *mesh) {
-    /* A block split over ep (expert weights) is held by the ranks of its edp group, which
-     * differ in dp and cp: the first of them writes it. A tensor not split over ep is
-     * placed by its dp and cp states alone: the ep coordinate is a function of the dp and
-     * cp coordinates (mesh.c), not an axis of its own, so "full over ep" says nothing
-     * more (a distributed-optimizer segment, split over dp, is written by every dp rank
-     * whatever its ep coordinate). */
-    bool ep_split = p->ax[MG_GROUP_EP].kind == MG_SHARD_SPLIT;
-    for (int a = 0; a < MG_MESH_AXES; a++) {
+    /* Each rank generator's axes number every rank once (mesh.c): the dense tensor's tp,
+     * cp, dp, pp; the expert tensor's etp, ep, edp, pp. On the axes of its own generator
+     * a block is held by the ranks it is replicated over: the first of them writes it. */
+    static const mg_group dense[] = {MG_GROUP_TP, MG_GROUP_CP, MG_GROUP_DP, MG_GROUP_PP},
+                          expert[] = {MG_GROUP_ETP, MG_GROUP_EP, MG_GROUP_EDP, MG_GROUP_PP};
+    const mg_group *axes = mg_placement_expert(p) ? expert : dense;
+    for (int a = 0; a < MG_MESH_AXES; a++)
         if (p->ax[a].kind == MG_SHARD_PARTIAL) return false;
-        if (ep_split && (a == MG_GROUP_DP || a == MG_GROUP_CP)) continue;
-        if (!ep_split && a == MG_GROUP_EP) continue;
-        if (p->ax[a].kind == MG_SHARD_FULL && mesh->coord[a] != 0) return false;
-    }
-    return !ep_split || mesh->coord[MG_GROUP_EDP] == 0;
+    for (int k = 0; k < 4; k++)
+        if (p->ax[axes[k]].kind == MG_SHARD_FULL && mesh->coord[axes[k]] != 0) return false;
+    return true;
 }
 
 const char *mg_placement_str(const mg_placement *p, char *buf, size_t len) {

@@ -83,6 +83,7 @@ static mg_node *clone_node(mg_graph *g, const mg_node *n, mg_tensor *const *in) 
         c->scope = scope;
     }
     c->stage = n->stage;
+    c->layer = n->layer; /* (a logical graph's pipeline stages place it with its layer) */
     for (int j = 0; j < c->n_out && j < n->n_out; j++) {
         c->out[j]->logical = n->out[j]->logical; /* RNG keys and offsets: the same bits */
         c->out[j]->place = n->out[j]->place;
@@ -91,7 +92,7 @@ static mg_node *clone_node(mg_graph *g, const mg_node *n, mg_tensor *const *in) 
 }
 
 /* recompute_gate(x, after...) */
-static mg_node *gate(mg_graph *g, const rewrite *r, mg_tensor *x, const char *name) {
+static mg_node *gate(mg_graph *g, const rewrite *r, mg_tensor *x, int layer, const char *name) {
     mg_tensor **in = malloc(((size_t)r->n_after + 1) * sizeof *in);
     if (!in) {
         mg_graph_fail(g, MG_ERR_NOMEM, "recompute: out of memory");
@@ -102,6 +103,7 @@ static mg_node *gate(mg_graph *g, const rewrite *r, mg_tensor *x, const char *na
     mg_node *gn = mg_node_new(g, MG_OP_RECOMPUTE_GATE, NULL, r->n_after + 1, in, name);
     free(in);
     if (gn && x->src) gn->stage = x->src->stage; /* the pipeline chunk of the segment it feeds */
+    if (gn) gn->layer = layer;                 /* (with the layer it feeds, in a logical graph) */
     return gn;
 }
 
@@ -255,7 +257,7 @@ static int segment(mg_graph *g, const mg_recompute_options *o, int a, int b, int
                     snprintf(nm, sizeof nm, "%s.recompute_gate", t->name);
                     mg_scope_set(g, NULL);
                     mg_graph_set_mb(g, nd->mb);
-                    mg_node *gn = gate(g, &r, t, nm);
+                    mg_node *gn = gate(g, &r, t, nd->layer, nm);
                     if (!gn) break;
                     gn->out[0]->logical = t->logical;
                     gn->out[0]->place = t->place;
@@ -271,7 +273,7 @@ static int segment(mg_graph *g, const mg_recompute_options *o, int a, int b, int
             snprintf(nm, sizeof nm, "%s.recompute_gate", nd->out[0]->name);
             mg_scope_set(g, NULL);
             mg_graph_set_mb(g, nd->mb);
-            mg_node *gn = gate(g, &r, in[0], nm);
+            mg_node *gn = gate(g, &r, in[0], nd->layer, nm);
             if (gn) {
                 gn->out[0]->logical = in[0]->logical;
                 gn->out[0]->place = in[0]->place;
@@ -317,7 +319,7 @@ static int layer_runs(mg_graph *g, const mg_recompute_options *o, int (*runs)[2]
     for (int i = 0; i < o->n_layers; i++) stage[i] = -1;
     for (int k = 0; k < g->n_nodes; k++) {
         int i = layer_of(g->nodes[k]->scope, o->layer_scope);
-        if (i >= 0 && i < o->n_layers) stage[i] = g->nodes[k]->stage;
+        if (i >= 0 && i < o->n_layers) stage[i] = o->layer_chunk ? o->layer_chunk[i] : g->nodes[k]->stage;
     }
     *n_runs = 0;
     for (int i = 0; i < o->n_layers; i++) {

@@ -40,7 +40,7 @@ const char *mg_op_name(mg_op op) {
 }
 
 const char *mg_group_name(mg_group grp) {
-    static const char *names[] = {"tp", "cp", "ep", "dp", "pp", "dp_cp", "edp", "world", "emb", "etp"};
+    static const char *names[] = {"tp", "cp", "ep", "dp", "pp", "etp", "edp", "dp_cp", "world", "emb"};
     return grp >= 0 && grp < MG_GROUP_COUNT ? names[grp] : "none";
 }
 

@@ -93,7 +93,7 @@ static int dropout_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, c
     return din[0] ? MG_OK : mg_graph_error(g)->code;
 }
 
-const mg_op_def mg_opdef_DROPOUT = {"dropout", 1, 1, MG_OPF_LINEAR, infer_dropout, dropout_grad, cost_dropout, dropout_cpu, NULL, .shard = mg_shard_rule_linear};
+const mg_op_def mg_opdef_DROPOUT = {"dropout", 1, 1, 0, infer_dropout, dropout_grad, cost_dropout, dropout_cpu, NULL, .shard = mg_shard_rule_linear};
 
 mg_tensor *mg_dropout(mg_graph *g, mg_tensor *x, float p) {
     if (p == 0.0f && x) return x;

@@ -178,8 +178,8 @@ static int shard_binary(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_ADD = {"add", 2, 2, MG_OPF_LINEAR, infer_binary, add_grad, cost_binary, add_cpu, NULL, .shard = shard_binary};
-const mg_op_def mg_opdef_SUB = {"sub", 2, 2, MG_OPF_LINEAR, infer_binary, sub_grad, cost_binary, sub_cpu, NULL, .shard = shard_binary};
+const mg_op_def mg_opdef_ADD = {"add", 2, 2, 0, infer_binary, add_grad, cost_binary, add_cpu, NULL, .shard = shard_binary};
+const mg_op_def mg_opdef_SUB = {"sub", 2, 2, 0, infer_binary, sub_grad, cost_binary, sub_cpu, NULL, .shard = shard_binary};
 const mg_op_def mg_opdef_MUL = {"mul", 2, 2, 0, infer_binary, mul_grad, cost_binary, mul_cpu, NULL, .shard = shard_binary};
 
 static mg_tensor *binary(mg_graph *g, mg_op op, mg_tensor *a, mg_tensor *b) {
@@ -212,7 +212,7 @@ static int scale_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, con
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_SCALE = {"scale", 1, 1, MG_OPF_LINEAR, infer_same, scale_grad, NULL, scale_cpu, NULL, .shard = mg_shard_rule_linear};
+const mg_op_def mg_opdef_SCALE = {"scale", 1, 1, 0, infer_same, scale_grad, NULL, scale_cpu, NULL, .shard = mg_shard_rule_linear};
 
 mg_tensor *mg_scale(mg_graph *g, mg_tensor *x, float s) {
     mg_attrs at = {.scale = {s}};

@@ -144,10 +144,52 @@ static void cost_gmm(const mg_node *n, double *flops, double *bytes) {
                     (double)mg_numel(n->out[0]));
 }
 
+/* Sharding (ops/op.h), Megatron's grouped column / row-parallel expert linears (expert
+ * tensor parallelism): weights split on N (the outputs) give outputs split on their
+ * last dim; weights split on K take inputs split alike and give a partial sum; a partial
+ * input times whole weights is a partial output. The counts are always whole. */
+static int shard_gmm(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)c, (void)err;
+    bool tb = n->attrs.matmul.trans_b;
+    int wN = tb ? 1 : 2, wK = tb ? 2 : 1;
+    mg_sharding sx = io->in[0], sw = io->in[2];
+    io->want[1] = mg_sh_full();
+    if (mg_sh_is_partial(sx) && mg_sh_is_full(sw)) {
+        io->want[0] = sx, io->want[2] = sw, io->out[0] = mg_sh_partial();
+    } else if (mg_sh_is_split(sw) && sw.dim == wN) {
+        io->want[0] = mg_sh_full(), io->want[2] = sw, io->out[0] = mg_sh_split(1);
+    } else if (mg_sh_is_split(sw) && sw.dim == wK) {
+        io->want[0] = mg_sh_split(1), io->want[2] = sw, io->out[0] = mg_sh_partial();
+    } else if (mg_sh_is_split(sx) && sx.dim == 1 && mg_sh_is_full(sw)) {
+        io->want[0] = sx, io->want[2] = mg_sh_split(wK), io->out[0] = mg_sh_partial();
+    } else {
+        io->want[0] = io->want[2] = io->out[0] = mg_sh_full();
+    }
+    return MG_OK;
+}
+
+/* out[e] = a_eᵀ b_e: a split on its columns gives the gradient split on P, b's on Q; a
+ * partial operand with a whole other gives a partial gradient. */
+static int shard_gmm_dw(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *io, mg_error *err) {
+    (void)n, (void)c, (void)err;
+    mg_sharding sa = io->in[0], sb = io->in[1];
+    io->want[2] = mg_sh_full();
+    if (mg_sh_is_split(sa) && sa.dim == 1 && !mg_sh_is_split(sb)) {
+        io->want[0] = sa, io->want[1] = mg_sh_full(), io->out[0] = mg_sh_split(1);
+    } else if (mg_sh_is_split(sb) && sb.dim == 1 && !mg_sh_is_split(sa)) {
+        io->want[0] = mg_sh_full(), io->want[1] = sb, io->out[0] = mg_sh_split(2);
+    } else if (mg_sh_is_partial(sa) != mg_sh_is_partial(sb) && !mg_sh_is_split(sa) && !mg_sh_is_split(sb)) {
+        io->want[0] = sa, io->want[1] = sb, io->out[0] = mg_sh_partial();
+    } else {
+        io->want[0] = io->want[1] = io->out[0] = mg_sh_full();
+    }
+    return MG_OK;
+}
+
 const mg_op_def mg_opdef_MOE_GROUPED_MATMUL = {"moe_grouped_matmul", 3, 3, 0, infer_gmm, gmm_grad, cost_gmm, gmm_cpu,
-                                               NULL, .shard = mg_shard_rule_replicated};
+                                               NULL, .shard = shard_gmm};
 const mg_op_def mg_opdef_MOE_GROUPED_MATMUL_DW = {"moe_grouped_matmul_dw", 3, 3, MG_OPF_NO_GRAD, infer_gmm_dw, NULL,
-                                                  cost_gmm, gmm_dw_cpu, NULL, .shard = mg_shard_rule_replicated};
+                                                  cost_gmm, gmm_dw_cpu, NULL, .shard = shard_gmm_dw};
 
 mg_tensor *mg_moe_grouped_matmul(mg_graph *g, mg_tensor *xs, mg_tensor *counts, mg_tensor *w, bool trans_w) {
     mg_attrs at;

@@ -34,9 +34,8 @@ typedef int (*mg_kernel_fn)(const mg_kernel_args *a, mg_error *err);
 enum {
     MG_OPF_COMM = 1u << 0,        /* a collective or point-to-point transfer */
     MG_OPF_NO_GRAD = 1u << 1,     /* emitted by gradient rules / optimizer: not differentiable */
-    /* Linear in all its inputs jointly: given terms of a sum over ranks for every input,
-     * it gives the term of the sum of its output (partitioners carry shares through it). */
-    MG_OPF_LINEAR = 1u << 2,
+    /* (1u << 2 was MG_OPF_LINEAR: whether an op is linear in its inputs is its sharding
+     * rule's to say; partitioners ask part_op_linear) */
     /* A point-to-point transfer (with MG_OPF_COMM): not in the collectives' seq order;
      * engines post it without blocking and finish its task when it completes. */
     MG_OPF_P2P = 1u << 3,
@@ -48,15 +47,19 @@ int64_t mg_p2p_key(const mg_node *n, const mg_exec_info *info);
 
 /* ---- sharding rules ----------------------------------------------------------------
  * How an op runs when one mesh axis partitions its operands (partitioners/ applies the
- * rule, inserts the conversions it asks for as collectives, and derives per-rank
- * attributes from the placements). States are FULL (replicated over the axis), SPLIT(d)
- * (block d of the group) or PARTIAL (a term of a sum over the group). */
+ * rule for each axis that partitions the node, inserts the conversions it asks for as
+ * collectives, and derives per-rank attributes from the placements). States are generic,
+ * the same on every axis: FULL (replicated over the axis), SPLIT(d) (block d of the
+ * group) or PARTIAL (a term of a sum over the group). A rule says too whether the op is
+ * linear: partial inputs giving partial outputs (data and pipeline parallelism carry a
+ * rank's share through such ops). */
 #define MG_SHARD_MAX_IO 16
 
 typedef struct mg_shard_ctx {
     int size;                  /* ranks in the axis' group (> 1) */
-    /* A partial value an op needs whole may become SPLIT(0) instead of FULL when dim 0
-     * divides (sequence parallelism: the reduce-scatter of Megatron's SP regions). */
+    /* An axis option (tensor parallelism's): a partial value an op needs whole may become
+     * SPLIT(0) instead of FULL when dim 0 divides (sequence parallelism: the reduce-
+     * scatter of Megatron's SP regions). */
     bool seq_parallel;
 } mg_shard_ctx;
 

@@ -46,7 +46,7 @@ static void cost_accumulate(const mg_node *n, double *flops, double *bytes) {
     *bytes = 3.0 * 4.0 * (double)mg_numel(n->in[0]);
 }
 
-const mg_op_def mg_opdef_ACCUMULATE = {"accumulate", 2, 2, MG_OPF_NO_GRAD | MG_OPF_LINEAR, infer_accumulate, NULL, cost_accumulate,
+const mg_op_def mg_opdef_ACCUMULATE = {"accumulate", 2, 2, MG_OPF_NO_GRAD, infer_accumulate, NULL, cost_accumulate,
                                        accumulate_cpu, NULL, .shard = mg_shard_rule_linear};
 
 /* ---- lr_schedule: () -> lr [1], weight decay [1] at this iteration -------------------- */

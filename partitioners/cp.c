@@ -5,7 +5,7 @@
  * balancing for causal attention: cp 2 gives rank 0 chunks {0, 3}, rank 1 {1, 2}).
  * A placement SPLIT(d) over the cp axis therefore always means this zigzag block of
  * dimension d (the sequence: dim 0 of [s, b, ...] activations, dim 2 of attention's
- * lse [b, nh, s]); the conversions from and to it are here (cp_convert_axis: two
+ * lse [b, nh, s]); the conversions from and to it are here (cp_convert: two
  * slices and a concat, or an all-gather and a reorder). Under sequence parallelism
  * tp splits the rank's block further (cp outer, tp inner, placement.h).
  *
@@ -74,15 +74,18 @@ struct cp_state {
 static int cp_size(const part_ctx *c) { return c->mesh->size[MG_GROUP_CP]; }
 static int cp_rank(const part_ctx *c) { return c->mesh->coord[MG_GROUP_CP]; }
 
-void cp_free(part_ctx *c) {
-    if (!c->cps) return;
-    for (int i = 0; i < c->cps->n; i++) {
-        free(c->cps->rings[i].kc);
-        free(c->cps->rings[i].vc);
+static struct cp_state *cps(const part_ctx *c) { return c->axis[PART_CP]; }
+
+static void cp_release(part_ctx *c) {
+    struct cp_state *s = cps(c);
+    if (!s) return;
+    for (int i = 0; i < s->n; i++) {
+        free(s->rings[i].kc);
+        free(s->rings[i].vc);
     }
-    free(c->cps->rings);
-    free(c->cps);
-    c->cps = NULL;
+    free(s->rings);
+    free(s);
+    c->axis[PART_CP] = NULL;
 }
 
 static int oom(part_ctx *c) { return part_fail(c, MG_ERR_NOMEM, "context parallelism: out of memory"); }
@@ -99,13 +102,18 @@ static mg_tensor *zigzag_slice(part_ctx *c, mg_tensor *x, int d) {
     return p[0] && p[1] ? mg_concat(c->P, 2, p, d) : NULL;
 }
 
-mg_tensor *cp_convert_axis(part_ctx *c, mg_tensor *x, mg_sharding from, mg_sharding to, int64_t *seq, char *what,
-                           size_t len) {
+/* One step of a conversion over cp (partition.c asks every axis): to and from this
+ * file's zigzag blocks. */
+static mg_tensor *cp_convert(part_ctx *c, const mg_tensor *lt, mg_tensor *x, mg_placement *cur, int a, mg_sharding to,
+                             bool *handled) {
+    mg_sharding from = cur->ax[MG_GROUP_CP];
     int C = cp_size(c);
+    if (a != MG_GROUP_CP || C == 1 || (from.kind != MG_SHARD_SPLIT && to.kind != MG_SHARD_SPLIT)) return NULL;
+    *handled = true;
+    cur->ax[a] = to;
     if (from.kind == MG_SHARD_SPLIT) { /* to FULL: gather the zigzag blocks, put the chunks in order */
         int d = from.dim;
-        snprintf(what, len, "cp_allgather");
-        mg_tensor *g = mg_allgather(c->P, x, MG_GROUP_CP, C, d, (*seq)++);
+        mg_tensor *g = mg_allgather(c->P, x, MG_GROUP_CP, C, d, c->seq++);
         if (!g) return NULL;
         int64_t cl = g->shape[d] / (2 * C);
         mg_tensor **parts = malloc((size_t)(2 * C) * sizeof *parts);
@@ -113,14 +121,13 @@ mg_tensor *cp_convert_axis(part_ctx *c, mg_tensor *x, mg_sharding from, mg_shard
         for (int64_t k = 0; k < 2 * C; k++) parts[global_chunk(C, k)] = mg_slice(c->P, g, d, k * cl, cl);
         mg_tensor *y = mg_concat(c->P, 2 * C, parts, d);
         free(parts);
-        return y;
+        return part_named(c, y, lt, "cp_allgather", cur);
     }
     if (from.kind == MG_SHARD_PARTIAL) { /* to SPLIT: the sum, then the rank's chunks */
-        x = mg_allreduce(c->P, x, MG_GROUP_CP, C, MG_REDUCE_SUM, (*seq)++);
+        x = mg_allreduce(c->P, x, MG_GROUP_CP, C, MG_REDUCE_SUM, c->seq++);
         if (!x) return NULL;
     }
-    snprintf(what, len, "cp_zigzag");
-    return zigzag_slice(c, x, to.dim);
+    return part_named(c, zigzag_slice(c, x, to.dim), lt, "cp_zigzag", cur);
 }
 
 /* ---- runs of rows contiguous in the sequence ------------------------------------------------ */
@@ -191,8 +198,8 @@ static int cp_dropout(part_ctx *c, const mg_node *n) {
 
 /* ---- attention: the K/V ring --------------------------------------------------------------------- */
 static cp_ring *ring_new(part_ctx *c) {
-    if (!c->cps && !(c->cps = calloc(1, sizeof *c->cps))) return NULL;
-    struct cp_state *s = c->cps;
+    if (!cps(c) && !(c->axis[PART_CP] = calloc(1, sizeof(struct cp_state)))) return NULL;
+    struct cp_state *s = cps(c);
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 16;
         cp_ring *r = realloc(s->rings, (size_t)cap * sizeof *r);
@@ -215,15 +222,16 @@ static cp_ring *ring_new(part_ctx *c) {
 }
 
 static cp_ring *ring_find(part_ctx *c, int k_lid, int v_lid) {
-    for (int i = c->cps ? c->cps->n - 1 : -1; i >= 0; i--)
-        if (c->cps->rings[i].k_lid == k_lid && c->cps->rings[i].v_lid == v_lid) return &c->cps->rings[i];
+    struct cp_state *s = cps(c);
+    for (int i = s ? s->n - 1 : -1; i >= 0; i--)
+        if (s->rings[i].k_lid == k_lid && s->rings[i].v_lid == v_lid) return &s->rings[i];
     return NULL;
 }
 
 /* Placements of attention's operands: heads as tp has them (split on dim 2, or
  * whole), the sequence zigzag-split over cp; the lse [b, nh, s] follows. */
 static mg_sharding attn_tp_state(part_ctx *c, const mg_tensor *lq) {
-    if (c->tp == 1) return sh_full();
+    if (part_size(c, MG_GROUP_TP) == 1) return sh_full();
     mg_sharding s = part_state(c, lq);
     return s.kind == MG_SHARD_SPLIT && (s.dim == 1 || s.dim == 2) ? s : sh_full();
 }
@@ -420,36 +428,20 @@ static int cp_attention_bwd(part_ctx *c, const mg_node *n) {
 /* ---- the walk's hooks -------------------------------------------------------------------------- */
 static bool is_split(mg_sharding s) { return s.kind == MG_SHARD_SPLIT; }
 
-/* The accumulator of a partial sum over cp is one too (a leaf made on first use). */
-static int accumulator_leaf(part_ctx *c, const mg_node *n) {
-    const mg_tensor *acc = n->in[0];
-    pt *p = &c->st[acc->id];
-    if (p->t || acc->src) return MG_OK;
-    const mg_placement *g = part_placement(c, n->in[1]);
-    p->pl = mg_placement_full();
-    p->pl.ax[MG_GROUP_TP] = c->tp > 1 ? g->ax[MG_GROUP_TP] : sh_full();
-    p->pl.ax[MG_GROUP_CP] = g->ax[MG_GROUP_CP];
-    p->t = part_make_leaf(c, acc, &p->pl);
-    return p->t ? MG_OK : built(c, NULL);
-}
-
-int cp_partition_node(part_ctx *c, const mg_node *n) {
-    c->cp_node = false;
-    if (cp_size(c) == 1) return 0;
+static int cp_node(part_ctx *c, const mg_node *n) {
+    if (cp_size(c) == 1) return PART_NEXT;
     if (n->n_in > MG_SHARD_MAX_IO || n->n_out > MG_SHARD_MAX_IO)
         return part_fail(c, MG_ERR_UNSUPPORTED, "partitioning: %s has too many inputs", mg_op_name(n->op));
-    if (n->op == MG_OP_ACCUMULATE) {
-        int rc = accumulator_leaf(c, n);
-        if (rc) return rc;
-    }
+    int rc = part_state_leaves(c, n); /* (an accumulator of a partial sum over cp is one too) */
+    if (rc) return rc;
     mg_shard_io io;
     memset(&io, 0, sizeof io);
+    mg_sharding in[MG_SHARD_MAX_IO];
     bool any = false;
     for (int i = 0; i < n->n_in; i++) {
-        /* a leaf not made yet is replicated over cp (parameters, optimizer state and
-         * inputs all are); leaving it unmade lets tp.c make it in its own state */
+        /* a leaf not made yet is replicated over cp (parameters, inputs) */
         const pt *q = &c->st[n->in[i]->id];
-        io.in[i] = q->t ? q->pl.ax[MG_GROUP_CP] : mg_place_full(MG_GROUP_CP);
+        in[i] = io.in[i] = q->t ? q->pl.ax[MG_GROUP_CP] : mg_place_full(MG_GROUP_CP);
         io.in[i].group = MG_GROUP_NONE;
         any |= io.in[i].kind != MG_SHARD_FULL;
     }
@@ -458,7 +450,7 @@ int cp_partition_node(part_ctx *c, const mg_node *n) {
      * replicated leaves fed whole by the host, are sliced to its two chunks). */
     bool lookup = n->op == MG_OP_EMBEDDING && n->in[0]->ndim >= 1 && n->in[0]->shape[0] % (2 * cp_size(c)) == 0 &&
                   io.in[0].kind != MG_SHARD_PARTIAL && io.in[1].kind == MG_SHARD_FULL;
-    if (!any && !lookup) return 0; /* replicated over cp: outputs too */
+    if (!any && !lookup) return PART_NEXT; /* replicated over cp: outputs too */
     switch (n->op) {
     case MG_OP_ATTENTION:
         if (is_split(io.in[0]) && io.in[0].dim == 0) return cp_attention_fwd(c, n);
@@ -486,43 +478,23 @@ int cp_partition_node(part_ctx *c, const mg_node *n) {
     } else if (n->op == MG_OP_CROSS_ENTROPY_BWD && is_split(io.in[1]) && io.in[1].dim < n->in[1]->ndim - 1) {
         io.want[0] = io.want[4] = mg_sh_full();
         io.want[1] = io.want[2] = io.want[3] = io.out[0] = io.in[1];
-    } else {
-        const mg_op_def *def = mg_op_def_get(n->op);
-        if (!def->shard)
-            return part_fail(c, MG_ERR_UNSUPPORTED,
-                             "context parallelism: op %s (node '%s') has no sharding rule (mg_op_def.shard in ops/)",
-                             mg_op_name(n->op), n->out[0]->name);
-        mg_shard_ctx sc = {cp_size(c), false};
-        int rc = def->shard(n, &sc, &io, c->err);
+    } else { /* every other op by its own rule, over the sequence split */
+        rc = part_apply_rule(c, n, MG_GROUP_CP, in, false, &io);
         if (rc) return rc;
         if (io.expand || io.count_once)
             return part_fail(c, MG_ERR_UNSUPPORTED, "context parallelism: op %s (node '%s') cannot run on a sequence "
                              "split", mg_op_name(n->op), n->out[0]->name);
+        return PART_NEXT;
     }
-    for (int i = 0; i < n->n_in; i++) {
-        c->cp_want[i] = io.want[i];
-        c->cp_want[i].group = MG_GROUP_CP;
-    }
-    for (int j = 0; j < n->n_out; j++) {
-        c->cp_out[j] = io.out[j];
-        c->cp_out[j].group = MG_GROUP_CP;
-    }
-    c->cp_node = true;
-    return 0;
+    for (int i = 0; i < n->n_in; i++) part_want(c, i, MG_GROUP_CP, io.want[i]);
+    for (int j = 0; j < n->n_out; j++) part_out(c, j, MG_GROUP_CP, io.out[j]);
+    return PART_NEXT;
 }
 
-mg_tensor *cp_get(part_ctx *c, const mg_tensor *lt, mg_sharding tp_want, int i) {
-    if (!c->cp_node) return part_get(c, lt, tp_want);
-    mg_placement w = *part_placement(c, lt);
-    w.ax[MG_GROUP_TP] = c->tp > 1 ? tp_want : sh_full();
-    w.ax[MG_GROUP_CP] = c->cp_want[i];
-    return part_get_pl(c, lt, &w);
-}
-
-int cp_after_node(part_ctx *c, const mg_node *n) {
+static int cp_after(part_ctx *c, const mg_node *n) {
     /* with dp > 1, dp.c reduces over dp x cp; the distributed optimizer reduce-scatters
      * its buckets over dp x cp (dist_opt.c), whatever dp is */
-    if (cp_size(c) == 1 || c->dp > 1) return MG_OK;
+    if (cp_size(c) == 1 || part_size(c, MG_GROUP_DP) > 1) return MG_OK;
     for (int j = 0; j < n->n_out; j++) {
         const mg_tensor *lo = n->out[j];
         pt *p = &c->st[lo->id];
@@ -537,3 +509,6 @@ int cp_after_node(part_ctx *c, const mg_node *n) {
     }
     return MG_OK;
 }
+
+const part_axis part_axis_cp = {
+    .name = "cp", .release = cp_release, .node = cp_node, .convert = cp_convert, .after = cp_after};

@@ -15,7 +15,7 @@
  *     all-gathered and each parameter is rebuilt from the gathered buffer, written in
  *     place of the old value.
  * With tensor parallelism, the buffer holds each rank's tensor-parallel blocks. With
- * context parallelism the shards are over dp x cp (c->grad_group), as Megatron shards
+ * context parallelism the shards are over dp x cp (dp_grad_group), as Megatron shards
  * over its data-parallel group with context parallelism.
  */
 #include <stdio.h>
@@ -49,17 +49,23 @@ typedef struct dist_opt {
     int n_buckets;
 } dist_opt;
 
+static dist_opt *dopt(const part_ctx *c) { return c->axis[PART_DOPT]; }
+static int gdp(const part_ctx *c) { return part_size(c, dp_grad_group(c)); }
+static int gdp_rank(const part_ctx *c) { return part_coord(c, dp_grad_group(c)); }
+
 static int64_t local_numel(part_ctx *c, const mg_tensor *p) {
-    mg_sharding s = c->tp > 1 ? tp_param_state(c, p) : sh_full();
+    mg_sharding s = part_size(c, MG_GROUP_TP) > 1 ? tp_param_state(c, p) : sh_full();
     int64_t n = mg_numel(p);
-    return s.kind == MG_SHARD_SPLIT ? n / c->tp : n;
+    return s.kind == MG_SHARD_SPLIT ? n / part_size(c, MG_GROUP_TP) : n;
 }
 
-int dopt_init(part_ctx *c) {
+static int dopt_init(part_ctx *c, mg_node *const *ord, int n_ord) {
+    (void)ord, (void)n_ord;
+    if (!c->plan->distributed_optimizer || c->plan->fsdp != MG_FSDP_NONE || gdp(c) == 1) return MG_OK;
     dist_opt *d = calloc(1, sizeof *d);
     int nt = mg_graph_n_tensors(c->L);
     if (!d) return part_fail(c, MG_ERR_NOMEM, "distributed optimizer: out of memory");
-    c->dopt = d;
+    c->axis[PART_DOPT] = d;
     d->param_of = malloc((size_t)nt * sizeof *d->param_of);
     d->params = calloc((size_t)nt, sizeof *d->params);
     d->buckets = calloc((size_t)nt + 1, sizeof *d->buckets);
@@ -89,20 +95,20 @@ int dopt_init(part_ctx *c) {
         b->count++;
     }
     for (int i = 0; i < d->n_buckets; i++)
-        d->buckets[i].padded = (d->buckets[i].numel + c->gdp - 1) / c->gdp * c->gdp;
+        d->buckets[i].padded = (d->buckets[i].numel + gdp(c) - 1) / gdp(c) * gdp(c);
     return MG_OK;
 }
 
-bool dopt_has_param(const part_ctx *c, int pid) { return c->dopt && pid >= 0 && c->dopt->param_of[pid] >= 0; }
+bool dopt_has_param(const part_ctx *c, int pid) { return dopt(c) && pid >= 0 && dopt(c)->param_of[pid] >= 0; }
 
-void dopt_free(part_ctx *c) {
-    dist_opt *d = c->dopt;
+static void dopt_release(part_ctx *c) {
+    dist_opt *d = dopt(c);
     if (!d) return;
     free(d->params);
     free(d->param_of);
     free(d->buckets);
     free(d);
-    c->dopt = NULL;
+    c->axis[PART_DOPT] = NULL;
 }
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -117,8 +123,8 @@ static void name_bucket(part_ctx *c, mg_tensor *t, const char *fmt, int bucket) 
     part_rename(c, t, nm);
 }
 
-static int64_t range_lo(const part_ctx *c, const dbucket *b) { return (int64_t)c->gdp_rank * (b->padded / c->gdp); }
-static int64_t range_hi(const part_ctx *c, const dbucket *b) { return range_lo(c, b) + b->padded / c->gdp; }
+static int64_t range_lo(const part_ctx *c, const dbucket *b) { return (int64_t)gdp_rank(c) * (b->padded / gdp(c)); }
+static int64_t range_hi(const part_ctx *c, const dbucket *b) { return range_lo(c, b) + b->padded / gdp(c); }
 
 /* This rank's segment of a parameter: [a, z) in bucket coordinates (a == z: none). */
 static void segment(const part_ctx *c, const dist_opt *d, const dparam *p, int64_t *a, int64_t *z) {
@@ -131,7 +137,7 @@ static void segment(const part_ctx *c, const dist_opt *d, const dparam *p, int64
 
 /* ---- gradients: bucket reduce-scatter --------------------------------------------------------------- */
 static int bucket_reduce(part_ctx *c, int bi) {
-    dist_opt *d = c->dopt;
+    dist_opt *d = dopt(c);
     dbucket *b = &d->buckets[bi];
     mg_tensor *acc = NULL;
     int k = 0;
@@ -155,7 +161,7 @@ static int bucket_reduce(part_ctx *c, int bi) {
         return part_graph_error(c);
     }
     if (acc->src && acc->src->op == MG_OP_CONCAT) name_bucket(c, acc, "grad_bucket%d", bi);
-    b->shard_grad = mg_reduce_scatter(c->P, acc, c->grad_group, c->gdp, 0, c->seq++);
+    b->shard_grad = mg_reduce_scatter(c->P, acc, dp_grad_group(c), gdp(c), 0, c->seq++);
     if (!b->shard_grad) {
         return part_graph_error(c);
     }
@@ -163,8 +169,9 @@ static int bucket_reduce(part_ctx *c, int bi) {
     return MG_OK;
 }
 
-int dopt_after_node(part_ctx *c, const mg_node *n) {
-    dist_opt *d = c->dopt;
+static int dopt_after(part_ctx *c, const mg_node *n) {
+    dist_opt *d = dopt(c);
+    if (!d) return MG_OK;
     for (int j = 0; j < n->n_out; j++) {
         const mg_tensor *lo = n->out[j];
         int pid = c->final_grad_of[lo->id];
@@ -173,7 +180,7 @@ int dopt_after_node(part_ctx *c, const mg_node *n) {
         if (k < 0) continue;
         part_enter_step_context(c); /* reduced once per step, after the last micro-batch */
         dparam *p = &d->params[k];
-        mg_sharding want = c->tp > 1 ? part_state(c, p->p) : sh_full();
+        mg_sharding want = part_size(c, MG_GROUP_TP) > 1 ? part_state(c, p->p) : sh_full();
         /* whole over tp in the parameter's state; still a share over dp */
         p->grad = part_get(c, lo, want);
         if (!p->grad) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
@@ -188,7 +195,7 @@ int dopt_after_node(part_ctx *c, const mg_node *n) {
 
 /* ---- sum of squares over this rank's ranges -------------------------------------------------------------- */
 static int dopt_sumsq(part_ctx *c, const mg_node *n) {
-    dist_opt *d = c->dopt;
+    dist_opt *d = dopt(c);
     const mg_tensor *g = n->in[0];
     int pid = c->final_grad_of[g->id];
     int k = pid >= 0 ? d->param_of[pid] : -1;
@@ -197,9 +204,9 @@ static int dopt_sumsq(part_ctx *c, const mg_node *n) {
     dbucket *b = &d->buckets[p->bucket];
     int64_t a, z;
     segment(c, d, p, &a, &z);
-    mg_sharding ps = c->tp > 1 ? part_state(c, p->p) : sh_full();
+    mg_sharding ps = part_size(c, MG_GROUP_TP) > 1 ? part_state(c, p->p) : sh_full();
     /* a tensor-parallel replicated parameter is counted on tp rank 0 only */
-    bool count = z > a && !(c->tp > 1 && ps.kind == MG_SHARD_FULL && c->tp_rank != 0);
+    bool count = z > a && !(part_size(c, MG_GROUP_TP) > 1 && ps.kind == MG_SHARD_FULL && part_coord(c, MG_GROUP_TP) != 0);
     mg_tensor *out;
     if (count) {
         mg_tensor *seg = mg_slice(c->P, b->shard_grad, 0, a - range_lo(c, b), z - a);
@@ -214,9 +221,9 @@ static int dopt_sumsq(part_ctx *c, const mg_node *n) {
     /* a share of the sum over dp (x cp: the ranges are cut over both), and over tp
      * where tp splits parameters */
     mg_placement os = mg_placement_full();
-    if (c->tp > 1) os.ax[MG_GROUP_TP] = sh_partial();
+    if (part_size(c, MG_GROUP_TP) > 1) os.ax[MG_GROUP_TP] = sh_partial();
     os.ax[MG_GROUP_DP] = mg_place_partial(MG_GROUP_DP);
-    if (c->grad_group == MG_GROUP_DP_CP) os.ax[MG_GROUP_CP] = mg_place_partial(MG_GROUP_CP);
+    if (dp_grad_group(c) == MG_GROUP_DP_CP) os.ax[MG_GROUP_CP] = mg_place_partial(MG_GROUP_CP);
     part_set_identity(c, out, n->out[0], &os);
     c->st[n->out[0]->id] = (pt){out, os};
     return 1;
@@ -224,9 +231,9 @@ static int dopt_sumsq(part_ctx *c, const mg_node *n) {
 
 /* ---- AdamW on segments; parameter all-gather per bucket ------------------------------------------------------- */
 static int bucket_gather(part_ctx *c, int bi) {
-    dist_opt *d = c->dopt;
+    dist_opt *d = dopt(c);
     dbucket *b = &d->buckets[bi];
-    int64_t S = b->padded / c->gdp, covered = 0;
+    int64_t S = b->padded / gdp(c), covered = 0;
     mg_tensor **segs = malloc(((size_t)b->count + 1) * sizeof *segs);
     if (!segs) return part_fail(c, MG_ERR_NOMEM, "distributed optimizer: out of memory");
     int k = 0;
@@ -243,7 +250,7 @@ static int bucket_gather(part_ctx *c, int bi) {
     }
     mg_tensor *shard = k == 1 ? segs[0] : mg_concat(c->P, k, segs, 0);
     free(segs);
-    mg_tensor *full = shard ? mg_allgather(c->P, shard, c->grad_group, c->gdp, 0, c->seq++) : NULL;
+    mg_tensor *full = shard ? mg_allgather(c->P, shard, dp_grad_group(c), gdp(c), 0, c->seq++) : NULL;
     if (!full) {
         return part_graph_error(c);
     }
@@ -288,19 +295,19 @@ static mg_tensor *moment_segment(part_ctx *c, const mg_tensor *lm, mg_sharding t
     t->place = mg_placement_full();
     t->place.ax[MG_GROUP_TP] = tp_state;
     t->place.ax[MG_GROUP_DP] = mg_place_split(MG_GROUP_DP, 0);
-    if (c->grad_group == MG_GROUP_DP_CP) t->place.ax[MG_GROUP_CP] = mg_place_split(MG_GROUP_CP, 0);
+    if (dp_grad_group(c) == MG_GROUP_DP_CP) t->place.ax[MG_GROUP_CP] = mg_place_split(MG_GROUP_CP, 0);
     return t;
 }
 
 static int dopt_adamw(part_ctx *c, const mg_node *n) {
-    dist_opt *d = c->dopt;
+    dist_opt *d = dopt(c);
     int k = d->param_of[n->in[0]->id];
     if (k < 0) return 0;
     dparam *p = &d->params[k];
     dbucket *b = &d->buckets[p->bucket];
     int64_t a, z;
     segment(c, d, p, &a, &z);
-    mg_sharding ps = c->tp > 1 ? part_state(c, p->p) : sh_full();
+    mg_sharding ps = part_size(c, MG_GROUP_TP) > 1 ? part_state(c, p->p) : sh_full();
     mg_tensor *pp = part_get(c, p->p, ps);
     mg_tensor *lr = part_get_dp_full(c, n->in[4], sh_full()), *coef = part_get_dp_full(c, n->in[5], sh_full());
     mg_tensor *wd = n->n_in > 6 ? part_get_dp_full(c, n->in[6], sh_full()) : NULL; /* a scheduled decay */
@@ -336,8 +343,12 @@ static int dopt_adamw(part_ctx *c, const mg_node *n) {
     return 1;
 }
 
-int dopt_partition_node(part_ctx *c, const mg_node *n) {
-    if (n->op == MG_OP_SUMSQ) return dopt_sumsq(c, n);
-    if (n->op == MG_OP_ADAMW) return dopt_adamw(c, n);
-    return 0;
+/* The gradient norm's sum of squares and AdamW of the bucketed parameters. */
+static int dopt_node(part_ctx *c, const mg_node *n) {
+    if (!dopt(c)) return PART_NEXT;
+    int h = n->op == MG_OP_SUMSQ ? dopt_sumsq(c, n) : n->op == MG_OP_ADAMW ? dopt_adamw(c, n) : 0;
+    return h < 0 ? h : h ? PART_DONE : PART_NEXT;
 }
+
+const part_axis part_axis_dopt = {
+    .name = "dist_opt", .init = dopt_init, .release = dopt_release, .node = dopt_node, .after = dopt_after};

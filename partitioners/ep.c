@@ -30,7 +30,8 @@
  * Gradients of expert weights are sums over the micro-batches of the whole ep group
  * already (the dispatch brought their tokens); what remains is the sum over the ranks
  * holding the same experts: the expert-data-parallel group edp (dp x cp / ep ranks),
- * not dp (ep_convert). The gradient norm adds the expert blocks' sum of squares over ep
+ * not dp: their placement is on the experts' axes (ep split, etp, edp), and data
+ * parallelism sums their shares over edp (dp.c). The gradient norm adds the expert blocks' sum of squares over ep
  * (ep_sumsq). With the distributed optimizer, only dense parameters go into its buckets
  * (dist_opt.c); expert weights keep the plain step (edp all-reduce, AdamW on the block,
  * moments whole on each edp replica). Expert tensor parallelism is 1: under tp, every tp rank runs the whole
@@ -50,7 +51,10 @@ typedef struct ep_route {
 
 struct ep_state {
     int ep, ep_rank, edp;
+    int etp;                       /* expert tensor parallelism: the experts' rows / columns over etp (1: whole) */
     unsigned char *side;           /* [n logical]: held dispatched (expert side) */
+    mg_sharding *side_etp;         /* [n logical]: a dispatched tensor's state over etp */
+    mg_tensor **side_full;         /* [n logical]: its whole copy over etp, once made */
     mg_tensor **combined;          /* [n logical]: the token-side copy of a dispatched tensor */
     ep_route *routes;
     int n_routes, cap_routes;
@@ -62,7 +66,10 @@ bool ep_is_expert_param(const mg_tensor *lt) {
     return lt->role == MG_ROLE_PARAM && lt->ndim == 3 && mg_layout_is_expert(lt->layout);
 }
 
-int ep_init(part_ctx *c) {
+static struct ep_state *eps(const part_ctx *c) { return c->axis[PART_EP]; }
+
+static int ep_init(part_ctx *c, mg_node *const *ord, int n_ord) {
+    (void)ord, (void)n_ord;
     int ep = c->mesh->size[MG_GROUP_EP];
     if (ep <= 1) return MG_OK;
     if (c->mesh->size[MG_GROUP_CP] > 1)
@@ -72,16 +79,19 @@ int ep_init(part_ctx *c) {
     if (s) {
         s->side = calloc((size_t)nt + 1, 1);
         s->combined = calloc((size_t)nt + 1, sizeof *s->combined);
+        s->side_etp = calloc((size_t)nt + 1, sizeof *s->side_etp);
+        s->side_full = calloc((size_t)nt + 1, sizeof *s->side_full);
     }
-    if (!s || !s->side || !s->combined) {
-        if (s) free(s->side), free(s->combined);
+    if (!s || !s->side || !s->combined || !s->side_etp || !s->side_full) {
+        if (s) free(s->side), free(s->combined), free(s->side_etp), free(s->side_full);
         free(s);
         return part_fail(c, MG_ERR_NOMEM, "partitioning: out of memory");
     }
     s->ep = ep;
     s->ep_rank = c->mesh->coord[MG_GROUP_EP];
     s->edp = c->mesh->size[MG_GROUP_EDP];
-    c->ep = s;
+    s->etp = mg_plan_expert_tp(c->plan) ? c->mesh->size[MG_GROUP_ETP] : 1;
+    c->axis[PART_EP] = s;
     /* every expert weight must split evenly */
     for (int i = 0; i < nt; i++) {
         const mg_tensor *t = mg_graph_tensor(c->L, i);
@@ -93,44 +103,31 @@ int ep_init(part_ctx *c) {
     return MG_OK;
 }
 
-void ep_free(part_ctx *c) {
-    if (!c->ep) return;
-    free(c->ep->side);
-    free(c->ep->combined);
-    free(c->ep->routes);
-    free(c->ep);
-    c->ep = NULL;
+static void ep_release(part_ctx *c) {
+    struct ep_state *s = eps(c);
+    if (!s) return;
+    free(s->side);
+    free(s->combined);
+    free(s->side_etp);
+    free(s->side_full);
+    free(s->routes);
+    free(s);
+    c->axis[PART_EP] = NULL;
 }
 
-void ep_leaf_placement(const part_ctx *c, const mg_tensor *lt, mg_placement *p) {
-    if (c->ep && ep_is_expert_param(lt)) p->ax[MG_GROUP_EP] = ep_split(0);
-}
-
-/* The sum of an expert gradient over the data-parallel ranks is its sum over edp: the
- * ranks of dp that hold other experts contributed to this block through the dispatch
- * already. convert() asks ep_sums_over_edp first and caches what ep_edp_sum returns. */
-bool ep_sums_over_edp(const part_ctx *c, const mg_placement *cur, const mg_placement *to) {
-    return c->ep && cur->ax[MG_GROUP_EP].kind == MG_SHARD_SPLIT && cur->ax[MG_GROUP_DP].kind == MG_SHARD_PARTIAL &&
-           to->ax[MG_GROUP_DP].kind == MG_SHARD_FULL;
-}
-
-mg_tensor *ep_edp_sum(part_ctx *c, const mg_tensor *lt, mg_tensor *x, const mg_placement *summed) {
-    if (c->ep->edp == 1) return x; /* the ep group is the whole of dp: nothing left to sum */
-    mg_tensor *y = mg_allreduce(c->P, x, MG_GROUP_EDP, c->ep->edp, MG_REDUCE_SUM, c->seq++);
-    if (!y) return NULL;
-    char nm[512];
-    snprintf(nm, sizeof nm, "%s@edp_allreduce", lt->name);
-    for (int k = 1; mg_graph_find(c->P, nm); k++) snprintf(nm, sizeof nm, "%s@edp_allreduce%d", lt->name, k);
-    part_rename(c, y, nm);
-    part_set_identity(c, y, lt, summed);
-    return y;
+static void ep_leaf(const part_ctx *c, const mg_tensor *lt, mg_placement *p) {
+    const struct ep_state *s = eps(c);
+    if (!s || !ep_is_expert_param(lt)) return;
+    p->ax[MG_GROUP_EP] = ep_split(0);
+    if (s->etp > 1) /* Megatron's grouped column- / row-parallel linears over the expert tensor group */
+        p->ax[MG_GROUP_ETP] = mg_place_split(MG_GROUP_ETP, lt->layout == MG_LAYOUT_EXPERT_COLUMN ? 1 : 2);
 }
 
 /* ---- binding dispatched tensors ------------------------------------------------------- */
 /* Makes po (dispatched rows or local counts) the value of logical lo on this rank. Its
  * placement only says "expert side" (ep split on dim 0); its shape is the dispatched
  * bound, which no placement derives. */
-static void bind_side(part_ctx *c, const mg_tensor *lo, mg_tensor *po) {
+static void bind_side_as(part_ctx *c, const mg_tensor *lo, mg_tensor *po, mg_sharding etp) {
     mg_tensor *other = mg_graph_find(c->P, lo->name);
     if (other && other != po) {
         char nm[512];
@@ -141,24 +138,70 @@ static void bind_side(part_ctx *c, const mg_tensor *lo, mg_tensor *po) {
     part_rename(c, po, lo->name);
     mg_placement pl = mg_placement_full();
     pl.ax[MG_GROUP_EP] = ep_split(0);
+    pl.ax[MG_GROUP_ETP] = etp;
     po->logical = lo->logical;
     for (int i = 0; i < MG_MAX_DIMS; i++) po->logical.offset[i] = 0;
     po->place = pl;
     po->role = lo->role;
     po->persistent = false;
     c->st[lo->id] = (pt){po, pl};
-    c->ep->side[lo->id] = 1;
+    eps(c)->side[lo->id] = 1;
+    eps(c)->side_etp[lo->id] = etp;
+    eps(c)->side_full[lo->id] = NULL;
+}
+
+static void bind_side(part_ctx *c, const mg_tensor *lo, mg_tensor *po) {
+    bind_side_as(c, lo, po, mg_place_full(MG_GROUP_ETP));
+}
+
+/* Dispatched tensor lt in state `want` over the expert tensor group: an all-reduce (a
+ * partial sum), an all-gather or a slice of the rows' columns. */
+static mg_tensor *side_get(part_ctx *c, const mg_tensor *lt, mg_sharding want) {
+    struct ep_state *s = eps(c);
+    mg_sharding have = s->side_etp[lt->id];
+    mg_tensor *x = c->st[lt->id].t, *y = NULL;
+    if (mg_sharding_eq(have, want)) return x;
+    if (want.kind == MG_SHARD_FULL && s->side_full[lt->id]) return s->side_full[lt->id];
+    const char *what = "etp";
+    if (have.kind != MG_SHARD_FULL && want.kind != MG_SHARD_FULL) { /* through whole */
+        x = side_get(c, lt, mg_place_full(MG_GROUP_ETP));
+        have = mg_place_full(MG_GROUP_ETP);
+        if (!x) return NULL;
+    }
+    if (have.kind == MG_SHARD_PARTIAL) {
+        y = mg_allreduce(c->P, x, MG_GROUP_ETP, s->etp, MG_REDUCE_SUM, c->seq++), what = "etp_allreduce";
+    } else if (have.kind == MG_SHARD_SPLIT) {
+        y = mg_allgather(c->P, x, MG_GROUP_ETP, s->etp, have.dim, c->seq++), what = "etp_allgather";
+    } else if (want.kind == MG_SHARD_SPLIT) {
+        int64_t len = x->shape[want.dim] / s->etp;
+        y = mg_slice(c->P, x, want.dim, (int64_t)part_coord(c, MG_GROUP_ETP) * len, len), what = "etp_slice";
+    } else { /* whole -> partial: the value on index 0 */
+        y = part_coord(c, MG_GROUP_ETP) == 0 ? x : mg_zeros(c->P, x->dtype, x->ndim, x->shape), what = "etp_zero";
+    }
+    if (!y) {
+        part_graph_error(c);
+        return NULL;
+    }
+    if (y != x) {
+        char nm[512];
+        snprintf(nm, sizeof nm, "%s@%s", lt->name, what);
+        for (int k = 1; mg_graph_find(c->P, nm); k++) snprintf(nm, sizeof nm, "%s@%s%d", lt->name, what, k);
+        part_rename(c, y, nm);
+        y->logical = lt->logical;
+    }
+    if (want.kind == MG_SHARD_FULL) s->side_full[lt->id] = y;
+    return y;
 }
 
 static ep_route *find_route(part_ctx *c, int map_lid) {
-    for (int i = 0; i < c->ep->n_routes; i++)
-        if (c->ep->routes[i].map_lid == map_lid) return &c->ep->routes[i];
+    for (int i = 0; i < eps(c)->n_routes; i++)
+        if (eps(c)->routes[i].map_lid == map_lid) return &eps(c)->routes[i];
     return NULL;
 }
 
 /* moe_permute: the local permutation, then the rows go to their experts' owners. */
 static int dispatch_node(part_ctx *c, const mg_node *n) {
-    struct ep_state *s = c->ep;
+    struct ep_state *s = eps(c);
     mg_tensor *in[3];
     for (int i = 0; i < n->n_in; i++)
         if (!(in[i] = part_get(c, n->in[i], sh_full()))) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
@@ -201,7 +244,7 @@ static int dispatch_node(part_ctx *c, const mg_node *n) {
 
 /* The token-side copy of dispatched logical tensor lt (routed by map): the combine. */
 static mg_tensor *combined(part_ctx *c, const mg_tensor *lt, const mg_tensor *map) {
-    struct ep_state *s = c->ep;
+    struct ep_state *s = eps(c);
     if (s->combined[lt->id]) return s->combined[lt->id];
     ep_route *r = find_route(c, map->id);
     if (!r) {
@@ -209,8 +252,9 @@ static mg_tensor *combined(part_ctx *c, const mg_tensor *lt, const mg_tensor *ma
                   lt->name, map->name);
         return NULL;
     }
-    mg_tensor *y = mg_alltoallv(c->P, c->st[lt->id].t, r->counts, r->splits, MG_GROUP_EP, s->ep, true, lt->shape[0],
-                                c->seq++);
+    mg_tensor *x = side_get(c, lt, mg_place_full(MG_GROUP_ETP)); /* (summed over etp before it goes back) */
+    mg_tensor *y = x ? mg_alltoallv(c->P, x, r->counts, r->splits, MG_GROUP_EP, s->ep, true, lt->shape[0], c->seq++)
+                     : NULL;
     if (!y) {
         part_graph_error(c);
         return NULL;
@@ -229,12 +273,13 @@ static mg_tensor *combined(part_ctx *c, const mg_tensor *lt, const mg_tensor *ma
 static int combine_node(part_ctx *c, const mg_node *n) {
     mg_tensor *in[3];
     for (int i = 0; i < n->n_in; i++) {
-        in[i] = c->ep->side[n->in[i]->id] ? combined(c, n->in[i], n->in[1]) : part_get(c, n->in[i], sh_full());
+        in[i] = eps(c)->side[n->in[i]->id] ? combined(c, n->in[i], n->in[1]) : part_get(c, n->in[i], sh_full());
         if (!in[i]) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
     }
     mg_sharding outs[MG_SHARD_MAX_IO];
     for (int j = 0; j < n->n_out; j++) outs[j] = sh_full();
-    return part_emit(c, n, in, &n->attrs, outs) ? MG_OK : (c->err->code ? c->err->code : MG_ERR_RUNTIME);
+    (void)outs; /* (every output whole: the default) */
+    return part_emit(c, n, in, &n->attrs) ? MG_OK : part_status(c);
 }
 
 /* An op of the expert region: on the dispatched rows and the local experts' weights. */
@@ -250,11 +295,37 @@ static int expert_node(part_ctx *c, const mg_node *n) {
                          "expert parallelism: op %s (node '%s') inside the expert region is not supported",
                          mg_op_name(n->op), n->out[0]->name);
     }
+    struct ep_state *s = eps(c);
+    if (n->n_in > MG_SHARD_MAX_IO || n->n_out > MG_SHARD_MAX_IO)
+        return part_fail(c, MG_ERR_UNSUPPORTED, "partitioning: %s has too many inputs", mg_op_name(n->op));
+    /* over the expert tensor group: the op's own rule (grouped column / row-parallel
+     * matmuls, pointwise activations; swiglu gathers its halves) */
+    mg_shard_io io;
+    memset(&io, 0, sizeof io);
+    for (int i = 0; i < n->n_in; i++) {
+        const mg_tensor *lt = n->in[i];
+        io.in[i] = s->side[lt->id] ? s->side_etp[lt->id] : part_placement(c, lt)->ax[MG_GROUP_ETP];
+        io.in[i].group = MG_GROUP_NONE;
+    }
+    if (c->err->code) return c->err->code;
+    if (s->etp > 1) {
+        mg_shard_ctx sc = {s->etp, false};
+        int rc = mg_op_def_get(n->op)->shard(n, &sc, &io, c->err);
+        if (rc) return rc;
+        if (io.expand || io.count_once)
+            return part_fail(c, MG_ERR_UNSUPPORTED, "expert tensor parallelism: op %s (node '%s') is not supported",
+                             mg_op_name(n->op), n->out[0]->name);
+    } else {
+        for (int i = 0; i < n->n_in; i++) io.want[i] = mg_place_full(MG_GROUP_NONE);
+        for (int j = 0; j < n->n_out; j++) io.out[j] = mg_place_full(MG_GROUP_NONE);
+    }
     mg_tensor *in[MG_SHARD_MAX_IO];
     for (int i = 0; i < n->n_in; i++) {
         const mg_tensor *lt = n->in[i];
-        if (c->ep->side[lt->id]) {
-            in[i] = c->st[lt->id].t;
+        mg_sharding want = io.want[i];
+        want.group = MG_GROUP_ETP;
+        if (s->side[lt->id]) {
+            if (!(in[i] = side_get(c, lt, want))) return part_status(c);
             continue;
         }
         const mg_placement *pl = part_placement(c, lt);
@@ -264,51 +335,45 @@ static int expert_node(part_ctx *c, const mg_node *n) {
                              "expert weight",
                              n->out[0]->name, mg_op_name(n->op), lt->name);
         mg_placement w = *pl;
-        w.ax[MG_GROUP_TP] = sh_full(); /* expert tensor parallelism 1 */
-        if (!(in[i] = part_get_pl(c, lt, &w))) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
+        w.ax[MG_GROUP_TP] = sh_full(); /* (the experts' own tensor parallelism is etp's) */
+        w.ax[MG_GROUP_ETP] = want;
+        if (!(in[i] = part_get_pl(c, lt, &w))) return part_status(c);
     }
     mg_node *nd = part_emit_aux(c, n, n->op, &n->attrs, n->n_in, in, n->out[0]->name);
-    if (!nd) return c->err->code ? c->err->code : part_graph_error(c);
+    if (!nd) return part_status(c);
     for (int j = 0; j < n->n_out; j++) {
+        mg_sharding out = io.out[j];
+        out.group = MG_GROUP_ETP;
         if (n->op == MG_OP_MOE_GROUPED_MATMUL_DW) { /* the local experts' weight gradient */
-            mg_placement pl = c->node_pl;
+            mg_placement pl = c->out[j];
             pl.ax[MG_GROUP_TP] = sh_full();
             pl.ax[MG_GROUP_EP] = ep_split(0);
+            pl.ax[MG_GROUP_ETP] = out;
             if (part_bind(c, n, n->out[j], nd->out[j], &pl)) return c->err->code;
         } else {
-            bind_side(c, n->out[j], nd->out[j]);
+            bind_side_as(c, n->out[j], nd->out[j], out);
         }
     }
     return MG_OK;
 }
 
 /* ---- the expert weights' optimizer step and gradient norm ------------------------------- */
-/* A leaf created on first use (accumulator, Adam moment) in the placement of `like`. */
-static int leaf_like(part_ctx *c, const mg_tensor *leaf, const mg_tensor *like) {
-    pt *p = &c->st[leaf->id];
-    if (p->t || leaf->src) return MG_OK;
-    p->pl = mg_placement_full();
-    const mg_placement *lp = part_placement(c, like);
-    p->pl.ax[MG_GROUP_TP] = lp->ax[MG_GROUP_TP];
-    p->pl.ax[MG_GROUP_EP] = lp->ax[MG_GROUP_EP];
-    p->t = part_make_leaf(c, leaf, &p->pl);
-    if (!p->t) return c->err->code ? c->err->code : part_graph_error(c);
-    return MG_OK;
-}
-
 /* The gradient norm's sum of squares: the expert blocks' part summed over ep, the rest
  * as the tensor-parallel rule says (partial over tp, replicated inputs counted by tp
  * index 0). */
 static int ep_sumsq(part_ctx *c, const mg_node *n) {
     mg_tensor *dense[MG_SHARD_MAX_IO], *expert[MG_SHARD_MAX_IO];
-    int nd = 0, ne = 0;
+    int nd = 0, ne = 0, tp = part_size(c, MG_GROUP_TP);
     if (n->n_in > MG_SHARD_MAX_IO) return part_fail(c, MG_ERR_UNSUPPORTED, "partitioning: sumsq has too many inputs");
     for (int i = 0; i < n->n_in; i++) {
         const mg_tensor *lt = n->in[i];
         mg_placement w = *part_placement(c, lt);
         if (c->err->code) return c->err->code;
         if (w.ax[MG_GROUP_TP].kind == MG_SHARD_PARTIAL) w.ax[MG_GROUP_TP] = sh_full();
-        if (c->tp > 1 && w.ax[MG_GROUP_TP].kind == MG_SHARD_FULL && c->tp_rank != 0) continue; /* counted once */
+        /* counted once: replicated over tp, by tp rank 0 (a block split over etp, the tp group, by all) */
+        if (tp > 1 && w.ax[MG_GROUP_TP].kind == MG_SHARD_FULL && w.ax[MG_GROUP_ETP].kind != MG_SHARD_SPLIT &&
+            part_coord(c, MG_GROUP_TP) != 0)
+            continue;
         bool ex = w.ax[MG_GROUP_EP].kind == MG_SHARD_SPLIT;
         if (!ex) w.ax[MG_GROUP_EP] = mg_place_full(MG_GROUP_EP);
         mg_tensor *t = part_get_pl(c, lt, &w);
@@ -327,13 +392,14 @@ static int ep_sumsq(part_ctx *c, const mg_node *n) {
     if (ne) {
         snprintf(nm, sizeof nm, "%s@experts", n->out[0]->name);
         mg_node *b = part_emit_aux(c, n, MG_OP_SUMSQ, &n->attrs, ne, expert, nm);
-        if (!b || !(se = mg_allreduce(c->P, b->out[0], MG_GROUP_EP, c->ep->ep, MG_REDUCE_SUM, c->seq++)))
+        if (!b || !(se = mg_allreduce(c->P, b->out[0], MG_GROUP_EP, eps(c)->ep, MG_REDUCE_SUM, c->seq++)))
             return c->err->code ? c->err->code : part_graph_error(c);
         sum = sum ? mg_add(c->P, sum, se) : se;
     }
     if (!sum) sum = mg_zeros(c->P, n->out[0]->dtype, n->out[0]->ndim, n->out[0]->shape);
     if (!sum) return part_graph_error(c);
-    mg_placement pl = part_node_pl(c, c->tp > 1 ? sh_partial() : sh_full());
+    mg_placement pl = c->out[0];
+    pl.ax[MG_GROUP_TP] = tp > 1 ? sh_partial() : sh_full();
     pl.ax[MG_GROUP_EP] = mg_place_full(MG_GROUP_EP);
     return part_bind(c, n, n->out[0], sum, &pl);
 }
@@ -347,26 +413,43 @@ static bool ep_split_in(part_ctx *c, const mg_tensor *lt) {
 /* Nodes outside the expert region that touch expert weights: the gradient accumulation,
  * its reduction, AdamW (all on the block: ep state of the output = the block's) and the
  * gradient norm. Anything else mixing a block with other values is refused. */
-static int ep_axis_node(part_ctx *c, const mg_node *n, int *handled) {
+static int ep_axis_node(part_ctx *c, const mg_node *n) {
     if (n->op == MG_OP_ACCUMULATE && n->n_in == 2 && ep_split_in(c, n->in[1])) {
-        int rc = leaf_like(c, n->in[0], n->in[1]);
+        const mg_tensor *w = n->in[0]->state_of;
+        if (w && ep_is_expert_param(w)) {
+            /* a micro-batch's expert gradient in its weight's etp block: a weight gradient
+             * computed whole over etp (from inputs the rules gathered: SwiGLU's halves) is
+             * sliced to it before the accumulator is made like it */
+            mg_sharding we = part_placement(c, w)->ax[MG_GROUP_ETP];
+            const mg_placement *gp = part_placement(c, n->in[1]);
+            if (c->err->code) return c->err->code;
+            if (!sh_eq(gp->ax[MG_GROUP_ETP], we)) {
+                mg_placement to = *gp;
+                to.ax[MG_GROUP_ETP] = we;
+                mg_tensor *g = part_get_pl(c, n->in[1], &to);
+                if (!g) return part_status(c);
+                c->st[n->in[1]->id] = (pt){g, to};
+            }
+        }
+        int rc = part_state_leaves(c, n); /* the accumulator: the block's */
         if (rc) return rc;
-        c->node_pl.ax[MG_GROUP_EP] = part_placement(c, n->in[1])->ax[MG_GROUP_EP];
-        return MG_OK;
+        part_out_all(c, n, MG_GROUP_EP, part_placement(c, n->in[1])->ax[MG_GROUP_EP]);
+        part_out_all(c, n, MG_GROUP_ETP, part_placement(c, n->in[1])->ax[MG_GROUP_ETP]);
+        return PART_NEXT;
     }
     if (n->op == MG_OP_ADAMW && ep_split_in(c, n->in[0])) {
-        int rc = leaf_like(c, n->in[2], n->in[0]);
-        if (!rc) rc = leaf_like(c, n->in[3], n->in[0]);
+        int rc = part_state_leaves(c, n); /* the moments: the block's */
         if (rc) return rc;
-        c->node_pl.ax[MG_GROUP_EP] = part_placement(c, n->in[0])->ax[MG_GROUP_EP];
-        return MG_OK;
+        part_out_all(c, n, MG_GROUP_EP, part_placement(c, n->in[0])->ax[MG_GROUP_EP]);
+        part_out_all(c, n, MG_GROUP_ETP, part_placement(c, n->in[0])->ax[MG_GROUP_ETP]);
+        return PART_NEXT;
     }
     bool any = false;
     for (int i = 0; i < n->n_in; i++) any |= ep_split_in(c, n->in[i]);
-    if (!any) return c->err->code;
+    if (!any) return c->err->code ? c->err->code : PART_NEXT;
     if (n->op == MG_OP_SUMSQ) {
-        *handled = 1;
-        return ep_sumsq(c, n);
+        int rc = ep_sumsq(c, n);
+        return rc ? rc : PART_DONE;
     }
     /* elementwise on blocks of one shape (scalars replicated): the output is a block too */
     mg_sharding s = mg_place_full(MG_GROUP_EP);
@@ -380,20 +463,24 @@ static int ep_axis_node(part_ctx *c, const mg_node *n, int *handled) {
                              mg_op_name(n->op), n->out[0]->name);
         s = si;
     }
-    c->node_pl.ax[MG_GROUP_EP] = s;
-    return MG_OK;
+    part_out_all(c, n, MG_GROUP_EP, s);
+    for (int i = 0; i < n->n_in; i++) /* (a block's etp state, which blocks of one shape share) */
+        if (part_placement(c, n->in[i])->ax[MG_GROUP_EP].kind == MG_SHARD_SPLIT)
+            part_out_all(c, n, MG_GROUP_ETP, part_placement(c, n->in[i])->ax[MG_GROUP_ETP]);
+    return PART_NEXT;
 }
 
-int ep_partition_node(part_ctx *c, const mg_node *n, int *handled) {
-    *handled = 0;
-    if (!c->ep) return MG_OK;
+static int ep_node(part_ctx *c, const mg_node *n) {
+    struct ep_state *s = eps(c);
+    if (!s) return PART_NEXT;
     bool side = false;
-    for (int i = 0; i < n->n_in; i++) side |= c->ep->side[n->in[i]->id] != 0;
+    for (int i = 0; i < n->n_in; i++) side |= s->side[n->in[i]->id] != 0;
     int rc;
     if (n->op == MG_OP_MOE_PERMUTE) rc = dispatch_node(c, n);
     else if (side && (n->op == MG_OP_MOE_UNPERMUTE || n->op == MG_OP_MOE_ROW_DOT)) rc = combine_node(c, n);
     else if (side) rc = expert_node(c, n);
-    else return ep_axis_node(c, n, handled);
-    *handled = 1;
-    return rc;
+    else return ep_axis_node(c, n);
+    return rc ? rc : PART_DONE;
 }
+
+const part_axis part_axis_ep = {.name = "ep", .init = ep_init, .release = ep_release, .leaf = ep_leaf, .node = ep_node};

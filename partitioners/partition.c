@@ -2,10 +2,13 @@
  *
  * Nodes are visited in the logical graph's deterministic topological order, which
  * every rank shares, so collectives get the same relative order on every rank of a
- * group by construction (their `seq`). For each node: data parallelism first (is the
- * node this rank's? are its inputs partial sums over dp?), then the tensor-parallel
- * rules choose states, conversions are inserted, and the physical node is emitted
- * with the logical node's names, scope, phase and micro-batch.
+ * group by construction (their `seq`). Each node is offered to the axes of the table
+ * below in turn (partitioners/README.md): each chooses the node's states on its axis
+ * (most by applying the op's sharding rule, part_apply_rule), or takes the node over.
+ * Then the inputs are converted to the states chosen (collectives over the axes that
+ * differ, outer to inner), and the physical node is emitted with the logical node's
+ * names, scope, phase and micro-batch. The axes' after hooks run last (reductions of
+ * finished gradients).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +16,14 @@
 #include <string.h>
 
 #include "partitioners/partition_internal.h"
+
+/* The axes, in the order they see each node (part_axis_id): the pipeline decides
+ * whether the node is this rank's at all, the optimizers take their nodes over, data,
+ * context and expert parallelism choose their states, tensor parallelism last. */
+static const part_axis *const axes[PART_N_AXES] = {
+    [PART_PP] = &part_axis_pp, [PART_DOPT] = &part_axis_dopt, [PART_FSDP] = &part_axis_fsdp, [PART_DP] = &part_axis_dp,
+    [PART_CP] = &part_axis_cp, [PART_EP] = &part_axis_ep,     [PART_TP] = &part_axis_tp,
+};
 
 int part_fail(part_ctx *c, int code, const char *fmt, ...) {
     if (c->err && c->err->code == MG_OK) {
@@ -34,10 +45,12 @@ int part_graph_error(part_ctx *c) {
 /* The per-node check: OK unless building the physical graph failed. */
 static int graph_failed(part_ctx *c) { return mg_graph_error(c->P)->code ? part_graph_error(c) : MG_OK; }
 
+int part_status(part_ctx *c) { return c->err->code ? c->err->code : part_graph_error(c); }
+
 /* ---- identities and shapes ------------------------------------------------------------ */
 /* Local shape of logical tensor lt placed as p (rules only choose placements that
  * divide: a failure here is the partitioner's bug, reported by part_bind's check). */
-static void local_shape(const part_ctx *c, const mg_tensor *lt, const mg_placement *p, int64_t *shape) {
+void part_local_shape(const part_ctx *c, const mg_tensor *lt, const mg_placement *p, int64_t *shape) {
     for (int i = 0; i < MG_MAX_DIMS; i++) shape[i] = lt->shape[i];
     mg_error e = {0};
     if (mg_placement_local(p, c->mesh, lt->ndim, lt->shape, shape, NULL, &e))
@@ -50,13 +63,6 @@ void part_set_identity(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const mg_
     mg_error e = {0};
     mg_placement_local(p, c->mesh, lt->ndim, lt->shape, NULL, t->logical.offset, &e);
     t->place = *p;
-}
-
-mg_placement part_node_pl(const part_ctx *c, mg_sharding s) {
-    mg_placement p = c->node_pl;
-    p.ax[MG_GROUP_TP] = c->tp > 1 ? s : sh_full();
-    if (c->cp_node) p.ax[MG_GROUP_CP] = c->cp_out[0]; /* the first output's (part_emit sets each) */
-    return p;
 }
 
 /* Runs `body` with no scope on the physical graph, so that names are absolute (the
@@ -85,8 +91,11 @@ mg_tensor *part_new_leaf(part_ctx *c, const char *name, mg_dtype dt, mg_role rol
 /* Aux and conversion nodes land in the scope, phase, micro-batch and model layer of
  * the logical node being partitioned. */
 void part_enter_node_context(part_ctx *c, const mg_node *n) {
-    c->node_pl = mg_placement_full();
-    c->cp_node = false;
+    for (int i = 0; i < MAXIO; i++) {
+        c->want_set[i] = 0;
+        c->out[i] = mg_placement_full();
+    }
+    for (int a = 0; a < MG_MESH_AXES; a++) c->count_once[a] = 0;
     mg_scope_set(c->P, n ? n->scope : "");
     c->cur_phase = n ? n->phase : MG_PHASE_FORWARD;
     mg_graph_set_phase(c->P, c->cur_phase);
@@ -103,10 +112,67 @@ void part_enter_step_context(part_ctx *c) {
     mg_graph_set_layer(c->P, MG_LAYER_NONE);
 }
 
+/* ---- what the axes choose for the node being partitioned --------------------------------------- */
+void part_want(part_ctx *c, int i, int a, mg_sharding s) {
+    if (i < 0 || i >= MAXIO || a < 0 || a >= MG_MESH_AXES) return;
+    s.group = (mg_group)a;
+    c->want[i].ax[a] = s;
+    c->want_set[i] |= 1u << a;
+}
+
+void part_out(part_ctx *c, int j, int a, mg_sharding s) {
+    if (j < 0 || j >= MAXIO || a < 0 || a >= MG_MESH_AXES) return;
+    s.group = (mg_group)a;
+    c->out[j].ax[a] = s;
+}
+
+void part_out_all(part_ctx *c, const mg_node *n, int a, mg_sharding s) {
+    for (int j = 0; j < n->n_out; j++) part_out(c, j, a, s);
+}
+
+int part_apply_rule(part_ctx *c, const mg_node *n, int a, const mg_sharding *in, bool seq_parallel, mg_shard_io *io) {
+    if (n->n_in > MAXIO || n->n_out > MAXIO)
+        return part_fail(c, MG_ERR_UNSUPPORTED, "partitioning: %s has too many inputs", mg_op_name(n->op));
+    memset(io, 0, sizeof *io);
+    for (int i = 0; i < n->n_in; i++) {
+        io->in[i] = in ? in[i] : part_placement(c, n->in[i])->ax[a];
+        io->in[i].group = MG_GROUP_NONE;
+    }
+    if (c->err->code) return c->err->code;
+    const mg_op_def *def = mg_op_def_get(n->op);
+    if (!def->shard) /* never a silent gather: an op the partitioner cannot place is an error */
+        return part_fail(c, MG_ERR_UNSUPPORTED,
+                         "partitioning over %s: op %s (node '%s') has no sharding rule (mg_op_def.shard in ops/)",
+                         mg_group_name((mg_group)a), mg_op_name(n->op), n->out[0]->name);
+    mg_shard_ctx sc = {part_size(c, (mg_group)a), seq_parallel};
+    int rc = def->shard(n, &sc, io, c->err);
+    if (rc) return rc;
+    for (int i = 0; i < n->n_in; i++) part_want(c, i, a, io->want[i]);
+    for (int j = 0; j < n->n_out; j++) part_out(c, j, a, io->out[j]);
+    c->count_once[a] = io->count_once;
+    return MG_OK;
+}
+
+bool part_op_linear(const mg_node *n) {
+    const mg_op_def *def = mg_op_def_get(n->op);
+    if (!def->shard || n->n_in > MAXIO || n->n_out > MAXIO || n->n_in == 0) return false;
+    mg_shard_io io;
+    memset(&io, 0, sizeof io);
+    for (int i = 0; i < n->n_in; i++) io.in[i] = mg_place_partial(MG_GROUP_NONE);
+    mg_shard_ctx sc = {2, false};
+    mg_error e = {0};
+    if (def->shard(n, &sc, &io, &e) || io.expand || io.count_once) return false;
+    for (int i = 0; i < n->n_in; i++)
+        if (io.want[i].kind != MG_SHARD_PARTIAL) return false;
+    for (int j = 0; j < n->n_out; j++)
+        if (io.out[j].kind != MG_SHARD_PARTIAL) return false;
+    return true;
+}
+
 /* ---- leaves ---------------------------------------------------------------------------------- */
 mg_tensor *part_make_leaf(part_ctx *c, const mg_tensor *lt, const mg_placement *p) {
     int64_t shape[MG_MAX_DIMS];
-    local_shape(c, lt, p, shape);
+    part_local_shape(c, lt, p, shape);
     mg_tensor *t = part_new_leaf(c, lt->name, lt->dtype, lt->role, lt->ndim, shape);
     if (!t) return NULL;
     t->init = lt->init;
@@ -122,12 +188,12 @@ mg_tensor *part_make_leaf(part_ctx *c, const mg_tensor *lt, const mg_placement *
     return t;
 }
 
-/* A leaf's natural placement: parameters as the plan's shard rules say over tp,
- * everything replicated otherwise. */
+/* A leaf's natural placement: replicated, then each axis' say (parameters split by
+ * their layout roles, experts over ep...). */
 static mg_placement leaf_placement(part_ctx *c, const mg_tensor *lt) {
     mg_placement p = mg_placement_full();
-    if (c->tp > 1 && lt->role == MG_ROLE_PARAM) p.ax[MG_GROUP_TP] = tp_param_state(c, lt);
-    ep_leaf_placement(c, lt, &p);
+    for (int a = 0; a < PART_N_AXES; a++)
+        if (axes[a]->leaf) axes[a]->leaf(c, lt, &p);
     return p;
 }
 
@@ -142,6 +208,27 @@ const mg_placement *part_placement(part_ctx *c, const mg_tensor *lt) {
 }
 
 mg_sharding part_state(part_ctx *c, const mg_tensor *lt) { return part_placement(c, lt)->ax[MG_GROUP_TP]; }
+
+int part_state_leaf(part_ctx *c, const mg_tensor *leaf, const mg_tensor *like) {
+    pt *p = &c->st[leaf->id];
+    if (p->t || leaf->src) return MG_OK;
+    /* in the placement of what it holds state for (a partial sum accumulates as one and
+     * is reduced once per step), not the pipeline's (each stage its own), then the axes'
+     * own say on state leaves (FSDP shards a parameter's state with it) */
+    p->pl = *part_placement(c, like);
+    p->pl.ax[MG_GROUP_PP] = mg_place_full(MG_GROUP_PP);
+    for (int a = 0; a < PART_N_AXES; a++)
+        if (axes[a]->leaf) axes[a]->leaf(c, leaf, &p->pl);
+    p->t = part_make_leaf(c, leaf, &p->pl);
+    return p->t ? MG_OK : part_status(c);
+}
+
+int part_state_leaves(part_ctx *c, const mg_node *n) {
+    if (n->op == MG_OP_ACCUMULATE && n->n_in == 2) return part_state_leaf(c, n->in[0], n->in[1]);
+    if (n->op != MG_OP_ADAMW || n->n_in < 4) return MG_OK;
+    int rc = part_state_leaf(c, n->in[2], n->in[0]);
+    return rc ? rc : part_state_leaf(c, n->in[3], n->in[0]);
+}
 
 /* ---- conversions ------------------------------------------------------------------------------- */
 /* Conversions are cached per part of the schedule: a tensor made in the per-micro-batch
@@ -170,7 +257,7 @@ static void cache_put(part_ctx *c, int lid, const mg_placement *want, mg_tensor 
     c->conv[c->n_conv++] = (conv_entry){lid, *want, c->cur_mb >= 0, c->cur_phase, t};
 }
 
-static mg_tensor *named(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const char *what, const mg_placement *p) {
+mg_tensor *part_named(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const char *what, const mg_placement *p) {
     if (!t) return NULL;
     char nm[512];
     snprintf(nm, sizeof nm, "%s@%s", lt->name, what);
@@ -180,47 +267,65 @@ static mg_tensor *named(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const ch
     return t;
 }
 
-/* Converts x (placed as *cur) on one axis to state `to`, updating *cur: the collective
- * over that axis' group, or a local slice. */
-static mg_tensor *convert_axis(part_ctx *c, const mg_tensor *lt, mg_tensor *x, mg_placement *cur, int a,
-                               mg_sharding to) {
+/* A combined mesh group (dp x cp) that spans axis a and only axes in `sums` (the sums a
+ * conversion owes from a inwards): one all-reduce over it instead of one per axis. */
+static mg_group combined_group(int a, unsigned sums) {
+    static const mg_group combined[] = {MG_GROUP_DP_CP};
+    for (size_t i = 0; i < sizeof combined / sizeof combined[0]; i++) {
+        bool expert;
+        unsigned m = mg_mesh_group_axes(combined[i], &expert); /* (dense axes number as placement axes) */
+        if (!expert && (m >> a & 1) && (m & sums) == m && (m & (m - 1))) return combined[i];
+    }
+    return MG_GROUP_NONE;
+}
+
+mg_tensor *part_convert_on(part_ctx *c, const mg_tensor *lt, mg_tensor *x, mg_placement *cur, int a, mg_sharding to,
+                           mg_group g, int n) {
     mg_graph *P = c->P;
-    mg_group g = (mg_group)a;
-    int n = c->mesh->size[a];
-    /* a sum over pipeline stages runs over the stages that hold the tensor */
-    if (a == MG_GROUP_PP && c->pp && pp_group_of(c, lt, &g, &n)) return NULL;
     int rank = c->mesh->coord[g];
     mg_sharding from = cur->ax[a];
     char what[32];
-    if (sh_eq(from, to)) return x;
-    if (from.kind == MG_SHARD_SPLIT && to.kind != MG_SHARD_FULL) { /* split -> other: through full */
-        x = convert_axis(c, lt, x, cur, a, mg_place_full(g));
-        return x ? convert_axis(c, lt, x, cur, a, to) : NULL;
-    }
     cur->ax[a] = to;
     mg_tensor *y = NULL;
-    if (g == MG_GROUP_CP && n > 1 && (from.kind == MG_SHARD_SPLIT || to.kind == MG_SHARD_SPLIT))
-        return named(c, cp_convert_axis(c, x, from, to, &c->seq, what, sizeof what), lt, what, cur); /* zigzag */
     if (from.kind == MG_SHARD_PARTIAL && to.kind == MG_SHARD_FULL) {
-        snprintf(what, sizeof what, "%s_allreduce", mg_group_name((mg_group)a));
+        snprintf(what, sizeof what, "%s_allreduce", mg_group_name(g));
         y = mg_allreduce(P, x, g, n, MG_REDUCE_SUM, c->seq++);
-        if (g == MG_GROUP_EMB) snprintf(what, sizeof what, "emb_allreduce");
     } else if (from.kind == MG_SHARD_PARTIAL && to.kind == MG_SHARD_SPLIT) {
-        snprintf(what, sizeof what, "%s_reduce_scatter", mg_group_name((mg_group)a));
+        snprintf(what, sizeof what, "%s_reduce_scatter", mg_group_name(g));
         y = mg_reduce_scatter(P, x, g, n, to.dim, c->seq++);
     } else if (from.kind == MG_SHARD_SPLIT && to.kind == MG_SHARD_FULL) {
-        snprintf(what, sizeof what, "%s_allgather", mg_group_name((mg_group)a));
+        snprintf(what, sizeof what, "%s_allgather", mg_group_name(g));
         y = mg_allgather(P, x, g, n, from.dim, c->seq++);
     } else if (from.kind == MG_SHARD_FULL && to.kind == MG_SHARD_SPLIT) {
         int64_t len = x->shape[to.dim] / n;
-        snprintf(what, sizeof what, "%s_slice", mg_group_name((mg_group)a));
+        snprintf(what, sizeof what, "%s_slice", mg_group_name(g));
         y = mg_slice(P, x, to.dim, (int64_t)rank * len, len);
     } else { /* full -> partial: the whole value on index 0, zero elsewhere, sums to it once */
         if (rank == 0) return x;
-        snprintf(what, sizeof what, "%s_zero", mg_group_name((mg_group)a));
+        snprintf(what, sizeof what, "%s_zero", mg_group_name(g));
         y = mg_zeros(P, x->dtype, x->ndim, x->shape);
     }
-    return named(c, y, lt, what, cur);
+    return part_named(c, y, lt, what, cur);
+}
+
+/* Converts x (placed as *cur) on one axis to state `to`, updating *cur: an axis' own
+ * conversion (cp's zigzag blocks, a pipeline sum over the stages that hold it), else the
+ * collective over the axis' group (or a local slice). */
+static mg_tensor *convert_axis(part_ctx *c, const mg_tensor *lt, mg_tensor *x, mg_placement *cur, int a,
+                               mg_sharding to) {
+    mg_sharding from = cur->ax[a];
+    if (sh_eq(from, to)) return x;
+    if (from.kind == MG_SHARD_SPLIT && to.kind != MG_SHARD_FULL) { /* split -> other: through full */
+        x = convert_axis(c, lt, x, cur, a, mg_place_full((mg_group)a));
+        return x ? convert_axis(c, lt, x, cur, a, to) : NULL;
+    }
+    for (int k = 0; k < PART_N_AXES; k++) {
+        bool handled = false;
+        if (!axes[k]->convert) continue;
+        mg_tensor *y = axes[k]->convert(c, lt, x, cur, a, to, &handled);
+        if (handled) return y;
+    }
+    return part_convert_on(c, lt, x, cur, a, to, (mg_group)a, c->mesh->size[a]);
 }
 
 /* One axis step of a conversion, served from the cache when an earlier conversion
@@ -237,39 +342,16 @@ static mg_tensor *step(part_ctx *c, const mg_tensor *lt, mg_tensor *x, mg_placem
     return t;
 }
 
-/* Converts x from placement `from` to `to`, axis by axis from the outermost (pp) in:
- * a dp share is summed before tp converts (the bytes tp moves are then whole values).
- * Where axes split the same dimension, the blocks nest (placement.h), so before an
- * outer axis gathers or slices that dimension, the inner axes splitting it gather
- * first; they reach their target when the walk gets to them. */
+/* Converts x from placement `from` to `to`, axis by axis from the outermost in: a dp
+ * share is summed before tp converts (the bytes tp moves are then whole values). Sums
+ * over several axes that one mesh group spans (dp and cp: Megatron's gradient reduction
+ * under context parallelism) are one all-reduce over it. Where axes split the same
+ * dimension, the blocks nest (placement.h), so before an outer axis gathers or slices
+ * that dimension, the inner axes splitting it gather first; they reach their target
+ * when the walk gets to them. */
 static mg_tensor *convert(part_ctx *c, const mg_tensor *lt, mg_tensor *x, const mg_placement *from,
                           const mg_placement *to) {
     mg_placement cur = *from;
-    if (ep_sums_over_edp(c, &cur, to)) {
-        mg_placement next = cur;
-        next.ax[MG_GROUP_DP] = mg_place_full(MG_GROUP_DP);
-        mg_tensor *t = cache_find(c, lt->id, &next);
-        if (!t && (t = ep_edp_sum(c, lt, x, &next)) && t != x) cache_put(c, lt->id, &next, t);
-        if (!(x = t)) return NULL;
-        cur = next;
-    }
-    /* A sum over both dp and cp is one all-reduce over the combined dp x cp group
-     * (Megatron's gradient reduction under context parallelism), not two. */
-    if (c->grad_group == MG_GROUP_DP_CP && cur.ax[MG_GROUP_DP].kind == MG_SHARD_PARTIAL &&
-        cur.ax[MG_GROUP_CP].kind == MG_SHARD_PARTIAL && to->ax[MG_GROUP_DP].kind == MG_SHARD_FULL &&
-        to->ax[MG_GROUP_CP].kind == MG_SHARD_FULL) {
-        mg_placement next = cur;
-        next.ax[MG_GROUP_DP] = mg_place_full(MG_GROUP_DP);
-        next.ax[MG_GROUP_CP] = mg_place_full(MG_GROUP_CP);
-        mg_tensor *t = cache_find(c, lt->id, &next);
-        if (!t) {
-            t = named(c, mg_allreduce(c->P, x, MG_GROUP_DP_CP, c->gdp, MG_REDUCE_SUM, c->seq++), lt, "dp_cp_allreduce",
-                      &next);
-            if (t) cache_put(c, lt->id, &next, t);
-        }
-        x = t;
-        cur = next;
-    }
     for (int a = MG_MESH_AXES - 1; a >= 0 && x; a--) {
         if (sh_eq(cur.ax[a], to->ax[a])) continue;
         int dims[2] = {cur.ax[a].kind == MG_SHARD_SPLIT ? cur.ax[a].dim : -1,
@@ -277,14 +359,35 @@ static mg_tensor *convert(part_ctx *c, const mg_tensor *lt, mg_tensor *x, const 
         for (int b = 0; b < a && x; b++)
             if (cur.ax[b].kind == MG_SHARD_SPLIT && (cur.ax[b].dim == dims[0] || cur.ax[b].dim == dims[1]))
                 x = step(c, lt, x, &cur, b, mg_place_full((mg_group)b));
-        if (x) x = step(c, lt, x, &cur, a, to->ax[a]);
+        if (!x) break;
+        unsigned sums = 0;
+        for (int b = 0; b <= a; b++)
+            if (cur.ax[b].kind == MG_SHARD_PARTIAL && to->ax[b].kind == MG_SHARD_FULL) sums |= 1u << b;
+        mg_group g = sums >> a & 1 ? combined_group(a, sums) : MG_GROUP_NONE;
+        if (g == MG_GROUP_NONE) {
+            x = step(c, lt, x, &cur, a, to->ax[a]);
+            continue;
+        }
+        mg_placement next = cur;
+        unsigned m = mg_mesh_group_axes(g, NULL);
+        for (int b = 0; b <= a; b++)
+            if (m >> b & 1) next.ax[b] = mg_place_full((mg_group)b);
+        mg_tensor *t = cache_find(c, lt->id, &next);
+        if (!t) {
+            char what[32];
+            snprintf(what, sizeof what, "%s_allreduce", mg_group_name(g));
+            t = part_named(c, mg_allreduce(c->P, x, g, c->mesh->size[g], MG_REDUCE_SUM, c->seq++), lt, what, &next);
+            if (t) cache_put(c, lt->id, &next, t);
+        }
+        x = t;
+        cur = next;
     }
     return x;
 }
 
 mg_sharding part_resolve_target(part_ctx *c, const mg_tensor *lt, bool allow_seq_split) {
-    if (c->plan->sequence_parallel && allow_seq_split && lt->ndim >= 2 && lt->shape[0] % c->tp == 0)
-        return sh_split(0);
+    int tp = part_size(c, MG_GROUP_TP);
+    if (c->plan->sequence_parallel && allow_seq_split && lt->ndim >= 2 && lt->shape[0] % tp == 0) return sh_split(0);
     return sh_full();
 }
 
@@ -305,8 +408,8 @@ static mg_tensor *gather_through_reshape(part_ctx *c, const mg_tensor *lt, const
     mg_tensor *full = part_get(c, src, sh_full());
     if (!full) return NULL;
     int64_t shape[MG_MAX_DIMS]; /* whole over tp; other axes (cp) may still split it */
-    local_shape(c, lt, want, shape);
-    return named(c, mg_reshape(c->P, full, lt->ndim, shape), lt, "tp_gathered", want);
+    part_local_shape(c, lt, want, shape);
+    return part_named(c, mg_reshape(c->P, full, lt->ndim, shape), lt, "tp_gathered", want);
 }
 
 mg_tensor *part_get_pl(part_ctx *c, const mg_tensor *lt, const mg_placement *want) {
@@ -330,30 +433,33 @@ mg_tensor *part_get_pl(part_ctx *c, const mg_tensor *lt, const mg_placement *wan
 
 mg_tensor *part_get(part_ctx *c, const mg_tensor *lt, mg_sharding want) {
     mg_placement w = *part_placement(c, lt);
-    w.ax[MG_GROUP_TP] = c->tp > 1 ? want : sh_full();
+    w.ax[MG_GROUP_TP] = part_size(c, MG_GROUP_TP) > 1 ? want : sh_full();
     return part_get_pl(c, lt, &w);
 }
 
 mg_tensor *part_get_dp_full(part_ctx *c, const mg_tensor *lt, mg_sharding want) {
     mg_placement w = *part_placement(c, lt);
-    w.ax[MG_GROUP_TP] = c->tp > 1 ? want : sh_full();
-    w.ax[MG_GROUP_DP] = mg_place_full(MG_GROUP_DP);
-    /* under context parallelism a gradient is also a partial sum over cp: one
-     * all-reduce over dp x cp (convert) */
-    if (w.ax[MG_GROUP_CP].kind == MG_SHARD_PARTIAL) w.ax[MG_GROUP_CP] = mg_place_full(MG_GROUP_CP);
+    w.ax[MG_GROUP_TP] = part_size(c, MG_GROUP_TP) > 1 ? want : sh_full();
+    /* a share over the replicas: dp (and cp under context parallelism: one all-reduce
+     * over dp x cp), or edp for an expert block */
+    const int sums[] = {MG_GROUP_DP, MG_GROUP_CP, MG_GROUP_EDP};
+    for (int k = 0; k < 3; k++)
+        if (w.ax[sums[k]].kind == MG_SHARD_PARTIAL) w.ax[sums[k]] = mg_place_full((mg_group)sums[k]);
     return part_get_pl(c, lt, &w);
 }
 
 /* ---- per-rank attributes ----------------------------------------------------------------- */
-void part_local_attrs(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg_sharding *out_tp, mg_attrs *at) {
+/* The attributes that differ per rank (target shapes, vocabulary offsets) of the
+ * physical copy of n with physical inputs `in`, derived from the placements: the one
+ * place they are, so rules only choose placements. */
+static void local_attrs(part_ctx *c, const mg_node *n, mg_tensor *const *in, mg_attrs *at) {
     switch (n->op) {
     case MG_OP_RESHAPE:
     case MG_OP_EXPAND:
     case MG_OP_SUM_TO:
     case MG_OP_ZEROS: { /* a target shape: the output's block */
-        mg_placement pl = part_node_pl(c, out_tp[0]);
         int64_t sh[MG_MAX_DIMS];
-        local_shape(c, n->out[0], &pl, sh);
+        part_local_shape(c, n->out[0], &c->out[0], sh);
         for (int d = 0; d < n->out[0]->ndim; d++) at->shape.shape[d] = sh[d];
         break;
     }
@@ -372,6 +478,14 @@ void part_local_attrs(part_ctx *c, const mg_node *n, mg_tensor *const *in, const
 }
 
 /* ---- emission ------------------------------------------------------------------------------------ */
+mg_tensor *part_input(part_ctx *c, const mg_node *n, int i) {
+    const mg_tensor *lt = n->in[i];
+    mg_placement w = *part_placement(c, lt);
+    for (int a = 0; a < MG_MESH_AXES; a++)
+        if (c->want_set[i] >> a & 1) w.ax[a] = c->want[i].ax[a];
+    return part_get_pl(c, lt, &w);
+}
+
 mg_node *part_emit_aux(part_ctx *c, const mg_node *n, mg_op op, const mg_attrs *attrs, int n_in, mg_tensor *const *in,
                        const char *name) {
     (void)n;
@@ -380,8 +494,7 @@ mg_node *part_emit_aux(part_ctx *c, const mg_node *n, mg_op op, const mg_attrs *
     return nd;
 }
 
-mg_node *part_emit(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg_attrs *attrs,
-                   const mg_sharding *out_tp) {
+mg_node *part_emit(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg_attrs *attrs) {
     mg_node *nd = NULL; /* output names are the logical (absolute) names */
     WITH_ABSOLUTE_NAMES(c, nd = mg_node_new(c->P, n->op, attrs ? attrs : &n->attrs, n->n_in, in, n->out[0]->name));
     if (!nd) {
@@ -390,12 +503,55 @@ mg_node *part_emit(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg
     }
     free(nd->scope);
     nd->scope = strdup(n->scope);
-    for (int j = 0; j < n->n_out; j++) {
-        mg_placement pl = part_node_pl(c, out_tp[j]);
-        if (c->cp_node) pl.ax[MG_GROUP_CP] = c->cp_out[j];
-        if (part_bind(c, n, n->out[j], nd->out[j], &pl)) return NULL;
-    }
+    for (int j = 0; j < n->n_out; j++)
+        if (part_bind(c, n, n->out[j], nd->out[j], &c->out[j])) return NULL;
     return nd;
+}
+
+/* Inputs some axis counts once (count_once): replicated copies contribute on index 0 of
+ * that axis only; elsewhere they are left out, and a node left with no inputs is a zero
+ * term. Returns 1 when it bound the zero. */
+static int drop_count_once(part_ctx *c, const mg_node *n, mg_tensor **in, int *n_in) {
+    int k = 0;
+    for (int i = 0; i < n->n_in; i++) {
+        bool keep = true;
+        for (int a = 0; a < MG_MESH_AXES; a++)
+            if ((c->count_once[a] >> i & 1) && c->mesh->coord[a] != 0) keep = false;
+        if (keep) in[k++] = in[i];
+    }
+    *n_in = k;
+    if (k) return MG_OK;
+    mg_tensor *z = mg_zeros(c->P, n->out[0]->dtype, n->out[0]->ndim, n->out[0]->shape);
+    if (!z) return part_graph_error(c);
+    c->st[n->out[0]->id] = (pt){z, c->out[0]};
+    part_set_identity(c, z, n->out[0], &c->out[0]);
+    return 1;
+}
+
+int part_emit_node(part_ctx *c, const mg_node *n) {
+    if (n->n_in > MAXIO || n->n_out > MAXIO)
+        return part_fail(c, MG_ERR_UNSUPPORTED, "partitioning: %s has too many inputs", mg_op_name(n->op));
+    int rc = part_state_leaves(c, n);
+    if (rc) return rc;
+    mg_tensor *in[MAXIO];
+    for (int i = 0; i < n->n_in; i++)
+        if (!(in[i] = part_input(c, n, i))) return part_status(c);
+    mg_attrs attrs = n->attrs;
+    local_attrs(c, n, in, &attrs);
+    if (n->op == MG_OP_MATMUL) {
+        int h = tile_matmul(c, n, in);
+        if (h) return h < 0 ? h : MG_OK;
+    }
+    int n_in = n->n_in;
+    bool once = false;
+    for (int a = 0; a < MG_MESH_AXES; a++) once |= c->count_once[a] != 0;
+    if (once) {
+        int h = drop_count_once(c, n, in, &n_in);
+        if (h) return h < 0 ? h : MG_OK;
+    }
+    mg_node tmp = *n;
+    tmp.n_in = n_in;
+    return part_emit(c, &tmp, in, &attrs) ? MG_OK : part_status(c);
 }
 
 int part_bind(part_ctx *c, const mg_node *n, const mg_tensor *lo, mg_tensor *po, const mg_placement *pl) {
@@ -413,7 +569,7 @@ int part_bind(part_ctx *c, const mg_node *n, const mg_tensor *lo, mg_tensor *po,
     }
     /* the op's shape rule must agree with the placement the rule claims */
     int64_t want[MG_MAX_DIMS];
-    local_shape(c, lo, pl, want);
+    part_local_shape(c, lo, pl, want);
     for (int d = 0; d < lo->ndim; d++)
         if (po->ndim != lo->ndim || po->shape[d] != want[d]) {
             char b1[96], b2[96], b3[96];
@@ -454,6 +610,51 @@ static int finish_outputs(part_ctx *c) {
     return MG_OK;
 }
 
+/* A recompute gate (graph/recompute.c) computes nothing: its output is its first input as
+ * this rank holds it, available once whatever else it waits for is (on this rank). So
+ * no axis places it, and it waits for as many tensors as the rewrite asks. */
+static int emit_gate(part_ctx *c, const mg_node *n) {
+    const mg_placement pl = *part_placement(c, n->in[0]);
+    mg_tensor *x = c->st[n->in[0]->id].t;
+    if (!x) return part_fail(c, MG_ERR_RUNTIME, "partitioning: '%s' gates a tensor this rank lacks", n->out[0]->name);
+    mg_tensor **in = malloc((size_t)n->n_in * sizeof *in);
+    if (!in) return part_fail(c, MG_ERR_NOMEM, "partitioning: out of memory");
+    int k = 0;
+    in[k++] = x;
+    for (int i = 1; i < n->n_in; i++)
+        if (c->st[n->in[i]->id].t) in[k++] = c->st[n->in[i]->id].t;
+    mg_node *nd = k > 1 ? part_emit_aux(c, n, n->op, &n->attrs, k, in, n->out[0]->name) : NULL;
+    free(in);
+    if (k == 1) { /* nothing of what it waits for is here: the value itself */
+        c->st[n->out[0]->id] = (pt){x, pl};
+        return PART_DONE;
+    }
+    if (!nd) return part_status(c);
+    return part_bind(c, n, n->out[0], nd->out[0], &pl) ? part_status(c) : PART_DONE;
+}
+
+/* One node through the axes' hooks, then (unless an axis took it over) emitted, then the
+ * after hooks. */
+static int partition_node(part_ctx *c, const mg_node *n) {
+    part_enter_node_context(c, n);
+    int v = PART_NEXT, rc = MG_OK;
+    for (int a = 0; a < PART_N_AXES && v == PART_NEXT; a++) {
+        if (a > PART_PP && n->op == MG_OP_RECOMPUTE_GATE) { /* (the pipeline places it with its layer) */
+            v = emit_gate(c, n);
+            break;
+        }
+        if (!axes[a]->node) continue;
+        v = axes[a]->node(c, n);
+        if (v < 0) return v;
+        if (c->err->code) return c->err->code;
+    }
+    if (v == PART_ELSEWHERE) return MG_OK;
+    if (v == PART_NEXT) rc = part_emit_node(c, n);
+    for (int a = 0; a < PART_N_AXES && !rc; a++)
+        if (axes[a]->after) rc = axes[a]->after(c, n);
+    return rc ? rc : graph_failed(c);
+}
+
 int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg_rank_graph *out, mg_error *err) {
     memset(out, 0, sizeof *out);
     part_ctx c;
@@ -462,13 +663,6 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
     c.plan = plan;
     c.mesh = mesh;
     c.err = err;
-    c.tp = mesh->size[MG_GROUP_TP];
-    c.tp_rank = mesh->coord[MG_GROUP_TP];
-    c.dp = mesh->size[MG_GROUP_DP];
-    c.dp_rank = mesh->coord[MG_GROUP_DP];
-    c.grad_group = mesh->size[MG_GROUP_CP] > 1 ? MG_GROUP_DP_CP : MG_GROUP_DP;
-    c.gdp = mesh->size[c.grad_group];
-    c.gdp_rank = mesh->coord[c.grad_group];
     int nt = mg_graph_n_tensors(L), rc = MG_OK;
     c.cur_mb = -1;
     c.P = mg_graph_new();
@@ -486,39 +680,21 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
     mg_node **ord;
     int n_ord;
     if ((rc = mg_graph_topo((mg_graph *)L, &ord, &n_ord, err))) goto done;
-    if (mesh->size[MG_GROUP_PP] > 1 && (rc = pp_init(&c, ord, n_ord))) goto done;
-    if (plan->distributed_optimizer && c.gdp > 1 && (rc = dopt_init(&c))) goto done;
-    if ((rc = ep_init(&c))) goto done;
-    for (int i = 0; i < n_ord && !rc; i++) {
-        const mg_node *n = ord[i];
-        part_enter_node_context(&c, n);
-        int h = c.pp ? pp_partition_node(&c, n) : 0;
-        if (h < 0) rc = h;
-        if (h == 1) continue; /* another pipeline stage's node */
-        if (!rc && h == 0 && c.dopt) h = dopt_partition_node(&c, n);
-        if (!rc && h == 0) h = dp_partition_node(&c, n);
-        if (!rc && h == 0) h = cp_partition_node(&c, n);
-        if (h < 0) rc = h;
-        if (!rc && h == 0 && c.ep) rc = ep_partition_node(&c, n, &h);
-        if (!rc && h == 0) rc = tp_partition_node(&c, n);
-        if (!rc && c.pp) rc = pp_after_node(&c, n);
-        if (!rc) rc = dp_after_node(&c, n);
-        if (!rc) rc = cp_after_node(&c, n);
-        if (!rc && c.dopt) rc = dopt_after_node(&c, n);
-        if (!rc) rc = graph_failed(&c);
-    }
+    for (int a = 0; a < PART_N_AXES && !rc; a++)
+        if (axes[a]->init) rc = axes[a]->init(&c, ord, n_ord);
+    if (rc) goto done;
+    for (int i = 0; i < n_ord && !rc; i++) rc = partition_node(&c, ord[i]);
     if (!rc) rc = finish_outputs(&c);
-    for (int i = 0; c.pp && i < nt && !rc; i++) rc = pp_finish_output(&c, mg_graph_tensor(L, i));
+    for (int a = 0; a < PART_N_AXES && !rc; a++)
+        if (axes[a]->finish) rc = axes[a]->finish(&c);
     part_enter_node_context(&c, NULL);
     if (!rc) rc = mg_graph_validate(c.P, err);
     if (!rc && !(out->local = calloc((size_t)nt + 1, sizeof *out->local)))
         rc = mg_error_set(err, MG_ERR_NOMEM, "partitioning: out of memory");
     for (int i = 0; i < nt && !rc; i++) out->local[i] = c.st[i].t;
 done:
-    if (c.dopt) dopt_free(&c);
-    ep_free(&c);
-    cp_free(&c);
-    pp_free(&c);
+    for (int a = PART_N_AXES - 1; a >= 0; a--)
+        if (axes[a]->release) axes[a]->release(&c);
     free(c.st);
     free(c.final_grad_of);
     free(c.conv);

@@ -1,4 +1,5 @@
-/* The partitioner's shared state (partitioners/ only). */
+/* The partitioner's shared state and the axis plug-in interface (partitioners/ only).
+ * partitioners/README.md says how the pieces fit. */
 #ifndef MG_PARTITION_INTERNAL_H
 #define MG_PARTITION_INTERNAL_H
 
@@ -6,6 +7,8 @@
 #include "mgraph/placement.h"
 #include "mgraph/plan.h"
 #include "ops/op.h"
+
+#define MAXIO MG_SHARD_MAX_IO
 
 /* The physical view of one logical tensor on this rank. */
 typedef struct pt {
@@ -21,52 +24,106 @@ typedef struct conv_entry {
     mg_tensor *t;
 } conv_entry;
 
-struct dist_opt;
-struct ep_state;
-struct cp_state;
-struct pp_state;
+/* The axes, in the order the walk asks them about a node (partition.c's table). */
+typedef enum part_axis_id {
+    PART_PP,    /* pp.c: pipeline stages */
+    PART_DOPT,  /* dist_opt.c: the distributed optimizer */
+    PART_FSDP,  /* fsdp.c: Megatron-FSDP (ZeRO-3 / ZeRO-2) */
+    PART_DP,    /* dp.c: data parallelism */
+    PART_CP,    /* cp.c: context parallelism */
+    PART_EP,    /* ep.c: expert parallelism */
+    PART_TP,    /* tp.c: tensor and sequence parallelism */
+    PART_N_AXES
+} part_axis_id;
 
 typedef struct part_ctx {
     const mg_graph *L;
     mg_graph *P;
     const mg_plan *plan;
     const mg_mesh *mesh;     /* the only source of parallel sizes and coordinates */
-    int tp, tp_rank, dp, dp_rank; /* mesh->size / coord of the two axes rules ask most */
-    /* Where gradients are summed and optimizer state sharded: dp, or dp x cp under
-     * context parallelism (one collective over the combined group, as Megatron) */
-    mg_group grad_group;
-    int gdp, gdp_rank;
     int cur_mb;              /* micro-batch field of the nodes being emitted (>= 0: per micro-batch) */
     mg_phase cur_phase;      /* phase of the nodes being emitted */
-    /* The placement of the node being emitted on the axes other than tp (the tp rules
-     * choose that one): data parallelism marks outputs that are a rank's share of a
-     * sum here (dp.c), so no flag travels through the rules. */
-    mg_placement node_pl;
+    /* The node being partitioned, as the axes decide it (part_want / part_out): the state
+     * input i is read in on each axis in want_set[i] (the others: as it is), the placement
+     * each output gets (FULL on the axes no hook chose), and per mesh axis the inputs whose
+     * replicated copies only that axis' index 0 counts (a sum of squares). */
+    mg_placement want[MAXIO];
+    unsigned want_set[MAXIO];
+    mg_placement out[MAXIO];
+    unsigned count_once[MG_MESH_AXES];
     pt *st;                  /* [n logical tensors] */
     int *final_grad_of;      /* [n logical tensors]: param id whose final gradient it is, or -1 */
     conv_entry *conv;        /* conversion cache */
     int n_conv, cap_conv;
     int64_t seq;             /* next communication sequence number */
-    struct dist_opt *dopt;   /* NULL unless the distributed optimizer is on */
-    struct ep_state *ep;     /* NULL unless expert parallelism is on (ep.c) */
-    /* Context parallelism (cp.c): the cp states the node being emitted wants of its
-     * inputs and gives its outputs, when cp_node is set (else inputs keep their cp
-     * state and outputs get c->node_pl's); the forward K/V rings kept for backward. */
-    bool cp_node;
-    mg_sharding cp_want[MG_SHARD_MAX_IO], cp_out[MG_SHARD_MAX_IO];
-    struct cp_state *cps;
-    struct pp_state *pp;     /* NULL unless pipeline parallelism is on (pp.c) */
+    void *axis[PART_N_AXES]; /* each axis' own state (NULL: the plan does not use it) */
     mg_error *err;
 } part_ctx;
 
-/* Tensor-parallel axis states (what the per-op rules speak). */
+/* ---- the axis plug-in interface ---------------------------------------------------------------
+ * What a node hook returns: PART_NEXT: ask the next axis (the node is emitted by
+ * partition.c once all have chosen); PART_DONE: the axis emitted or bound the node itself
+ * (the after hooks still run); PART_ELSEWHERE: the node is another rank's (nothing more). */
+enum { PART_NEXT = 0, PART_DONE = 1, PART_ELSEWHERE = 2 };
+
+typedef struct part_axis {
+    const char *name;
+    /* Sets up c->axis[id] when the plan uses the axis (leaves it NULL otherwise). Every
+     * hook is called whatever the plan: one of an axis the plan does not use does nothing. */
+    int (*init)(part_ctx *c, mg_node *const *ord, int n_ord);
+    void (*release)(part_ctx *c);
+    /* A leaf's state on this axis (called for every leaf whatever c->axis[id]). */
+    void (*leaf)(const part_ctx *c, const mg_tensor *lt, mg_placement *p);
+    /* Node n, before it is emitted: states on this axis (part_want / part_out), input
+     * conversions, or the node taken over. < 0: error. */
+    int (*node)(part_ctx *c, const mg_node *n);
+    /* One step of a conversion of x (logical lt, placed as *cur) on mesh axis `a` to
+     * `to`, when this axis converts its own way: returns the result (updating *cur) and
+     * sets *handled; else leaves *handled false. */
+    mg_tensor *(*convert)(part_ctx *c, const mg_tensor *lt, mg_tensor *x, mg_placement *cur, int a, mg_sharding to,
+                          bool *handled);
+    /* After n was emitted here (or bound, PART_DONE). */
+    int (*after)(part_ctx *c, const mg_node *n);
+    /* After the walk: outputs the host reads. */
+    int (*finish)(part_ctx *c);
+} part_axis;
+
+extern const part_axis part_axis_pp, part_axis_dopt, part_axis_fsdp, part_axis_dp, part_axis_cp, part_axis_ep,
+    part_axis_tp;
+
+static inline int part_size(const part_ctx *c, mg_group g) { return c->mesh->size[g]; }
+static inline int part_coord(const part_ctx *c, mg_group g) { return c->mesh->coord[g]; }
+
+/* Generic axis states (what the op rules speak) on mesh axis a. */
+static inline mg_sharding sh_full_on(int a) { return mg_place_full((mg_group)a); }
+static inline bool sh_eq(mg_sharding a, mg_sharding b) { return mg_sharding_eq(a, b); }
+/* Tensor-parallel axis states (tp.c's and the rules' most frequent). */
 static inline mg_sharding sh_full(void) { return mg_place_full(MG_GROUP_TP); }
 static inline mg_sharding sh_split(int d) { return mg_place_split(MG_GROUP_TP, d); }
 static inline mg_sharding sh_partial(void) { return mg_place_partial(MG_GROUP_TP); }
-static inline bool sh_eq(mg_sharding a, mg_sharding b) { return mg_sharding_eq(a, b); }
 static inline bool pl_dp_partial(const mg_placement *p) { return p->ax[MG_GROUP_DP].kind == MG_SHARD_PARTIAL; }
 
 /* ---- partition.c: materialising, converting, emitting ----------------------------- */
+/* Node n's input i will be read in state s on mesh axis a / output j gets state s on a. */
+void part_want(part_ctx *c, int i, int a, mg_sharding s);
+void part_out(part_ctx *c, int j, int a, mg_sharding s);
+/* Every output of n gets state s on axis a. */
+void part_out_all(part_ctx *c, const mg_node *n, int a, mg_sharding s);
+/* Applies n's sharding rule (mg_op_def.shard) over mesh axis a with the inputs in states
+ * `in` (NULL: as they are placed now), and records what it chose (part_want, part_out,
+ * count_once). seq_parallel: a partial value needed whole may become a sequence split.
+ * Returns the rule's io (expand: the caller expands), or an error. */
+int part_apply_rule(part_ctx *c, const mg_node *n, int a, const mg_sharding *in, bool seq_parallel, mg_shard_io *io);
+/* Whether op n is linear in all its inputs jointly, as its sharding rule says (given
+ * partial sums for every input it gives partial sums): data and pipeline parallelism
+ * carry shares through such ops. */
+bool part_op_linear(const mg_node *n);
+/* Input i of the node being emitted, as the axes want it (part_want). */
+mg_tensor *part_input(part_ctx *c, const mg_node *n, int i);
+/* The conversion of x on axis a to `to` done by the collective over group g of n ranks
+ * (an all-reduce, reduce-scatter, all-gather, slice, or a zero), updating *cur. */
+mg_tensor *part_convert_on(part_ctx *c, const mg_tensor *lt, mg_tensor *x, mg_placement *cur, int a, mg_sharding to,
+                           mg_group g, int n);
 /* The physical tensor of logical input `lt` placed as `want` on every axis
  * (converting if needed: collectives over the axes that differ; leaves are created
  * on first use). NULL on error (recorded). */
@@ -77,39 +134,47 @@ mg_tensor *part_get(part_ctx *c, const mg_tensor *lt, mg_sharding want);
 mg_tensor *part_get_dp_full(part_ctx *c, const mg_tensor *lt, mg_sharding want);
 /* Creates the physical leaf of logical leaf lt placed as p (not recorded). */
 mg_tensor *part_make_leaf(part_ctx *c, const mg_tensor *lt, const mg_placement *p);
+/* Materialises a state leaf (an accumulator, an Adam moment) not made yet in the
+ * placement of what it belongs to (`like`), before its first reader (then the axes'
+ * leaf hooks). */
+int part_state_leaf(part_ctx *c, const mg_tensor *leaf, const mg_tensor *like);
+/* The state leaves node n makes on first use: an accumulator (in[0] of accumulate) like
+ * what it accumulates, Adam's moments (in[2], in[3] of adamw) like their parameter. */
+int part_state_leaves(part_ctx *c, const mg_node *n);
 /* The tp state logical tensor `lt` has now (materialising a leaf in its natural state). */
 mg_sharding part_state(part_ctx *c, const mg_tensor *lt);
 /* Its whole placement (same materialisation). */
 const mg_placement *part_placement(part_ctx *c, const mg_tensor *lt);
+/* Emits node n as the axes chose it: inputs converted, per-rank attributes, outputs
+ * placed (matmul tiles, count-once inputs). */
+int part_emit_node(part_ctx *c, const mg_node *n);
 /* Emits the physical copy of logical node n with the given physical inputs and attrs,
- * names its outputs as the logical ones and records their placements: tp state
- * out_tp[j], the other axes c->node_pl. */
-mg_node *part_emit(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg_attrs *attrs,
-                   const mg_sharding *out_tp);
+ * names its outputs as the logical ones and records their placements (c->out[j]). */
+mg_node *part_emit(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg_attrs *attrs);
 /* Makes physical tensor po the value of n's logical output lo (its name, identity,
  * role, placement). */
 int part_bind(part_ctx *c, const mg_node *n, const mg_tensor *lo, mg_tensor *po, const mg_placement *pl);
-/* The attributes that differ per rank (target shapes, vocabulary offsets) of the
- * physical copy of n with physical inputs `in` and output tp states out_tp, derived
- * from the placements: the one place they are, so rules only choose placements. */
-void part_local_attrs(part_ctx *c, const mg_node *n, mg_tensor *const *in, const mg_sharding *out_tp, mg_attrs *at);
-/* c->node_pl with tp state s. */
-mg_placement part_node_pl(const part_ctx *c, mg_sharding s);
 /* Emits a helper node (not a copy of a logical node) in n's scope and micro-batch. */
 mg_node *part_emit_aux(part_ctx *c, const mg_node *n, mg_op op, const mg_attrs *attrs, int n_in,
                        mg_tensor *const *in, const char *name);
 /* Sets a physical tensor's logical identity: lt's, with the block placement p gives. */
 void part_set_identity(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const mg_placement *p);
+/* The local shape of logical tensor lt placed as p. */
+void part_local_shape(const part_ctx *c, const mg_tensor *lt, const mg_placement *p, int64_t *shape);
 int part_fail(part_ctx *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* After a builder call on the physical graph returned NULL: records the graph's error
  * (or a generic one) and returns a non-zero status. */
 int part_graph_error(part_ctx *c);
+/* c->err's code, or the physical graph's error (a builder returned NULL). */
+int part_status(part_ctx *c);
 /* Renames a physical tensor to an absolute name (ignoring the current scope). */
 void part_rename(part_ctx *c, mg_tensor *t, const char *name);
 /* Creates a leaf of the physical graph under an absolute name. */
 mg_tensor *part_new_leaf(part_ctx *c, const char *name, mg_dtype dt, mg_role role, int ndim, const int64_t *shape);
+/* Names t "<lt>@<what>" (unique) and gives it lt's identity for placement p. */
+mg_tensor *part_named(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const char *what, const mg_placement *p);
 /* Nodes emitted from now on get logical node n's scope, phase and micro-batch (NULL:
- * none), and the other axes' placement starts replicated. */
+ * none), and the node's choices start empty (outputs replicated). */
 void part_enter_node_context(part_ctx *c, const mg_node *n);
 /* Nodes emitted from now on belong to the once-per-step part (reductions of
  * accumulated gradients, the optimizer), whatever node is being partitioned. */
@@ -118,88 +183,24 @@ void part_enter_step_context(part_ctx *c);
  * (dim 0) under sequence parallelism when the op allows it and it divides, else full. */
 mg_sharding part_resolve_target(part_ctx *c, const mg_tensor *lt, bool allow_seq_split);
 
-/* ---- tp.c: tensor and sequence parallelism (each op's mg_op_def.shard over tp) ------------ */
-/* Partitions one logical node under tensor parallelism (tp > 1): chooses input and
- * output states, converts inputs, emits (other axes: c->node_pl). */
-int tp_partition_node(part_ctx *c, const mg_node *n);
-/* The tensor-parallel state a parameter starts in (the plan's shard rules). */
-mg_sharding tp_param_state(const part_ctx *c, const mg_tensor *lt);
-
-/* ---- dp.c: data parallelism ------------------------------------------------------------------ */
-/* Handles nodes whose inputs are data-parallel shares: reduces them over dp, or, for
- * ops linear in all of them, marks the outputs as shares (c->node_pl). Returns 0 to
- * let the tensor-parallel rules run, < 0 on error. */
-int dp_partition_node(part_ctx *c, const mg_node *n);
-/* After n is emitted: reduce finished parameter gradients over dp right away, so the
- * all-reduce overlaps the rest of the backward pass. */
-int dp_after_node(part_ctx *c, const mg_node *n);
-/* A finished parameter gradient out of the micro-batches is each rank's share over dp
- * (the distributed optimizer's buckets aside, which reduce their own): marks it so in its
- * placement, so that a conversion made before dp_after_node (pp's sum over stages) keeps
- * it a share and dp_after_node still reduces it. */
+/* ---- questions axes ask each other ---------------------------------------------------------- */
+/* dp.c: where gradients are summed and optimizer state sharded: dp, or dp x cp under
+ * context parallelism (one collective over the combined group, as Megatron). */
+mg_group dp_grad_group(const part_ctx *c);
+/* dp.c: marks a finished parameter gradient out of the micro-batches as each rank's share
+ * over dp (unless its bucket reduces it), so a conversion made before dp's after
+ * hook (pp's sum over stages) keeps it a share. */
 void dp_mark_grad_share(part_ctx *c, const mg_tensor *lo);
-
-/* ---- cp.c: context parallelism ------------------------------------------------------------------- */
-/* Chooses the cp states of n's inputs and outputs (c->cp_want / cp_out) by its rule;
- * expands attention into the K/V ring, dropout into runs with global mask offsets,
- * and scales the loss to the rank's share. Returns 1 if it emitted n, 0 to let the
- * tensor-parallel rules emit it, < 0 on error. */
-int cp_partition_node(part_ctx *c, const mg_node *n);
-/* Input i of the node being emitted, in tp state tp_want and the cp state cp.c chose. */
-mg_tensor *cp_get(part_ctx *c, const mg_tensor *lt, mg_sharding tp_want, int i);
-/* After n is emitted: finished parameter gradients summed over cp (dp == 1). */
-int cp_after_node(part_ctx *c, const mg_node *n);
-/* One axis step of a conversion over cp (the zigzag layout); what names it. */
-mg_tensor *cp_convert_axis(part_ctx *c, mg_tensor *x, mg_sharding from, mg_sharding to, int64_t *seq, char *what,
-                           size_t len);
-void cp_free(part_ctx *c);
-/* ---- pp.c: pipeline parallelism ------------------------------------------------------------- */
-/* Places the logical nodes (in walk order `ord`) on stages. */
-int pp_init(part_ctx *c, mg_node *const *ord, int n_ord);
-void pp_free(part_ctx *c);
-/* Before the other rules, for every node on every rank: inserts its transfers (sends on
- * the producing stage, recvs here) and sums over stages it needs. Returns 1 when the
- * node runs on another stage (emit nothing), 2 when its output is bound without
- * emitting it, 0 to partition it here, < 0 on error. */
-int pp_partition_node(part_ctx *c, const mg_node *n);
-/* After a node is emitted here: stamps its virtual stage on what was emitted, sums a
- * finished gradient over the stages holding it. */
-int pp_after_node(part_ctx *c, const mg_node *n);
-/* A host-read output (loss) computed on one stage is broadcast to all. */
-int pp_finish_output(part_ctx *c, const mg_tensor *lt);
-/* Whether this rank's stage computes logical tensor lt (true for leaves and without pp). */
-bool pp_here(const part_ctx *c, const mg_tensor *lt);
-/* The group summing lt over the stages holding it: pp, or the embedding group. */
-int pp_group_of(const part_ctx *c, const mg_tensor *lt, mg_group *grp, int *n);
-/* Virtual stage of a model part (mg_node.layer). */
-int pp_vstage_of_layer(const part_ctx *c, int layer);
-
-/* ---- tile.c: large matmuls as several tasks ---------------------------------------------------------- */
-/* Emits n (a matmul, inputs already converted) as plan->matmul_tiles tiles when it is
- * large and divides. Returns 1 if it did, 0 to emit it whole, < 0 on error. */
-int tile_matmul(part_ctx *c, const mg_node *n, mg_tensor *const *in, mg_sharding out_state);
-
-/* ---- dist_opt.c: distributed optimizer ---------------------------------------------------------- */
-int dopt_init(part_ctx *c);
-void dopt_free(part_ctx *c);
-/* Returns 1 if the distributed optimizer handled n (gradient bucket, sumsq, adamw). */
-int dopt_partition_node(part_ctx *c, const mg_node *n);
-int dopt_after_node(part_ctx *c, const mg_node *n);
-/* Whether logical parameter pid is in the distributed optimizer's buckets. */
+/* dist_opt.c: whether logical parameter pid is in the distributed optimizer's buckets. */
 bool dopt_has_param(const part_ctx *c, int pid);
-
-/* ---- ep.c: expert parallelism ------------------------------------------------------------------ */
-int ep_init(part_ctx *c);   /* after dopt_init; no-op when ep == 1 */
-void ep_free(part_ctx *c);
+/* ep.c: an expert weight (its layout role says so). */
 bool ep_is_expert_param(const mg_tensor *lt);
-/* A leaf's placement on the ep axis (expert weights split over ep). */
-void ep_leaf_placement(const part_ctx *c, const mg_tensor *lt, mg_placement *p);
-/* convert()'s first step: an expert gradient's sum over dp is its sum over edp (x itself
- * when edp is one rank). */
-bool ep_sums_over_edp(const part_ctx *c, const mg_placement *cur, const mg_placement *to);
-mg_tensor *ep_edp_sum(part_ctx *c, const mg_tensor *lt, mg_tensor *x, const mg_placement *summed);
-/* Handles the MoE dispatch and expert region (*handled = 1), or sets the ep state of
- * nodes on expert weight blocks for the tensor-parallel rules to emit. */
-int ep_partition_node(part_ctx *c, const mg_node *n, int *handled);
+/* pp.c: whether this rank's stage computes lt (true for leaves and without pp). */
+bool pp_here(const part_ctx *c, const mg_tensor *lt);
+/* tp.c: the tensor-parallel state a parameter starts in (its layout role, or a plan rule). */
+mg_sharding tp_param_state(const part_ctx *c, const mg_tensor *lt);
+/* tile.c: emits matmul n (inputs converted) as plan->matmul_tiles tiles when it is large
+ * and divides. 1 if it did, 0 to emit it whole, < 0 on error. */
+int tile_matmul(part_ctx *c, const mg_node *n, mg_tensor *const *in);
 
 #endif

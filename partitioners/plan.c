@@ -103,6 +103,24 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: order expects axes joined by '-', innermost first "
                                   "(tp-cp-ep-dp-pp)%s%s", path, ln, e.code ? ": " : "", e.code ? e.msg : "");
             else snprintf(p->order, sizeof p->order, "%s", v1);
+        } else if (!strcmp(key, "data-parallel-sharding-strategy")) {
+            if (!v1 || v2 || mg_plan_set_fsdp(p, v1))
+                rc = mg_error_set(err, MG_ERR_INVALID,
+                                  "%s:%d: data-parallel-sharding-strategy expects no_shard, optim, optim_grads or "
+                                  "optim_grads_params", path, ln);
+        } else if (!strcmp(key, "pipeline-model-parallel-layout")) {
+            int ns = 0;
+            mg_error e = {0};
+            if (!v1 || v2 || strlen(v1) >= sizeof p->pp_layout || mg_plan_pp_layout_stages(v1, &ns, &e))
+                rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: pipeline-model-parallel-layout expects one layout string "
+                                  "(no spaces)%s%s", path, ln, e.code ? ": " : "", e.code ? e.msg : "");
+            else snprintf(p->pp_layout, sizeof p->pp_layout, "%s", v1);
+        } else if (!strcmp(key, "account-for-embedding-in-pipeline-split") ||
+                   !strcmp(key, "account-for-loss-in-pipeline-split")) {
+            if (!v1 || v2 || parse_bool(v1, &b))
+                rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: %s expects true or false", path, ln, key);
+            else if (strstr(key, "embedding")) p->pp_account_embedding = b;
+            else p->pp_account_loss = b;
         } else if (!strcmp(key, "use-tp-pp-dp-mapping")) {
             if (!v1 || v2 || parse_bool(v1, &b))
                 rc = mg_error_set(err, MG_ERR_INVALID, "%s:%d: %s expects true or false", path, ln, key);
@@ -151,6 +169,24 @@ int mg_plan_read(mg_plan *p, const char *path, mg_error *err) {
     return rc;
 }
 
+static const char *const fsdp_names[] = {"no_shard", "optim", "optim_grads", "optim_grads_params"};
+
+const char *mg_fsdp_name(mg_fsdp f) { return f >= 0 && f <= MG_FSDP_OPTIM_GRADS_PARAMS ? fsdp_names[f] : "?"; }
+
+int mg_plan_set_fsdp(mg_plan *p, const char *s) {
+    if (s && !strcmp(s, "optim")) { /* ZeRO-1: Megatron's distributed optimizer (dist_opt.c) */
+        p->fsdp = MG_FSDP_NONE;
+        p->distributed_optimizer = true;
+        return MG_OK;
+    }
+    for (int i = 0; s && i <= MG_FSDP_OPTIM_GRADS_PARAMS; i++)
+        if (i != MG_FSDP_OPTIM && !strcmp(s, fsdp_names[i])) {
+            p->fsdp = (mg_fsdp)i;
+            return MG_OK;
+        }
+    return MG_ERR_INVALID;
+}
+
 static const char *const schedule_names[] = {"auto", "1f1b", "interleaved", "gpipe"};
 
 const char *mg_pp_schedule_name(mg_pp_schedule_kind k) {
@@ -175,6 +211,10 @@ void mg_plan_print(const mg_plan *p, FILE *f) {
             p->distributed_optimizer ? "true" : "false", (long long)p->bucket_numel, p->matmul_tiles,
             p->microbatch_slots, p->vpp, mg_pp_schedule_name(p->pp_schedule));
     if (p->etp) fprintf(f, "expert-tensor-parallel-size %d\n", p->etp);
+    if (p->fsdp) fprintf(f, "data-parallel-sharding-strategy %s\n", mg_fsdp_name(p->fsdp));
+    if (p->pp_layout[0]) fprintf(f, "pipeline-model-parallel-layout %s\n", p->pp_layout);
+    if (p->pp_account_embedding) fprintf(f, "account-for-embedding-in-pipeline-split true\n");
+    if (p->pp_account_loss) fprintf(f, "account-for-loss-in-pipeline-split true\n");
     if (p->order[0]) fprintf(f, "order %s\n", p->order);
     if (p->micro_batch_split) fprintf(f, "micro-batch-split %d\n", p->micro_batch_split);
     else fprintf(f, "micro-batch-split auto\n");
@@ -185,8 +225,13 @@ void mg_plan_print(const mg_plan *p, FILE *f) {
         else fprintf(f, "shard %s %d\n", p->rules[i].pattern, p->rules[i].dim);
 }
 
+bool mg_plan_expert_tp(const mg_plan *p) { return p->etp > 1 && p->etp == p->tp; }
+
 int mg_plan_mesh(const mg_plan *p, int world, int rank, mg_mesh *m, mg_error *err) {
-    mg_mesh_spec s = {p->tp, p->cp, p->ep, p->pp, p->etp, p->order[0] ? p->order : NULL};
+    /* the expert generator's tensor group is tp's: the experts are split over it or whole
+     * on each of its ranks (etp 1: Megatron would lay ep across tp ranks instead; the
+     * same computation) */
+    mg_mesh_spec s = {p->tp, p->cp, p->ep, p->pp, p->tp, p->order[0] ? p->order : NULL};
     return mg_mesh_init_spec(m, world, rank, &s, err);
 }
 
@@ -214,6 +259,25 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
     if ((p->pp_first_layers || p->pp_last_layers) && p->vpp > 1)
         return mg_error_set(err, MG_ERR_INVALID,
                             "--decoder-first/last-pipeline-num-layers cannot be combined with virtual pipeline stages");
+    bool account = p->pp_account_embedding || p->pp_account_loss;
+    if ((p->pp_layout[0] || account) && p->pp < 2)
+        return mg_error_set(err, MG_ERR_INVALID, "--%s needs --pipeline-model-parallel-size > 1",
+                            p->pp_layout[0] ? "pipeline-model-parallel-layout" : "account-for-embedding/loss-in-pipeline-split");
+    if (p->pp_layout[0] && (account || p->pp_first_layers || p->pp_last_layers))
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--pipeline-model-parallel-layout places every layer itself: not with --account-for-* or "
+                            "--decoder-first/last-pipeline-num-layers");
+    if (p->pp_layout[0]) {
+        int n = 0;
+        int rc = mg_plan_pp_layout_stages(p->pp_layout, &n, err);
+        if (rc) return rc;
+        if (n != p->pp * p->vpp)
+            return mg_error_set(err, MG_ERR_INVALID,
+                                "--pipeline-model-parallel-layout '%s' has %d virtual stages: not --pipeline-model-"
+                                "parallel-size %d x %d model chunks%s",
+                                p->pp_layout, n, p->pp, p->vpp,
+                                n % p->pp ? " (its stages must be a multiple of the pipeline size)" : "");
+    }
     if (p->pp_schedule == MG_PP_SCHEDULE_INTERLEAVED && p->vpp < 2)
         return mg_error_set(err, MG_ERR_INVALID,
                             "the interleaved pipeline schedule needs --num-virtual-stages-per-pipeline-rank > 1");
@@ -234,16 +298,17 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
                                 p->ep, p->cp);
     }
     if (p->etp < 0) return mg_error_set(err, MG_ERR_INVALID, "--expert-tensor-parallel-size must be >= 1 (got %d)", p->etp);
-    if (p->etp && p->etp != p->tp)
-        return mg_error_set(err, MG_ERR_UNSUPPORTED,
-                            "--expert-tensor-parallel-size %d other than --tensor-model-parallel-size %d is not "
-                            "supported yet",
-                            p->etp, p->tp);
     { /* the mesh's own rules (the order, the expert layers' world) */
         mg_mesh m;
         int rc = mg_plan_mesh(p, world, 0, &m, err);
         if (rc) return rc;
     }
+    if (p->fsdp != MG_FSDP_NONE && (p->pp > 1 || p->cp > 1 || p->ep > 1))
+        return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                            "--use-megatron-fsdp (%s) with %s is not supported yet (fsdp shards over dp, with tensor "
+                            "parallelism)",
+                            mg_fsdp_name(p->fsdp), p->pp > 1 ? "pipeline parallelism" : p->cp > 1 ? "context parallelism"
+                                                                                                : "expert parallelism");
     if (p->sequence_parallel && p->tp == 1)
         return mg_error_set(err, MG_ERR_INVALID, "--sequence-parallel needs --tensor-model-parallel-size > 1");
     if (p->bucket_numel < 1) return mg_error_set(err, MG_ERR_INVALID, "bucket size must be >= 1");
@@ -323,7 +388,13 @@ int mg_plan_check_model(const mg_plan *p, int world, const mg_plan_model *m, mg_
                             "--global-batch-size %d is not a multiple of --micro-batch-size x data-parallel size "
                             "(%d x %d)",
                             m->global_batch, m->micro_batch, dp);
-    if (p->pp > 1 && m->num_layers > 0) {
+    if (p->pp > 1 && m->num_layers > 0 && (p->pp_layout[0] || p->pp_account_embedding || p->pp_account_loss)) {
+        int *vs = malloc(((size_t)m->num_layers + 1) * sizeof *vs);
+        if (!vs) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+        rc = mg_plan_layer_vstages(p, m->num_layers, vs, NULL, NULL, err);
+        free(vs);
+        if (rc) return rc;
+    } else if (p->pp > 1 && m->num_layers > 0) {
         int L = m->num_layers, f = p->pp_first_layers, l = p->pp_last_layers;
         if (f || l) {
             int mids = p->pp - (f > 0) - (l > 0), rest = L - f - l;

@@ -16,7 +16,7 @@
  */
 #include "partitioners/partition_internal.h"
 
-int tile_matmul(part_ctx *c, const mg_node *n, mg_tensor *const *in, mg_sharding out_state) {
+int tile_matmul(part_ctx *c, const mg_node *n, mg_tensor *const *in) {
     int k = c->plan->matmul_tiles;
     mg_tensor *A = in[0], *B = in[1];
     bool ta = n->attrs.matmul.trans_a, tb = n->attrs.matmul.trans_b;
@@ -41,6 +41,5 @@ int tile_matmul(part_ctx *c, const mg_node *n, mg_tensor *const *in, mg_sharding
         for (int i = 1; i < k; i++) y = mg_add(P, y, parts[i]);
     }
     if (!y) return part_graph_error(c);
-    mg_placement pl = part_node_pl(c, out_state);
-    return part_bind(c, n, n->out[0], y, &pl) ? c->err->code : 1;
+    return part_bind(c, n, n->out[0], y, &c->out[0]) ? c->err->code : 1;
 }

@@ -158,23 +158,34 @@ static int rank_graph(mg_trainer *t, mg_graph *L, const mg_mesh *mesh, mg_rank_g
     return mg_partition(L, &t->cfg.plan, mesh, out, err);
 }
 
-/* Full recompute on a rank's training graph (after partitioning: recompute is local to
- * a rank, as in Megatron). */
-static int recompute(mg_trainer *t, mg_graph *g, int *cloned, mg_error *err) {
-    *cloned = 0;
-    if (t->cfg.recompute.granularity != MG_RECOMPUTE_FULL) return MG_OK;
+/* Full recompute, once, on the logical training graph before it is partitioned: the
+ * partitioner then gives the recomputed forward its own collectives (tensor and context
+ * parallelism) in every rank's agreed order. Counted per model chunk, as Megatron's
+ * transformer blocks do, from the plan's pipeline layout. */
+static int recompute(mg_trainer *t, mg_error *err) {
+    if (t->recompute_done || t->cfg.recompute.granularity != MG_RECOMPUTE_FULL) return MG_OK;
     mg_recompute_options o = t->cfg.recompute;
     o.n_layers = t->cfg.model.num_layers;
     o.layer_scope = t->cfg.model.layer_scope;
-    return mg_graph_recompute(g, &o, cloned, err);
+    int *chunk = NULL, rc = MG_OK;
+    if (t->cfg.plan.pp > 1) {
+        if (!(chunk = malloc(((size_t)o.n_layers + 1) * sizeof *chunk)))
+            return mg_error_set(err, MG_ERR_NOMEM, "trainer: out of memory");
+        rc = mg_plan_layer_vstages(&t->cfg.plan, o.n_layers, chunk, NULL, NULL, err);
+        o.layer_chunk = chunk;
+    }
+    if (!rc) rc = mg_graph_recompute(t->train.step.g, &o, &t->recomputed, err);
+    free(chunk);
+    if (!rc) t->recompute_done = true;
+    return rc;
 }
 
 int mg_trainer_partition(mg_trainer *t, mg_error *err) {
     if (t->partitioned) return MG_OK;
     double t0 = mg_trainer_now();
-    int rc = rank_graph(t, t->train.step.g, &t->mesh, &t->train.rg, err);
+    int rc = recompute(t, err);
+    if (!rc) rc = rank_graph(t, t->train.step.g, &t->mesh, &t->train.rg, err);
     if (!rc && t->cfg.eval) rc = rank_graph(t, t->eval.step.g, &t->mesh, &t->eval.rg, err);
-    if (!rc) rc = recompute(t, t->train.rg.graph, &t->recomputed, err);
     t->graphs_s += mg_trainer_now() - t0;
     if (!rc) t->partitioned = true;
     return rc;
@@ -184,8 +195,9 @@ int mg_trainer_partition_rank(mg_trainer *t, int rank, mg_mesh *mesh, mg_rank_gr
     memset(out, 0, sizeof *out);
     const mg_plan *p = &t->cfg.plan;
     int rc = mg_plan_mesh(p, t->world, rank, mesh, err);
+    if (!rc) rc = recompute(t, err);
     if (!rc) rc = rank_graph(t, t->train.step.g, mesh, out, err);
-    if (!rc) rc = recompute(t, out->graph, cloned, err);
+    if (cloned) *cloned = t->recomputed;
     return rc;
 }
 

@@ -24,6 +24,7 @@ struct mg_trainer {
     mg_comm *comm;
     bool partitioned, started;
     int recomputed;
+    bool recompute_done;     /* the logical training graph was rewritten (once, before partitioning) */
     double graphs_s, memplan_s, storage_s, engine_s;
     double t_created;
     /* where the run is: resumed from a checkpoint, then advanced by the steps */

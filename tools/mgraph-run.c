@@ -283,6 +283,20 @@ static int resolve_plan(run *r, int world, mg_error *err) {
     }
     if (c->use_distributed_optimizer) p->distributed_optimizer = true;
     if (c->use_tp_pp_dp_mapping) snprintf(p->order, sizeof p->order, "tp-pp-dp"); /* Megatron's initialize.py */
+    if (mg_run_config_given(c, "--expert-tensor-parallel-size")) p->etp = c->expert_tensor_parallel_size;
+    if (c->use_megatron_fsdp && c->use_torch_fsdp2)
+        return mg_error_set(err, MG_ERR_INVALID, "give --use-megatron-fsdp or --use-torch-fsdp2, not both");
+    if (c->use_torch_fsdp2) p->fsdp = MG_FSDP_OPTIM_GRADS_PARAMS;
+    if (c->use_megatron_fsdp) {
+        const char *s = c->data_parallel_sharding_strategy ? c->data_parallel_sharding_strategy : "optim_grads_params";
+        if (mg_plan_set_fsdp(p, s))
+            return mg_error_set(err, MG_ERR_INVALID,
+                                "--data-parallel-sharding-strategy %s: expected no_shard, optim, optim_grads or "
+                                "optim_grads_params", s);
+    } else if (c->data_parallel_sharding_strategy && r->mesh.rank == 0) {
+        fprintf(stderr, "mgraph-run: warning: --data-parallel-sharding-strategy %s ignored without --use-megatron-fsdp\n",
+                c->data_parallel_sharding_strategy);
+    }
     /* pipeline layout: Megatron's flags, checked against the model in mg_plan_check_model */
     bool by_layers = mg_run_config_given(c, "--num-layers-per-virtual-pipeline-stage"),
          by_stages = mg_run_config_given(c, "--num-virtual-stages-per-pipeline-rank");
@@ -299,13 +313,14 @@ static int resolve_plan(run *r, int world, mg_error *err) {
         by_layers = by_stages = false;
     }
     if (by_layers) {
-        int lv = c->num_layers_per_virtual_pipeline_stage;
-        if (lv < 1 || c->num_layers % (p->pp * lv))
+        int lv = c->num_layers_per_virtual_pipeline_stage; /* (the embedding and loss count as layers when accounted) */
+        int L = c->num_layers + c->account_for_embedding_in_pipeline_split + c->account_for_loss_in_pipeline_split;
+        if (lv < 1 || L % (p->pp * lv))
             return mg_error_set(err, MG_ERR_INVALID,
-                                "--num-layers-per-virtual-pipeline-stage %d: --num-layers %d must be a multiple of "
+                                "--num-layers-per-virtual-pipeline-stage %d: --num-layers %d%s must be a multiple of "
                                 "--pipeline-model-parallel-size %d x it",
-                                lv, c->num_layers, p->pp);
-        p->vpp = c->num_layers / (p->pp * lv);
+                                lv, c->num_layers, L > c->num_layers ? " (+ the embedding / loss accounted)" : "", p->pp);
+        p->vpp = L / (p->pp * lv);
     }
     if (by_stages) {
         if (c->num_virtual_stages_per_pipeline_rank < 1 || c->num_virtual_stages_per_pipeline_rank > 1 << 16)
@@ -313,6 +328,27 @@ static int resolve_plan(run *r, int world, mg_error *err) {
                                 c->num_virtual_stages_per_pipeline_rank);
         p->vpp = c->num_virtual_stages_per_pipeline_rank;
     }
+    if (c->pipeline_model_parallel_layout) { /* Megatron's: the layout gives the model chunks */
+        if (by_layers || by_stages)
+            return mg_error_set(err, MG_ERR_INVALID,
+                                "--pipeline-model-parallel-layout gives the virtual stages: not with --num-layers-per-"
+                                "virtual-pipeline-stage or --num-virtual-stages-per-pipeline-rank");
+        if (strlen(c->pipeline_model_parallel_layout) >= sizeof p->pp_layout)
+            return mg_error_set(err, MG_ERR_INVALID, "--pipeline-model-parallel-layout: too long (at most %zu characters)",
+                                sizeof p->pp_layout - 1);
+        snprintf(p->pp_layout, sizeof p->pp_layout, "%s", c->pipeline_model_parallel_layout);
+    }
+    if (p->pp_layout[0]) {
+        int n = 0, lrc = mg_plan_pp_layout_stages(p->pp_layout, &n, err);
+        if (lrc) return lrc;
+        if (p->pp < 1 || n % p->pp)
+            return mg_error_set(err, MG_ERR_INVALID,
+                                "--pipeline-model-parallel-layout '%s' has %d virtual stages, not a multiple of "
+                                "--pipeline-model-parallel-size %d", p->pp_layout, n, p->pp);
+        p->vpp = n / p->pp;
+    }
+    if (c->account_for_embedding_in_pipeline_split) p->pp_account_embedding = true;
+    if (c->account_for_loss_in_pipeline_split) p->pp_account_loss = true;
     int urc = mg_run_config_uneven_pipeline(c, p, err);
     if (urc) return urc;
     if (c->pipeline_schedule && mg_pp_schedule_parse(c->pipeline_schedule, &p->pp_schedule))
@@ -382,11 +418,14 @@ static void check_limits(const mg_run_config *c, mg_run_notes *n) {
  * experts themselves run whole on every tensor-parallel rank. */
 static int check_expert_parallel(const run *r, const mg_gpt_config *m, mg_error *err) {
     int ep = r->plan.ep;
-    if (r->cfg.expert_tensor_parallel_size != 1)
-        return mg_error_set(err, MG_ERR_INVALID,
-                            "--expert-tensor-parallel-size %d is not supported: experts are not split over tensor-"
-                            "parallel ranks (1: each tp rank runs whole experts on the same tokens)",
-                            r->cfg.expert_tensor_parallel_size);
+    int etp = r->cfg.expert_tensor_parallel_size;
+    if (etp < 1) return mg_error_set(err, MG_ERR_INVALID, "--expert-tensor-parallel-size must be >= 1 (got %d)", etp);
+    if (m->moe.num_experts > 0 && etp > 1 && etp != r->plan.tp)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED,
+                            "--expert-tensor-parallel-size %d other than 1 or --tensor-model-parallel-size %d is not "
+                            "supported yet (the experts are split over the tensor-parallel group, or whole on each of "
+                            "its ranks)",
+                            etp, r->plan.tp);
     if (ep > 1 && m->moe.num_experts == 0)
         return mg_error_set(err, MG_ERR_INVALID, "--expert-model-parallel-size %d needs --num-experts (a MoE model)", ep);
     if (ep > 1 && m->moe.num_experts % ep)
@@ -1049,13 +1088,23 @@ static int rank_graph(run *r, mg_step *st, const mg_mesh *mesh, mg_rank_graph *o
     return mg_partition(st->g, &r->plan, mesh, out, err);
 }
 
+/* A DOT dump's title: the rank and every axis the plan uses. */
+static void dot_title(const run *r, int rank, int world, char *title, size_t len) {
+    const mg_plan *p = &r->plan;
+    int n = snprintf(title, len, "mgraph GPT training step, rank %d of %d (tp %d", rank, world, p->tp);
+    if (p->cp > 1) n += snprintf(title + n, len - (size_t)n, ", cp %d", p->cp);
+    if (p->pp > 1) n += snprintf(title + n, len - (size_t)n, ", pp %d", p->pp);
+    if (p->ep > 1) n += snprintf(title + n, len - (size_t)n, ", ep %d", p->ep);
+    snprintf(title + n, len - (size_t)n, ", dp %d%s%s%s%s)", world / (p->tp * p->pp * p->cp), p->sequence_parallel ? ", sp" : "",
+             p->distributed_optimizer ? ", distributed optimizer" : "", p->fsdp != MG_FSDP_NONE ? ", fsdp " : "",
+             p->fsdp != MG_FSDP_NONE ? mg_fsdp_name(p->fsdp) : "");
+}
+
 static int dump_dot(run *r, const mg_graph *g, int rank, int world, mg_error *err) {
     char path[PATH_MAX], title[256];
     int rc = rank_path(r->cfg.dump_dot, rank, path, sizeof path, err);
     if (rc) return rc;
-    snprintf(title, sizeof title, "mgraph GPT training step, rank %d of %d (tp %d, dp %d%s%s)", rank, world, r->plan.tp,
-             world / (r->plan.tp * r->plan.pp * r->plan.cp), r->plan.sequence_parallel ? ", sp" : "",
-             r->plan.distributed_optimizer ? ", distributed optimizer" : "");
+    dot_title(r, rank, world, title, sizeof title);
     mg_dot_options dopt = {title, false, false};
     return mg_graph_dump_dot_file(g, path, &dopt, err);
 }
@@ -1064,9 +1113,7 @@ static int dump_dot_summary(run *r, const mg_graph *g, int rank, int world, mg_e
     char path[1024], title[256];
     int rc = rank_path(r->cfg.dump_dot_summary, rank, path, sizeof path, err);
     if (rc) return rc;
-    snprintf(title, sizeof title, "mgraph GPT training step, rank %d of %d (tp %d, dp %d%s%s)", rank, world, r->plan.tp,
-             world / (r->plan.tp * r->plan.pp * r->plan.cp), r->plan.sequence_parallel ? ", sp" : "",
-             r->plan.distributed_optimizer ? ", distributed optimizer" : "");
+    dot_title(r, rank, world, title, sizeof title);
     mg_dot_summary_options o = {title, r->cfg.dot_summary_depth, r->cfg.dot_summary_scope, 0};
     if (r->cfg.dot_summary_phase && mg_dot_parse_phases(r->cfg.dot_summary_phase, &o.phases, err)) return MG_ERR_INVALID;
     return mg_graph_dump_dot_summary_file(g, path, &o, err);
@@ -1108,13 +1155,22 @@ static void describe(const run *r, const mg_graph *g, const mg_mesh *m, int rank
     for (int i = 0; i < mg_graph_n_nodes(g); i++) {
         mg_op op = mg_graph_node(g, i)->op;
         bool p2p = op == MG_OP_SEND || op == MG_OP_RECV;
-        n_comm += op >= MG_OP_ALLREDUCE && !p2p;
+        /* (the communication ops run from allreduce to cp's ring_shift; attention_merge after them is not one) */
+        n_comm += op >= MG_OP_ALLREDUCE && op <= MG_OP_RING_SHIFT && !p2p;
         n_p2p += p2p;
     }
     mg_memplan *p = NULL;
     mg_error e = {0};
     char line[512] = "?", stage[160] = "";
     if (!mg_memplan_build((mg_graph *)g, true, &p, &e)) mg_memplan_summary(p, line, sizeof line);
+    double param_bytes = 0; /* the rank's parameters (of the persistent bytes): a 1/dp shard under FSDP */
+    for (int i = 0; i < mg_graph_n_tensors(g); i++) {
+        const mg_tensor *t = mg_graph_tensor(g, i);
+        if (t->role == MG_ROLE_PARAM && !t->src) param_bytes += (double)mg_numel(t) * (double)mg_dtype_size(t->dtype);
+    }
+    size_t ll = strlen(line);
+    snprintf(line + ll, sizeof line - ll, ", parameters %.2f MiB%s", param_bytes / (1024.0 * 1024.0),
+             r->plan.fsdp == MG_FSDP_OPTIM_GRADS_PARAMS ? " (sharded over dp: fsdp)" : "");
     mg_memplan_free(p);
     char groups[192] = ""; /* the other groups this plan uses */
     if (r->plan.ep > 1) /* the all-to-all moves what the routing sends: estimated for a balanced routing */
@@ -1156,13 +1212,23 @@ static int recompute_options(const mg_run_config *c, int layers, mg_recompute_op
     return MG_OK;
 }
 
-static int apply_recompute(run *r, mg_graph *g, int rank, mg_error *err) {
+/* Full recompute on the logical training graph, before it is partitioned (so the
+ * partitioner gives the recomputed layers their own collectives under tensor and context
+ * parallelism), counted per model chunk of the plan's pipeline layout. */
+static int apply_recompute(run *r, int rank, mg_error *err) {
     mg_recompute_options o;
     int rc = recompute_options(&r->cfg, r->train.model.cfg.num_layers, &o, err);
     if (rc || o.granularity != MG_RECOMPUTE_FULL) return rc;
     o.layer_scope = mg_gpt_is_gpt2(&r->train.model.cfg) ? "h.%d" : "model.layers.%d";
-    int cloned = 0;
-    rc = mg_graph_recompute(g, &o, &cloned, err);
+    int cloned = 0, *chunk = NULL;
+    if (r->plan.pp > 1) {
+        if (!(chunk = malloc(((size_t)o.n_layers + 1) * sizeof *chunk)))
+            return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+        rc = mg_plan_layer_vstages(&r->plan, o.n_layers, chunk, NULL, NULL, err);
+        o.layer_chunk = chunk;
+    }
+    if (!rc) rc = mg_graph_recompute(r->train.g, &o, &cloned, err);
+    free(chunk);
     if (!rc && rank == 0)
         printf("mgraph-run: activation recompute: full, %s, %d layer%s: %d forward nodes rerun in backward\n",
                o.method == MG_RECOMPUTE_BLOCK ? "block" : "uniform", o.num_layers, o.num_layers == 1 ? "" : "s", cloned);
@@ -1178,7 +1244,6 @@ static int dry_run_world(run *r, int world, mg_error *err) {
         mg_rank_graph R = {0};
         int rc = mg_plan_mesh(&r->plan, world, rank, &mesh, err);
         if (!rc) rc = rank_graph(r, &r->train, &mesh, &R, err);
-        if (!rc) rc = apply_recompute(r, R.graph, rank, err);
         if (!rc) describe(r, R.graph, &mesh, rank);
         if (!rc) rc = dump_dots(r, R.graph, rank, world, err);
         mg_rank_graph_release(&R);
@@ -1379,17 +1444,23 @@ int main(int argc, char **argv) {
                (long long)sc.model.vocab, (double)mg_gpt_num_params(&sc.model) / 1e6, r.cfg.micro_batch_size,
                r.cfg.global_batch_size, r.cfg.global_batch_size / r.cfg.micro_batch_size, plan_world, r.plan.tp, cpdesc, plan_world / (r.plan.tp * r.plan.pp * r.plan.cp),
                ep_desc, r.plan.sequence_parallel ? ", sequence parallel" : "",
-               r.plan.distributed_optimizer ? ", distributed optimizer" : "", pp_desc, local_micro(&r),
+               r.plan.fsdp == MG_FSDP_OPTIM_GRADS_PARAMS ? ", fsdp optim_grads_params (parameters, gradients and optimizer "
+                                                           "state sharded over dp)"
+               : r.plan.fsdp == MG_FSDP_OPTIM_GRADS ? ", fsdp optim_grads (gradients and optimizer state sharded over dp)"
+               : r.plan.distributed_optimizer       ? ", distributed optimizer"
+                                                    : "",
+               pp_desc, local_micro(&r),
                local_micro(&r) == 1 ? "" : "es", split_desc);
     if (r.cfg.dry_run) {
-        rc = dry_run_world(&r, plan_world, &err);
+        rc = apply_recompute(&r, rank, &err);
+        if (!rc) rc = dry_run_world(&r, plan_world, &err);
         return finish(&r, rc, &err);
     }
-    rc = rank_graph(&r, &r.train, &r.mesh, &r.train_rg, &err);
+    rc = apply_recompute(&r, rank, &err);
+    if (!rc) rc = rank_graph(&r, &r.train, &r.mesh, &r.train_rg, &err);
     if (!rc && with_eval) rc = rank_graph(&r, &r.eval, &r.mesh, &r.eval_rg, &err);
     r.train_g = r.train_rg.graph;
     r.eval_g = r.eval_rg.graph;
-    if (!rc) rc = apply_recompute(&r, r.train_g, rank, &err);
     if (!rc && r.cfg.dump_dot) rc = dump_dot(&r, r.train_g, rank, world, &err);
     if (!rc && r.cfg.dump_dot_summary) rc = dump_dot_summary(&r, r.train_g, rank, world, &err);
     /* one job saves into a directory at a time (before any output file is made) */

@@ -109,7 +109,11 @@ typedef struct mg_run_config {
     int decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
     const char *pipeline_schedule;
     bool sequence_parallel, use_distributed_optimizer;
-    bool use_tp_pp_dp_mapping;           /* the rank order tp-pp-dp instead of tp-cp-ep-dp-pp (graph/mesh.c) */
+    bool use_tp_pp_dp_mapping;
+    const char *pipeline_model_parallel_layout;     /* NULL: not given */
+    bool account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split;
+    bool use_megatron_fsdp, use_torch_fsdp2;        /* FSDP (partitioners/fsdp.c) */
+    const char *data_parallel_sharding_strategy;   /* with --use-megatron-fsdp; NULL: optim_grads_params */           /* the rank order tp-pp-dp instead of tp-cp-ep-dp-pp (graph/mesh.c) */
     int world_size;          /* --world-size: partition for N ranks without launching them (with --dry-run) */
     const char *plan_file;   /* "auto": the planner chooses (tools/run_plan.c) */
     const char *cluster;     /* with --plan auto */

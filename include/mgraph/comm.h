@@ -64,6 +64,9 @@ int mg_mesh_peer(const mg_mesh *m, mg_group grp, int idx);
 /* How many world ranks apart consecutive members of a group of grp are (its innermost
  * axis' stride: what decides whether a group stays inside a node). */
 long mg_mesh_stride(const mg_mesh *m, mg_group grp);
+/* The axes group grp spans (bits 1 << mg_mesh_axis) and whether of the expert
+ * generator (0 for world, which spans both). */
+unsigned mg_mesh_group_axes(mg_group grp, bool *expert);
 /* "tp-cp-ep-dp-pp" (the default), or the order the mesh was made with. */
 const char *mg_mesh_order(const mg_mesh *m);
 const char *mg_mesh_default_order(void);

@@ -50,16 +50,16 @@ typedef enum mg_op {
     MG_OP_COUNT
 } mg_op;
 
-/* Process groups (the mesh's table, graph/mesh.c): the parallel dimensions, then the
- * combined groups: DP_CP is dp x cp (Megatron's data-parallel group with context
- * parallelism: gradients are summed, and the distributed optimizer shards, over it in
- * one collective), EDP the expert-data-parallel group (the ranks holding the same
- * experts under expert parallelism: expert gradients are summed over it), WORLD every
- * rank, EMB the first and last pipeline stage, ETP expert tensor parallelism. */
+/* Process groups (the mesh's table, graph/mesh.c). First the mesh's axes, the groups a
+ * placement has a state on: tp, cp, dp, pp of the dense layers' rank generator, and ep,
+ * etp (expert tensor parallelism), edp (the expert-data-parallel group: the ranks
+ * holding the same experts, over which expert gradients are summed) of the experts'.
+ * Then the combined groups: DP_CP is dp x cp (Megatron's data-parallel group with
+ * context parallelism: gradients are summed, and the distributed optimizer shards, over
+ * it in one collective), WORLD every rank, EMB the first and last pipeline stage. */
 typedef enum mg_group { MG_GROUP_NONE = -1, MG_GROUP_TP, MG_GROUP_CP, MG_GROUP_EP, MG_GROUP_DP,
-                        MG_GROUP_PP, MG_GROUP_DP_CP, MG_GROUP_EDP, MG_GROUP_WORLD,
+                        MG_GROUP_PP, MG_GROUP_ETP, MG_GROUP_EDP, MG_GROUP_DP_CP, MG_GROUP_WORLD,
                         MG_GROUP_EMB, /* first and last pipeline stage (Megatron's embedding group) */
-                        MG_GROUP_ETP, /* expert tensor parallelism (Megatron's expert tensor group) */
                         MG_GROUP_COUNT } mg_group;
 
 /* How a physical tensor relates to its logical tensor across a group of ranks. */
@@ -70,11 +70,13 @@ typedef struct mg_sharding {
     mg_group group;       /* the group across which it is split or partially summed       */
 } mg_sharding;
 
-/* The mesh's axes: tp, cp, ep, dp, pp (the first MG_MESH_AXES mg_group values). */
-#define MG_MESH_AXES 5
+/* The mesh's axes: tp, cp, ep, dp, pp, etp, edp (the first MG_MESH_AXES mg_group values). */
+#define MG_MESH_AXES 7
 
 /* Where a physical tensor sits on the device mesh: one state per axis (like PyTorch
- * DTensor's placements or OneFlow's SBP). Several axes may split the same dimension;
+ * DTensor's placements or OneFlow's SBP). A tensor lives on the dense layers' axes (tp,
+ * cp, dp, pp) or, an expert weight and what derives from it, on the experts' (etp, ep,
+ * edp, pp); the other axes stay FULL. Several axes may split the same dimension;
  * they nest in rank order, the outer axis (pp, dp, ep, cp, then tp innermost) taking
  * the coarser blocks: the sequence under context parallelism with sequence
  * parallelism is cp-split, and each cp block tp-split inside. Local shapes and

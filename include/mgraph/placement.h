@@ -35,9 +35,12 @@ bool mg_placement_eq(const mg_placement *a, const mg_placement *b);
 int mg_placement_local(const mg_placement *p, const mg_mesh *mesh, int ndim, const int64_t *logical, int64_t *local,
                        int64_t *offset, mg_error *err);
 
+/* Whether a placement is on the experts' axes (ep, etp, edp split or partial). */
+bool mg_placement_expert(const mg_placement *p);
 /* Whether this rank is the one that writes the tensor's block when every element is
- * to be written once (checkpoints): on every axis it is split over, or this rank has
- * index 0 there. A partial sum is never complete on one rank: false. */
+ * to be written once (checkpoints): on every axis of its rank generator (dense: tp, cp,
+ * dp, pp; expert: etp, ep, edp, pp) it is split over, or this rank has index 0 there. A
+ * partial sum is never complete on one rank: false. */
 bool mg_placement_owner(const mg_placement *p, const mg_mesh *mesh);
 
 /* "tp:S0 dp:P" (FULL axes omitted; "replicated" when all are). */

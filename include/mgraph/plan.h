@@ -10,17 +10,10 @@
  * gives, a conversion is inserted: a collective node (all-reduce, all-gather,
  * reduce-scatter) or a local slice.
  *
- * Where each parallelism lives:
- *   partitioners/plan.c        flags and plan files, the divisibility rules
- *   partitioners/partition.c   the walk, sharding states, conversions (collectives)
- *   partitioners/tp.c          tensor + sequence parallelism: applies each op's sharding rule
- *                              (Megatron's column/row-parallel linears, vocab-parallel
- *                              embedding and cross-entropy; SP regions)
- *   partitioners/dp.c          data parallelism: micro-batches per rank, gradient
- *                              all-reduce as soon as a gradient is final
- *   partitioners/dist_opt.c    the distributed optimizer: flat buffer, reduce-scatter,
- *                              sharded AdamW, parameter all-gather
- *   partitioners/tile.c        inside a rank: large matmuls cut into tiles, one task each
+ * Each parallelism is one file of partitioners/ plugged into the walk of partition.c
+ * (the axes table: pp.c, dist_opt.c, dp.c, cp.c, ep.c, tp.c; plan.c the flags, plan
+ * files and divisibility rules; tile.c matmuls cut into tasks inside a rank):
+ * partitioners/README.md.
  */
 #ifndef MGRAPH_PLAN_H
 #define MGRAPH_PLAN_H
@@ -53,16 +46,33 @@ typedef enum mg_pp_schedule_kind {
     MG_PP_SCHEDULE_AUTO, MG_PP_SCHEDULE_1F1B, MG_PP_SCHEDULE_INTERLEAVED, MG_PP_SCHEDULE_GPIPE
 } mg_pp_schedule_kind;
 
+/* Megatron's data-parallel sharding (--use-megatron-fsdp --data-parallel-sharding-strategy;
+ * --use-torch-fsdp2 = optim_grads_params): none (plain data parallelism, no_shard), the
+ * optimizer state (optim: ZeRO-1, the distributed optimizer, dist_opt.c), gradients too
+ * (optim_grads: ZeRO-2), parameters too (optim_grads_params: ZeRO-3); partitioners/fsdp.c
+ * builds the last two. A plan keeps optim as distributed_optimizer. */
+typedef enum mg_fsdp_kind { MG_FSDP_NONE, MG_FSDP_OPTIM, MG_FSDP_OPTIM_GRADS, MG_FSDP_OPTIM_GRADS_PARAMS } mg_fsdp_kind;
+typedef mg_fsdp_kind mg_fsdp;
+
 typedef struct mg_plan {
     int tp, pp, cp, ep;          /* sizes; dp is derived from the world size */
-    int etp;                     /* expert tensor parallelism (0: tp, Megatron's default) */
+    int etp;                     /* expert tensor parallelism: tp (> 1) splits every expert's rows / columns
+                                  * over the tensor-parallel group (Megatron's default); 0 or 1: each tp
+                                  * rank runs whole experts */
     char order[32];              /* the mesh's rank order, innermost first ("": tp-cp-ep-dp-pp; Megatron's
                                   * --use-tp-pp-dp-mapping is tp-pp-dp): graph/mesh.c */
     int vpp;                     /* model chunks (virtual stages) per pipeline rank; 1: none */
     int pp_first_layers, pp_last_layers; /* layers on the first / last stage (0: an equal share) */
+    /* Megatron's --pipeline-model-parallel-layout ("Et*3|(tt|)*29|L": E the embedding, t
+     * a transformer layer, L the loss, | between virtual stages, in chunk x pp + stage
+     * order; "": none), and --account-for-embedding/loss-in-pipeline-split (the embedding
+     * and the loss count as a layer each in the equal split) */
+    char pp_layout[256];
+    bool pp_account_embedding, pp_account_loss;
     mg_pp_schedule_kind pp_schedule;
     bool sequence_parallel;
     bool distributed_optimizer;
+    mg_fsdp fsdp;                /* Megatron-FSDP's sharding (MG_FSDP_NONE: none) */
     int64_t bucket_numel;        /* distributed optimizer: parameters per gradient bucket */
     int matmul_tiles;            /* split each large matmul into this many tasks (1: off) so
                                   * a rank's workers share it (partitioners/tile.c) */
@@ -78,6 +88,11 @@ typedef struct mg_plan {
  * layout roles the model declared (mg_tensor.layout). */
 void mg_plan_defaults(mg_plan *p);
 
+/* The plan a strategy name gives (no_shard, optim, optim_grads, optim_grads_params):
+ * p->fsdp, or p->distributed_optimizer for optim. MG_ERR_INVALID for other names. */
+int mg_plan_set_fsdp(mg_plan *p, const char *strategy);
+const char *mg_fsdp_name(mg_fsdp f);
+
 /* Reads a plan file: one setting per line, '#' comments:
  *     tensor-model-parallel-size 2
  *     pipeline-model-parallel-size 1
@@ -87,11 +102,14 @@ void mg_plan_defaults(mg_plan *p);
  *     order tp-cp-ep-dp-pp                  (the rank order, innermost first; use-tp-pp-dp-mapping true: tp-pp-dp)
  *     sequence-parallel true
  *     use-distributed-optimizer true
+ *     data-parallel-sharding-strategy optim_grads_params   (Megatron-FSDP: optim_grads, optim, no_shard)
  *     bucket-size 40000000
  *     microbatch-slots 2                    (micro-batches in flight: activation memory x slots)
  *     micro-batch-split auto                (or N: each micro-batch runs as N sub-batches)
  *     num-virtual-stages-per-pipeline-rank 2   (model chunks per pipeline rank)
  *     decoder-first-pipeline-num-layers 3   (and decoder-last-...: uneven first / last stage)
+ *     pipeline-model-parallel-layout Et|tt|tL   (virtual stages; num-virtual-stages-per-pipeline-rank follows)
+ *     account-for-embedding-in-pipeline-split true   (and account-for-loss-...)
  *     pipeline-schedule 1f1b                (auto, 1f1b, interleaved or gpipe)
  *     shard h.*.attn.c_attn.weight 0        (adds a rule overriding the layout roles; "none": whole;
  *                                            "shard-clear" drops the rules read so far)
@@ -102,6 +120,8 @@ const char *mg_pp_schedule_name(mg_pp_schedule_kind k);
 /* The kind a name (auto, 1f1b, interleaved, gpipe) stands for; MG_ERR_INVALID for others. */
 int mg_pp_schedule_parse(const char *s, mg_pp_schedule_kind *k);
 
+/* Whether the plan splits the experts over the tensor-parallel group (etp == tp > 1). */
+bool mg_plan_expert_tp(const mg_plan *p);
 /* This rank's mesh under plan p (its sizes, etp and order): mg_mesh_init_spec. */
 int mg_plan_mesh(const mg_plan *p, int world, int rank, mg_mesh *m, mg_error *err);
 
@@ -134,6 +154,16 @@ int mg_plan_check_graph(const mg_plan *p, int world, const mg_graph *L, mg_error
 /* Adds the rule "split parameters matching pattern along dim over tp" (dim -1: keep them
  * whole), as a plan file's `shard` line. */
 int mg_plan_add_rule(mg_plan *p, const char *pattern, int dim, mg_error *err);
+
+/* Where pipeline parallelism puts a model of n_layers transformer layers: vstage[i] is
+ * layer i's virtual stage (chunk x pp + stage: rank r runs chunks r, r + pp, ...), *pre
+ * the embedding's and *post the head and loss's (either may be NULL). Megatron's layouts:
+ * pp x vpp equal ranges, or uneven first / last stages. MG_ERR_INVALID naming the rule
+ * when the layers do not split so. */
+int mg_plan_layer_vstages(const mg_plan *p, int n_layers, int *vstage, int *pre, int *post, mg_error *err);
+/* The number of virtual stages a --pipeline-model-parallel-layout string describes
+ * (MG_ERR_INVALID for a malformed one). */
+int mg_plan_pp_layout_stages(const char *layout, int *n_stages, mg_error *err);
 
 /* The model facts a plan must divide. */
 typedef struct mg_plan_model {

@@ -87,10 +87,7 @@ void mg_cluster_print(const mg_cluster *c, FILE *f);
 /* Comma-separated preset names. */
 const char *mg_cluster_preset_names(void);
 
-/* Megatron's data-parallel sharding: none (DDP; with the distributed optimizer the
- * optimizer state), or FSDP (--use-megatron-fsdp with --data-parallel-sharding-strategy,
- * --use-torch-fsdp2 = optim_grads_params). */
-typedef enum mg_fsdp_kind { MG_FSDP_NONE, MG_FSDP_OPTIM, MG_FSDP_OPTIM_GRADS, MG_FSDP_OPTIM_GRADS_PARAMS } mg_fsdp_kind;
+/* (Megatron's data-parallel sharding, mg_fsdp_kind: mgraph/plan.h) */
 
 /* What to predict. */
 typedef struct mg_plan_query {

@@ -35,16 +35,23 @@ typedef struct mg_recompute_options {
     int num_layers;           /* >= 1 with FULL */
     int n_layers;             /* the model's layers */
     const char *layer_scope;  /* printf format of layer i's scope ("h.%d", "model.layers.%d") */
+    /* The model chunk (pipeline virtual stage) of each of the n_layers layers, when the
+     * graph is a logical one to be partitioned (mg_plan_layer_vstages); NULL: the stages
+     * the graph's nodes carry (a partitioned graph's), or one chunk. */
+    const int *layer_chunk;
 } mg_recompute_options;
 
-/* Rewrites a step graph that has its backward (a rank's graph, partitioned or not):
+/* Rewrites a step graph that has its backward (a logical graph before partitioning, with
+ * layer_chunk under pipeline parallelism, or a rank's graph):
  * per segment, the forward nodes whose outputs the backward reads are cloned into the
  * backward (same op, attributes, micro-batch and logical tensors: dropout masks replay
  * bit for bit from the counter RNG), gated on the gradient arriving at the segment
  * (op recompute_gate), and the backward reads the clones. The forward's own tensors
  * then die inside the forward, which the memory plan turns into reuse.
- * *n_cloned (may be NULL): nodes added. A segment whose forward holds a collective
- * (tensor parallelism) is refused: recomputing collectives is not supported yet. */
+ * *n_cloned (may be NULL): nodes added. Rewriting the logical graph lets the partitioner
+ * give the clones their own collectives (tensor, context parallelism: all-gathers again
+ * in backward, as Megatron's checkpointed layers do), in every rank's agreed order; in a
+ * partitioned graph a segment whose forward holds a collective is refused. */
 int mg_graph_recompute(mg_graph *g, const mg_recompute_options *o, int *n_cloned, mg_error *err);
 
 #ifdef __cplusplus

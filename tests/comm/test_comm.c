@@ -132,7 +132,7 @@ static void mesh_consistency(void) {
                         if (g == MG_GROUP_EDP && (h == MG_GROUP_DP || h == MG_GROUP_CP || h == MG_GROUP_DP_CP)) continue;
                         if (h == MG_GROUP_EDP && (g == MG_GROUP_DP || g == MG_GROUP_CP || g == MG_GROUP_DP_CP)) continue;
                         /* etp (expert tensor parallelism, = tp here): its members differ in tp */
-                        if (g == MG_GROUP_ETP && h == MG_GROUP_TP) continue;
+                        if ((g == MG_GROUP_ETP && h == MG_GROUP_TP) || (h == MG_GROUP_ETP && g == MG_GROUP_TP)) continue;
                         TK_CHECK(q.coord[h] == m.coord[h], "config %zu: %s peer %d of %d differs in %s", c,
                                  mg_group_name((mg_group)g), p, r, mg_group_name((mg_group)h));
                     }

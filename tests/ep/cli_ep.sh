@@ -130,7 +130,7 @@ bad_flags)
         $MPI -np 2 "$RUN" "${MOE[@]}" --num-experts 3 --expert-model-parallel-size 2
     expect_usage ep_without_moe "expert-model-parallel-size 2 needs --num-experts" \
         $MPI -np 2 "$RUN" "${MOE[@]}" --num-experts 0 --expert-model-parallel-size 2
-    expect_usage expert_tp "expert-tensor-parallel-size 2 is not supported" \
+    expect_usage expert_tp "expert-tensor-parallel-size 2 other than 1 or --tensor-model-parallel-size 1 is not supported" \
         "$RUN" "${MOE[@]}" --expert-tensor-parallel-size 2
     echo "ok $CASE" ;;
 mixtral_dry_run)

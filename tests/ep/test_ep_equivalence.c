@@ -264,9 +264,13 @@ int main(int argc, char **argv) {
     plan.distributed_optimizer = argc > 6 && atoi(argv[6]);
     plan.sequence_parallel = argc > 7 && atoi(argv[7]);
     plan.bucket_numel = 20000; /* several buckets even on a tiny model */
+    /* MG_TEST_ETP=1: expert tensor parallelism (--expert-tensor-parallel-size = tp): every
+     * expert's rows (fc1) and columns (fc2) split over the tensor-parallel group too */
+    if (getenv("MG_TEST_ETP") && !strcmp(getenv("MG_TEST_ETP"), "1")) plan.etp = plan.tp;
+    int etp = mg_plan_expert_tp(&plan) ? plan.tp : 1;
     mg_error err = {0};
     mg_mesh mesh;
-    if (mg_mesh_init(&mesh, world, rank_, plan.tp, 1, plan.ep, 1, &err)) die("mesh", &err);
+    if (mg_plan_mesh(&plan, world, rank_, &mesh, &err)) die("mesh", &err);
     int dp = mesh.size[MG_GROUP_DP], ep = plan.ep;
     mg_step_config sc;
     model(&sc, plan.tp, dp, act, capacity, 2);
@@ -301,9 +305,9 @@ int main(int argc, char **argv) {
         if (s->role != MG_ROLE_PARAM || !is_expert(s->name)) continue;
         const mg_tensor *p = mg_rank_tensor(R, s);
         n_expert_params++;
-        CHECK(p && p->shape[0] == s->shape[0] / ep && mg_numel(p) == mg_numel(s) / ep,
-              "expert parameter %s: %lld experts on this rank, want %lld / ep %d", s->name, p ? (long long)p->shape[0] : -1LL,
-              (long long)s->shape[0], ep);
+        CHECK(p && p->shape[0] == s->shape[0] / ep && mg_numel(p) == mg_numel(s) / ep / etp,
+              "expert parameter %s: %lld experts, %lld elements on this rank, want %lld / ep %d (and / etp %d)", s->name,
+              p ? (long long)p->shape[0] : -1LL, p ? (long long)mg_numel(p) : -1LL, (long long)s->shape[0], ep, etp);
     }
     CHECK(n_expert_params == 2 * sc.model.num_layers, "%d expert parameters, want 2 per layer", n_expert_params);
     int64_t ng, ngs, eg = gmm_experts(R->graph, &ng), egs = gmm_experts(SL, &ngs);
@@ -338,7 +342,8 @@ int main(int argc, char **argv) {
         if (g != MG_GROUP_EP)
             CHECK(sent[g] == iters * counted[g], "group %s: sent %.0f bytes in %d steps, the graph counts %.0f per step",
                   mg_group_name((mg_group)g), sent[g], iters, counted[g]);
-    CHECK(sent[MG_GROUP_EP] > 0, "the ep group sent nothing");
+    CHECK((sent[MG_GROUP_EP] > 0) == (ep > 1), "the ep group sent %.0f bytes with ep %d", sent[MG_GROUP_EP], ep);
+    CHECK(etp == 1 || sent[ep > 1 ? MG_GROUP_ETP : MG_GROUP_TP] > 0, "expert tensor parallelism %d sent nothing", etp);
     /* (the two trainers build the same logical graph: a parameter has one id in both) */
     double worst_param = 0;
     for (int i = 0; i < mg_graph_n_tensors(SL); i++) {

@@ -108,6 +108,31 @@ pp_matches_serial)
     grep -q "tp 1, dp 1, pp 4 (1 model chunk per stage, 1f1b schedule)" parallel.txt || fail "plan not applied"
     same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
     echo "ok $CASE" ;;
+pp_layout_matches_serial)
+    needs_text
+    # Megatron's uneven pipelines: --pipeline-model-parallel-layout with an embedding-only
+    # first virtual stage (4 layers: E | t t | t | t L on 2 stages x 2 chunks, interleaved),
+    # and --account-for-loss-in-pipeline-split (3 layers + the loss: 2 | 1 + the loss)
+    timeout 120 "$RUN" "${SMALL[@]}" --num-layers 4 --train-iters 5 --metrics-file serial.jsonl --save serial.ck > serial.txt 2>&1 ||
+        { cat serial.txt; fail "serial run"; }
+    timeout 240 $MPI -np 2 "$RUN" "${SMALL[@]}" --num-layers 4 --train-iters 5 --pipeline-model-parallel-size 2 \
+        --pipeline-model-parallel-layout 'E|tt|t|tL' --metrics-file layout.jsonl --save layout.ck > layout.txt 2>&1 ||
+        { cat layout.txt; fail "layout run"; }
+    grep -q "pp 2 (2 model chunks per stage" layout.txt || { cat layout.txt; fail "layout not applied"; }
+    same_losses layout.jsonl serial.jsonl 1e-5 || fail "layout: losses or grad norms differ"
+    timeout 120 "$RUN" "${SMALL[@]}" --num-layers 3 --train-iters 5 --metrics-file serial3.jsonl --save serial3.ck > serial3.txt 2>&1 ||
+        { cat serial3.txt; fail "serial run, 3 layers"; }
+    timeout 240 $MPI -np 2 "$RUN" "${SMALL[@]}" --num-layers 3 --train-iters 5 --pipeline-model-parallel-size 2 \
+        --account-for-loss-in-pipeline-split --metrics-file loss.jsonl --save loss.ck > loss.txt 2>&1 || { cat loss.txt; fail "account run"; }
+    same_losses loss.jsonl serial3.jsonl 1e-5 || fail "account-for-loss: losses or grad norms differ"
+    # a layout that does not fit the model or the plan is refused (exit 2)
+    expect_usage layout_layers "places 1 embedding \(E\), 1 loss \(L\) and 2 transformer layers" \
+        $MPI -np 2 "$RUN" "${SMALL[@]}" --num-layers 4 --pipeline-model-parallel-size 2 \
+        --pipeline-model-parallel-layout 'Et|tL' --train-iters 5
+    expect_usage layout_stages "3 virtual stages, not a multiple of --pipeline-model-parallel-size 2" \
+        $MPI -np 2 "$RUN" "${SMALL[@]}" --num-layers 4 --pipeline-model-parallel-size 2 \
+        --pipeline-model-parallel-layout 'Et|tt|tL' --train-iters 5
+    echo "ok $CASE" ;;
 pp_interleaved_tp2_matches_serial)
     needs_text
     # a plan file: tp 2 with sequence parallelism x pp 2 with 2 model chunks per stage (interleaved)
@@ -270,6 +295,30 @@ train_matches_serial)
     grep -q "tp 2, dp 2, sequence parallel, distributed optimizer" parallel.txt || fail "plan not applied"
     same_losses parallel.jsonl serial.jsonl 1e-5 || fail "losses or grad norms differ"
     echo "ok $CASE" ;;
+fsdp_train_matches_serial)
+    needs_text
+    # Megatron-FSDP through the CLI: ZeRO-3 (its default strategy) at dp 4, and with tp 2 at
+    # dp 2, against the serial run; each rank's parameters are a 1/dp shard (the memory
+    # line's "parameters" against the serial run's)
+    timeout 120 "$RUN" "${SMALL[@]}" --train-iters 5 --metrics-file serial.jsonl --save serial.ck > serial.txt 2>&1 || fail "serial run"
+    timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" --train-iters 5 --use-megatron-fsdp --metrics-file dp4.jsonl --save dp4.ck \
+        > dp4.txt 2>&1 || { cat dp4.txt; fail "fsdp dp 4 run"; }
+    grep -q "tp 1, dp 4, fsdp optim_grads_params" dp4.txt || { cat dp4.txt; fail "fsdp not applied"; }
+    same_losses dp4.jsonl serial.jsonl 1e-5 || fail "fsdp dp 4: losses or grad norms differ"
+    timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" --train-iters 5 --use-megatron-fsdp --tensor-model-parallel-size 2 \
+        --sequence-parallel --data-parallel-sharding-strategy optim_grads_params --metrics-file tp2.jsonl --save tp2.ck \
+        > tp2.txt 2>&1 || { cat tp2.txt; fail "fsdp tp 2 dp 2 run"; }
+    same_losses tp2.jsonl serial.jsonl 1e-5 || fail "fsdp tp 2 x dp 2: losses or grad norms differ"
+    # parameters per rank: the serial run's / dp (4), up to what fsdp leaves whole (biases, norms: < 10%)
+    param_mib() { sed -n "s/^mgraph-run: rank $2: .*parameters \([0-9.]*\) MiB.*/\1/p" "$1"; }
+    timeout 60 "$RUN" "${SMALL[@]}" --dry-run > s.txt 2>&1 || fail "serial dry run"
+    timeout 60 "$RUN" "${SMALL[@]}" --dry-run --world-size 4 --use-megatron-fsdp > f.txt 2>&1 || fail "fsdp dry run"
+    s=$(param_mib s.txt 0) f=$(param_mib f.txt 3)
+    [ -n "$s" ] && [ -n "$f" ] || { cat s.txt f.txt; fail "no parameters in the memory lines"; }
+    awk -v s="$s" -v f="$f" 'BEGIN { exit !(f >= s / 4 - 0.005 && f <= s / 4 * 1.1) }' ||
+        fail "fsdp dp 4: rank 3 holds $f MiB of parameters, serial $s MiB: want about a quarter"
+    grep -q "parameters $f MiB (sharded over dp: fsdp)" f.txt || fail "the memory line does not say the parameters are sharded"
+    echo "ok $CASE: parameters per rank $f MiB, serial $s MiB" ;;
 dry_run_70b_memory)
     # the 70B layout of Megatron's recipes (tp 4 + sp, 64 ranks, global batch 1024): the
     # graph is one micro-batch, so this partitions 64 ranks in seconds; the activations

@@ -136,6 +136,13 @@ static mg_trainer *trainer(const mg_step_config *sc, const mg_plan *plan, bool s
     c.cpu_workers = 1;
     c.overlap_grad_reduce = overlap;
     c.check_nan = false;
+    /* MG_TEST_RECOMPUTE=1: the plan with full recompute of every layer (uniform, 1 layer
+     * per segment), against the serial run without */
+    if (!serial && getenv("MG_TEST_RECOMPUTE") && !strcmp(getenv("MG_TEST_RECOMPUTE"), "1")) {
+        c.recompute = (mg_recompute_options){.granularity = MG_RECOMPUTE_FULL, .method = MG_RECOMPUTE_UNIFORM,
+                                             .num_layers = 1};
+        c.model.layer_scope = mg_gpt_is_gpt2(&sc->model) ? "h.%d" : "model.layers.%d";
+    }
     mg_trainer *t = NULL;
     mg_error err = {0};
     if (mg_trainer_new(&c, &t, &err) || mg_trainer_start(t, &err)) die(serial ? "serial build" : "parallel build", &err);
@@ -237,6 +244,19 @@ static double split_flops(const mg_graph *g, bool attention) {
     return f;
 }
 
+/* MG_TEST_FSDP=optim_grads_params | optim_grads: Megatron-FSDP (partitioners/fsdp.c). */
+static mg_fsdp g_fsdp;
+
+/* Whether a node of the micro-batch in `phase` reads logical tensor t. */
+static bool read_in(const mg_graph *S, const mg_tensor *t, mg_phase phase) {
+    for (int i = 0; i < mg_graph_n_nodes(S); i++) {
+        const mg_node *n = mg_graph_node(S, i);
+        for (int j = 0; n->mb >= 0 && n->phase == phase && j < n->n_in; j++)
+            if (n->in[j] == t) return true;
+    }
+    return false;
+}
+
 static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const mg_mesh *mesh, int n_local, bool gpt2,
                               const mg_step_config *sc, bool distopt) {
     const mg_graph *P = R->graph;
@@ -245,7 +265,8 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
     /* gradients are summed over dp, or over dp x cp under context parallelism */
     mg_group gg = cp > 1 ? MG_GROUP_DP_CP : MG_GROUP_DP;
     int dp = mesh->size[gg];
-    double local = 0;
+    double local = 0, fsdp_bytes = 0; /* fsdp: what its collectives move per step */
+    int n_sharded = 0, n_matrices = 0;
     for (int i = 0; i < mg_graph_n_tensors(S); i++) {
         const mg_tensor *s = mg_graph_tensor(S, i);
         if (s->role != MG_ROLE_PARAM) continue;
@@ -255,6 +276,24 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
         if (!p) continue; /* (another pipeline stage's) */
         /* Megatron's shard rule by name (GPT-2's and the LLaMA family's names) */
         int64_t want = tp_split(s->name) ? mg_numel(s) / tp : mg_numel(s);
+        if (g_fsdp) { /* a gradient (ZeRO-2) or the parameter too (ZeRO-3) sharded over dp */
+            const mg_tensor *acc = NULL; /* (the accumulator: its placement says whether fsdp shards it) */
+            for (int k = 0; k < mg_graph_n_tensors(R->graph) && !acc; k++) {
+                const mg_tensor *a = mg_graph_tensor(R->graph, k);
+                if (a->state_of == p && a->role == MG_ROLE_GRAD && !a->src) acc = a;
+            }
+            bool sharded = acc && acc->place.ax[MG_GROUP_DP].kind == MG_SHARD_SPLIT;
+            int shards = g_fsdp == MG_FSDP_OPTIM_GRADS_PARAMS && sharded ? dp : 1; /* of the parameter itself */
+            double whole = (double)want * 4;
+            want /= shards;
+            n_sharded += sharded;
+            n_matrices += s->ndim >= 2;
+            CHECK(sharded || s->ndim < 2, "fsdp left weight %s whole", s->name);
+            double part = (double)(dp - 1) / dp * whole;
+            if (!sharded) fsdp_bytes += 2 * part; /* plain data parallelism: the all-reduce */
+            else if (g_fsdp == MG_FSDP_OPTIM_GRADS) fsdp_bytes += n_local * part + part; /* rs per micro-batch, gather */
+            else fsdp_bytes += n_local * part * (1 + read_in(S, s, MG_PHASE_FORWARD) + read_in(S, s, MG_PHASE_BACKWARD));
+        }
         n_split += tp_split(s->name);
         n_params++;
         layers += strstr(s->name, "mlp.c_fc.weight") != NULL;
@@ -264,6 +303,11 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
     }
     CHECK(!gpt2 || pp > 1 || (layers > 0 && n_split == 1 + 6 * layers), "%d tp-split parameters, want %d", n_split,
           1 + 6 * layers);
+    if (g_fsdp) {
+        CHECK(n_sharded >= n_matrices && n_matrices > 0, "fsdp sharded %d parameters (%d weight matrices)", n_sharded,
+              n_matrices);
+        local = fsdp_bytes / (2.0 * (dp - 1) / dp); /* (want_dp below: these bytes) */
+    }
     double fs = split_flops(S, cp == 1), fp = split_flops(P, cp == 1), fsum = fp;
     int all_params = 0;
     for (int i = 0; i < mg_graph_n_tensors(S); i++) all_params += mg_graph_tensor(S, i)->role == MG_ROLE_PARAM;
@@ -288,6 +332,8 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
         double block = (double)m->seq_length / cp * sc->micro_batch * mg_gpt_kv_groups(m) / tp *
                        (mg_gpt_head_dim(m) + mg_gpt_value_head_dim(m)) / 2 * 4; /* (the mean of K's and V's) */
         ring = 4.0 * (cp - 1) * block * (m->num_layers / pp) * n_local; /* this stage's layers */
+        if (getenv("MG_TEST_RECOMPUTE") && !strcmp(getenv("MG_TEST_RECOMPUTE"), "1")) /* and their forward again */
+            ring += 2.0 * (cp - 1) * block * (m->num_layers / pp) * n_local;
         double ring_only = bytes[MG_GROUP_CP] - (gb == MG_GROUP_CP ? want_dp : 0);
         CHECK(ring_only >= ring && ring_only <= ring + 64,
               "cp bytes per step %.0f, want the K/V ring's %.0f (4 x (cp-1) x %.0f-byte blocks x %d layers x %d "
@@ -339,6 +385,11 @@ int main(int argc, char **argv) {
     plan.tp = atoi(argv[1]);
     plan.sequence_parallel = atoi(argv[2]);
     plan.distributed_optimizer = atoi(argv[3]);
+    if (getenv("MG_TEST_FSDP") && *getenv("MG_TEST_FSDP") && mg_plan_set_fsdp(&plan, getenv("MG_TEST_FSDP"))) {
+        fprintf(stderr, "test_equivalence: unknown MG_TEST_FSDP %s\n", getenv("MG_TEST_FSDP"));
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    g_fsdp = plan.fsdp;
     plan.bucket_numel = 20000; /* several buckets even on a tiny model */
     int iters = argc > 4 ? atoi(argv[4]) : 3;
     bool overlap = argc > 5 && atoi(argv[5]); /* collectives on the communication thread */
@@ -365,6 +416,23 @@ int main(int argc, char **argv) {
     mg_step_config sc = {0};
     sc.model = mg_gpt_defaults();
     sc.model.num_layers = plan.pp * plan.vpp > 2 ? plan.pp * plan.vpp : 2;
+    /* MG_TEST_PP_LAYOUT: Megatron's --pipeline-model-parallel-layout (its virtual stages set
+     * the chunks per stage, its t's the layers); MG_TEST_PP_ACCOUNT embedding | loss | both:
+     * --account-for-*-in-pipeline-split; MG_TEST_LAYERS: the layers */
+    const char *lay = getenv("MG_TEST_PP_LAYOUT"), *acc = getenv("MG_TEST_PP_ACCOUNT");
+    if (lay && *lay) {
+        int ns = 0, nt = 0;
+        snprintf(plan.pp_layout, sizeof plan.pp_layout, "%s", lay);
+        if (mg_plan_pp_layout_stages(lay, &ns, &err) || ns % plan.pp) die("layout", &err);
+        plan.vpp = ns / plan.pp;
+        for (const char *q = lay; *q; q++) nt += *q == 't'; /* (the tests' layouts spell every layer) */
+        sc.model.num_layers = nt;
+    }
+    if (acc && *acc) {
+        plan.pp_account_embedding = !strcmp(acc, "embedding") || !strcmp(acc, "both");
+        plan.pp_account_loss = !strcmp(acc, "loss") || !strcmp(acc, "both");
+    }
+    if (getenv("MG_TEST_LAYERS") && atoi(getenv("MG_TEST_LAYERS")) > 0) sc.model.num_layers = atoi(getenv("MG_TEST_LAYERS"));
     sc.model.hidden = 32;
     sc.model.heads = 4;
     sc.model.ffn_hidden = 64;
@@ -450,6 +518,17 @@ int main(int argc, char **argv) {
     const mg_graph *L = mg_trainer_train_step(par)->g;
     const mg_rank_graph *R = mg_trainer_rank_graph(par, false);
     const mg_graph *P = R->graph;
+    if (getenv("MG_TEST_RECOMPUTE") && !strcmp(getenv("MG_TEST_RECOMPUTE"), "1")) {
+        int ag = 0; /* the recomputed layers gather their sequence-parallel inputs again in backward */
+        for (int i = 0; i < mg_graph_n_nodes(P); i++) {
+            const mg_node *n = mg_graph_node(P, i);
+            ag += n->op == MG_OP_ALLGATHER && n->phase == MG_PHASE_BACKWARD && strstr(n->out[0]->name, ".recompute@");
+        }
+        CHECK(mg_trainer_recomputed(par) > 0, "full recompute cloned no forward node");
+        CHECK(plan.tp == 1 || !plan.sequence_parallel || ag > 0, "no all-gather of a recomputed tensor in backward");
+        if (rank_ == 0) printf("recompute: %d forward nodes rerun in backward; %d all-gathers of recomputed tensors\n",
+                               mg_trainer_recomputed(par), ag);
+    }
     mg_comm *comm = mg_trainer_comm(par);
     int n_local = mg_trainer_local_micro(par, &mesh, sc.micro_batch * sc.n_micro);
     CHECK(mg_rank_tensor(R, mg_trainer_train_step(par)->loss) != NULL, "physical graph has lm_loss");
@@ -498,10 +577,10 @@ int main(int argc, char **argv) {
     int total_fail;
     MPI_Allreduce(&failures, &total_fail, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank_ == 0)
-        printf("%s plan tp=%d cp=%d pp=%d vpp=%d (%s) dp=%d sp=%d distopt=%d tiles=%d: %d iterations, worst loss relative error %.3g (grad norm %.3g), worst parameter "
+        printf("%s plan tp=%d cp=%d pp=%d vpp=%d (%s) dp=%d sp=%d distopt=%d fsdp=%s tiles=%d: %d iterations, worst loss relative error %.3g (grad norm %.3g), worst parameter "
                "error %.3g of tolerance (2-norm, 1e-5 relative + 1e-7 per element); worst element %.3g x (1e-5 relative + 1e-6): %s\n",
                argc > 7 ? argv[7] : "gpt2", plan.tp, plan.cp, plan.pp, plan.vpp, mg_pp_schedule_name(plan.pp_schedule), dp,
-               plan.sequence_parallel, plan.distributed_optimizer,
+               plan.sequence_parallel, plan.distributed_optimizer, mg_fsdp_name(plan.fsdp),
                plan.matmul_tiles, iters, red[0], red[3], red[1], red[2], total_fail ? "FAILED" : "ok");
     mg_trainer_free(par);
     mg_trainer_free(ser);

@@ -47,7 +47,7 @@ static int train(const mg_step_config *c, const variant *v, trained *out) {
     mg_step st;
     mg_error err = {0};
     int rc = mg_step_build(c, &st, &err);
-    mg_recompute_options o = {v->gran, v->method, v->num_layers, c->model.num_layers, scope_of(c)};
+    mg_recompute_options o = {v->gran, v->method, v->num_layers, c->model.num_layers, scope_of(c), NULL};
     if (!rc) rc = mg_graph_recompute(st.g, &o, &out->cloned, &err);
     mg_memplan *plan = NULL;
     mg_storage *s = NULL;
@@ -146,7 +146,7 @@ static size_t saved_bytes(int layers, const variant *v, size_t *slot) {
     mg_step st;
     mg_error err = {0};
     int rc = mg_step_build(&c, &st, &err);
-    mg_recompute_options o = {v->gran, v->method, v->num_layers, layers, "h.%d"};
+    mg_recompute_options o = {v->gran, v->method, v->num_layers, layers, "h.%d", NULL};
     if (!rc) rc = mg_graph_recompute(st.g, &o, NULL, &err);
     mg_memplan *p = NULL;
     if (!rc) rc = mg_memplan_build(st.g, true, &p, &err);
@@ -202,14 +202,14 @@ static void test_errors(void) {
         TK_CHECK(false, "build: %s", err.msg);
         return;
     }
-    mg_recompute_options o = {MG_RECOMPUTE_FULL, MG_RECOMPUTE_UNIFORM, 0, 2, "h.%d"};
+    mg_recompute_options o = {MG_RECOMPUTE_FULL, MG_RECOMPUTE_UNIFORM, 0, 2, "h.%d", NULL};
     int rc = mg_graph_recompute(st.g, &o, NULL, &err);
     TK_CHECK(rc == MG_ERR_INVALID && strstr(err.msg, "--recompute-num-layers"), "num_layers 0: %d '%s'", rc, err.msg);
-    o = (mg_recompute_options){MG_RECOMPUTE_FULL, MG_RECOMPUTE_BLOCK, 3, 2, "h.%d"};
+    o = (mg_recompute_options){MG_RECOMPUTE_FULL, MG_RECOMPUTE_BLOCK, 3, 2, "h.%d", NULL};
     mg_error_clear(&err);
     rc = mg_graph_recompute(st.g, &o, NULL, &err);
     TK_CHECK(rc == MG_ERR_INVALID && strstr(err.msg, "block"), "block 3 of 2: %d '%s'", rc, err.msg);
-    o = (mg_recompute_options){MG_RECOMPUTE_FULL, MG_RECOMPUTE_UNIFORM, 1, 2, "nolayer.%d"};
+    o = (mg_recompute_options){MG_RECOMPUTE_FULL, MG_RECOMPUTE_UNIFORM, 1, 2, "nolayer.%d", NULL};
     int cloned = -1;
     rc = mg_graph_recompute(st.g, &o, &cloned, &err);
     TK_CHECK(rc == MG_OK && cloned == 0, "no matching scope: rc %d, %d cloned", rc, cloned);

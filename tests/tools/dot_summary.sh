@@ -66,6 +66,25 @@ render rank0.dot
 grep -q 'hexagon.*group tp (2 ranks)' rank0.dot || fail "no tp collective in rank0.dot"
 grep -q 'hexagon.*group dp (2 ranks)' rank0.dot || fail "no dp collective in rank0.dot"
 
+# 3b. three axes (tp 2 with SP, cp 2, dp 2 on 8 ranks, LLaMA-style; depth 3 for its names): one
+# box per layer part and phase, the tp collectives (SP all-gathers and reduce-scatters), the cp K/V ring and
+# the gradients' all-reduce over dp x cp each a hexagon naming its group
+L3=(--text-file "$DATA/tinyshakespeare.txt" --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64
+    --micro-batch-size 2 --global-batch-size 8 --normalization RMSNorm --position-embedding-type rope --swiglu
+    --ffn-hidden-size 128 --disable-bias-linear --untie-embeddings-and-output-weights)
+"$RUN" --dry-run "${L3[@]}" --world-size 8 --tensor-model-parallel-size 2 --sequence-parallel --context-parallel-size 2 \
+    --dump-dot-summary 'axes%r.dot' --dot-summary-depth 3 > axes.txt 2>&1 || { cat axes.txt; fail "tp2 x cp2 x dp2 dry run"; }
+for r in 0 5; do
+    accounts axes$r.dot "$(nodes axes.txt $r)" "$(collectives axes.txt $r)"
+done
+render axes0.dot
+for g in 'tp (2 ranks)' 'cp (2 ranks)' 'dp_cp (4 ranks)'; do
+    grep -q "hexagon.*group $g" axes0.dot || fail "no collective over $g in axes0.dot"
+done
+grep -q 'model.layers.1.self_attn\\nbackward: ' axes0.dot || fail "no box for layer 1's attention backward"
+grep -q 'rank 0 of 8 (tp 2, cp 2, dp 2, sp)' axes0.dot || fail "the title does not name the three axes"
+[ "$(grep -c 'shape=' axes0.dot)" -lt 120 ] || fail "axes0.dot: $(grep -c 'shape=' axes0.dot) shapes: not a summary a person reads"
+
 # 4. filters: a phase list and a scope glob; depth 1 makes a layer one box
 "$RUN" --dry-run --text-file "$DATA/tinyshakespeare.txt" --dump-dot-summary fwd.dot --dot-summary-phase forward \
     --dot-summary-scope 'h.1*' --dot-summary-depth 1 > fwd.txt 2>&1 || { cat fwd.txt; fail "filtered dump"; }
@@ -81,4 +100,4 @@ boxes=$(grep 'shape=box' fwd.dot | grep -v legend | grep -o 'label="[^\]*' | sor
 [ $? -eq 2 ] || fail "unknown phase: want exit 2"
 grep -q "dot-summary-phase.*forwards" bad.txt || fail "unknown phase not named"
 [ -e bad.dot ] && fail "bad input wrote a DOT file"
-echo "ok: summaries of the default step, GPT-2 124M and tp2 x dp2 ranks render; filters; bad input"
+echo "ok: summaries of the default step, GPT-2 124M, tp2 x dp2 and tp2 x cp2 x dp2 ranks render; filters; bad input"

@@ -1,0 +1,180 @@
+/* Megatron-FSDP: parameters, gradients and optimizer state sharded over data
+ * parallelism (--use-megatron-fsdp --data-parallel-sharding-strategy, ZeRO-3 / ZeRO-2),
+ * as one axis plug-in: a leaf hook and a node hook.
+ *
+ * Shards. Every parameter with a gradient is cut over the dp group along one dimension:
+ * the first that no other axis splits (tensor parallelism's column weights are split on
+ * their rows, so FSDP cuts their columns) and that dp divides, as PyTorch's FSDP2
+ * shards each parameter on a dimension of its own rather than Megatron-FSDP's flat
+ * buffer (the same bytes per rank, and a shard is a block of the logical tensor, which
+ * checkpoints, the counter RNG and every other axis already understand). A parameter
+ * with no such dimension (a tensor-parallel bias, a size dp does not divide) stays whole
+ * and takes plain data parallelism (dp.c).
+ *
+ * optim_grads_params (ZeRO-3, Megatron's default): the parameter itself is the shard
+ * (placement dp SPLIT(d)). Every node of the micro-batch that reads it wants it whole,
+ * so the conversion that falls out is an all-gather over dp right before its first
+ * reader in forward, and another in backward (the conversion cache is per phase and per
+ * micro-batch): nothing keeps the gathered copy between them, and the memory plan frees
+ * it after its last reader (gather before use, free after). A micro-batch's weight
+ * gradient is this rank's term of the sum over dp; its accumulator is the shard, so the
+ * accumulation wants the term SPLIT(d): a reduce-scatter per micro-batch (Megatron-
+ * FSDP's). AdamW, its moments and the updated parameter are shards, by adamw's own rule
+ * over dp; the gradient norm sums each shard's squares (a partial sum over dp, the
+ * whole parameters counted by dp rank 0 only), all-reduced once.
+ * optim_grads (ZeRO-2): parameters whole, gradients and optimizer state sharded as
+ * above; AdamW updates the rank's slice and the new slices are all-gathered into the
+ * parameter.
+ * (optim, ZeRO-1, is Megatron's distributed optimizer: dist_opt.c; no_shard is dp.c.)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "partitioners/partition_internal.h"
+
+struct fsdp_state {
+    int dp;
+    bool params;   /* optim_grads_params: the parameters are sharded too */
+    int *dim;      /* [n logical tensors]: the dimension parameter i is sharded along, -1: whole */
+};
+
+static struct fsdp_state *fs(const part_ctx *c) { return c->axis[PART_FSDP]; }
+
+/* The dimension a parameter is sharded along: the first that tensor and expert
+ * parallelism leave whole and dp divides (-1: none). */
+static int shard_dim(const part_ctx *c, const mg_tensor *p, int dp) {
+    mg_sharding t = part_size(c, MG_GROUP_TP) > 1 ? tp_param_state(c, p) : sh_full();
+    for (int d = 0; d < p->ndim; d++)
+        if (!(t.kind == MG_SHARD_SPLIT && t.dim == d) && p->shape[d] % dp == 0 && p->shape[d] >= dp) return d;
+    return -1;
+}
+
+static int fsdp_init(part_ctx *c, mg_node *const *ord, int n_ord) {
+    (void)ord, (void)n_ord;
+    int dp = part_size(c, MG_GROUP_DP);
+    if (c->plan->fsdp == MG_FSDP_NONE || dp == 1) return MG_OK;
+    struct fsdp_state *s = calloc(1, sizeof *s);
+    int nt = mg_graph_n_tensors(c->L);
+    if (s) s->dim = malloc(((size_t)nt + 1) * sizeof *s->dim);
+    if (!s || !s->dim) {
+        if (s) free(s->dim);
+        free(s);
+        return part_fail(c, MG_ERR_NOMEM, "fsdp: out of memory");
+    }
+    c->axis[PART_FSDP] = s;
+    s->dp = dp;
+    s->params = c->plan->fsdp == MG_FSDP_OPTIM_GRADS_PARAMS;
+    for (int i = 0; i < nt; i++) {
+        const mg_tensor *t = mg_graph_tensor(c->L, i);
+        s->dim[i] = t->role == MG_ROLE_PARAM && t->requires_grad && t->grad ? shard_dim(c, t, dp) : -1;
+    }
+    return MG_OK;
+}
+
+static void fsdp_release(part_ctx *c) {
+    struct fsdp_state *s = fs(c);
+    if (!s) return;
+    free(s->dim);
+    free(s);
+    c->axis[PART_FSDP] = NULL;
+}
+
+/* The dimension the logical parameter p is sharded along (-1: whole, or FSDP off). */
+static int dim_of(const part_ctx *c, const mg_tensor *p) {
+    const struct fsdp_state *s = fs(c);
+    return s && p ? s->dim[p->id] : -1;
+}
+
+/* Shards at rest: the parameter (ZeRO-3), its gradient accumulator and Adam moments. */
+static void fsdp_leaf(const part_ctx *c, const mg_tensor *lt, mg_placement *p) {
+    const struct fsdp_state *s = fs(c);
+    if (!s) return;
+    int d = lt->role == MG_ROLE_PARAM ? (s->params ? dim_of(c, lt) : -1) : dim_of(c, lt->state_of);
+    if (d >= 0) p->ax[MG_GROUP_DP] = mg_place_split(MG_GROUP_DP, d);
+}
+
+static bool dp_split(part_ctx *c, const mg_tensor *lt) {
+    /* (a parameter not made yet is made here, in its shard; state leaves are made by
+     * part_state_leaves, like what they hold state for) */
+    return (c->st[lt->id].t || lt->role == MG_ROLE_PARAM) && part_placement(c, lt)->ax[MG_GROUP_DP].kind == MG_SHARD_SPLIT;
+}
+
+/* ZeRO-2's AdamW, once emitted on the rank's slice of the parameter with its gradient and
+ * moment shards: the new slices all-gathered into the parameter (written in its place). */
+static int gather_slices(part_ctx *c, const mg_node *n, int d) {
+    const mg_tensor *lo = n->out[0];
+    pt *q = &c->st[lo->id];
+    mg_tensor *param = c->st[n->in[0]->id].t, *slice = q->t;
+    mg_placement whole = q->pl;
+    whole.ax[MG_GROUP_DP] = mg_place_full(MG_GROUP_DP);
+    mg_tensor *g = mg_allgather(c->P, slice, MG_GROUP_DP, fs(c)->dp, d, c->seq++);
+    if (!g) return part_graph_error(c);
+    slice->updates = NULL; /* the gathered parameter is what is written back */
+    char nm[512];
+    snprintf(nm, sizeof nm, "%s@slice", lo->name);
+    part_rename(c, slice, nm);
+    part_rename(c, g, lo->name);
+    part_set_identity(c, g, lo, &whole);
+    g->role = lo->role;
+    g->updates = param;
+    *q = (pt){g, whole};
+    return MG_OK;
+}
+
+static int fsdp_node(part_ctx *c, const mg_node *n) {
+    const struct fsdp_state *s = fs(c);
+    if (!s) return PART_NEXT;
+    if (n->op == MG_OP_ACCUMULATE && n->n_in == 2 && dim_of(c, n->in[0]->state_of) >= 0) {
+        /* a micro-batch's weight gradient into its shard: its term of the sum over dp,
+         * reduce-scattered */
+        int rc = part_state_leaves(c, n);
+        if (rc) return rc;
+        mg_sharding sp = c->st[n->in[0]->id].pl.ax[MG_GROUP_DP];
+        c->st[n->in[1]->id].pl.ax[MG_GROUP_DP] = mg_place_partial(MG_GROUP_DP);
+        part_want(c, 0, MG_GROUP_DP, sp);
+        part_want(c, 1, MG_GROUP_DP, sp);
+        part_out(c, 0, MG_GROUP_DP, sp);
+        return PART_NEXT;
+    }
+    if (n->mb >= 0) { /* compute reads whole parameters: gathered right before */
+        for (int i = 0; i < n->n_in; i++)
+            if (dp_split(c, n->in[i])) part_want(c, i, MG_GROUP_DP, mg_place_full(MG_GROUP_DP));
+        return PART_NEXT;
+    }
+    if (n->op == MG_OP_ADAMW && dim_of(c, n->in[0]) >= 0) {
+        int rc = part_state_leaves(c, n);
+        if (rc) return rc;
+        if (!s->params) { /* ZeRO-2: the rank's slice of the whole parameter */
+            mg_sharding sp = mg_place_split(MG_GROUP_DP, dim_of(c, n->in[0]));
+            for (int i = 0; i < 4; i++) part_want(c, i, MG_GROUP_DP, sp);
+            part_out_all(c, n, MG_GROUP_DP, sp);
+            return PART_NEXT;
+        }
+    }
+    bool split = false;
+    for (int i = 0; i < n->n_in; i++) split |= dp_split(c, n->in[i]);
+    if (!split && n->op != MG_OP_SUMSQ) return PART_NEXT;
+    /* the step part on shards (AdamW, the norms' sums of squares): each op by its own rule
+     * over dp; every sum of squares is a partial sum over dp, whole inputs counted by dp
+     * rank 0, so the norm is one all-reduce whatever mix of shards it sums */
+    mg_shard_io io;
+    int rc = part_apply_rule(c, n, MG_GROUP_DP, NULL, false, &io);
+    if (rc) return rc;
+    if (io.expand) return part_fail(c, MG_ERR_UNSUPPORTED, "fsdp: op %s (node '%s') on parameter shards is not supported",
+                                    mg_op_name(n->op), n->out[0]->name);
+    return PART_NEXT;
+}
+
+static int fsdp_after(part_ctx *c, const mg_node *n) {
+    const struct fsdp_state *s = fs(c);
+    if (!s || s->params || n->op != MG_OP_ADAMW || dim_of(c, n->in[0]) < 0 || !c->st[n->out[0]->id].t) return MG_OK;
+    return gather_slices(c, n, dim_of(c, n->in[0]));
+}
+
+const part_axis part_axis_fsdp = {.name = "fsdp",
+                                  .init = fsdp_init,
+                                  .release = fsdp_release,
+                                  .leaf = fsdp_leaf,
+                                  .node = fsdp_node,
+                                  .after = fsdp_after};
