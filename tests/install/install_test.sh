@@ -29,8 +29,36 @@ cc -std=c11 "$EX" -o ex_pkgconfig $flags > cc.txt 2>&1 || { cat cc.txt; fail "cc
 mkdir -p run_pc && (cd run_pc && ../ex_pkgconfig) > pc.txt 2>&1 || { cat pc.txt; fail "pkg-config build does not run"; }
 grep -q "gradient of w1: mlp.fc1.weight" pc.txt && [ -s run_pc/mlp.dot ] || { cat pc.txt; fail "pkg-config build: wrong output"; }
 
+# a multi-rank program calls MPI_Init itself: it compiles with mgraph's flags alone, plain
+# cc (mpi.h is not on the default include path everywhere: Debian keeps it under
+# /usr/lib/<triplet>/openmpi/include), and the trainer's world is MPI's
+# A sanitizer build's flags carry -fsanitize: the program then needs the sanitizer build's
+# dlclose that keeps plugins mapped (tests/sanitize/keep_plugins.c says why), as every
+# program of that build has, or Open MPI's plugin leaks show as "<unknown module>".
+extra=()
+case " $flags " in *" -fsanitize="*)
+    extra=("$SRC/tests/sanitize/keep_plugins.c" -Wl,--export-dynamic-symbol=dlclose) ;;
+esac
+cat > with_mpi.c << 'EOF_C'
+#include <mpi.h>
+#include <mgraph/mgraph.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int n = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    int same = mg_world_size() == n;
+    MPI_Finalize();
+    return same && n == 1 ? 0 : 1;
+}
+EOF_C
+# shellcheck disable=SC2086 # the flags are words
+cc -std=c11 with_mpi.c "${extra[@]}" -o with_mpi $flags > mpicc.txt 2>&1 ||
+    { cat mpicc.txt; fail "cc of a program including mpi.h with pkg-config's flags"; }
+./with_mpi > with_mpi.txt 2>&1 || { cat with_mpi.txt; fail "the MPI program does not run"; }
+
 # 2. find_package(mgraph)
-cmake -S "$SRC/tests/install" -B user-build -DCMAKE_PREFIX_PATH="$P" -DREADME_EXAMPLE="$EX" > cfg.txt 2>&1 ||
+cmake -S "$SRC/tests/install" -B user-build -DCMAKE_PREFIX_PATH="$P" -DREADME_EXAMPLE="$EX" \
+    -DWITH_MPI_EXAMPLE="$PWD/with_mpi.c" > cfg.txt 2>&1 ||
     { cat cfg.txt; fail "find_package(mgraph)"; }
 cmake --build user-build > build.txt 2>&1 || { cat build.txt; fail "building against mgraph::mgraph"; }
 grep -rq -- "-I$SRC/include" user-build/CMakeFiles 2> /dev/null && fail "find_package build includes the source tree"
@@ -44,13 +72,6 @@ cmp -s run_pc/mlp.dot run_cm/mlp.dot || fail "the two builds wrote different DOT
 # 4. a model of one's own (its own parameter names, layout roles declared) gets Megatron's
 #    column / row tensor parallelism with no shard rules, and equals the serial run
 command -v mpicc > /dev/null && command -v mpirun > /dev/null || fail "mpicc / mpirun not found"
-# A sanitizer build's flags carry -fsanitize: the program then needs the sanitizer build's
-# dlclose that keeps plugins mapped (tests/sanitize/keep_plugins.c says why), as every
-# program of that build has, or Open MPI's plugin leaks show as "<unknown module>".
-extra=()
-case " $flags " in *" -fsanitize="*)
-    extra=("$SRC/tests/sanitize/keep_plugins.c" -Wl,--export-dynamic-symbol=dlclose) ;;
-esac
 # shellcheck disable=SC2086 # the flags are words
 mpicc -std=c11 -O2 "$SRC/tests/install/custom_model.c" "${extra[@]}" -o custom_model $flags > mcc.txt 2>&1 ||
     { cat mcc.txt; fail "mpicc with pkg-config"; }
