@@ -657,6 +657,11 @@ static int partition_node(part_ctx *c, const mg_node *n) {
 
 int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg_rank_graph *out, mg_error *err) {
     memset(out, 0, sizeof *out);
+    /* what would otherwise pass silently (a rule that does nothing, every data-parallel
+     * rank computing the whole batch) is an error here, for every caller, not only the
+     * trainer's */
+    int crc = mg_plan_check_graph(plan, mesh->world, L, err);
+    if (crc) return crc;
     part_ctx c;
     memset(&c, 0, sizeof c);
     c.L = L;

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mgraph/mgraph.h"
 #include "mgraph/plan.h"
 #include "testkit.h"
 
@@ -214,8 +215,76 @@ static void no_rule(void) {
     mg_graph_free(g);
 }
 
+/* The README's API example: a graph with no per-micro-batch part and its own names. */
+static mg_graph *readme_graph(void) {
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_input(g, "x", MG_F32, 2, (int64_t[]){32, 64});
+    mg_tensor *y = mg_input(g, "y", MG_F32, 2, (int64_t[]){32, 10});
+    mg_scope_push(g, "mlp");
+    mg_tensor *w1 = mg_param(g, "fc1.weight", 2, (int64_t[]){128, 64}, (mg_init){MG_INIT_NORMAL, 0.02f});
+    mg_tensor *w2 = mg_param(g, "fc2.weight", 2, (int64_t[]){10, 128}, (mg_init){MG_INIT_NORMAL, 0.02f});
+    mg_tensor *h = mg_gelu(g, mg_linear(g, x, w1, NULL));
+    mg_tensor *d = mg_sub(g, mg_linear(g, h, w2, NULL), y);
+    mg_scope_pop(g);
+    mg_tensor *loss = mg_mean(g, mg_mul(g, d, d), MG_ALL_AXES, false);
+    mg_adamw_config opt = mg_adamw_defaults();
+    mg_error err = {0};
+    TK_CHECK(!mg_graph_error(g)->code && !mg_graph_backward(g, loss, &err) && !mg_graph_add_adamw(g, &opt, NULL, &err),
+             "the README graph: %s%s", mg_graph_error(g)->msg, err.msg);
+    return g;
+}
+
+/* mg_partition(g, plan, tp x dp mesh of `world`) must fail with MG_ERR_INVALID and
+ * a message holding both needles (needle NULL: must succeed). */
+static void expect_partition(mg_graph *g, const mg_plan *p, int world, const char *needle, const char *needle2) {
+    mg_mesh mesh;
+    mg_error err = {0};
+    TK_CHECK(mg_mesh_init(&mesh, world, 0, p->tp, 1, 1, 1, &err) == MG_OK, "mesh: %s", err.msg);
+    mg_rank_graph R;
+    int rc = mg_partition(g, p, &mesh, &R, &err);
+    if (!needle) {
+        TK_CHECK(rc == MG_OK && R.graph, "tp %d on %d ranks must partition: %s", p->tp, world, err.msg);
+    } else {
+        TK_CHECK(rc == MG_ERR_INVALID && !R.graph && !R.local, "tp %d on %d ranks: rc %d, want MG_ERR_INVALID (%s)",
+                 p->tp, world, rc, needle);
+        TK_CHECK(strstr(err.msg, needle) && (!needle2 || strstr(err.msg, needle2)), "message lacks '%s' / '%s': %s",
+                 needle, needle2 ? needle2 : "", err.msg);
+    }
+    mg_rank_graph_release(&R);
+}
+
+/* What the partitioner would take silently is the library's error (issue 34 item 3),
+ * whoever calls mg_partition: a data-parallel plan on a graph with no per-micro-batch
+ * part (every rank would compute the whole batch, no gradient all-reduce), a shard rule
+ * naming no parameter, a dimension its parameter lacks, one tp does not divide. */
+static void graph_checks(void) {
+    mg_graph *g = readme_graph();
+    mg_plan p;
+    mg_plan_defaults(&p);
+    expect_partition(g, &p, 2, "no per-micro-batch part", "dp 2");
+    mg_error err = {0};
+    p.tp = 2;
+    TK_CHECK(mg_plan_add_rule(&p, "mlp.fc1.weigth", 0, &err) == MG_OK, "%s", err.msg); /* (misspelt) */
+    expect_partition(g, &p, 2, "shard rule 'mlp.fc1.weigth 0' matches no parameter", "mlp.fc1.weight");
+    p.n_rules = 0;
+    TK_CHECK(mg_plan_add_rule(&p, "mlp.fc1.weight", 2, &err) == MG_OK, "%s", err.msg);
+    expect_partition(g, &p, 2, "shard rule 'mlp.fc1.weight 2' applies to mlp.fc1.weight, which has 2 dimensions", NULL);
+    p.n_rules = 0;
+    p.tp = 4; /* fc2.weight's 10 rows over 4 */
+    TK_CHECK(mg_plan_add_rule(&p, "mlp.fc2.weight", 0, &err) == MG_OK, "%s", err.msg);
+    expect_partition(g, &p, 4, "shard rule 'mlp.fc2.weight 0'", "not divisible by the tensor-parallel size 4");
+    /* control: the rules Megatron's column / row split would give, under tp 2 */
+    p.n_rules = 0;
+    p.tp = 2;
+    TK_CHECK(mg_plan_add_rule(&p, "mlp.fc1.weight", 0, &err) == MG_OK && mg_plan_add_rule(&p, "mlp.fc2.weight", 1, &err) == MG_OK,
+             "%s", err.msg);
+    expect_partition(g, &p, 2, NULL, NULL);
+    mg_graph_free(g);
+}
+
 int main(int argc, char **argv) {
     static const tk_case cases[] = {{"defaults", defaults}, {"file_ok", file_ok}, {"file_errors", file_errors},
-                                    {"rules", rules}, {"file_none", file_none}, {"file_mesh", file_mesh},       {"no_rule", no_rule}};
+                                    {"rules", rules}, {"file_none", file_none}, {"file_mesh", file_mesh},       {"no_rule", no_rule},
+                                    {"graph_checks", graph_checks}};
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
 }
