@@ -217,6 +217,12 @@ int mg_engine_new(mg_graph *g, mg_storage *s, const mg_engine_options *opt, mg_e
         return mg_error_set(err, MG_ERR_NOMEM, "out of memory creating the engine");
     }
     pthread_mutex_init(&e->err_lock, NULL);
+    /* the workers StarPU runs, known before any step (the tools print them at start-up) */
+    e->stats.n_workers = (int)starpu_worker_get_count();
+    e->stats.n_cpu_workers = (int)starpu_cpu_worker_get_count();
+    e->stats.n_cpu_wanted = mg_starpu_cpu_wanted();
+    e->stats.cpu_cap = STARPU_MAXCPUS;
+    snprintf(e->stats.policy, sizeof e->stats.policy, "%s", mg_starpu_policy());
     e->g = g;
     e->s = s;
     e->n_nodes = n;
@@ -476,9 +482,6 @@ int mg_engine_run(mg_engine *e, const mg_exec_info *info, mg_error *err) {
     st->tasks = atomic_load(&e->tasks);
     st->wall_s = wall;
     st->n_workers = (int)starpu_worker_get_count();
-    st->n_cpu_workers = (int)starpu_cpu_worker_get_count();
-    st->n_cpu_wanted = mg_starpu_cpu_wanted();
-    st->cpu_cap = STARPU_MAXCPUS;
     if (st->n_workers > 64) st->n_workers = 64;
     double busy = 0;
     for (int w = 0; w < 64; w++) {

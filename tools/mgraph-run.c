@@ -1480,8 +1480,9 @@ int main(int argc, char **argv) {
     /* --skip-train evaluates the first --eval-iters validation batches, whatever the
      * checkpoint had drawn: the same windows for every model compared */
     r.eval_batches_done = r.cfg.skip_train ? 0 : r.resume.eval_batches_done;
+    bool loaded = r.resume.ck != NULL; /* (--load of a directory without a checkpoint starts fresh, and says so) */
     mg_run_resume_close(&r.resume);
-    if (!rc && r.cfg.load && rank == 0)
+    if (!rc && r.cfg.load && loaded && rank == 0)
         printf("  loaded checkpoint from %s at iteration %lld\n", r.cfg.load, (long long)r.resume.iteration);
     if (!rc && rank == 0) {
         describe(&r, r.train_g, &r.mesh, rank);
@@ -1493,6 +1494,18 @@ int main(int argc, char **argv) {
         printf("mgraph-run: start-up %.2f s, %.2f s CPU (model, data and partition %.2f s; memory plan %.2f s; "
                "storage and weights %.2f s; StarPU %.2f s)\n",
                up, cpu, up - r.plan_s - r.memory_s - r.engine_s, r.plan_s, r.memory_s, r.engine_s);
+        if (r.train_eng) { /* how many CPU workers run, and never fewer than asked in silence */
+            mg_engine_stats es;
+            mg_engine_get_stats(r.train_eng, &es);
+            printf("mgraph-run: StarPU runs %d CPU worker%s per rank (policy %s)\n", es.n_cpu_workers,
+                   es.n_cpu_workers == 1 ? "" : "s", es.policy);
+            if (es.n_cpu_workers < es.n_cpu_wanted)
+                fprintf(stderr,
+                        "mgraph-run: warning: %d CPU workers asked for (--cpu-workers, STARPU_NCPU or the cores of "
+                        "this rank), StarPU runs %d: this StarPU build runs at most %d (STARPU_MAXCPUS); "
+                        "tools/build-starpu.sh --cpus builds one without that cap\n",
+                        es.n_cpu_wanted, es.n_cpu_workers, es.cpu_cap);
+        }
         fflush(stdout);
     }
     if (!rc) rc = r.cfg.skip_train ? evaluate_at_end(&r, r.resume.iteration, &err) : train(&r, &err);

@@ -96,6 +96,7 @@ typedef struct mg_engine_stats {
      * most this StarPU build runs (STARPU_MAXCPUS: 4 in Debian's): fewer running than asked
      * is worth a warning (tools/build-starpu.sh --cpus builds a StarPU without the cap) */
     int n_cpu_workers, n_cpu_wanted, cpu_cap;
+    char policy[32];           /* StarPU's scheduling policy */
     double busy_s[64];         /* per worker, last step: time inside kernels */
     double idle_fraction;      /* 1 - sum(busy) / (n_workers * wall) */
     double comm_s;             /* last step: time the communication thread spent in collectives */
