@@ -58,33 +58,50 @@ tracker() { cat "$1/latest_checkpointed_iteration.txt" 2>/dev/null; }
 
 case "$CASE" in
 kill9)
-    "$RUN" "${ARGS[@]}" --train-iters 8 --metrics-file full.jsonl > full.txt 2>&1 || { cat full.txt; fail "uninterrupted run"; }
-    # killed right after its first save (iteration 3)
-    "$RUN" "${ARGS[@]}" --train-iters 100000 --save ck --save-interval 3 > killed.txt 2>&1 &
+    # Synchronised on events, not on time: the kill follows the tracker's first appearance
+    # (the first save is whole), however loaded the machine; the iteration the killed run
+    # reached is read afterwards, and the resumed run goes 5 iterations past it (an
+    # evaluation among them) against one uninterrupted 40-iteration run (its schedule
+    # and data order do not depend on --train-iters: --lr-decay-iters 8).
+    "$RUN" "${ARGS[@]}" --train-iters 40 --metrics-file full.jsonl > full.txt 2>&1 || { cat full.txt; fail "uninterrupted run"; }
+    # wait_tracker DIR PID: until DIR's tracker names a checkpoint (fails if the run ends
+    # first, or after 600 s)
+    wait_tracker() {
+        local deadline=$((SECONDS + 600))
+        while [ -z "$(tracker "$1")" ]; do
+            kill -0 "$2" 2> /dev/null || fail "the run ended before its first save: $(tail -3 "$1.txt")"
+            [ $SECONDS -lt $deadline ] || { kill -9 "$2"; fail "no save within 600 s"; }
+            sleep 0.05
+        done
+    }
+    # resumes_bitwise DIR: --load DIR, 5 iterations past its tracker, bitwise the full run's
+    resumes_bitwise() {
+        local t
+        t=$(tracker "$1")
+        [ -n "$t" ] && [ "$t" -le 35 ] || fail "tracker '$t' of $1: the run went on past iteration 35 before the kill"
+        "$RUN" "${ARGS[@]}" --train-iters $((t + 5)) --load "$1" --metrics-file "$1.resumed.jsonl" > "$1.resumed.txt" 2>&1 ||
+            { cat "$1.resumed.txt"; fail "resume from $1 (iteration $t)"; }
+        grep -q "loaded checkpoint from $1 at iteration $t" "$1.resumed.txt" || fail "no load line"
+        same_bits full.jsonl "$1.resumed.jsonl" "$t"
+    }
+    # killed right after its first save (iteration 3, or a later one if the kill came late)
+    "$RUN" "${ARGS[@]}" --train-iters 100000 --save ck --save-interval 3 > ck.txt 2>&1 &
     pid=$!
-    for _ in $(seq 1 3000); do [ -n "$(tracker ck)" ] && break; kill -0 $pid 2> /dev/null || break; sleep 0.01; done
+    wait_tracker ck $pid
     kill -9 $pid; wait $pid 2> /dev/null
-    t=$(tracker ck)
-    [ -n "$t" ] && [ "$t" -lt 8 ] || fail "no early checkpoint to resume from (tracker '$t')"
-    "$RUN" "${ARGS[@]}" --train-iters 8 --load ck --metrics-file resumed.jsonl > resumed.txt 2>&1 ||
-        { cat resumed.txt; fail "resume"; }
-    grep -q "loaded checkpoint from ck at iteration $t" resumed.txt || fail "no load line"
-    same_bits full.jsonl resumed.jsonl "$t"
-    # killed at random moments while saving every iteration: the tracker always names a
+    resumes_bitwise ck
+    echo "killed after the save of iteration $(tracker ck): resumed bitwise"
+    # killed at other moments while saving every iteration: the tracker always names a
     # whole checkpoint, and resuming from it is still bitwise equal
     for delay in 0.1 0.6 1.3; do
         rm -rf ck2
-        "$RUN" "${ARGS[@]}" --train-iters 100000 --save ck2 --save-interval 1 --save-retain 2 > k2.txt 2>&1 &
+        "$RUN" "${ARGS[@]}" --train-iters 100000 --save ck2 --save-interval 1 --save-retain 2 > ck2.txt 2>&1 &
         pid=$!
-        for _ in $(seq 1 3000); do [ -n "$(tracker ck2)" ] && break; kill -0 $pid 2> /dev/null || break; sleep 0.01; done
+        wait_tracker ck2 $pid
         sleep $delay
         kill -9 $pid; wait $pid 2> /dev/null
-        t=$(tracker ck2)
-        [ -n "$t" ] && [ "$t" -lt 8 ] || { echo "(tracker '$t' after a ${delay}s delay: nothing to compare)"; continue; }
-        "$RUN" "${ARGS[@]}" --train-iters 8 --load ck2 --metrics-file r2.jsonl > r2.txt 2>&1 ||
-            { cat r2.txt; fail "resume after a kill during saves (delay $delay)"; }
-        same_bits full.jsonl r2.jsonl "$t"
-        echo "killed after ${delay}s at tracker $t: $(ls ck2 | tr '\n' ' ')"
+        resumes_bitwise ck2
+        echo "killed ${delay}s after the first save, at tracker $(tracker ck2): $(ls ck2 | tr '\n' ' ')"
     done
     ;;
 plan)

@@ -68,13 +68,15 @@ bounded "$RUN" "${SMALL[@]}" --train-iters 1 --load shared --override-opt-param-
 # mgraph-convert takes the same lock (held here by flock(1), a stand-in for any holder)
 "$CONVERT" --load shared --to-hf hf > conv.txt 2>&1 || fail "--to-hf: $(cat conv.txt)"
 if command -v flock > /dev/null; then
-    flock shared/.mgraph-save.lock sleep 30 &
+    flock shared/.mgraph-save.lock sleep 120 &
     fpid=$!
-    sleep 0.5
+    # until flock(1) holds it (an event, not a delay: a loaded machine may take long)
+    for _ in $(seq 1 3000); do flock -n shared/.mgraph-save.lock true || break; sleep 0.1; done
+    flock -n shared/.mgraph-save.lock true && fail "flock(1) did not take the lock within 300 s"
     bounded "$CONVERT" --from-hf hf --save shared
     [ $rc -eq 2 ] && [[ $out == *"in use by another job"* ]] && ok "mgraph-convert --save into a locked directory: exit 2" ||
         fail "mgraph-convert into a locked directory: rc $rc: $out"
-    kill $fpid 2> /dev/null; wait $fpid 2> /dev/null
+    kill $(pgrep -P $fpid) $fpid 2> /dev/null; wait $fpid 2> /dev/null # (its sleep, then flock)
 fi
 no_temp_left shared || fail "temporary files left: $(ls -A shared)"
 finish

@@ -26,13 +26,15 @@ BASE=(--text-file "$DATA/tinyshakespeare.txt" --num-layers 2 --hidden-size 32 --
 LONG=("${BASE[@]}" --train-iters 100000 --exit-signal-handler)
 
 # wait_iters FILE N: until the metrics file FILE (while the run writes it, .FILE.tmp-*)
-# has N iterations, or fail after 60 s
+# has N iterations, or fail after 300 s (a deadline for an event: a loaded machine may
+# take a minute to start a run)
 wait_iters() {
-    for _ in $(seq 600); do
+    local deadline=$((SECONDS + 300))
+    while [ $SECONDS -lt $deadline ]; do
         [ "$(cat ".$1".tmp-* "$1" 2> /dev/null | grep -c '"lm_loss"')" -ge "$2" ] && return 0
         sleep 0.1
     done
-    fail "no $2 iterations in $1 within 60 s"
+    fail "no $2 iterations in $1 within 300 s"
 }
 # ends_within PID SECONDS: the process ended in time; its exit status in $status
 ends_within() {
