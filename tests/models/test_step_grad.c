@@ -20,7 +20,7 @@
  * exp_avg_sq = (1 - b2) g'^2; p' = p (1 - lr wd) - lr m^ / (sqrt(v^) + eps) with the bias
  * corrections of step 1 and no decay where the parameter has none (biases, norms). The
  * moments show a gradient scaled by any factor, which the update alone (about lr sign(g)
- * at step 1) would hide.
+ * at step 1) would hide. And the step is the sum of its micro-batches run one at a time.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -167,6 +167,52 @@ static void test_step_gradients(void) {
     }
     /* the grad norm the optimizer reports is the norm of these accumulated gradients */
     TK_CHECK(fabs(sqrt(sq) - gn) <= 1e-5 * gn, "grad norm %.7g, norm of the main_grads %.7g", gn, sqrt(sq));
+    /* The step is the sum of its micro-batches: each run alone (n_micro 1, its instance 0
+     * global micro-batch k, so its dropout masks are the step's) reports loss_scale x its
+     * loss and leaves loss_scale x its gradient in main_grad; over the micro-batches these
+     * must add up to the step's loss and main_grads. (A step that kept only one
+     * micro-batch, its loss and gradient consistent with each other, passes the finite
+     * differences below.) */
+    double lsum = 0, worst_mb = 0;
+    float **gsum = calloc((size_t)n_t, sizeof *gsum);
+    for (int k = 0; k < NMICRO; k++) {
+        if (reset(&c)) break;
+        const mg_tensor *in[2] = {c.step.tokens, c.step.targets};
+        for (int j = 0; j < 2 && k > 0; j++)
+            memcpy(mg_storage_data_mb(c.st, in[j], 0), mg_storage_data_mb(c.st, in[j], k),
+                   (size_t)mg_numel(in[j]) * sizeof(int32_t));
+        mg_exec_info one = {.seed = SEED, .iteration = ITERATION, .training = true, .n_micro = 1, .mb_offset = k};
+        if (mg_exec_reference(c.step.g, c.st, &one, &err)) {
+            TK_CHECK(false, "micro-batch %d alone: %s", k, err.msg);
+            break;
+        }
+        lsum += *(const float *)mg_storage_data(c.st, c.step.loss);
+        for (int i = 0; i < n_t; i++) {
+            const mg_tensor *p = mg_graph_tensor(c.step.g, i);
+            if (p->role != MG_ROLE_PARAM || !grad[i]) continue;
+            char name[512];
+            snprintf(name, sizeof name, "%s.main_grad", p->name);
+            const float *g1 = mg_storage_data(c.st, mg_graph_find(c.step.g, name));
+            if (!gsum[i]) gsum[i] = calloc((size_t)mg_numel(p), sizeof(float));
+            for (int64_t e = 0; e < mg_numel(p); e++) gsum[i][e] += g1[e];
+        }
+    }
+    for (int i = 0; i < n_t; i++) {
+        if (!gsum[i]) continue;
+        const mg_tensor *p = mg_graph_tensor(c.step.g, i);
+        double d = 0, m = 0;
+        for (int64_t e = 0; e < mg_numel(p); e++) {
+            d = fmax(d, fabs((double)gsum[i][e] - grad[i][e]));
+            m = fmax(m, fabs((double)grad[i][e]));
+        }
+        worst_mb = fmax(worst_mb, m > 0 ? d / m : d);
+        TK_CHECK(d <= 1e-5 * m, "%s: the micro-batches' gradients add up to %.3g of the step's largest off", p->name,
+                 m > 0 ? d / m : d);
+        free(gsum[i]);
+    }
+    free(gsum);
+    TK_CHECK(fabs(lsum - loss0) <= 1e-6 * fabs(loss0), "the micro-batches alone report %.9g in all, the step %.9g", lsum,
+             loss0);
     /* AdamW's first step, every element (torch.optim.AdamW; Megatron's clipping) */
     const mg_adamw_config *o = &cfg.optim;
     double coef = o->clip_grad > 0 && o->clip_grad / (sqrt(sq) + 1e-6) < 1 ? o->clip_grad / (sqrt(sq) + 1e-6) : 1.0;
@@ -220,8 +266,9 @@ static void test_step_gradients(void) {
     if (tk_failures == fails)
         printf("ok: %d parameter tensors, %d probes (%d with gradient > 1e-2); loss %.6f, grad norm %.6f; worst "
                "gradient error %.3f of tolerance; AdamW's first step on %lld elements (lr %g, clip coefficient %.4f): "
-               "worst weight %.3f, moments %.3f of tolerance\n",
-               kinds, probed, moved, loss0, gn, worst, (long long)updated, lr, coef, worst_p, worst_m);
+               "worst weight %.3f, moments %.3f of tolerance; the %d micro-batches alone add up to the step (gradients "
+               "within %.2g of each tensor's largest)\n",
+               kinds, probed, moved, loss0, gn, worst, (long long)updated, lr, coef, worst_p, worst_m, NMICRO, worst_mb);
     for (int i = 0; i < n_t; i++) {
         free(before[i]);
         free(grad[i]);

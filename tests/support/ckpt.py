@@ -143,8 +143,10 @@ def main(argv):
         return 1
     bad, worst = compare(a, b, o.rtol, o.atol, o.exact_suffix)
     moments = sum(n.endswith(".exp_avg") for n in a)
+    how = ("bit for bit" if "" in o.exact_suffix else
+           f"worst {worst:.3f} of the bound (2-norm, rtol {o.rtol:g}, atol {o.atol:g} per element)")
     print(f"{'FAIL' if bad else 'ok'}: {len(a)} checkpoint tensors ({moments} with Adam moments) of {o.roots[1]} against "
-          f"{o.roots[0]}: worst {worst:.3f} of the bound (2-norm, rtol {o.rtol:g}, atol {o.atol:g} per element)")
+          f"{o.roots[0]}: {how}")
     return 1 if bad else 0
 
 

@@ -7,12 +7,14 @@
                              the pinned torch/transformers give)
 
 For each model class, a tiny model of transformers' own implementation (GPT2LMHeadModel,
-LlamaForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM) gets fixed parameters (numpy's
+LlamaForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM dense and with DeepSeek-V3's
+MoE) gets fixed parameters (numpy's
 generator, seed per model: weights N(0, 0.1), norm weights 1 + N(0, 0.1), biases N(0, 0.1)),
 runs one forward on fixed tokens [2, 16] in float32 on the CPU, and the mean cross-entropy
 against fixed targets is differentiated. The file holds, under mgraph's names and layouts
 ([out, in] weights, GPT-2's c_attn rows per head [q k v]):
-  param.<name>, grad.<name>   every parameter and the gradient of the loss
+  param.<name>, grad.<name>   every parameter and the gradient of the loss (DeepSeek-V3's
+                              expert bias, which only selects, has none)
   logits [b, s, V], loss [1], tokens / targets [b, s] (I32)
 and in __metadata__: "megatron_args" (the Megatron flags that describe the same model:
 test_reference.c builds it through mgraph-run's flag parser), "model" (transformers'
@@ -30,6 +32,7 @@ reference.require("numpy", "torch", "transformers", "safetensors")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
+from safetensors import safe_open  # noqa: E402
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
 B, S, V = 2, 16, 64
@@ -87,7 +90,28 @@ def deepseek():
         "--mscale", "1", "--mscale-all-dim", "1"]
 
 
-MODELS = {"gpt2": gpt2, "llama": llama, "mixtral": mixtral, "deepseek": deepseek}
+def deepseek_moe():
+    # DeepSeek-V3's MoE after a dense first layer: 8 routed experts in 4 groups, sigmoid
+    # scores, the top 4 of the best 2 groups selected with the expert bias (aux-loss-free
+    # balancing; a buffer in transformers, set below), weights normalised then scaled by 2.5,
+    # one shared expert; MLA as deepseek()
+    model, args = deepseek()
+    c = model.config
+    c.num_hidden_layers, c.first_k_dense_replace, c.n_routed_experts, c.num_experts_per_tok = 3, 1, 8, 4
+    c.n_group, c.topk_group, c.routed_scaling_factor, c.norm_topk_prob = 4, 2, 2.5, True
+    c.moe_intermediate_size, c.n_shared_experts = 16, 1
+    args = [a if a != "2" or args[i - 1] != "--num-layers" else "3" for i, a in enumerate(args)]
+    return transformers.DeepseekV3ForCausalLM(c), args + [
+        "--num-experts", "8", "--moe-ffn-hidden-size", "16", "--moe-shared-expert-intermediate-size", "16",
+        "--moe-layer-freq", "([0]+[1]*2)", "--moe-router-topk", "4", "--moe-router-score-function", "sigmoid",
+        "--moe-router-enable-expert-bias", "--moe-router-num-groups", "4", "--moe-router-group-topk", "2",
+        "--moe-router-topk-scaling-factor", "2.5"]
+
+
+MODELS = {"gpt2": gpt2, "llama": llama, "mixtral": mixtral, "deepseek": deepseek, "deepseek_moe": deepseek_moe}
+# mgraph's MoE names (Megatron's) -> transformers' (Mixtral's and DeepseekV3's)
+RENAME = [(".mlp.router.weight", ".mlp.gate.weight"), (".mlp.router.expert_bias", ".mlp.gate.e_score_correction_bias"),
+          (".mlp.experts.fc1.weight", ".mlp.experts.gate_up_proj"), (".mlp.experts.fc2.weight", ".mlp.experts.down_proj")]
 
 
 def to_mgraph(model, name, t, hidden=32, heads=4):
@@ -102,10 +126,9 @@ def to_mgraph(model, name, t, hidden=32, heads=4):
             hd = hidden // heads
             t = t.reshape(3, heads, hd, *t.shape[1:]).swapaxes(0, 1).reshape(3 * hidden, *t.shape[1:])
         return name, np.ascontiguousarray(t)
-    if model == "mixtral":
-        name = name.replace("mlp.gate.weight", "mlp.router.weight")
-        name = name.replace("mlp.experts.gate_up_proj", "mlp.experts.fc1.weight")
-        name = name.replace("mlp.experts.down_proj", "mlp.experts.fc2.weight")
+    for ours, theirs in RENAME:
+        if name.endswith(theirs):
+            name = name[: -len(theirs)] + ours
     return name, t
 
 
@@ -122,6 +145,10 @@ def compute(model_name):
             else:
                 v = 0.1 * rng.standard_normal(p.shape)
             p.copy_(torch.from_numpy(v.astype(np.float32)))
+        # DeepSeek-V3's expert bias: a buffer (no gradient) that only selects experts
+        biases = {n: b for n, b in model.named_buffers() if n.endswith("e_score_correction_bias")}
+        for b in biases.values():
+            b.copy_(torch.from_numpy((0.1 * rng.standard_normal(b.shape)).astype(np.float32)))
     tokens = rng.integers(0, V, size=(B, S), dtype=np.int64)
     targets = rng.integers(0, V, size=(B, S), dtype=np.int64)
     logits = model(input_ids=torch.from_numpy(tokens)).logits
@@ -134,7 +161,9 @@ def compute(model_name):
         if mname is None:
             continue
         out["param." + mname] = w
-        out["grad." + to_mgraph(model_name, name, p.grad.numpy())[0]] = to_mgraph(model_name, name, p.grad.numpy())[1]
+        out["grad." + mname] = to_mgraph(model_name, name, p.grad.numpy())[1]
+    for name, b in biases.items():  # a parameter of mgraph's without a gradient
+        out["param." + to_mgraph(model_name, name, b.numpy())[0]] = b.numpy().copy()
     meta = {"megatron_args": json.dumps(args), "model": type(model).__name__,
             "versions": json.dumps({"torch": torch.__version__, "transformers": transformers.__version__,
                                     "numpy": np.__version__})}
@@ -145,8 +174,16 @@ def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--check":
         bad = 0
         for m in MODELS:
-            new, _ = compute(m)
-            old = load_file(os.path.join(sys.argv[2], m + ".safetensors"))
+            new, meta = compute(m)
+            path = os.path.join(sys.argv[2], m + ".safetensors")
+            old = load_file(path)
+            # the Megatron flags test_reference.c builds the model from must be the ones
+            # that describe it (the metadata's key order is safetensors' own, not compared)
+            with safe_open(path, "np") as f:
+                old_meta = f.metadata() or {}
+            if old_meta.get("megatron_args") != meta["megatron_args"] or old_meta.get("model") != meta["model"]:
+                print(f"FAIL {m}: stored metadata {old_meta} differs from {meta}")
+                bad += 1
             if set(new) != set(old):
                 print(f"FAIL {m}: tensors differ: {sorted(set(new) ^ set(old))}")
                 bad += 1
