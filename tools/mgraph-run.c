@@ -979,12 +979,23 @@ static int train(run *r, mg_error *err) {
         mg_run_log_line l = {it + 1, c->train_iters, (int64_t)consumed + gbs, avg_ms, c->log_throughput,
                              flops / (avg_ms * 1e-3 * 1e12), lr_logged, (int)gbs,
                              interval_n > interval_nan ? interval_loss / (interval_n - interval_nan) : (double)NAN, gn,
-                             pnorm, interval_nan, moe_log};
+                             pnorm, interval_nan, moe_log, c->log_world_size_to_tensorboard ? r->mesh.world : 0};
         if (is_logger(r) && (due || first)) {
             mg_run_log_iteration(stdout, &l);
             fflush(stdout);
         }
         if (r->tb && (it + 1) % c->tensorboard_log_interval == 0) rc = mg_run_tb_iteration(r->tb, &l, loss, err);
+        if (!rc && r->tb && (moe_t[0] || moe_t[1])) { /* every iteration, as track_moe_metrics */
+            const char *names[2];
+            double values[2];
+            int n = 0;
+            for (int i = 0; i < 2; i++)
+                if (moe_t[i]) {
+                    names[n] = moe_names[i];
+                    values[n++] = *(float *)mg_storage_data(r->train_st, moe_t[i]);
+                }
+            rc = mg_run_tb_moe(r->tb, it + 1, n, names, values, err);
+        }
         if (!rc && r->tb && due && !first && c->log_timers_to_tensorboard) rc = mg_run_tb_timers(r->tb, &l, err);
         if (rc) return rc;
         if (due) {
@@ -1299,6 +1310,24 @@ static int agree_on_input(run *r, int rc, mg_error *err) {
     return rc;
 }
 
+/* Megatron's write_args_to_tensorboard: every argument as a text summary at the iteration
+ * the run starts from (mg_run_config_each_arg gives Megatron's names and Python's str()). */
+typedef struct tb_args_ctx {
+    mg_tb_writer *tb;
+    int64_t step;
+    mg_error *err;
+} tb_args_ctx;
+
+static int tb_arg(void *ctx, const char *name, const char *value) {
+    tb_args_ctx *a = ctx;
+    return mg_tb_text(a->tb, name, value, a->step, a->err);
+}
+
+static int tb_write_args(run *r, mg_error *err) {
+    tb_args_ctx a = {r->tb, r->resume.iteration, err};
+    return mg_run_config_each_arg(&r->cfg, tb_arg, &a);
+}
+
 int main(int argc, char **argv) {
     mg_tool_pick_openblas_kernel(argv);
     run r;
@@ -1468,6 +1497,7 @@ int main(int argc, char **argv) {
     if (!rc && mg_ckpt_lock_warning(r.save_lock)) fprintf(stderr, "mgraph-run: warning: %s\n", mg_ckpt_lock_warning(r.save_lock));
     if (!rc && r.cfg.metrics_file && is_logger(&r)) rc = metrics_open(&r, &err);
     if (!rc && r.cfg.tensorboard_dir && is_logger(&r)) rc = mg_tb_open(r.cfg.tensorboard_dir, &r.tb, &err);
+    if (!rc && r.tb) rc = tb_write_args(&r, &err);
     rc = agree_on_input(&r, rc, &err);
     if (rc) return finish(&r, rc, &err);
     r.started = true;

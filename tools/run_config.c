@@ -235,6 +235,8 @@ static const flag flags[] = {
     {"--tensorboard-dir", F_STR, O(tensorboard_dir), USE, NULL, "write TensorBoard event files here"},
     {"--tensorboard-log-interval", F_I64, O(tensorboard_log_interval), USE, NULL, "iterations between TensorBoard scalars"},
     {"--log-timers-to-tensorboard", F_BOOL, O(log_timers_to_tensorboard), USE, NULL, "add iteration time to TensorBoard"},
+    {"--log-world-size-to-tensorboard", F_BOOL, O(log_world_size_to_tensorboard), USE, NULL,
+     "add the world size to TensorBoard (world-size, and vs samples)"},
     {"--log-validation-ppl-to-tensorboard", F_BOOL, O(log_validation_ppl_to_tensorboard), USE, NULL,
      "add validation perplexity to TensorBoard"},
     {"--metrics-file", F_STR, O(metrics_file), USE, NULL, "JSON Lines metrics, one object per iteration/evaluation"},
@@ -1403,6 +1405,95 @@ void mg_run_config_usage(FILE *out) {
         }
     }
     fprintf(out, "\nExit status: 0 success, 2 bad usage or input, 1 failure while running.\n");
+}
+
+/* ---- the arguments as Megatron's write_args_to_tensorboard writes them ---------------------- */
+/* Python's str() of the float v holds: the shortest digits that give v back, positional
+ * for exponents -4..15, else d.ddde-05 (two exponent digits at least). */
+static void py_float(char *out, size_t cap, float v) {
+    char d[32];
+    int p = 1;
+    for (; p < 9; p++) {
+        snprintf(d, sizeof d, "%.*e", p - 1, (double)v);
+        if (strtof(d, NULL) == v) break;
+    }
+    snprintf(d, sizeof d, "%.*e", p - 1, (double)v);
+    bool neg = d[0] == '-';
+    char digits[16];
+    int nd = 0;
+    const char *q = d + neg;
+    for (; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9') digits[nd++] = *q;
+    int e = atoi(q + 1);
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    digits[nd] = '\0';
+    size_t o = 0;
+    if (neg) o += (size_t)snprintf(out + o, cap - o, "-");
+    if (e >= -4 && e < 16) {
+        if (e >= 0) {
+            for (int i = 0; i <= e; i++) o += (size_t)snprintf(out + o, cap - o, "%c", i < nd ? digits[i] : '0');
+            o += (size_t)snprintf(out + o, cap - o, ".%s", nd > e + 1 ? digits + e + 1 : "0");
+        } else {
+            o += (size_t)snprintf(out + o, cap - o, "0.");
+            for (int i = 0; i < -e - 1; i++) o += (size_t)snprintf(out + o, cap - o, "0");
+            o += (size_t)snprintf(out + o, cap - o, "%s", digits);
+        }
+    } else {
+        o += (size_t)snprintf(out + o, cap - o, "%c", digits[0]);
+        if (nd > 1) o += (size_t)snprintf(out + o, cap - o, ".%s", digits + 1);
+        snprintf(out + o, cap - o, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
+    }
+}
+
+int mg_run_config_each_arg(const mg_run_config *c, int (*fn)(void *ctx, const char *name, const char *value),
+                           void *ctx) {
+    char name[96], value[4096];
+    for (size_t k = 0; k < N_FLAGS; k++) {
+        const flag *f = &flags[k];
+        if (f->kind != USE || f->off == NOFF || !strcmp(f->name, "--help")) continue;
+        bool dup = false; /* an alias of an earlier flag (the same field): Megatron has one dest */
+        for (size_t j = 0; j < k && !dup; j++) dup = flags[j].off == f->off && flags[j].kind == USE;
+        if (dup) continue;
+        snprintf(name, sizeof name, "%s", f->name + 2);
+        for (char *q = name; *q; q++)
+            if (*q == '-') *q = '_';
+        const void *at = (const char *)c + f->off;
+        switch (f->type) {
+        case F_INT: snprintf(value, sizeof value, "%d", *(const int *)at); break;
+        case F_I64: snprintf(value, sizeof value, "%lld", (long long)*(const int64_t *)at); break;
+        case F_FLOAT: py_float(value, sizeof value, *(const float *)at); break;
+        case F_BOOL: snprintf(value, sizeof value, "%s", *(const bool *)at ? "True" : "False"); break;
+        case F_STR: {
+            const char *v = *(const char *const *)at;
+            snprintf(value, sizeof value, "%s", v ? v : "None");
+            break;
+        }
+        case F_LIST: { /* the joined values as Python's list of strings */
+            const char *v = *(const char *const *)at;
+            if (!v) {
+                snprintf(value, sizeof value, "None");
+                break;
+            }
+            size_t o = (size_t)snprintf(value, sizeof value, "[");
+            for (const char *w = v; *w && o < sizeof value;) {
+                size_t n = strcspn(w, " ");
+                if (n) o += (size_t)snprintf(value + o, sizeof value - o, "%s'%.*s'", o > 1 ? ", " : "", (int)n, w);
+                w += n + (w[n] == ' ');
+            }
+            if (o < sizeof value) snprintf(value + o, sizeof value - o, "]");
+            break;
+        }
+        case F_INT3: {
+            const int64_t *v = at;
+            if (!mg_run_config_given(c, f->name)) snprintf(value, sizeof value, "None");
+            else snprintf(value, sizeof value, "[%lld, %lld, %lld]", (long long)v[0], (long long)v[1], (long long)v[2]);
+            break;
+        }
+        }
+        int rc = fn(ctx, name, value);
+        if (rc) return rc;
+    }
+    return 0;
 }
 
 /* ---- the reference: docs/mgraph-run.md and mgraph-run.1 from the same table ---------------- */

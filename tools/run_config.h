@@ -74,7 +74,7 @@ typedef struct mg_run_config {
     bool log_throughput, log_params_norm;
     const char *tensorboard_dir;
     int64_t tensorboard_log_interval;
-    bool log_timers_to_tensorboard, log_validation_ppl_to_tensorboard;
+    bool log_timers_to_tensorboard, log_validation_ppl_to_tensorboard, log_world_size_to_tensorboard;
     const char *metrics_file, *dump_dot;
     const char *trace_file, *trace_iterations; /* tools/run_trace.c */
     const char *dump_dot_summary, *dot_summary_scope, *dot_summary_phase; /* --dump-dot-summary and its filters */
@@ -176,6 +176,11 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *notes);
 /* The demo run's flags (a NULL-terminated list), written out so that --help shows them. */
 const char *const *mg_run_config_demo_args(void);
 void mg_run_config_usage(FILE *f);
+/* Each argument mgraph-run uses, under Megatron's name (num_layers) with its value as
+ * Python's str() writes it ("4", "0.0001", "True", "None", "['a', 'b']"): what Megatron's
+ * write_args_to_tensorboard writes as text summaries. Stops at fn's first non-zero. */
+int mg_run_config_each_arg(const mg_run_config *c, int (*fn)(void *ctx, const char *name, const char *value),
+                           void *ctx);
 /* The whole flag table as docs/mgraph-run.md (Markdown) or the man page mgraph-run.1. */
 void mg_run_config_reference(FILE *f, bool man);
 /* Whether the flag ("--ffn-hidden-size") was given: a value given explicitly is

@@ -51,7 +51,15 @@ int mg_run_tb_iteration(mg_tb_writer *w, const mg_run_log_line *l, double iterat
     if (!rc) rc = pair(w, "lm loss", iteration_loss, it, n, err);
     if (!rc) rc = pair(w, "loss-scale", 1.0, it, n, err);
     if (!rc) rc = pair(w, "grad-norm", l->grad_norm, it, n, err);
+    if (!rc && l->world_size > 0) rc = pair(w, "world-size", l->world_size, it, n, err);
     if (!rc && !isnan(l->params_norm)) rc = pair(w, "params-norm", l->params_norm, it, n, err);
+    return rc;
+}
+
+int mg_run_tb_moe(mg_tb_writer *w, int64_t iteration, int n, const char *const *names, const double *values,
+                  mg_error *err) {
+    int rc = MG_OK;
+    for (int i = 0; i < n && !rc; i++) rc = mg_tb_scalar(w, names[i], (float)values[i], iteration, err);
     return rc;
 }
 

@@ -20,6 +20,7 @@ typedef struct mg_run_log_line {
     double params_norm;    /* --log-params-norm; NaN: not logged */
     int nan_iterations;    /* since the last line (--no-check-for-nan-in-loss-and-grad) */
     const char *extra;     /* NULL or " name: value |" pieces after the lm loss (MoE's auxiliary losses) */
+    int world_size;        /* > 0: --log-world-size-to-tensorboard */
 } mg_run_log_line;
 
 /* " [YYYY-MM-DD HH:MM:SS.ffffff] iteration ... |" (local time, as datetime.now()). */
@@ -35,6 +36,10 @@ void mg_run_log_evaluation(FILE *f, const char *prefix, double loss);
  * --tensorboard-log-interval): learning rate, batch size, this iteration's lm loss,
  * loss scale and grad norm, each also against consumed samples ("... vs samples"). */
 int mg_run_tb_iteration(mg_tb_writer *w, const mg_run_log_line *l, double iteration_loss, mg_error *err);
+/* Every iteration, as Megatron's track_moe_metrics: each MoE auxiliary loss (its name, e.g.
+ * load_balancing_loss, z_loss) at this iteration, the mean over MoE layers. */
+int mg_run_tb_moe(mg_tb_writer *w, int64_t iteration, int n, const char *const *names, const double *values,
+                  mg_error *err);
 /* At a log line (not the first iteration's), with --log-timers-to-tensorboard:
  * "iteration-time" in seconds, and "throughput" when --log-throughput. */
 int mg_run_tb_timers(mg_tb_writer *w, const mg_run_log_line *l, mg_error *err);

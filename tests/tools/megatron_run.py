@@ -230,13 +230,14 @@ def tensorboard():
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
     import reference  # tests/support/reference.py: the pinned package, or a skip (a failure under CI)
 
-    reference.require("tensorboard")
+    reference.require("tensorboard", "torch")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     tb, mf = os.path.join(WORK, "tb"), os.path.join(WORK, "tb.jsonl")
     out = run("tensorboard", TINY + ["--train-iters", "4", "--eval-interval", "2", "--eval-iters", "1", "--lr", "1e-3",
                                      "--lr-warmup-iters", "1", "--log-interval", "2", "--tensorboard-dir", tb,
                                      "--log-timers-to-tensorboard", "--log-throughput",
-                                     "--log-validation-ppl-to-tensorboard", "--metrics-file", mf])
+                                     "--log-validation-ppl-to-tensorboard", "--log-world-size-to-tensorboard",
+                                     "--metrics-file", mf])
     files = [f for f in os.listdir(tb) if f.startswith("events.out.tfevents.")] if os.path.isdir(tb) else []
     check(len(files) == 1, f"want one event file in {tb}: {files}")
     if not files:
@@ -273,6 +274,23 @@ def tensorboard():
     ppl = [e.value for e in acc.Scalars("lm loss validation ppl")]
     check(len(ppl) == len(val) and all(close(p, math.exp(min(20, v)), 1e-5) for p, (_, v) in zip(ppl, val)), "ppl")
     check([e.step for e in acc.Scalars("iteration-time")] == [2, 4], "iteration-time only at log lines after the first")
+    check([(e.step, e.value) for e in acc.Scalars("world-size")] == [(k, 1.0) for k in range(1, 5)], "world-size")
+    # Megatron's write_args_to_tensorboard: every argument as a text summary, str() of its value,
+    # byte for byte what torch's SummaryWriter.add_text writes
+    texts = {t[: -len("/text_summary")]: acc.Tensors(t) for t in acc.Tags()["tensors"] if t.endswith("/text_summary")}
+    want_args = {"num_layers": TINY[TINY.index("--num-layers") + 1], "lr": "0.001", "lr_warmup_iters": "1",
+                 "log_interval": "2", "tensorboard_dir": tb, "use_distributed_optimizer": "False",
+                 "log_throughput": "True", "adam_eps": "1e-08", "min_lr": "0.0", "data_path": "None"}
+    for name, value in want_args.items():
+        ev = texts.get(name)
+        got = ev[0].tensor_proto.string_val[0].decode() if ev else None
+        check(got == value and ev[0].step == 0, f"argument {name}: text {got!r} (step {ev and ev[0].step}), want {value!r}")
+    check(len(texts) > 150, f"only {len(texts)} arguments as text summaries")
+    from torch.utils.tensorboard.summary import text as tb_text
+    with open(os.path.join(tb, files[0]), "rb") as f:
+        raw = f.read()
+    check(tb_text("num_layers", want_args["num_layers"]).SerializeToString() in raw,
+          "the num_layers text summary is not SummaryWriter.add_text's bytes")
     # a run that fails leaves no event file (and never touches what was there)
     tb2 = os.path.join(WORK, "tb2")
     os.makedirs(tb2, exist_ok=True)
