@@ -34,7 +34,7 @@ static void esc(FILE *f, const char *s) {
 
 static void shape_txt(const mg_tensor *t, char *buf, size_t len) {
     char b[96];
-    snprintf(buf, len, "%s %s", mg_dtype_name(t->dtype), mg_shape_str(t, b, sizeof b));
+    snprintf(buf, len, "%s %s", mg_dtype_name(mg_tensor_storage(t)), mg_shape_str(t, b, sizeof b));
 }
 
 /* ---- scope tree: "mb0.h.3.attn" -> mb0 > h.3 > attn (numbers stay with the name
@@ -135,7 +135,7 @@ static void emit_node(dump_ctx *c, const mg_node *n) {
                 COMM_COLOUR, d->name, n->op == MG_OP_SEND ? "to" : "from", a->peer);
         esc(f, x->name);
         fprintf(f, "\\ntag %d, %s, %.0f bytes\"];\n", a->tag, n->mb >= 0 ? "each micro-batch" : "once per step",
-                (double)mg_numel(x) * mg_dtype_size(x->dtype));
+                (double)mg_tensor_bytes(x));
         return;
     }
     if (d->flags & MG_OPF_COMM) {
@@ -150,7 +150,7 @@ static void emit_node(dump_ctx *c, const mg_node *n) {
                 nth++;
         }
         double bytes = 0;
-        for (int i = 0; i < n->n_in; i++) bytes += (double)mg_numel(n->in[i]) * mg_dtype_size(n->in[i]->dtype);
+        for (int i = 0; i < n->n_in; i++) bytes += (double)mg_tensor_bytes(n->in[i]);
         fprintf(f, "    n%d [shape=hexagon, style=\"filled,bold\", fillcolor=\"%s\", label=\"%s\\n", n->id,
                 COMM_COLOUR, d->name);
         esc(f, t->name);
@@ -471,7 +471,7 @@ int mg_graph_dump_dot_summary(const mg_graph *g, FILE *f, const mg_dot_summary_o
         shown_ops++;
         for (int j = 0; j < n->n_in; j++) {
             const mg_tensor *t = n->in[j];
-            if (d->flags & MG_OPF_COMM) x->comm_bytes += (double)mg_numel(t) * mg_dtype_size(t->dtype);
+            if (d->flags & MG_OPF_COMM) x->comm_bytes += (double)mg_tensor_bytes(t);
             if (!t->src) {
                 if (n_leaves == cap_leaves) {
                     size_t c2 = cap_leaves ? cap_leaves * 2 : 256;
@@ -513,7 +513,7 @@ int mg_graph_dump_dot_summary(const mg_graph *g, FILE *f, const mg_dot_summary_o
         if (i && leaves[i].group == leaves[i - 1].group && leaves[i].tensor == leaves[i - 1].tensor) continue;
         const mg_tensor *t = mg_graph_tensor(g, leaves[i].tensor);
         if ((int)t->role >= 0 && t->role < MG_ROLE_COUNT)
-            gs[leaves[i].group].leaf_bytes[t->role] += (double)mg_numel(t) * mg_dtype_size(t->dtype);
+            gs[leaves[i].group].leaf_bytes[t->role] += (double)mg_tensor_bytes(t);
     }
     if (n_edges) qsort(edges, n_edges, sizeof *edges, cmp_edge);
 
@@ -567,7 +567,7 @@ int mg_graph_dump_dot_summary(const mg_graph *g, FILE *f, const mg_dot_summary_o
         for (; j < n_edges && edges[j].from == edges[i].from && edges[j].to == edges[i].to; j++) {
             if (j > i && edges[j].tensor == edges[j - 1].tensor) continue;
             const mg_tensor *t = mg_graph_tensor(g, edges[j].tensor);
-            bytes += (double)mg_numel(t) * mg_dtype_size(t->dtype);
+            bytes += (double)mg_tensor_bytes(t);
             nt++;
             all_grad = all_grad && t->role == MG_ROLE_GRAD;
         }

@@ -322,6 +322,7 @@ mg_node *mg_node_new(mg_graph *g, mg_op op, const mg_attrs *attrs, int n_in, mg_
         }
         t->src = n;
         t->src_slot = i;
+        t->storage = out[i].storage;
         n->out[i] = t;
         n->n_out = i + 1;
     }

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "mgraph/memplan.h"
+#include "mgraph/precision.h"
 #include "ops/op.h"
 
 typedef struct planner {
@@ -54,7 +55,7 @@ typedef struct planner {
 
 #define MG_MEMPLAN_MAX_ORDERED 32768 /* positions: the bitsets then take <= 128 MiB */
 
-static size_t tensor_bytes(const mg_tensor *t) { return (size_t)mg_numel(t) * mg_dtype_size(t->dtype); }
+static size_t tensor_bytes(const mg_tensor *t) { return mg_tensor_bytes(t); /* in its storage dtype */ }
 
 /* Tensors the host reads or writes across steps never share storage. A leaf (no
  * producer) is filled by the host or by mg_storage_init, so it is persistent too. */
@@ -131,7 +132,7 @@ static const mg_tensor *view_of(const mg_tensor *t, int64_t *offset) {
     if (!t->src || t->src->n_in < 1) return NULL;
     const mg_op_def *d = mg_op_def_get(t->src->op);
     const mg_tensor *x = t->src->in[0];
-    if (!d->view || x->dtype != t->dtype || !d->view(t->src, offset)) return NULL;
+    if (!d->view || mg_tensor_storage(x) != mg_tensor_storage(t) || !d->view(t->src, offset)) return NULL;
     return *offset >= 0 && *offset + mg_numel(t) <= mg_numel(x) ? x : NULL;
 }
 
@@ -237,10 +238,10 @@ static int build_links(const mg_graph *g, bool views, mg_node **ord, int n, int 
         for (int i = 0; i < nd->n_in; i++) {
             const mg_tensor *in = nd->in[i];
             int64_t at, i_at;
-            if (!d->part(nd, i, &at) || in->dtype != y->dtype) continue;
+            if (!d->part(nd, i, &at) || mg_tensor_storage(in) != mg_tensor_storage(y)) continue;
             int r = root_at(link, off, in->id, &i_at);
             const mg_tensor *rt = mg_graph_tensor(g, r);
-            if (r == ry || i_at != 0 || rt->dtype != y->dtype || mg_numel(rt) != mg_numel(in)) continue;
+            if (r == ry || i_at != 0 || mg_tensor_storage(rt) != mg_tensor_storage(y) || mg_numel(rt) != mg_numel(in)) continue;
             if (rt->per_microbatch || (!rt->src && (rt->role == MG_ROLE_PARAM || rt->role == MG_ROLE_INPUT)) ||
                 (rt->src && rt->src->mb >= 0))
                 continue;
@@ -395,7 +396,7 @@ static int plan(planner *pl, bool reuse, mg_error *err) {
     for (int i = 0; i < nt && !rc; i++) {
         size_t at = 0;
         for (int t = i; link[t] >= 0; t = link[t]) {
-            at += (size_t)off[t] * mg_dtype_size(mg_graph_tensor(g, t)->dtype);
+            at += (size_t)off[t] * mg_tensor_esize(mg_graph_tensor(g, t));
             p->partial[i] |= placed[t];
         }
         p->offset_of[i] = at;
@@ -434,6 +435,10 @@ static int plan(planner *pl, bool reuse, mg_error *err) {
         else p->microbatch_bytes += p->buffer_bytes[b];
     }
     free(per_mb);
+    for (int i = 0; i < nt; i++) {
+        const mg_tensor *t = mg_graph_tensor(g, i);
+        if (t->role == MG_ROLE_PARAM && !t->src && t->requires_grad && !t->model_copy) p->params += mg_numel(t);
+    }
 
     /* Transient classes by liveness. */
     for (int k = 0; k < n; k++) {
@@ -492,6 +497,7 @@ int mg_memplan_build(mg_graph *g, bool reuse, mg_memplan **out, mg_error *err) {
     if (!g) return mg_error_set(err, MG_ERR_INVALID, "mg_memplan_build: NULL graph");
     if (mg_graph_error(g)->code)
         return mg_error_set(err, MG_ERR_INVALID, "mg_memplan_build: graph has an error: %s", mg_graph_error(g)->msg);
+    mg_precision_complete(g); /* storage dtypes size the buffers */
     int nt = mg_graph_n_tensors(g);
     size_t cnt = (size_t)nt + 1;
     planner pl = {.g = g};
@@ -533,10 +539,12 @@ int mg_memplan_build(mg_graph *g, bool reuse, mg_memplan **out, mg_error *err) {
 
 void mg_memplan_summary(const mg_memplan *p, char *buf, size_t len) {
     const double mib = 1024.0 * 1024.0;
+    char per[48] = "";
+    if (p->params > 0) snprintf(per, sizeof per, " (%.2f B/parameter)", (double)p->persistent_bytes / (double)p->params);
     snprintf(buf, len,
-             "persistent %.2f MiB, activations %.2f MiB per micro-batch in flight (%.2f MiB saved for backward) + "
+             "persistent %.2f MiB%s, activations %.2f MiB per micro-batch in flight (%.2f MiB saved for backward) + "
              "%.2f MiB per step (%.2f MiB without reuse), inputs %.2f MiB per micro-batch, %d buffers",
-             (double)p->persistent_bytes / mib, (double)p->slot_bytes / mib, (double)p->saved_bytes / mib,
+             (double)p->persistent_bytes / mib, per, (double)p->slot_bytes / mib, (double)p->saved_bytes / mib,
              (double)p->step_bytes / mib, (double)p->unshared_bytes / mib, (double)p->microbatch_bytes / mib,
              p->n_buffers);
 }

@@ -87,6 +87,7 @@ static mg_node *clone_node(mg_graph *g, const mg_node *n, mg_tensor *const *in) 
     for (int j = 0; j < c->n_out && j < n->n_out; j++) {
         c->out[j]->logical = n->out[j]->logical; /* RNG keys and offsets: the same bits */
         c->out[j]->place = n->out[j]->place;
+        c->out[j]->storage = n->out[j]->storage; /* and the same rounding */
     }
     return c;
 }

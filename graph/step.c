@@ -165,6 +165,7 @@ int mg_train_step_build(const mg_step_options *o, mg_forward_fn fwd, void *user,
         mg_graph_set_mb(g, -1);
         if (!rc) rc = mg_graph_add_adamw(g, &o->optim, &st->opt, err);
     }
+    if (!rc) rc = mg_precision_rewrite(g, &o->precision, err);
     if (!rc) rc = mg_graph_validate(g, err);
     if (rc) mg_train_step_release(st);
     return rc;

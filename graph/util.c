@@ -16,12 +16,19 @@ size_t mg_dtype_size(mg_dtype dt) {
     case MG_BF16: return 2;
     case MG_F16: return 2;
     case MG_I32: return 4;
+    case MG_F8E4M3: return 1;
+    case MG_F8E5M2: return 1;
     default: return 0;
     }
 }
 
+mg_dtype mg_tensor_storage(const mg_tensor *t) { return t->dtype == MG_F32 ? t->storage : t->dtype; }
+size_t mg_tensor_esize(const mg_tensor *t) { return mg_dtype_size(mg_tensor_storage(t)); }
+size_t mg_tensor_bytes(const mg_tensor *t) { return (size_t)mg_numel(t) * mg_tensor_esize(t); }
+bool mg_dtype_is_low(mg_dtype dt) { return dt == MG_BF16 || dt == MG_F16 || dt == MG_F8E4M3 || dt == MG_F8E5M2; }
+
 const char *mg_dtype_name(mg_dtype dt) {
-    static const char *names[] = {"f32", "bf16", "f16", "i32"};
+    static const char *names[] = {"f32", "bf16", "f16", "i32", "f8e4m3", "f8e5m2"};
     return dt >= 0 && dt < MG_DTYPE_COUNT ? names[dt] : "?";
 }
 

@@ -20,6 +20,7 @@
 #include "mgraph/outfile.h"
 #include "mgraph/infile.h"
 #include "mgraph/safetensors.h"
+#include "ops/convert.h"
 
 #define TRACKER "latest_checkpointed_iteration.txt"
 #define INDEX "index.json"
@@ -848,7 +849,7 @@ static bool boxes_meet(const stored_piece *sp, int nd, const int64_t *wo, const 
 
 static void copy_overlap(const mg_ckpt *c, const stored_tensor *t, const stored_piece *sp, const mg_ckpt_piece *w,
                          int nd, const int64_t *wo, const int64_t *wb, int64_t wlo, int64_t whi, uint8_t *seen) {
-    size_t es = mg_dtype_size(t->dtype);
+    size_t es = mg_dtype_size(t->dtype), ew = mg_dtype_size(w->dtype);
     const uint8_t *src = mg_st_data(c->files[sp->file], sp->e);
     uint8_t *dst = w->data;
     int L = nd - 1;
@@ -876,10 +877,13 @@ static void copy_overlap(const mg_ckpt *c, const stored_tensor *t, const stored_
         c1 = min64(c1, sp->hi - rs * srow + sp->offset[L]);
         if (c1 <= c0) continue;
         int64_t fw = r * wrow + (c0 - wo[L]) - wlo, fs = rs * srow + (c0 - sp->offset[L]) - sp->lo;
-        memcpy(dst + (size_t)fw * es, src + (size_t)fs * es, (size_t)(c1 - c0) * es);
+        if (t->dtype == w->dtype) memcpy(dst + (size_t)fw * es, src + (size_t)fs * es, (size_t)(c1 - c0) * es);
+        else mg_convert(dst + (size_t)fw * ew, w->dtype, src + (size_t)fs * es, t->dtype, c1 - c0);
         memset(seen + fw, 1, (size_t)(c1 - c0));
     }
 }
+
+static bool is_float(mg_dtype d) { return d == MG_F32 || mg_dtype_is_low(d); }
 
 int mg_ckpt_fill(mg_ckpt *c, const mg_ckpt_piece *want, int n, mg_error *err) {
     for (int i = 0; i < n; i++) {
@@ -888,7 +892,9 @@ int mg_ckpt_fill(mg_ckpt *c, const mg_ckpt_piece *want, int n, mg_error *err) {
         if (rc) return rc;
         stored_tensor *t = find_tensor(c, w->name);
         if (!t) return mg_error_set(err, MG_ERR_INVALID, "%s: the checkpoint has no tensor '%s'", c->dir, w->name);
-        bool same = t->ndim == w->ndim && t->dtype == w->dtype;
+        /* real values convert between float storages (a bf16 model copy loads an f32
+         * parameter, f32 moments load narrow ones and back) */
+        bool same = t->ndim == w->ndim && (t->dtype == w->dtype || (is_float(t->dtype) && is_float(w->dtype)));
         for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == w->shape[d];
         if (!same) {
             char a[128] = "", b[128] = "";

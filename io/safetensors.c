@@ -26,8 +26,9 @@ struct mg_st_file {
     json_t *meta;           /* __metadata__ or NULL */
 };
 
-static const char *const dtype_names[MG_DTYPE_COUNT] = {[MG_F32] = "F32", [MG_BF16] = "BF16", [MG_F16] = "F16",
-                                                        [MG_I32] = "I32"};
+static const char *const dtype_names[MG_DTYPE_COUNT] = {[MG_F32] = "F32",         [MG_BF16] = "BF16",
+                                                        [MG_F16] = "F16",         [MG_I32] = "I32",
+                                                        [MG_F8E4M3] = "F8_E4M3", [MG_F8E5M2] = "F8_E5M2"};
 
 const char *mg_st_dtype_name(mg_dtype dt) { return dt >= 0 && dt < MG_DTYPE_COUNT ? dtype_names[dt] : "?"; }
 

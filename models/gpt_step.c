@@ -49,7 +49,8 @@ static int build_keeping_model(mg_graph *g, void *user, mg_microbatch *mb, mg_er
 }
 
 mg_step_options mg_step_options_of(const mg_step_config *c) {
-    mg_step_options o = {c->micro_batch, c->n_micro, c->training, c->loss_token_mean, c->per_token_loss, c->optim};
+    mg_step_options o = {c->micro_batch, c->n_micro, c->training, c->loss_token_mean, c->per_token_loss, c->optim,
+                         c->precision};
     return o;
 }
 

@@ -481,9 +481,9 @@ static int shard_attention(const mg_node *n, const mg_shard_ctx *c, mg_shard_io 
 }
 
 const mg_op_def mg_opdef_ATTENTION = {"attention", 3, 4, 0, infer_attention, attention_grad, cost_fwd, attention_cpu,
-                                      NULL, .shard = shard_attention};
+                                      NULL, .shard = shard_attention, .f32_out = 1u << 1};
 const mg_op_def mg_opdef_ATTENTION_BWD = {"attention_bwd", 6, 7, MG_OPF_NO_GRAD, infer_attention_bwd, NULL, cost_bwd,
-                                          attention_bwd_cpu, NULL, .shard = shard_attention};
+                                          attention_bwd_cpu, NULL, .shard = shard_attention, .f32_out = 1u << 1};
 
 static mg_tensor *attention_node(mg_graph *g, mg_tensor *q, mg_tensor *k, mg_tensor *v, mg_tensor *doc_start,
                                  bool causal, int64_t window, float dropout_p, float scale) {

@@ -88,4 +88,4 @@ static void cost_merge(const mg_node *n, double *flops, double *bytes) {
 }
 
 const mg_op_def mg_opdef_ATTENTION_MERGE = {"attention_merge", 2, -1, MG_OPF_NO_GRAD, infer_merge, NULL, cost_merge,
-                                            merge_cpu, NULL, .shard = NULL};
+                                            merge_cpu, NULL, .shard = NULL, .f32_out = 1u << 1};

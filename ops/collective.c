@@ -85,8 +85,9 @@ static int infer_broadcast(const mg_node *n, mg_tensor_desc *out, mg_error *err)
 
 static void cost_comm(const mg_node *n, double *flops, double *bytes) {
     *flops = 0;
-    *bytes = mg_comm_wire_bytes(n->op, n->attrs.comm.nranks,
-                                (double)mg_numel(n->in[0]) * (double)mg_dtype_size(n->in[0]->dtype));
+    /* (a sum of narrow storage is taken, and sent, in f32: ops/registry.c) */
+    double es = mg_node_needs_convert(n) ? 4.0 : (double)mg_tensor_esize(n->in[0]);
+    *bytes = mg_comm_wire_bytes(n->op, n->attrs.comm.nranks, (double)mg_numel(n->in[0]) * es);
 }
 
 /* ---- kernels -------------------------------------------------------------------- */
@@ -112,7 +113,7 @@ static int group_of(const mg_kernel_args *a, mg_comm **comm, int *n, mg_error *e
 }
 
 static void copy_through(const mg_kernel_args *a) {
-    size_t bytes = (size_t)mg_numel(a->node->out[0]) * mg_dtype_size(a->node->out[0]->dtype);
+    size_t bytes = mg_tensor_bytes(a->node->out[0]);
     if (a->out[0] != a->in[0] && bytes) memcpy(a->out[0], a->in[0], bytes);
 }
 
@@ -141,13 +142,14 @@ static int allgather_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_tensor *x = nd->in[0];
     mg_group grp = nd->attrs.comm.group;
     int64_t count = mg_numel(x), outer = mg_dims_prod(x->shape, 0, nd->attrs.comm.dim);
-    if (outer == 1) return mg_comm_allgather_buf(c, grp, x->dtype, a->in[0], a->out[0], count, err);
+    mg_dtype st = mg_tensor_storage(x); /* (gathers move the stored bytes, narrow or not) */
+    if (outer == 1) return mg_comm_allgather_buf(c, grp, st, a->in[0], a->out[0], count, err);
     /* Gathered blocks are [rank][outer][chunk]; the output is [outer][rank][chunk]. */
-    size_t es = mg_dtype_size(x->dtype);
+    size_t es = mg_dtype_size(st);
     int64_t chunk = count / outer;
     char *scratch = malloc((size_t)count * (size_t)n * es);
     if (!scratch) return mg_error_set(err, MG_ERR_NOMEM, "allgather '%s': out of memory for scratch", nd->out[0]->name);
-    rc = mg_comm_allgather_buf(c, grp, x->dtype, a->in[0], scratch, count, err);
+    rc = mg_comm_allgather_buf(c, grp, st, a->in[0], scratch, count, err);
     if (!rc) {
         char *out = a->out[0];
         for (int r = 0; r < n; r++)
@@ -195,16 +197,20 @@ static int broadcast_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_node *nd = a->node;
     if (n == 1 || mg_comm_group_rank(c, nd->attrs.comm.group) == nd->attrs.comm.peer) copy_through(a);
     if (n == 1) return MG_OK;
-    return mg_comm_broadcast_buf(c, nd->attrs.comm.group, nd->in[0]->dtype, a->out[0], mg_numel(nd->out[0]),
+    return mg_comm_broadcast_buf(c, nd->attrs.comm.group, mg_tensor_storage(nd->in[0]), a->out[0], mg_numel(nd->out[0]),
                                  nd->attrs.comm.peer, err);
 }
 
+/* Reductions sum in f32 (narrow storage is widened around them, ops/registry.c); gathers
+ * and broadcasts move the stored bytes. */
 #define COMM_FLAGS (MG_OPF_COMM | MG_OPF_NO_GRAD)
 const mg_op_def mg_opdef_ALLREDUCE = {"allreduce", 1, 1, COMM_FLAGS, infer_allreduce, NULL, cost_comm, allreduce_cpu, NULL, .shard = NULL};
-const mg_op_def mg_opdef_ALLGATHER = {"allgather", 1, 1, COMM_FLAGS, infer_allgather, NULL, cost_comm, allgather_cpu, NULL, .shard = NULL};
+const mg_op_def mg_opdef_ALLGATHER = {"allgather", 1, 1, COMM_FLAGS | MG_OPF_STORAGE, infer_allgather, NULL, cost_comm,
+                                      allgather_cpu, NULL, .shard = NULL};
 const mg_op_def mg_opdef_REDUCE_SCATTER = {"reduce_scatter", 1, 1, COMM_FLAGS, infer_reduce_scatter, NULL, cost_comm,
                                            reduce_scatter_cpu, NULL, .shard = NULL};
-const mg_op_def mg_opdef_BROADCAST = {"broadcast", 1, 1, COMM_FLAGS, infer_broadcast, NULL, cost_comm, broadcast_cpu, NULL, .shard = NULL};
+const mg_op_def mg_opdef_BROADCAST = {"broadcast", 1, 1, COMM_FLAGS | MG_OPF_STORAGE, infer_broadcast, NULL, cost_comm,
+                                      broadcast_cpu, NULL, .shard = NULL};
 
 /* ---- builders --------------------------------------------------------------------- */
 /* "<x's name>.<op>", without the current scope (mg_node_new prefixes it again). */

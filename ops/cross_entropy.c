@@ -248,11 +248,12 @@ static int vp_loss_cpu(const mg_kernel_args *a, mg_error *err) {
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_XENT_VP_MAX = {"xent_vp_max", 1, 1, MG_OPF_NO_GRAD, infer_vp_max, NULL, NULL, vp_max_cpu, NULL, .shard = NULL};
+const mg_op_def mg_opdef_XENT_VP_MAX = {"xent_vp_max", 1, 1, MG_OPF_NO_GRAD, infer_vp_max, NULL, NULL, vp_max_cpu, NULL, .shard = NULL,
+                                        .f32_out = 1u};
 const mg_op_def mg_opdef_XENT_VP_PARTS = {"xent_vp_parts", 3, 3, MG_OPF_NO_GRAD, infer_vp_parts, NULL, NULL,
-                                          vp_parts_cpu, NULL, .shard = NULL};
+                                          vp_parts_cpu, NULL, .shard = NULL, .f32_out = ~0u};
 const mg_op_def mg_opdef_XENT_VP_LOSS = {"xent_vp_loss", 4, 4, MG_OPF_NO_GRAD, infer_vp_loss, NULL, NULL, vp_loss_cpu,
-                                         NULL, .shard = NULL};
+                                         NULL, .shard = NULL, .f32_out = ~0u};
 
 static void cost_xent(const mg_node *n, double *flops, double *bytes) {
     const mg_tensor *x = n->in[n->op == MG_OP_CROSS_ENTROPY ? 0 : 1];
@@ -301,7 +302,8 @@ static int shard_xent_bwd(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_CROSS_ENTROPY = {"cross_entropy", 3, 3, 0, infer_xent, xent_grad, cost_xent, xent_cpu, NULL, .shard = shard_xent};
+const mg_op_def mg_opdef_CROSS_ENTROPY = {"cross_entropy", 3, 3, 0, infer_xent, xent_grad, cost_xent, xent_cpu, NULL, .shard = shard_xent,
+                                          .f32_out = ~0u};
 const mg_op_def mg_opdef_CROSS_ENTROPY_BWD = {"cross_entropy_bwd", 5, 5, MG_OPF_NO_GRAD, infer_xent_bwd, NULL,
                                               cost_xent, xent_bwd_cpu, NULL, .shard = shard_xent_bwd};
 

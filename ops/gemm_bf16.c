@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "ops/gemm.h"
+#include "ops/narrow.h"
 #include "ops/simd.h"
 
 #define MR 8
@@ -34,9 +35,7 @@
 uint16_t mg_bf16_round(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN stays a (quiet) NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                           /* to nearest, ties to even */
-    return (uint16_t)(u >> 16);
+    return mg_narrow_bf16(u); /* to nearest, ties to even; NaN stays a (quiet) NaN (ops/narrow.h) */
 }
 
 float mg_bf16_to_float(uint16_t h) {

@@ -523,7 +523,8 @@ const mg_op_def mg_opdef_SIGMOID_NORM_BWD = {"sigmoid_norm_bwd", 2, 2, MG_OPF_NO
 const mg_op_def mg_opdef_MOE_EXPERT_BIAS_UPDATE = {"moe_expert_bias_update", 2, 2, MG_OPF_NO_GRAD, infer_bias_update,
                                                    NULL, NULL, bias_update_cpu, NULL,
                                                    .shard = mg_shard_rule_replicated};
-const mg_op_def mg_opdef_LOGSUMEXP = {"logsumexp", 1, 1, 0, infer_lse, lse_grad, cost_lse, lse_cpu, NULL, .shard = mg_shard_rule_replicated};
+const mg_op_def mg_opdef_LOGSUMEXP = {"logsumexp", 1, 1, 0, infer_lse, lse_grad, cost_lse, lse_cpu, NULL,
+                                     .shard = mg_shard_rule_replicated, .f32_out = 1u};
 const mg_op_def mg_opdef_LOGSUMEXP_BWD = {"logsumexp_bwd", 2, 2, MG_OPF_NO_GRAD, infer_lse_bwd, NULL,
                                           cost_lse, lse_bwd_cpu, NULL, .shard = mg_shard_rule_replicated};
 

@@ -199,7 +199,7 @@ static int shard_norm_bwd(const mg_node *n, const mg_shard_ctx *c, mg_shard_io *
 }
 
 const mg_op_def mg_opdef_LAYERNORM = {"layernorm", 2, 3, 0, infer_layernorm, layernorm_grad, cost_fwd, layernorm_cpu,
-                                      NULL, .shard = shard_norm};
+                                      NULL, .shard = shard_norm, .f32_out = 3u << 1};
 const mg_op_def mg_opdef_LAYERNORM_BWD = {"layernorm_bwd", 5, 5, MG_OPF_NO_GRAD, infer_layernorm_bwd, NULL, cost_bwd,
                                           layernorm_bwd_cpu, NULL, .shard = shard_norm_bwd};
 
@@ -296,7 +296,8 @@ static int rmsnorm_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, c
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_RMSNORM = {"rmsnorm", 2, 2, 0, infer_rmsnorm, rmsnorm_grad, cost_fwd, rmsnorm_cpu, NULL, .shard = shard_norm};
+const mg_op_def mg_opdef_RMSNORM = {"rmsnorm", 2, 2, 0, infer_rmsnorm, rmsnorm_grad, cost_fwd, rmsnorm_cpu, NULL, .shard = shard_norm,
+                                    .f32_out = 1u << 1};
 const mg_op_def mg_opdef_RMSNORM_BWD = {"rmsnorm_bwd", 4, 4, MG_OPF_NO_GRAD, infer_rmsnorm_bwd, NULL, cost_bwd,
                                         rmsnorm_bwd_cpu, NULL, .shard = shard_norm_bwd};
 

@@ -12,10 +12,15 @@
 #include "mgraph/graph.h"
 #include "mgraph/ops.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define MG_MAX_OUT MG_MAX_SPLIT
 
 typedef struct mg_tensor_desc {
     mg_dtype dtype;
+    mg_dtype storage; /* MG_F32 (0): as the precision rules decide; a cast's: its target */
     int ndim;
     int64_t shape[MG_MAX_DIMS];
 } mg_tensor_desc;
@@ -39,6 +44,11 @@ enum {
     /* A point-to-point transfer (with MG_OPF_COMM): not in the collectives' seq order;
      * engines post it without blocking and finish its task when it completes. */
     MG_OPF_P2P = 1u << 3,
+    /* The kernels read and write every tensor in its storage dtype (mg_tensor_storage):
+     * they move bytes (reshape, slice, concat, transfers) or convert (cast). Other ops'
+     * kernels see f32 buffers: the op table converts narrow storage around them
+     * (ops/registry.c). */
+    MG_OPF_STORAGE = 1u << 4,
 };
 
 /* The message key of a send/recv node's instance (its tag x n_micro + instance), the
@@ -108,9 +118,16 @@ typedef struct mg_op_def {
      * output's buffer, so that its producer writes it there; the kernel must skip a part
      * already in place (in[i] == out + offset). */
     bool (*part)(const mg_node *n, int i, int64_t *offset);
+    /* Outputs (bit j: output j) that are statistics kept in f32 whatever the precision
+     * (a norm's mean and reciprocal deviation, attention's log-sum-exp): mixed precision
+     * stores activations narrow, never these (graph/precision.c). */
+    unsigned f32_out;
 } mg_op_def;
 
 const mg_op_def *mg_op_def_get(mg_op op);
+/* Whether a node's kernel runs between storage conversions (some tensor narrower than
+ * f32 and the op not MG_OPF_STORAGE). */
+bool mg_node_needs_convert(const mg_node *n);
 /* Cost with the default applied. */
 void mg_op_cost(const mg_node *n, double *flops, double *bytes);
 
@@ -136,4 +153,7 @@ const char *mg_dims_str(int ndim, const int64_t *shape, char *buf, size_t len);
 /* Records "<op>: <msg> (shapes a=[..], b=[..])" for node n. */
 int mg_shape_error(mg_error *err, const mg_node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+#ifdef __cplusplus
+}
+#endif
 #endif

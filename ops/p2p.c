@@ -67,7 +67,7 @@ static int infer_recv(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
 
 static void cost_send(const mg_node *n, double *flops, double *bytes) {
     *flops = 0;
-    *bytes = (double)mg_numel(n->in[0]) * (double)mg_dtype_size(n->in[0]->dtype);
+    *bytes = (double)mg_tensor_bytes(n->in[0]);
 }
 
 static void cost_recv(const mg_node *n, double *flops, double *bytes) {
@@ -94,7 +94,7 @@ static int send_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_node *nd = a->node;
     mg_comm_request *req;
     *(int32_t *)a->out[0] = 0;
-    rc = mg_comm_isend_buf(c, nd->attrs.comm.group, nd->attrs.comm.peer, mg_p2p_key(nd, a->info), nd->in[0]->dtype,
+    rc = mg_comm_isend_buf(c, nd->attrs.comm.group, nd->attrs.comm.peer, mg_p2p_key(nd, a->info), mg_tensor_storage(nd->in[0]),
                            a->in[0], mg_numel(nd->in[0]), &req, err);
     return rc ? rc : mg_comm_wait(c, req, err);
 }
@@ -105,12 +105,13 @@ static int recv_cpu(const mg_kernel_args *a, mg_error *err) {
     if (rc) return rc;
     const mg_node *nd = a->node;
     mg_comm_request *req;
-    rc = mg_comm_irecv_buf(c, nd->attrs.comm.group, nd->attrs.comm.peer, mg_p2p_key(nd, a->info), nd->out[0]->dtype,
+    rc = mg_comm_irecv_buf(c, nd->attrs.comm.group, nd->attrs.comm.peer, mg_p2p_key(nd, a->info), mg_tensor_storage(nd->out[0]),
                            a->out[0], mg_numel(nd->out[0]), &req, err);
     return rc ? rc : mg_comm_wait(c, req, err);
 }
 
-#define P2P_FLAGS (MG_OPF_COMM | MG_OPF_P2P | MG_OPF_NO_GRAD)
+/* (they move the stored bytes: both ends store the tensor alike, graph/precision.c) */
+#define P2P_FLAGS (MG_OPF_COMM | MG_OPF_P2P | MG_OPF_NO_GRAD | MG_OPF_STORAGE)
 const mg_op_def mg_opdef_SEND = {"send", 1, 1, P2P_FLAGS, infer_send, NULL, cost_send, send_cpu, NULL, .shard = NULL};
 const mg_op_def mg_opdef_RECV = {"recv", 0, 0, P2P_FLAGS, infer_recv, NULL, cost_recv, recv_cpu, NULL, .shard = NULL};
 

@@ -24,14 +24,14 @@ static int infer_gate(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
 static int gate_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const mg_tensor *t = a->node->in[0];
-    memcpy(a->out[0], a->in[0], (size_t)mg_numel(t) * mg_dtype_size(t->dtype));
+    memcpy(a->out[0], a->in[0], mg_tensor_bytes(t));
     return MG_OK;
 }
 
 static void cost_gate(const mg_node *n, double *flops, double *bytes) {
     *flops = 0;
-    *bytes = 2.0 * (double)mg_numel(n->in[0]) * (double)mg_dtype_size(n->in[0]->dtype);
+    *bytes = 2.0 * (double)mg_tensor_bytes(n->in[0]);
 }
 
-const mg_op_def mg_opdef_RECOMPUTE_GATE = {"recompute_gate", 2, -1, MG_OPF_NO_GRAD, infer_gate, NULL, cost_gate,
+const mg_op_def mg_opdef_RECOMPUTE_GATE = {"recompute_gate", 2, -1, MG_OPF_NO_GRAD | MG_OPF_STORAGE, infer_gate, NULL, cost_gate,
                                            gate_cpu, NULL, .shard = NULL};

@@ -43,7 +43,7 @@ static void cost_ring_shift(const mg_node *n, double *flops, double *bytes) {
                                      : 0;
     *bytes = k == 0 ? 0.0
                     : mg_comm_wire_bytes(MG_OP_RING_SHIFT, n->attrs.comm.nranks,
-                                         (double)mg_numel(n->in[0]) * (double)mg_dtype_size(n->in[0]->dtype));
+                                         (double)mg_tensor_bytes(n->in[0]));
 }
 
 static int ring_shift_cpu(const mg_kernel_args *a, mg_error *err) {
@@ -56,13 +56,13 @@ static int ring_shift_cpu(const mg_kernel_args *a, mg_error *err) {
                             nd->out[0]->name, mg_group_name(at->group), at->nranks,
                             c ? "the communicator's has" : "but there is no communicator (mg_exec_info.comm), so", n);
     int k = ((at->peer % n) + n) % n;
-    size_t bytes = (size_t)mg_numel(nd->out[0]) * mg_dtype_size(nd->out[0]->dtype);
+    size_t bytes = mg_tensor_bytes(nd->out[0]);
     if (k == 0) { /* a group of one, or a whole turn: the block stays */
         if (a->out[0] != a->in[0] && bytes) memcpy(a->out[0], a->in[0], bytes);
         return MG_OK;
     }
     int me = mg_comm_group_rank(c, at->group);
-    return mg_comm_sendrecv_buf(c, at->group, nd->in[0]->dtype, a->in[0], a->out[0], mg_numel(nd->in[0]), (me + k) % n,
+    return mg_comm_sendrecv_buf(c, at->group, mg_tensor_storage(nd->in[0]), a->in[0], a->out[0], mg_numel(nd->in[0]), (me + k) % n,
                                 (me - k + n) % n, err);
 }
 
@@ -73,7 +73,7 @@ static int ring_shift_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout
     return din[0] ? MG_OK : mg_graph_error(g)->code;
 }
 
-const mg_op_def mg_opdef_RING_SHIFT = {"ring_shift", 1, 1, MG_OPF_COMM, infer_ring_shift,
+const mg_op_def mg_opdef_RING_SHIFT = {"ring_shift", 1, 1, MG_OPF_COMM | MG_OPF_STORAGE, infer_ring_shift,
                                        ring_shift_grad, cost_ring_shift, ring_shift_cpu, NULL, .shard = NULL};
 
 mg_tensor *mg_ring_shift(mg_graph *g, mg_tensor *x, mg_group grp, int nranks, int shift, int64_t seq) {

@@ -5,6 +5,7 @@
  * Before this, a 124M-parameter model spent about 4 s of its start-up here on one
  * thread: one Philox call and libm's log and cos per element. */
 #define _GNU_SOURCE
+#include "ops/convert.h"
 #include "ops/rng_init.h"
 
 #include <math.h>
@@ -254,26 +255,26 @@ void mg_rng_normal_approx(uint64_t seed, uint64_t key, uint64_t stream, uint64_t
     }
 }
 
-void mg_rng_init_range(const mg_tensor *t, uint64_t seed, int64_t begin, int64_t end, float *dst) {
+/* Elements [begin, end) of t's init into o[0 .. end - begin). */
+static void fill_range(const mg_tensor *t, uint64_t seed, int64_t begin, int64_t end, float *o) {
     switch (t->init.kind) {
     case MG_INIT_NONE:
-    case MG_INIT_ZEROS: memset(dst + begin, 0, (size_t)(end - begin) * sizeof *dst); return;
+    case MG_INIT_ZEROS: memset(o, 0, (size_t)(end - begin) * sizeof *o); return;
     case MG_INIT_ONES:
     case MG_INIT_CONSTANT: {
         float c = t->init.kind == MG_INIT_ONES ? 1.0f : t->init.std;
-        for (int64_t i = begin; i < end; i++) dst[i] = c;
+        for (int64_t i = begin; i < end; i++) o[i - begin] = c;
         return;
     }
     case MG_INIT_NORMAL: break;
     }
     if (mg_is_whole(t)) {
-        mg_rng_normal_fill(seed, t->logical.key, MG_RNG_STREAM_INIT, (uint64_t)begin, end - begin, t->init.std,
-                           dst + begin);
+        mg_rng_normal_fill(seed, t->logical.key, MG_RNG_STREAM_INIT, (uint64_t)begin, end - begin, t->init.std, o);
         return;
     }
     if (t->logical.ndim != t->ndim) { /* not a block of a same-rank tensor: element by element */
         for (int64_t i = begin; i < end; i++)
-            dst[i] = t->init.std * mg_rng_normal(seed, t->logical.key, MG_RNG_STREAM_INIT, mg_logical_index(t, i));
+            o[i - begin] = t->init.std * mg_rng_normal(seed, t->logical.key, MG_RNG_STREAM_INIT, mg_logical_index(t, i));
         return;
     }
     /* a block: each run along the last dimension is consecutive in the logical tensor */
@@ -281,8 +282,31 @@ void mg_rng_init_range(const mg_tensor *t, uint64_t seed, int64_t begin, int64_t
     for (int64_t i = begin; i < end;) {
         int64_t run = row - i % row;
         if (run > end - i) run = end - i;
-        mg_rng_normal_fill(seed, t->logical.key, MG_RNG_STREAM_INIT, mg_logical_index(t, i), run, t->init.std, dst + i);
+        mg_rng_normal_fill(seed, t->logical.key, MG_RNG_STREAM_INIT, mg_logical_index(t, i), run, t->init.std,
+                           o + (i - begin));
         i += run;
+    }
+}
+
+void mg_rng_init_range(const mg_tensor *t, uint64_t seed, int64_t begin, int64_t end, float *dst) {
+    fill_range(t, seed, begin, end, dst + begin);
+}
+
+/* The same into t's storage (dst: its whole local buffer): narrow storage holds the f32
+ * values rounded (a model copy starts as its parameter's init, rounded). */
+static void init_stored(const mg_tensor *t, uint64_t seed, int64_t begin, int64_t end, void *dst) {
+    mg_dtype st = mg_tensor_storage(t);
+    if (st == MG_F32) {
+        fill_range(t, seed, begin, end, (float *)dst + begin);
+        return;
+    }
+    enum { PIECE = 1 << 14 };
+    float tmp[PIECE];
+    size_t es = mg_dtype_size(st);
+    for (int64_t b = begin; b < end; b += PIECE) {
+        int64_t e = end - b < PIECE ? end : b + PIECE;
+        fill_range(t, seed, b, e, tmp);
+        mg_convert((char *)dst + (size_t)b * es, st, tmp, MG_F32, e - b);
     }
 }
 
@@ -309,7 +333,7 @@ static void *worker(void *arg) {
         const chunk *k = &p->chunks[c];
         const mg_init_item *it = &p->items[k->item];
         if (it->zero_bytes) memset((char *)it->dst + k->begin, 0, (size_t)(k->end - k->begin));
-        else mg_rng_init_range(it->t, p->seed, k->begin, k->end, it->dst);
+        else init_stored(it->t, p->seed, k->begin, k->end, it->dst);
     }
     return NULL;
 }
@@ -336,7 +360,7 @@ void mg_rng_init_items(const mg_init_item *items, int n, uint64_t seed, int n_th
         free(chunks);
         for (int i = 0; i < n; i++)
             if (items[i].zero_bytes) memset(items[i].dst, 0, items[i].zero_bytes);
-            else mg_rng_init_range(items[i].t, seed, 0, mg_numel(items[i].t), items[i].dst);
+            else init_stored(items[i].t, seed, 0, mg_numel(items[i].t), items[i].dst);
         return;
     }
     for (int i = 0; i < n; i++) {

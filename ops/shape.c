@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/convert.h"
 #include "ops/op.h"
 #include "ops/shard.h"
 
@@ -53,16 +54,16 @@ static int infer_zeros(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
 static int zeros_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const mg_tensor *t = a->node->out[0];
-    memset(a->out[0], 0, (size_t)mg_numel(t) * mg_dtype_size(t->dtype));
+    memset(a->out[0], 0, mg_tensor_bytes(t)); /* 0 is +0 in every float storage */
     return MG_OK;
 }
 
 static void cost_zeros(const mg_node *n, double *flops, double *bytes) {
     *flops = 0;
-    *bytes = (double)mg_numel(n->out[0]) * (double)mg_dtype_size(n->out[0]->dtype);
+    *bytes = (double)mg_tensor_bytes(n->out[0]);
 }
 
-const mg_op_def mg_opdef_ZEROS = {"zeros", 0, 0, MG_OPF_NO_GRAD, infer_zeros, NULL, cost_zeros, zeros_cpu, NULL, .shard = mg_shard_rule_replicated};
+const mg_op_def mg_opdef_ZEROS = {"zeros", 0, 0, MG_OPF_NO_GRAD | MG_OPF_STORAGE, infer_zeros, NULL, cost_zeros, zeros_cpu, NULL, .shard = mg_shard_rule_replicated};
 
 mg_tensor *mg_zeros(mg_graph *g, mg_dtype dt, int ndim, const int64_t *shape) {
     if (ndim < 1 || ndim > MG_MAX_DIMS || !shape) {
@@ -106,7 +107,7 @@ static int infer_reshape(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
 static int copy_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const mg_tensor *t = a->node->out[0];
-    if (a->out[0] != a->in[0]) memcpy(a->out[0], a->in[0], (size_t)mg_numel(t) * mg_dtype_size(t->dtype));
+    if (a->out[0] != a->in[0]) memcpy(a->out[0], a->in[0], mg_tensor_bytes(t));
     return MG_OK;
 }
 
@@ -143,7 +144,7 @@ static bool reshape_view(const mg_node *n, int64_t *offset) {
     return true;
 }
 
-const mg_op_def mg_opdef_RESHAPE = {"reshape", 1, 1, 0, infer_reshape, reshape_grad, NULL, copy_cpu, NULL,
+const mg_op_def mg_opdef_RESHAPE = {"reshape", 1, 1, MG_OPF_STORAGE, infer_reshape, reshape_grad, NULL, copy_cpu, NULL,
                                     .shard = shard_reshape, .view = reshape_view};
 
 /* One dimension of the target may be -1: inferred from the element count. */
@@ -208,7 +209,7 @@ static int transpose_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_tensor *x = a->node->in[0];
     const int *perm = a->node->attrs.transpose.perm;
     int nd = x->ndim;
-    size_t es = mg_dtype_size(x->dtype);
+    size_t es = mg_tensor_esize(x);
     /* merged groups in output order: size and input stride (elements) */
     int64_t in_stride[MG_MAX_DIMS], gsize[MG_MAX_DIMS], gstride[MG_MAX_DIMS];
     int gend[MG_MAX_DIMS], ng = 0;
@@ -301,7 +302,7 @@ static int shard_structural(const mg_node *n, const mg_shard_ctx *c, mg_shard_io
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_TRANSPOSE = {"transpose", 1, 1, 0, infer_transpose, transpose_grad, NULL, transpose_cpu, NULL, .shard = shard_structural};
+const mg_op_def mg_opdef_TRANSPOSE = {"transpose", 1, 1, MG_OPF_STORAGE, infer_transpose, transpose_grad, NULL, transpose_cpu, NULL, .shard = shard_structural};
 
 /* perm has x->ndim entries. */
 mg_tensor *mg_transpose(mg_graph *g, mg_tensor *x, const int *perm) {
@@ -338,7 +339,7 @@ static int split_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const mg_tensor *x = a->node->in[0];
     const mg_attr_split *s = &a->node->attrs.split;
-    size_t es = mg_dtype_size(x->dtype);
+    size_t es = mg_tensor_esize(x);
     int64_t outer, inner;
     outer_inner(x->shape, x->ndim, s->dim, &outer, &inner);
     const char *src = a->in[0];
@@ -362,7 +363,7 @@ static int split_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, con
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_SPLIT = {"split", 1, 1, 0, infer_split, split_grad, NULL, split_cpu, NULL, .shard = shard_structural};
+const mg_op_def mg_opdef_SPLIT = {"split", 1, 1, MG_OPF_STORAGE, infer_split, split_grad, NULL, split_cpu, NULL, .shard = shard_structural};
 
 /* sizes may be NULL: n equal parts (x.shape[dim] must divide by n). */
 int mg_split(mg_graph *g, mg_tensor *x, int dim, int n, const int64_t *sizes, mg_tensor **outs) {
@@ -411,14 +412,21 @@ static int concat_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_node *nd = a->node;
     const mg_tensor *y = nd->out[0];
     int d = nd->attrs.axis.dim;
-    size_t es = mg_dtype_size(y->dtype);
+    size_t es = mg_tensor_esize(y);
     int64_t outer, inner;
     outer_inner(y->shape, y->ndim, d, &outer, &inner);
     char *dst = a->out[0];
     for (int64_t o = 0; o < outer; o++)
         for (int i = 0; i < nd->n_in; i++) {
-            size_t blk = (size_t)(nd->in[i]->shape[d] * inner) * es;
-            if (dst != a->in[i]) memcpy(dst, (const char *)a->in[i] + (size_t)o * blk, blk); /* else placed */
+            int64_t n = nd->in[i]->shape[d] * inner;
+            size_t blk = (size_t)n * es;
+            mg_dtype st = mg_tensor_storage(nd->in[i]);
+            /* parts stored otherwise than the whole (mixed precision) are converted */
+            if (st != mg_tensor_storage(y))
+                mg_convert(dst, mg_tensor_storage(y), (const char *)a->in[i] + (size_t)o * (size_t)n * mg_dtype_size(st),
+                           st, n);
+            else if (dst != a->in[i])
+                memcpy(dst, (const char *)a->in[i] + (size_t)o * blk, blk); /* else placed */
             dst += blk;
         }
     return MG_OK;
@@ -461,7 +469,7 @@ static int concat_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, co
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_CONCAT = {"concat", 1, -1, 0, infer_concat, concat_grad, NULL, concat_cpu, NULL,
+const mg_op_def mg_opdef_CONCAT = {"concat", 1, -1, MG_OPF_STORAGE, infer_concat, concat_grad, NULL, concat_cpu, NULL,
                                    .shard = shard_structural, .part = concat_part};
 
 mg_tensor *mg_concat(mg_graph *g, int n, mg_tensor *const *xs, int dim) {
@@ -506,7 +514,7 @@ static int slice_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const mg_tensor *x = a->node->in[0];
     const mg_attr_slice *s = &a->node->attrs.slice;
-    size_t es = mg_dtype_size(x->dtype);
+    size_t es = mg_tensor_esize(x);
     int64_t outer, inner;
     outer_inner(x->shape, x->ndim, s->dim, &outer, &inner);
     size_t src_blk = (size_t)(x->shape[s->dim] * inner) * es, dst_blk = (size_t)(s->len * inner) * es;
@@ -531,7 +539,7 @@ static int pad_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
     const mg_tensor *x = a->node->in[0];
     const mg_attr_slice *s = &a->node->attrs.slice;
-    size_t es = mg_dtype_size(x->dtype);
+    size_t es = mg_tensor_esize(x);
     int64_t outer, inner;
     outer_inner(x->shape, x->ndim, s->dim, &outer, &inner);
     size_t src_blk = (size_t)(x->shape[s->dim] * inner) * es, dst_blk = (size_t)(s->len * inner) * es;
@@ -559,9 +567,9 @@ static int pad_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_SLICE = {"slice", 1, 1, 0, infer_slice, slice_grad, NULL, slice_cpu, NULL,
+const mg_op_def mg_opdef_SLICE = {"slice", 1, 1, MG_OPF_STORAGE, infer_slice, slice_grad, NULL, slice_cpu, NULL,
                                   .shard = shard_structural, .view = slice_view};
-const mg_op_def mg_opdef_PAD = {"pad", 1, 1, 0, infer_pad, pad_grad, NULL, pad_cpu, NULL, .shard = shard_structural};
+const mg_op_def mg_opdef_PAD = {"pad", 1, 1, MG_OPF_STORAGE, infer_pad, pad_grad, NULL, pad_cpu, NULL, .shard = shard_structural};
 
 static mg_tensor *slice_like(mg_graph *g, mg_op op, mg_tensor *x, int dim, int64_t start, int64_t len) {
     if (null_input(g, mg_op_name(op), x)) return NULL;

@@ -284,6 +284,7 @@ static mg_tensor *moment_segment(part_ctx *c, const mg_tensor *lm, mg_sharding t
     t->persistent = true;
     t->state_of = param; /* the parameter (this rank's tp block) whose flat segment it is */
     t->state_flat = true;
+    t->storage = lm->storage; /* (the precision-aware optimizer's moment dtypes) */
     /* identity: the flattened moment (of this rank's tensor-parallel block), this range */
     t->logical.key = lm->logical.key;
     t->logical.ndim = 1;

@@ -59,6 +59,7 @@ void part_local_shape(const part_ctx *c, const mg_tensor *lt, const mg_placement
 
 void part_set_identity(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const mg_placement *p) {
     t->logical = lt->logical;
+    t->storage = lt->storage; /* stored (rounded) as the logical tensor is: graph/precision.c */
     for (int i = 0; i < MG_MAX_DIMS; i++) t->logical.offset[i] = 0;
     mg_error e = {0};
     mg_placement_local(p, c->mesh, lt->ndim, lt->shape, NULL, t->logical.offset, &e);
@@ -184,6 +185,7 @@ mg_tensor *part_make_leaf(part_ctx *c, const mg_tensor *lt, const mg_placement *
     t->embedding_or_output = lt->embedding_or_output;
     /* a moment or accumulator's parameter, as this rank holds it (made before its state) */
     if (lt->state_of) t->state_of = c->st[lt->state_of->id].t;
+    t->model_copy = lt->model_copy;
     part_set_identity(c, t, lt, p);
     return t;
 }

@@ -28,14 +28,17 @@
 #include <fnmatch.h>
 #include <string.h>
 
+#include "mgraph/precision.h"
 #include "partitioners/partition_internal.h"
 
 mg_sharding tp_param_state(const part_ctx *c, const mg_tensor *lt) {
+    char base[512]; /* a model copy is placed as its parameter (mgraph/precision.h) */
+    const char *name = mg_param_name(lt, base, sizeof base);
     int dim = -1;
     bool ruled = false;
     for (int i = c->plan->n_rules - 1; i >= 0 && !ruled; i--) { /* a plan's rule by name wins (the last that matches) */
         const mg_shard_rule *r = &c->plan->rules[i];
-        if (fnmatch(r->pattern, lt->name, 0) == 0) dim = r->dim, ruled = true;
+        if (fnmatch(r->pattern, name, 0) == 0) dim = r->dim, ruled = true;
     }
     if (!ruled) /* else the role the model declared */
         switch (lt->layout) {

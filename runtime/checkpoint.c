@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "mgraph/placement.h"
+#include "mgraph/precision.h"
 #include "runtime/trainer_internal.h"
 
 /* ---- the physical graph as pieces --------------------------------------------------------- */
@@ -32,11 +33,17 @@ static bool is_state(const mg_tensor *t) {
  * data-parallel rank 0, tensor-parallel rank 0 for what tp replicates; every dp rank
  * for its distributed-optimizer segments; every pipeline stage for its own layers, the
  * stages' shared state being left to the first that holds it, see drop_lower_stages). */
-static int piece_of(const mg_mesh *mesh, mg_tensor *t, mg_storage *st, mg_ckpt_piece *p,
+static int piece_of(const mg_graph *g, const mg_mesh *mesh, mg_tensor *t, mg_storage *st, mg_ckpt_piece *p,
                     bool *owner, mg_error *err) {
     memset(p, 0, sizeof *p);
     p->name = t->name;
-    p->dtype = t->dtype;
+    p->dtype = mg_tensor_storage(t); /* (narrow moments are saved narrow; mg_ckpt_fill converts) */
+    if (t->model_copy) { /* a parameter's model copy loads its parameter's values (mgraph/precision.h) */
+        char base[512];
+        mg_tensor *par = mg_graph_find(g, mg_param_name(t, base, sizeof base));
+        if (!par) return mg_error_set(err, MG_ERR_RUNTIME, "checkpoint: '%s' has no parameter '%s'", t->name, base);
+        p->name = par->name;
+    }
     p->data = mg_storage_data(st, t);
     /* A stage's state is not replicated over pp but placed: each stage holds its own
      * layers whole (pp FULL), so every stage's ranks own theirs. */
@@ -73,16 +80,16 @@ static int piece_of(const mg_mesh *mesh, mg_tensor *t, mg_storage *st, mg_ckpt_p
 }
 
 /* The state pieces of g: all of them (owned_only false), or those this rank saves. */
-static int collect(const mg_graph *g, const mg_mesh *mesh, mg_storage *st, bool owned_only, bool moments,
+static int collect(const mg_graph *g, const mg_mesh *mesh, mg_storage *st, bool owned_only, bool moments, bool copies,
                    mg_ckpt_piece **out, int *n, mg_error *err) {
     int nt = mg_graph_n_tensors(g), k = 0;
     mg_ckpt_piece *v = calloc((size_t)nt + 1, sizeof *v);
     if (!v) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     for (int i = 0; i < nt; i++) {
         mg_tensor *t = mg_graph_tensor(g, i);
-        if (!is_state(t) || (!moments && t->role != MG_ROLE_PARAM)) continue;
+        if (!is_state(t) || (!moments && t->role != MG_ROLE_PARAM) || (t->model_copy && !copies)) continue;
         bool owner = false;
-        int rc = piece_of(mesh, t, st, &v[k], &owner, err);
+        int rc = piece_of(g, mesh, t, st, &v[k], &owner, err);
         if (rc) {
             free(v);
             return rc;
@@ -238,9 +245,9 @@ int mg_trainer_save(mg_trainer *t, mg_error *err) {
     rc = agree(t, rc, err);
     mg_ckpt_piece *pieces = NULL, *all = NULL;
     int n = 0, n_all = 0;
-    if (!rc) rc = collect(g, mesh, st, true, moments, &pieces, &n, err);
+    if (!rc) rc = collect(g, mesh, st, true, moments, false, &pieces, &n, err);
     /* everything this rank holds: mg_ckpt_finish checks that some rank wrote each */
-    if (!rc) rc = collect(g, mesh, st, false, moments, &all, &n_all, err);
+    if (!rc) rc = collect(g, mesh, st, false, moments, false, &all, &n_all, err);
     const char **held = !rc ? calloc((size_t)n_all + 1, sizeof *held) : NULL;
     if (!rc && !held) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     for (int i = 0; !rc && i < n_all; i++) held[i] = all[i].name;
@@ -394,7 +401,7 @@ int mg_trainer_load_fill(mg_trainer *t, mg_error *err) {
     mg_mesh one = {0};
     mg_ckpt_piece *pieces = NULL;
     int n = 0;
-    int rc = collect(t->train.rg.graph, &one, t->train.st, false, t->load_optim, &pieces, &n, err);
+    int rc = collect(t->train.rg.graph, &one, t->train.st, false, t->load_optim, true, &pieces, &n, err);
     if (!rc) rc = mg_ckpt_fill(t->ck, pieces, n, err);
     free(pieces);
     return rc;

@@ -106,7 +106,7 @@ static int agree_split(mg_trainer *t, int rc, mg_error *err) {
 static int build_graph(mg_trainer *t, mg_trainer_graph *G, bool training, mg_error *err) {
     const mg_trainer_config *c = &t->cfg;
     mg_step_options o = {c->micro_batch / t->split, (int)(c->global_batch / c->micro_batch) * t->split, training,
-                         c->loss_token_mean, c->per_token_loss, c->optim};
+                         c->loss_token_mean, c->per_token_loss, c->optim, c->precision};
     int rc = mg_train_step_build(&o, c->model.forward, c->model.user, &G->step, err);
     if (!rc) rc = mg_plan_check_graph(&c->plan, t->world, G->step.g, err);
     return rc;
@@ -136,6 +136,9 @@ int mg_trainer_new(const mg_trainer_config *cfg, mg_trainer **out, mg_error *err
         rc = mg_plan_mesh(&c->plan, t->world, t->world == mpi_world ? rank : 0, &t->mesh, err);
     if (!rc && c->global_batch == 0) c->global_batch = c->micro_batch * mg_trainer_dp(&t->mesh);
     if (!rc) rc = check_config(t, c->serial ? MPI_THREAD_MULTIPLE : mg_world_thread_level(), err);
+    /* mixed precision's matrix products round their inputs to bf16 (the portable kernel
+     * where the CPU lacks AVX512-BF16: the same bits) */
+    if (!rc && c->precision.params == MG_BF16) rc = mg_gemm_set_precision(MG_GEMM_BF16, true, err);
     rc = agree_split(t, rc, err);
     t->seed = c->seed;
     if (!rc) rc = mg_trainer_load_open(t, err); /* (before the graphs: the checkpoint may set the schedule) */

@@ -197,6 +197,8 @@ static int prep(mg_comm *c, mg_group grp, mg_dtype dt, int64_t count, const char
         return mg_error_set(err, MG_ERR_INVALID, "%s: no communicator for group %s", what, mg_group_name(grp));
     if (dt == MG_F32) *type = MPI_FLOAT;
     else if (dt == MG_I32) *type = MPI_INT32_T;
+    else if (dt == MG_BF16 || dt == MG_F16) *type = MPI_UINT16_T; /* moved, never summed: see reductions */
+    else if (dt == MG_F8E4M3 || dt == MG_F8E5M2) *type = MPI_UINT8_T;
     else return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: dtype %s not supported (f32, i32)", what, mg_dtype_name(dt));
     if (count < 0 || count > INT_MAX)
         return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s over %s: %lld elements exceed MPI's int count", what,
@@ -221,6 +223,8 @@ void mg_comm_account(mg_comm *c, mg_group grp, mg_op op, mg_dtype dt, int64_t co
 int mg_comm_allreduce_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
                           mg_reduce_op op, mg_error *err) {
     MPI_Datatype type = MPI_DATATYPE_NULL;
+    if (mg_dtype_is_low(dt)) /* (ops/registry.c widens narrow storage around reductions) */
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "MPI_Allreduce: %s is summed in f32", mg_dtype_name(dt));
     int rc = prep(c, grp, dt, count, "MPI_Allreduce", &type, err);
     if (rc) return rc;
     MPI_Op mop;
@@ -260,6 +264,8 @@ int mg_comm_allgather_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in,
 int mg_comm_reduce_scatter_buf(mg_comm *c, mg_group grp, mg_dtype dt, const void *in, void *out, int64_t count,
                                mg_error *err) {
     MPI_Datatype type = MPI_DATATYPE_NULL;
+    if (mg_dtype_is_low(dt))
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "MPI_Reduce_scatter: %s is summed in f32", mg_dtype_name(dt));
     int rc = prep(c, grp, dt, count, "MPI_Reduce_scatter_block", &type, err);
     if (rc) return rc;
     /* Small: MPI_Reduce_scatter_block, not MPI_Reduce_scatter with equal counts (measured

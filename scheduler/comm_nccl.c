@@ -88,6 +88,9 @@ static int get_comm(mg_comm *c, mg_group grp, ncclComm_t *out, mg_nccl **state, 
 static int nccl_type(mg_dtype dt, ncclDataType_t *t, const char *what, mg_error *err) {
     if (dt == MG_F32) *t = ncclFloat32;
     else if (dt == MG_I32) *t = ncclInt32;
+    else if (dt == MG_BF16) *t = ncclBfloat16; /* (gathered, never summed: reductions widen, ops/registry.c) */
+    else if (dt == MG_F16) *t = ncclFloat16;
+    else if (dt == MG_F8E4M3 || dt == MG_F8E5M2) *t = ncclUint8;
     else return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: dtype %s not supported (f32, i32)", what, mg_dtype_name(dt));
     return MG_OK;
 }

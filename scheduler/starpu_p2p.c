@@ -142,10 +142,10 @@ void mg_p2p_post(mg_engine *e, mg_task_inst *ti) {
     int64_t key = mg_p2p_key(nd, &ti->info);
     if (!rc && nd->op == MG_OP_SEND) {
         *(int32_t *)ti->ptrs[1] = 0;
-        rc = mg_comm_isend_buf(c, nd->attrs.comm.group, nd->attrs.comm.peer, key, nd->in[0]->dtype, ti->ptrs[0],
+        rc = mg_comm_isend_buf(c, nd->attrs.comm.group, nd->attrs.comm.peer, key, mg_tensor_storage(nd->in[0]), ti->ptrs[0],
                                mg_numel(nd->in[0]), &req, &err);
     } else if (!rc) {
-        rc = mg_comm_irecv_buf(c, nd->attrs.comm.group, nd->attrs.comm.peer, key, nd->out[0]->dtype, ti->ptrs[0],
+        rc = mg_comm_irecv_buf(c, nd->attrs.comm.group, nd->attrs.comm.peer, key, mg_tensor_storage(nd->out[0]), ti->ptrs[0],
                                mg_numel(nd->out[0]), &req, &err);
     }
     if (rc) {

@@ -68,6 +68,7 @@ static int lender_copy(const mg_storage *from, const mg_tensor *t) {
     for (int i = 0; i < mg_graph_n_tensors(g); i++) {
         const mg_tensor *u = mg_graph_tensor(g, i);
         if (u->role != MG_ROLE_PARAM || u->src || u->logical.key != t->logical.key || u->dtype != t->dtype ||
+            mg_tensor_storage(u) != mg_tensor_storage(t) ||
             u->ndim != t->ndim || u->logical.ndim != t->logical.ndim)
             continue;
         bool same = true;
@@ -267,7 +268,7 @@ int mg_storage_init(mg_storage *s, uint64_t seed, mg_error *err) {
             break;
         }
         int copies = random ? 1 : (t->per_microbatch ? s->n_micro : 1);
-        size_t bytes = (size_t)mg_numel(t) * mg_dtype_size(t->dtype);
+        size_t bytes = mg_tensor_bytes(t);
         for (int c = 0; c < copies; c++) {
             int k = mg_storage_copy_of(s, b, c);
             if (k < 0) continue;
@@ -298,7 +299,7 @@ int mg_storage_init(mg_storage *s, uint64_t seed, mg_error *err) {
         memcpy(by_dst, items, (size_t)n_items * sizeof *by_dst);
         qsort(by_dst, (size_t)n_items, sizeof *by_dst, by_address);
         for (int i = 0; i + 1 < n_items && !shared; i++)
-            shared = (const char *)by_dst[i].dst + (size_t)mg_numel(by_dst[i].t) * mg_dtype_size(by_dst[i].t->dtype) >
+            shared = (const char *)by_dst[i].dst + mg_tensor_bytes(by_dst[i].t) >
                      (const char *)by_dst[i + 1].dst;
     }
     free(by_dst);

@@ -174,7 +174,7 @@ static json_t *task_event(const mg_trace *t, const trace_event *e) {
     if (args && comm) {
         /* a recv has no input: its payload is what it receives */
         const mg_tensor *pt = n->n_in ? n->in[0] : n->n_out ? n->out[0] : NULL;
-        double payload = pt ? (double)mg_numel(pt) * (double)mg_dtype_size(pt->dtype) : 0;
+        double payload = pt ? (double)mg_tensor_bytes(pt) : 0;
         json_object_set_new(args, "group", json_string(mg_group_name(n->attrs.comm.group)));
         json_object_set_new(args, "ranks", json_integer(n->attrs.comm.nranks));
         json_object_set_new(args, "payload_bytes", json_integer((json_int_t)payload));

@@ -473,6 +473,7 @@ static int resolve(mg_run_config *c, int dp, mg_step_config *sc, mg_error *err) 
     sc->per_token_loss = c->calculate_per_token_loss;
     sc->reset_position_ids = c->reset_position_ids;
     sc->reset_attention_mask = c->reset_attention_mask;
+    sc->precision = mg_run_config_precision(c);
     mg_adamw_config *o = &sc->optim;
     *o = mg_adamw_defaults();
     o->beta1 = c->adam_beta1;

@@ -215,16 +215,27 @@ static const flag flags[] = {
     {"--exit-signal", F_STR, O(exit_signal), USE, "SIGTERM|SIGINT|SIGHUP|SIGUSR1|SIGUSR2",
      "the signal of --exit-signal-handler (default SIGTERM; mpirun forwards SIGUSR1 and SIGUSR2 to every rank)"},
     {"--fp16", F_BOOL, NOFF, REFUSE, NULL, "fp16 training needs loss scaling, which mgraph does not have"},
-    {"--grad-reduce-in-bf16", F_BOOL, NOFF, REFUSE, NULL, "gradients are accumulated and reduced in fp32"},
     {"--fp8-format", F_STR, NOFF, REFUSE, "e4m3|hybrid", "no fp8 arithmetic"},
     {"--fp8-amax-history-len", F_INT, NOFF, REFUSE, NULL, "no fp8 arithmetic"},
     {"--fp8-amax-compute-algo", F_STR, NOFF, REFUSE, "most_recent|max", "no fp8 arithmetic"},
     {"--fp8-param-gather", F_BOOL, NOFF, REFUSE, NULL, "no fp8 arithmetic"},
     {"--attention-softmax-in-fp32", F_BOOL, NOFF, NOOP, NULL, "mgraph's attention softmax is always fp32"},
-    {"--accumulate-allreduce-grads-in-fp32", F_BOOL, NOFF, NOOP, NULL, "gradients are always accumulated and reduced in fp32"},
     {"--bf16", F_BOOL, O(bf16), USE, NULL,
-     "matrix products with bf16 inputs and fp32 sums; weights, gradients, optimizer fp32 (CPUs: AVX512-BF16, "
-     "or MG_CPU_BF16=emulate for the same bits, slower)"},
+     "Megatron's bf16 mixed precision: bf16 parameters read by forward and backward, bf16 activations and activation "
+     "gradients, fp32 main parameters, main gradients and Adam moments; matrix products with bf16 inputs and fp32 sums "
+     "(CPUs: AVX512-BF16, or MG_CPU_BF16=emulate for the same bits, slower)"},
+    {"--grad-reduce-in-bf16", F_BOOL, O(grad_reduce_in_bf16), USE, NULL,
+     "with --bf16: main gradients accumulated and reduced over data-parallel ranks in bf16 (half the memory and traffic)"},
+    {"--accumulate-allreduce-grads-in-fp32", F_BOOL, O(accumulate_allreduce_grads_in_fp32), USE, NULL,
+     "main gradients accumulated and reduced in fp32 (--bf16's default)"},
+    {"--use-precision-aware-optimizer", F_BOOL, O(use_precision_aware_optimizer), USE, NULL,
+     "with the distributed optimizer: store main gradients and Adam moments as --main-grads-dtype, --exp-avg-dtype, "
+     "--exp-avg-sq-dtype say (the arithmetic stays fp32)"},
+    {"--main-grads-dtype", F_STR, O(main_grads_dtype), USE, "fp32|bf16", "main gradients' storage (default fp32)"},
+    {"--main-params-dtype", F_STR, O(main_params_dtype), USE, "fp32|fp16", "main parameters' storage: fp32 only"},
+    {"--exp-avg-dtype", F_STR, O(exp_avg_dtype), USE, "fp32|fp16|bf16|fp8", "Adam's first moment's storage: fp32 or bf16"},
+    {"--exp-avg-sq-dtype", F_STR, O(exp_avg_sq_dtype), USE, "fp32|fp16|bf16|fp8",
+     "Adam's second moment's storage: fp32 or bf16"},
     /* logging and evaluation */
     {"--log-interval", F_I64, O(log_interval), USE, NULL, "iterations between log lines"},
     {"--log-throughput", F_BOOL, O(log_throughput), USE, NULL, "add TFLOP/s per rank to the log line"},
@@ -561,6 +572,7 @@ void mg_run_config_defaults(mg_run_config *c) {
     c->adam_beta2 = 0.999f;
     c->adam_eps = 1e-8f;
     c->clip_grad = 1.0f;
+    c->main_grads_dtype = c->main_params_dtype = c->exp_avg_dtype = c->exp_avg_sq_dtype = "fp32";
     c->seed = 1234;
     c->log_interval = 100;
     c->eval_interval = -1; /* Megatron's None: no periodic validation */
@@ -1128,6 +1140,49 @@ mg_tokenizer_config mg_run_tokenizer_config(const mg_run_config *c) {
     return t;
 }
 
+/* Mixed precision as Megatron's validate_args and OptimizerConfig check it. */
+static void check_precision(mg_run_config *c, mg_run_notes *n) {
+    bool pao = c->use_precision_aware_optimizer;
+    const char *dt[4][2] = {{"--main-grads-dtype", c->main_grads_dtype},
+                            {"--main-params-dtype", c->main_params_dtype},
+                            {"--exp-avg-dtype", c->exp_avg_dtype},
+                            {"--exp-avg-sq-dtype", c->exp_avg_sq_dtype}};
+    for (int i = 0; i < 4; i++) {
+        if (!strcmp(dt[i][1], "fp32")) continue;
+        if (!pao)
+            mg_run_notes_error(n, "%s %s needs --use-precision-aware-optimizer (Megatron: it can only be fp32 without "
+                                  "the precision-aware optimizer)",
+                               dt[i][0], dt[i][1]);
+        else if (i == 1 || strcmp(dt[i][1], "bf16"))
+            mg_run_notes_error(n, "%s %s is not supported: mgraph stores %s as fp32 or bf16 (Transformer Engine keeps "
+                                  "fp16 and fp8 optimizer state with per-tensor scales, and fp16 main parameters)",
+                               dt[i][0], dt[i][1], i == 1 ? "main parameters only" : "optimizer state");
+    }
+    if (pao && !c->use_distributed_optimizer)
+        mg_run_notes_error(n, "--use-precision-aware-optimizer is only supported with the distributed optimizer "
+                              "(--use-distributed-optimizer)");
+    if (c->grad_reduce_in_bf16 && !c->bf16) /* (Megatron reads it only with --bf16) */
+        mg_run_notes_warn(n, "--grad-reduce-in-bf16 has no effect without --bf16: the gradients of an fp32 model are fp32");
+    if (c->bf16 && c->grad_reduce_in_bf16 && c->accumulate_allreduce_grads_in_fp32)
+        mg_run_notes_warn(n, "--grad-reduce-in-bf16 overrides --accumulate-allreduce-grads-in-fp32 (as in Megatron)");
+    if (c->bf16 && c->accumulate_allreduce_grads_in_fp32 && !c->grad_reduce_in_bf16 && strcmp(c->main_grads_dtype, "fp32"))
+        mg_run_notes_error(n, "--main-grads-dtype can only be fp32 when --accumulate-allreduce-grads-in-fp32 is set");
+}
+
+static mg_dtype dtype_of(const char *s) {
+    return !strcmp(s, "bf16") ? MG_BF16 : !strcmp(s, "fp16") ? MG_F16 : MG_F32;
+}
+
+mg_precision_options mg_run_config_precision(const mg_run_config *c) {
+    mg_precision_options o = mg_precision_defaults();
+    if (c->bf16) o.params = MG_BF16;
+    o.main_grads = dtype_of(c->main_grads_dtype);
+    if (c->bf16 && c->grad_reduce_in_bf16) o.main_grads = MG_BF16; /* Megatron's grad_reduce_in_fp32 = False */
+    o.exp_avg = dtype_of(c->exp_avg_dtype);
+    o.exp_avg_sq = dtype_of(c->exp_avg_sq_dtype);
+    return o;
+}
+
 void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     /* Megatron's validate_args: the shorthand and the legacy spelling set the flags they stand for */
     if (c->recompute_activations) c->recompute_granularity = "selective";
@@ -1155,6 +1210,7 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
                            c->position_embedding_type);
     check_rope_mla(c, n);
     check_tokenizer(c, n);
+    check_precision(c, n);
     if (c->no_position_embedding && !strcmp(c->position_embedding_type, "learned_absolute"))
         c->position_embedding_type = "none"; /* Megatron's add_position_embedding = False */
     if (mg_run_config_given(c, "--kv-channels") && c->kv_channels < 1)

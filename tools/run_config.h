@@ -80,7 +80,9 @@ typedef struct mg_run_config {
     const char *dump_dot_summary, *dot_summary_scope, *dot_summary_phase; /* --dump-dot-summary and its filters */
     int dot_summary_depth;
     bool dry_run;
-    bool bf16; /* matrix products with bf16 inputs and fp32 sums (mg_gemm_set_precision) */
+    /* Megatron's mixed precision (mg_run_config_precision, mgraph/precision.h) */
+    bool bf16, grad_reduce_in_bf16, accumulate_allreduce_grads_in_fp32, use_precision_aware_optimizer;
+    const char *main_grads_dtype, *main_params_dtype, *exp_avg_dtype, *exp_avg_sq_dtype;
     /* data */
     const char *text_file, *data_path, *split, *data_cache_path;
     const char *split_data_path[3]; /* --train-data-path, --valid-data-path, --test-data-path */
@@ -193,6 +195,9 @@ int mg_run_config_set_int(mg_run_config *c, const char *flag, int value);
 /* The model's configuration from the model flags (mgraph-run, mgraph-plan): sizes, the
  * LLaMA options, MoE; the vocabulary is left for the caller (it comes from the tokenizer). */
 int mg_run_config_model(const mg_run_config *c, mg_gpt_config *m, mg_error *err);
+/* The step's precision from the checked flags (--bf16, --grad-reduce-in-bf16, the
+ * precision-aware optimizer's dtypes). */
+mg_precision_options mg_run_config_precision(const mg_run_config *c);
 
 /* The tokenizer the flags describe (strings borrowed from c). */
 mg_tokenizer_config mg_run_tokenizer_config(const mg_run_config *c);

@@ -29,7 +29,11 @@ extern "C" {
 #define MG_MAX_SPLIT 16
 #define MG_ALL_AXES (-1000)
 
-typedef enum mg_dtype { MG_F32, MG_BF16, MG_F16, MG_I32, MG_DTYPE_COUNT } mg_dtype;
+/* Element types. A tensor's dtype is what its values are in the logical graph (f32 for
+ * every real-valued tensor, i32 for ids and counts); how its bytes hold them is its
+ * storage dtype (mg_tensor.storage: f32, or a narrower float the precision pass assigns,
+ * graph/precision.c). FP8: OCP's E4M3 (max 448, no infinities) and E5M2 (max 57344). */
+typedef enum mg_dtype { MG_F32, MG_BF16, MG_F16, MG_I32, MG_F8E4M3, MG_F8E5M2, MG_DTYPE_COUNT } mg_dtype;
 
 /* What a tensor is for. Drives autodiff (what needs a gradient), the memory plan
  * (what is persistent), the optimizer rewrite and DOT colours. */
@@ -124,6 +128,13 @@ typedef struct mg_tensor {
     int id;                       /* dense index in its graph, creation order */
     char *name;                   /* unique in its graph, e.g. "h.3.attn.c_attn.weight" */
     mg_dtype dtype;
+    /* How storage holds a float tensor's values (mg_tensor_storage): MG_F32 (the default),
+     * MG_BF16 or MG_F16. A narrower storage rounds (to nearest even) what the producer
+     * computes: the value IS the rounded one. Kernels compute in f32 and see f32 buffers
+     * unless their op handles other storage itself (ops/registry.c converts around the
+     * others). Assigned by the precision rules (graph/precision.c); never differs from
+     * dtype for i32 tensors. */
+    mg_dtype storage;
     mg_role role;
     int ndim;
     int64_t shape[MG_MAX_DIMS];
@@ -152,6 +163,12 @@ typedef struct mg_tensor {
     bool per_microbatch;          /* an input with one value per micro-batch of a step (token ids,
                                    * labels): storage keeps one copy per micro-batch instance */
     int n_uses;                   /* number of node inputs that read it */
+    /* A parameter's copy in the model's precision (Megatron's bf16/fp16 model parameter
+     * beside the optimizer's fp32 main parameter, graph/precision.c): the same logical
+     * identity (key, shape) as its parameter, so it is initialised from the same values
+     * (rounded) and loaded from the same checkpoint entry; written from the main parameter
+     * after each step; never saved. */
+    bool model_copy;
 } mg_tensor;
 
 /* Typed attributes, one struct per op family (no untyped int arrays). */
@@ -206,6 +223,9 @@ typedef struct mg_attr_axis { int dim; bool keepdim; } mg_attr_axis;  /* dim may
  * the multiplier of that input (Megatron's wd_mult: 1, or 0 for norms and biases). */
 typedef struct mg_attr_adamw { float beta1, beta2, eps, weight_decay; } mg_attr_adamw;
 typedef struct mg_attr_clip { float max_norm; } mg_attr_clip;
+/* cast: the output holds the input's values in storage dtype `to` (rounded); fp8 and
+ * loss-scaling ops (graph/precision.c) keep their parameters here too. */
+typedef struct mg_attr_cast { mg_dtype to; } mg_attr_cast;
 /* Mixture-of-experts routing and dispatch (ops/moe_*.c, include/mgraph/moe.h). */
 typedef enum mg_moe_drop_policy { MG_MOE_DROP_PROBS, MG_MOE_DROP_POSITION } mg_moe_drop_policy;
 /* The router's score function (Megatron's --moe-router-score-function). */
@@ -295,6 +315,7 @@ typedef union mg_attrs {
     mg_attr_axis axis;
     mg_attr_adamw adamw;
     mg_attr_clip clip;
+    mg_attr_cast cast;
     mg_attr_moe moe;
     mg_lr_schedule lr;
     mg_attr_comm comm;
@@ -388,6 +409,13 @@ int mg_graph_priorities(mg_graph *g, mg_error *err);
 /* ---- small helpers ---------------------------------------------------------- */
 int64_t mg_numel(const mg_tensor *t);
 size_t mg_dtype_size(mg_dtype dt);
+/* The dtype t's bytes are in (its storage for a float tensor, else its dtype), the size
+ * of one element of it, and numel x that. */
+mg_dtype mg_tensor_storage(const mg_tensor *t);
+size_t mg_tensor_esize(const mg_tensor *t);
+size_t mg_tensor_bytes(const mg_tensor *t);
+/* A floating-point dtype narrower than f32 (bf16, f16, the fp8 formats). */
+bool mg_dtype_is_low(mg_dtype dt);
 const char *mg_dtype_name(mg_dtype dt);
 const char *mg_role_name(mg_role r);
 const char *mg_op_name(mg_op op);

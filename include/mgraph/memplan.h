@@ -56,6 +56,10 @@ typedef struct mg_memplan {
     /* Activations saved for backward (one micro-batch): transients a forward node
      * produces and a backward node reads last, what Korthikanti et al. count. */
     size_t saved_bytes;
+    /* Elements of the parameters this graph trains (their main parameters, not the model
+     * copies of mixed precision): persistent_bytes / params is the bytes per parameter
+     * Megatron's distributed-optimizer table counts (16 fp32, 18 bf16, ...). */
+    int64_t params;
 } mg_memplan;
 
 /* reuse == false gives every tensor its own buffer (debugging, reference runs). */
@@ -66,7 +70,8 @@ void mg_memplan_free(mg_memplan *p);
  * reads from the per-micro-batch part only what lives across micro-batches (persistent
  * classes: accumulators). Checked by mg_memplan_build. */
 
-/* One line: "persistent X MiB, activations Y MiB (Z MiB without reuse), N buffers". */
+/* One line: "persistent X MiB (B bytes per parameter), activations Y MiB (Z MiB without
+ * reuse), N buffers". */
 void mg_memplan_summary(const mg_memplan *p, char *buf, size_t len);
 
 #ifdef __cplusplus

@@ -307,6 +307,7 @@ typedef struct mg_step_config {
      * host writes each token's document start), and attention within documents. */
     bool reset_attention_mask;
     mg_adamw_config optim;
+    mg_precision_options precision; /* zeroed: fp32 (mgraph/precision.h) */
 } mg_step_config;
 
 typedef struct mg_step {

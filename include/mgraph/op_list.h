@@ -40,6 +40,8 @@ MG_OP(MOE_GROUPED_MATMUL, "moe_grouped_matmul")
 MG_OP(SQUARED_RELU, "squared_relu")
 MG_OP(GELU_ERF, "gelu_erf")
 MG_OP(SIGMOID_NORM, "sigmoid_norm")
+/* the input rounded into another storage dtype (graph/precision.c); its gradient passes through */
+MG_OP(CAST, "cast")
 /* piecewise-constant forward ops: they stop gradients (no gradient rule needed) */
 MG_OP(MOE_TOPK_COUNT, "moe_topk_count")
 MG_OP(XENT_COUNT, "xent_count")

@@ -27,6 +27,9 @@ mg_tensor *mg_add(mg_graph *g, mg_tensor *a, mg_tensor *b);
 mg_tensor *mg_sub(mg_graph *g, mg_tensor *a, mg_tensor *b);
 mg_tensor *mg_mul(mg_graph *g, mg_tensor *a, mg_tensor *b);
 mg_tensor *mg_scale(mg_graph *g, mg_tensor *x, float s);
+/* x's values stored as `to` (f32, bf16, f16, fp8: rounded to nearest even); the gradient
+ * passes through unchanged. */
+mg_tensor *mg_cast(mg_graph *g, mg_tensor *x, mg_dtype to);
 /* x [..., N] + b [N] */
 mg_tensor *mg_bias_add(mg_graph *g, mg_tensor *x, mg_tensor *b);
 

@@ -20,6 +20,7 @@
 #define MGRAPH_STEP_H
 
 #include "mgraph/graph.h"
+#include "mgraph/precision.h"
 #include "mgraph/train.h"
 
 #ifdef __cplusplus
@@ -71,6 +72,8 @@ typedef struct mg_step_options {
      * auxiliary loss x token_scale). Implies loss_token_mean. */
     bool per_token_loss;
     mg_adamw_config optim;  /* training only */
+    /* Mixed precision (mgraph/precision.h); zeroed: fp32 everywhere. */
+    mg_precision_options precision;
 } mg_step_options;
 
 /* The step graph and the logical tensors a host feeds and reads. */

@@ -148,6 +148,7 @@ typedef struct mg_trainer_config {
     int global_batch;          /* samples per step over all data-parallel ranks (0: micro_batch x dp) */
     bool loss_token_mean, per_token_loss; /* mgraph/step.h */
     mg_adamw_config optim;     /* mg_adamw_defaults(); lr.steps_per_iter: global batches count samples */
+    mg_precision_options precision; /* mixed precision (mgraph/precision.h); zeroed: fp32 */
     uint64_t seed;             /* weights and dropout */
     /* world */
     bool serial;               /* this process alone, whatever mpirun launched (a reference run) */

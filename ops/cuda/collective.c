@@ -19,7 +19,7 @@ static int group_of(const mg_kernel_args *a, mg_comm **comm, int *n, mg_error *e
 }
 
 static int copy_through(const mg_kernel_args *a, mg_error *err) {
-    size_t bytes = (size_t)mg_numel(a->node->out[0]) * mg_dtype_size(a->node->out[0]->dtype);
+    size_t bytes = mg_tensor_bytes(a->node->out[0]);
     if (a->out[0] == a->in[0] || !bytes) return MG_OK;
     return mg_cuda_check(cudaMemcpyAsync(a->out[0], a->in[0], bytes, cudaMemcpyDeviceToDevice, mg_cuda_stream()),
                          mg_op_name(a->node->op), err);
@@ -44,12 +44,13 @@ int mg_cuda_allgather(const mg_kernel_args *a, mg_error *err) {
     const mg_tensor *x = nd->in[0];
     mg_group grp = nd->attrs.comm.group;
     int64_t count = mg_numel(x), outer = mg_dims_prod(x->shape, 0, nd->attrs.comm.dim);
-    if (outer == 1) return mg_comm_allgather_dev(c, grp, x->dtype, a->in[0], a->out[0], count, mg_cuda_stream(), err);
+    mg_dtype st = mg_tensor_storage(x); /* (gathers move the stored bytes) */
+    if (outer == 1) return mg_comm_allgather_dev(c, grp, st, a->in[0], a->out[0], count, mg_cuda_stream(), err);
     /* gathered [rank][outer][chunk] -> output [outer][rank][chunk] */
-    size_t es = mg_dtype_size(x->dtype), chunk = (size_t)(count / outer) * es;
+    size_t es = mg_dtype_size(st), chunk = (size_t)(count / outer) * es;
     char *scratch;
     if ((rc = mg_cuda_scratch((void **)&scratch, (size_t)count * (size_t)n * es, "allgather", err))) return rc;
-    rc = mg_comm_allgather_dev(c, grp, x->dtype, a->in[0], scratch, count, mg_cuda_stream(), err);
+    rc = mg_comm_allgather_dev(c, grp, st, a->in[0], scratch, count, mg_cuda_stream(), err);
     for (int r = 0; r < n && !rc; r++)
         rc = mg_cuda_check(cudaMemcpy2DAsync((char *)a->out[0] + (size_t)r * chunk, (size_t)n * chunk,
                                              scratch + (size_t)r * (size_t)count * es, chunk, chunk, (size_t)outer,
@@ -91,6 +92,6 @@ int mg_cuda_broadcast(const mg_kernel_args *a, mg_error *err) {
     const mg_node *nd = a->node;
     if (n == 1 || mg_comm_group_rank(c, nd->attrs.comm.group) == nd->attrs.comm.peer) rc = copy_through(a, err);
     if (rc || n == 1) return rc;
-    return mg_comm_broadcast_dev(c, nd->attrs.comm.group, nd->in[0]->dtype, a->out[0], mg_numel(nd->out[0]),
+    return mg_comm_broadcast_dev(c, nd->attrs.comm.group, mg_tensor_storage(nd->in[0]), a->out[0], mg_numel(nd->out[0]),
                                  nd->attrs.comm.peer, mg_cuda_stream(), err);
 }

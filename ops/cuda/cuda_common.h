@@ -48,6 +48,14 @@ int mg_cuda_check(cudaError_t e, const char *what, mg_error *err);
  * op's cuda slot. */
 extern const mg_kernel_fn mg_cuda_kernels[MG_OP_COUNT];
 
+/* Narrow storage on the device (ops/cuda/convert.cu, the roundings of ops/narrow.h):
+ * n elements converted between f32 and a narrow float on the current stream; the cuda
+ * slot of every op that is not MG_OPF_STORAGE (its kernel between conversions, as
+ * ops/registry.c does on the CPU); a concat whose parts are stored otherwise than it. */
+int mg_cuda_convert(void *dst, mg_dtype dst_dt, const void *src, mg_dtype src_dt, int64_t n, mg_error *err);
+int mg_cuda_converting(const mg_kernel_args *a, mg_error *err);
+int mg_cuda_concat_converting(const mg_kernel_args *a, mg_error *err);
+
 #ifdef __cplusplus
 }
 

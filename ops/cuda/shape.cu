@@ -1,11 +1,12 @@
 /* Data movement ops (ops/shape.c): reshape and slice (copies unless views in place), transpose (a
  * gather kernel), split / concat / slice / pad as pitched 2-D copies (one per part),
- * zeros as a memset, recompute_gate as a copy. All dtypes: only element sizes matter. */
+ * zeros as a memset, recompute_gate as a copy. All dtypes and storages: only element sizes matter (a concat
+ * of parts stored differently converts them, ops/cuda/convert.cu). */
 #include <string.h>
 
 #include "ops/cuda/cuda_common.h"
 
-static size_t bytes_of(const mg_tensor *t) { return (size_t)mg_numel(t) * mg_dtype_size(t->dtype); }
+static size_t bytes_of(const mg_tensor *t) { return mg_tensor_bytes(t); /* in its storage */ }
 
 extern "C" int mg_cuda_zeros(const mg_kernel_args *a, mg_error *err) {
     size_t b = bytes_of(a->node->out[0]);
@@ -44,7 +45,7 @@ static void outer_inner(const mg_tensor *t, int dim, int64_t *outer, int64_t *in
 extern "C" int mg_cuda_split(const mg_kernel_args *a, mg_error *err) {
     const mg_tensor *x = a->node->in[0];
     const mg_attr_split *s = &a->node->attrs.split;
-    size_t es = mg_dtype_size(x->dtype);
+    size_t es = mg_tensor_esize(x);
     int64_t outer, inner;
     outer_inner(x, s->dim, &outer, &inner);
     size_t row = (size_t)(x->shape[s->dim] * inner) * es, off = 0;
@@ -61,7 +62,10 @@ extern "C" int mg_cuda_concat(const mg_kernel_args *a, mg_error *err) {
     const mg_node *nd = a->node;
     const mg_tensor *y = nd->out[0];
     int d = nd->attrs.axis.dim;
-    size_t es = mg_dtype_size(y->dtype);
+    size_t es = mg_tensor_esize(y);
+    for (int i = 0; i < nd->n_in; i++) /* (graph/precision.c stores a concat of mixed parts in f32) */
+        if (mg_tensor_storage(nd->in[i]) != mg_tensor_storage(y))
+            return mg_cuda_concat_converting(a, err);
     int64_t outer, inner;
     outer_inner(y, d, &outer, &inner);
     size_t row = (size_t)(y->shape[d] * inner) * es, off = 0;
@@ -81,7 +85,7 @@ extern "C" int mg_cuda_concat(const mg_kernel_args *a, mg_error *err) {
 extern "C" int mg_cuda_slice(const mg_kernel_args *a, mg_error *err) {
     const mg_tensor *x = a->node->in[0];
     const mg_attr_slice *s = &a->node->attrs.slice;
-    size_t es = mg_dtype_size(x->dtype);
+    size_t es = mg_tensor_esize(x);
     int64_t outer, inner;
     outer_inner(x, s->dim, &outer, &inner);
     size_t src_blk = (size_t)(x->shape[s->dim] * inner) * es, dst_blk = (size_t)(s->len * inner) * es;
@@ -93,7 +97,7 @@ extern "C" int mg_cuda_slice(const mg_kernel_args *a, mg_error *err) {
 extern "C" int mg_cuda_pad(const mg_kernel_args *a, mg_error *err) {
     const mg_tensor *x = a->node->in[0];
     const mg_attr_slice *s = &a->node->attrs.slice;
-    size_t es = mg_dtype_size(x->dtype);
+    size_t es = mg_tensor_esize(x);
     int64_t outer, inner;
     outer_inner(x, s->dim, &outer, &inner);
     size_t src_blk = (size_t)(x->shape[s->dim] * inner) * es, dst_blk = (size_t)(s->len * inner) * es;
@@ -137,10 +141,11 @@ extern "C" int mg_cuda_transpose(const mg_kernel_args *a, mg_error *err) {
         m.istride[i] = st[perm[i]];
     }
     unsigned blocks = mg_cuda_blocks(n, MG_CUDA_THREADS);
-    switch (mg_dtype_size(x->dtype)) {
+    switch (mg_tensor_esize(x)) {
     case 4: k_transpose<uint32_t><<<blocks, MG_CUDA_THREADS, 0, mg_cuda_stream()>>>((const uint32_t *)a->in[0], (uint32_t *)a->out[0], n, m); break;
     case 2: k_transpose<uint16_t><<<blocks, MG_CUDA_THREADS, 0, mg_cuda_stream()>>>((const uint16_t *)a->in[0], (uint16_t *)a->out[0], n, m); break;
-    default: return mg_error_set(err, MG_ERR_UNSUPPORTED, "transpose: element size %zu", mg_dtype_size(x->dtype));
+    case 1: k_transpose<uint8_t><<<blocks, MG_CUDA_THREADS, 0, mg_cuda_stream()>>>((const uint8_t *)a->in[0], (uint8_t *)a->out[0], n, m); break;
+    default: return mg_error_set(err, MG_ERR_UNSUPPORTED, "transpose: element size %zu", mg_tensor_esize(x));
     }
     return mg_cuda_check_launch("transpose", err);
 }

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/convert.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/op.h"
 #include "mgraph/comm.h"
@@ -273,8 +274,30 @@ static mg_tensor *g_moe_balance(mg_graph *g) {
     return loss_of(g, mg_sigmoid_norm(g, x));
 }
 
+/* narrow storage (mgraph/precision.h): casts to every format, exact f32 arithmetic between
+ * conversions (the converting wrapper), a concat of parts stored differently, an
+ * in-place accumulate into a bf16 accumulator; forward only */
+static mg_tensor *g_precision(mg_graph *g) {
+    mg_tensor *x = PARAM(g, "x", 6, 40), *z = PARAM(g, "z", 6, 40);
+    mg_tensor *acc = mg_state(g, "acc", MG_F32, 2, D(6, 40), (mg_init){MG_INIT_ZEROS, 0});
+    mg_tensor *xb = mg_cast(g, x, MG_BF16), *xh = mg_cast(g, x, MG_F16);
+    mg_tensor *x8 = mg_cast(g, mg_scale(g, x, 300.0f), MG_F8E4M3), *x5 = mg_cast(g, mg_scale(g, x, 3e4f), MG_F8E5M2);
+    mg_tensor *s = mg_add(g, xb, z), *m = mg_mul(g, xh, mg_cast(g, x8, MG_F32));
+    if (!s || !m || !x5 || !acc) return NULL;
+    s->storage = MG_BF16;
+    m->storage = MG_F16;
+    (void)mg_cast(g, x5, MG_F16);
+    (void)mg_concat(g, 3, (mg_tensor *[]){s, z, m}, 0);
+    acc->storage = MG_BF16;
+    mg_node *n = mg_node_new(g, MG_OP_ACCUMULATE, NULL, 2, (mg_tensor *[]){acc, s}, "acc.out");
+    if (n) n->out[0]->updates = acc;
+    return NULL;
+}
+
 static const cuda_case g_cases[] = {
     {"moe_balance", g_moe_balance, 0, 0, 0},
+    {"precision", g_precision, 0, 0, 0},
+    {"precision (later micro-batch)", g_precision, 0, 0, 1},
     {"matmul", g_matmul, 0, 0, 0},
     {"elementwise", g_elementwise, 0, 0, 0},
     {"activation", g_activation, 0, 0, 0},
@@ -347,15 +370,20 @@ static void fill_leaves(tk_run *r, const cuda_case *c) {
         if (t->dtype == MG_I32) {
             int32_t *p = tk_i32(r, t);
             for (int64_t k = 0; k < n; k++) p[k] = (int32_t)tk_uniform(&g_rng, 0, (float)c->ids_hi) % (c->ids_hi ? c->ids_hi : 1);
-        } else if (t->dtype == MG_F32 && t->role == MG_ROLE_OPT_STATE && t->persistent) {
-            tk_fill(&g_rng, tk_f32(r, t), n, 0.0f, 0.1f); /* Adam moments: v >= 0 */
         } else if (t->dtype == MG_F32) {
-            tk_fill(&g_rng, tk_f32(r, t), n, -1.0f, 1.0f);
+            /* Adam moments: v >= 0; narrow storage holds the values rounded */
+            float *v = mg_tensor_storage(t) == MG_F32 ? tk_f32(r, t) : malloc((size_t)n * sizeof *v);
+            if (t->role == MG_ROLE_OPT_STATE && t->persistent) tk_fill(&g_rng, v, n, 0.0f, 0.1f);
+            else tk_fill(&g_rng, v, n, -1.0f, 1.0f);
+            if (v != tk_f32(r, t)) {
+                mg_convert(tk_f32(r, t), mg_tensor_storage(t), v, MG_F32, n);
+                free(v);
+            }
         }
     }
 }
 
-static size_t bytes_of(const mg_tensor *t) { return (size_t)mg_numel(t) * mg_dtype_size(t->dtype); }
+static size_t bytes_of(const mg_tensor *t) { return mg_tensor_bytes(t); /* in its storage */ }
 
 /* Harness self-check: host memory and the CPU kernel instead of the device. */
 static bool g_host_mode;
@@ -465,7 +493,7 @@ static int walk_case(const cuda_case *c, mg_op only, mg_cuda_gemm prec) {
             const mg_tensor *t = nd->out[o];
             char what[160];
             snprintf(what, sizeof what, "%s: node %d %s output %d '%s'", c->name, nd->id, mg_op_name(nd->op), o, t->name);
-            if (t->dtype == MG_F32) {
+            if (t->dtype == MG_F32 && mg_tensor_storage(t) == MG_F32) {
                 double rtol, atol;
                 tolerance(nd->op, prec, &rtol, &atol);
                 expect_close(what, gpu_out[o], ptrs[nd->n_in + o], mg_numel(t), rtol, atol);

@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
-# mgraph-run --bf16: matrix products with bf16 inputs and fp32 sums.
+# mgraph-run --bf16: Megatron's bf16 mixed precision (mgraph/precision.h): bf16 model
+# copies of the parameters, bf16 activations, fp32 main parameters, gradients and moments,
+# matrix products with bf16 inputs and fp32 sums.
 #   bf16.sh MGRAPH_RUN CORPUS WORK_DIR CASE
 # CASE refused: on a CPU without AVX512-BF16, --bf16 stops with exit 2 and the reason;
 #   a bad MG_CPU_BF16 is named.
 # CASE numerics: with the portable kernel (MG_CPU_BF16=emulate, the native kernel's
 #   bits) every iteration's loss and gradient norm stay within 1% of the fp32 run's,
-#   differ from them (the rounding is in effect), the loss falls, and a second run gives
-#   the same bits.
+#   differ from them (the rounding is in effect), the loss falls, a second run gives
+#   the same bits, and the memory line's activations saved for backward are at most
+#   0.6 x the fp32 run's.
 # CASE parallel: under mpirun, dp 2 and tp 2 (+SP) with --bf16 give the 1-rank --bf16
-#   run's losses and gradient norms within 5e-5 relative. Each product of two bf16 is
-#   exact in fp32, so splitting a product's K over ranks changes only the fp32 order of
-#   the sums, as in fp32; but a last-bit difference in an fp32 value can then move its
-#   rounding to bf16 by one bf16 step (2^-8 relative) in the next product, so the runs
-#   drift apart faster than in fp32 (measured: 7.5e-6 at most over these 8 iterations,
-#   against the 1e-5 of fp32 plans).
+#   run's losses and gradient norms within 1e-3 relative (printed: 7 digits for the loss,
+#   4 for the norm). Every activation is rounded to bf16 (2^-8 relative steps): a
+#   last-bit fp32 difference moves a rounding by a whole step now and then, and tensor
+#   parallelism rounds each rank's partial product before the all-reduce, as Megatron's
+#   bf16 all-reduce does (partitioners.equivalence_bf16_* bound every plan; measured here:
+#   loss 2.6e-5, norm 4.5e-4 over these 8 iterations).
+# CASE flags: Megatron's checks of the precision flags (validate_args, OptimizerConfig):
+#   a non-fp32 optimizer dtype without --use-precision-aware-optimizer, the optimizer
+#   without the distributed optimizer, fp16 / fp8 optimizer state, --main-grads-dtype
+#   bf16 with --accumulate-allreduce-grads-in-fp32 exit 2 naming the flags;
+#   --grad-reduce-in-bf16 without --bf16 warns (no effect, as in Megatron).
+# CASE memory: the memory line's persistent bytes per parameter for each optimizer
+#   setting: fp32 16, bf16 18 (Megatron's table), --grad-reduce-in-bf16 16, bf16 main
+#   gradients and moments (precision-aware optimizer) 12; each of those trains.
 set -u
 RUN=$1 CORPUS=$2 WORK=$3 CASE=$4
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
@@ -58,6 +69,11 @@ numerics)
     cmp -s bf16.c fp32.c && fail "bf16 run equals the fp32 run: the products were not rounded"
     cmp -s bf16.c bf16b.c || { paste bf16.c bf16b.c; fail "two bf16 runs differ"; }
     awk 'NR == 1 { first = $2 } END { exit !($2 < first - 0.3) }' bf16.c || { cat bf16.c; fail "loss did not fall"; }
+    # "(X MiB saved for backward)" of each run's memory line
+    saved() { sed -n 's/.*activations .*(\([0-9.]*\) MiB saved for backward).*/\1/p' "$1"; }
+    s32=$(saved fp32.txt) s16=$(saved bf16.txt)
+    [ -n "$s32" ] && [ -n "$s16" ] && awk -v a="$s16" -v b="$s32" 'BEGIN { exit !(a <= 0.6 * b) }' ||
+        fail "activations saved for backward: bf16 $s16 MiB, fp32 $s32 MiB (want <= 0.6x)"
     echo "ok: bf16 within 1% of fp32 (first/last loss $(head -1 bf16.c | cut -d' ' -f2) / $(tail -1 bf16.c | cut -d' ' -f2)" \
          "against $(head -1 fp32.c | cut -d' ' -f2) / $(tail -1 fp32.c | cut -d' ' -f2)), not equal to it, reproducible" ;;
 parallel)
@@ -69,8 +85,46 @@ parallel)
         # shellcheck disable=SC2086 # the plan is several flags
         mpirun -np 2 -x MG_CPU_BF16 "$RUN" "${MODEL[@]}" --bf16 $plan > par.txt 2>&1 || { cat par.txt; fail "${plan:-dp 2}"; }
         curve par.txt > par.c
-        within par.c serial.c 5e-5 || fail "${plan:-dp 2} with --bf16 differs from the serial --bf16 run"
+        within par.c serial.c 1e-3 || fail "${plan:-dp 2} with --bf16 differs from the serial --bf16 run"
     done
-    echo "ok: dp 2 and tp 2 + SP with --bf16 give the serial --bf16 losses and grad norms within 5e-5" ;;
+    echo "ok: dp 2 and tp 2 + SP with --bf16 give the serial --bf16 losses and grad norms within 1e-3" ;;
+flags)
+    bad() { # bad EXPECTED-MESSAGE FLAGS...: exit 2 naming the flag
+        local want=$1
+        shift
+        "$RUN" "${MODEL[@]}" --dry-run "$@" > out.txt 2> err.txt
+        [ $? -eq 2 ] && grep -qF -- "$want" err.txt || { cat err.txt; fail "$*: want exit 2 and '$want'"; }
+    }
+    export MG_CPU_BF16=emulate
+    bad "--exp-avg-dtype bf16 needs --use-precision-aware-optimizer" --bf16 --exp-avg-dtype bf16
+    bad "--main-grads-dtype bf16 needs --use-precision-aware-optimizer" --bf16 --main-grads-dtype bf16
+    bad "--use-precision-aware-optimizer is only supported with the distributed optimizer" --bf16 \
+        --use-precision-aware-optimizer
+    bad "--exp-avg-sq-dtype fp8 is not supported" --bf16 --use-distributed-optimizer --use-precision-aware-optimizer \
+        --exp-avg-sq-dtype fp8
+    bad "--exp-avg-dtype fp16 is not supported" --bf16 --use-distributed-optimizer --use-precision-aware-optimizer \
+        --exp-avg-dtype fp16
+    bad "--main-params-dtype fp16 is not supported" --bf16 --use-distributed-optimizer --use-precision-aware-optimizer \
+        --main-params-dtype fp16
+    bad "--main-grads-dtype can only be fp32 when --accumulate-allreduce-grads-in-fp32 is set" --bf16 \
+        --use-distributed-optimizer --use-precision-aware-optimizer --main-grads-dtype bf16 \
+        --accumulate-allreduce-grads-in-fp32
+    bad "--exp-avg-dtype must be one of" --bf16 --exp-avg-dtype fp64
+    "$RUN" "${MODEL[@]}" --dry-run --grad-reduce-in-bf16 > out.txt 2> err.txt || { cat err.txt; fail "--grad-reduce-in-bf16 alone"; }
+    grep -qF -- "--grad-reduce-in-bf16 has no effect without --bf16" err.txt || { cat err.txt; fail "no warning"; }
+    echo "ok: the precision flags' bad combinations exit 2 naming the flags" ;;
+memory)
+    export MG_CPU_BF16=emulate
+    per_param() { sed -n 's/.*persistent [0-9.]* MiB (\([0-9.]*\) B\/parameter).*/\1/p' "$1"; }
+    for c in "16.00|" "18.00|--bf16" "16.00|--bf16 --grad-reduce-in-bf16" \
+             "12.00|--bf16 --use-distributed-optimizer --use-precision-aware-optimizer --main-grads-dtype bf16 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16"; do
+        # shellcheck disable=SC2086 # several flags
+        "$RUN" "${MODEL[@]}" --train-iters 2 ${c#*|} > out.txt 2>&1 || { cat out.txt; fail "${c#*|}"; }
+        got=$(per_param out.txt)
+        [ "$got" = "${c%%|*}" ] || { grep memory out.txt; fail "${c#*|}: $got bytes per parameter, want ${c%%|*}"; }
+        grep -q "iteration        2/       2" out.txt || { cat out.txt; fail "${c#*|} did not train"; }
+        echo "${c#*|}: $got B/parameter"
+    done
+    echo "ok: persistent bytes per parameter as Megatron's table counts them" ;;
 *) fail "unknown case" ;;
 esac

@@ -376,8 +376,7 @@ recipe_llama3_8b)
             --log-interval 1 --eval-iters 32 --eval-interval 100 --save-interval 1000 --log-throughput --profile
             --profile-step-start 4 --profile-step-end 6 --ckpt-format torch_dist --distributed-timeout-minutes 60
             --save ck --load ck --tensorboard-dir tb)
-    check_recipe "$BF16 --grad-reduce-in-bf16 --fp8-format --fp8-amax-history-len --fp8-amax-compute-algo
-                  --fp8-param-gather"
+    check_recipe "$BF16 --fp8-format --fp8-amax-history-len --fp8-amax-compute-algo --fp8-param-gather"
     for f in --mock-data; do
         # shellcheck disable=SC2086 # the flag and its value
         "$RUN" --text-file text.txt "${TINY[@]}" $f --dry-run > out.txt 2> err.txt
