@@ -141,6 +141,11 @@ static mg_tensor *moment(mg_graph *g, mg_tensor *p, const char *which) {
 }
 
 int mg_graph_add_adamw(mg_graph *g, const mg_adamw_config *cfg, mg_optimizer_outputs *out, mg_error *err) {
+    return mg_graph_add_adamw_scaled(g, cfg, NULL, out, err);
+}
+
+int mg_graph_add_adamw_scaled(mg_graph *g, const mg_adamw_config *cfg, mg_tensor *grad_scale, mg_optimizer_outputs *out,
+                              mg_error *err) {
     if (g->error.code) return mg_error_set(err, g->error.code, "%s", g->error.msg);
     int n_t = g->n_tensors, n_params = 0;
     for (int i = 0; i < n_t; i++) n_params += g->tensors[i]->requires_grad && g->tensors[i]->grad;
@@ -176,7 +181,8 @@ int mg_graph_add_adamw(mg_graph *g, const mg_adamw_config *cfg, mg_optimizer_out
         total = total ? mg_add(g, total, s) : s;
     }
     mg_attrs clip = {.clip = {cfg->clip_grad}};
-    mg_node *cn = mg_node_new(g, MG_OP_CLIP_COEF, &clip, 1, &total, "clip_coef");
+    mg_tensor *clip_in[2] = {total, grad_scale};
+    mg_node *cn = mg_node_new(g, MG_OP_CLIP_COEF, &clip, grad_scale ? 2 : 1, clip_in, "clip_coef");
     mg_attrs lra = {.lr = cfg->lr};
     mg_node *ln = mg_node_new(g, MG_OP_LR_SCHEDULE, &lra, 0, NULL, "lr");
     /* the embedding and output layers' rate: the same schedule between other bounds */
@@ -207,7 +213,7 @@ int mg_graph_add_adamw(mg_graph *g, const mg_adamw_config *cfg, mg_optimizer_out
         mg_tensor *in[7] = {p, grads[i], moment(g, p, "exp_avg"), moment(g, p, "exp_avg_sq"), lr, cn->out[0],
                             ln->out[1]};
         float wd = sched ? 1.0f : cfg->weight_decay;
-        mg_attrs at = {.adamw = {cfg->beta1, cfg->beta2, cfg->eps, p->no_weight_decay ? 0.0f : wd}};
+        mg_attrs at = {.adamw = {cfg->beta1, cfg->beta2, cfg->eps, p->no_weight_decay ? 0.0f : wd, grad_scale != NULL}};
         char nm[512];
         snprintf(nm, sizeof nm, "%s.new", p->name);
         mg_node *an = mg_node_new(g, MG_OP_ADAMW, &at, sched ? 7 : 6, in, nm);

@@ -119,6 +119,11 @@ int mg_train_step_build(const mg_step_options *o, mg_forward_fn fwd, void *user,
     st->loss_scale = mg_input(g, "loss_scale", MG_F32, 1, &one);
     if (st->loss_scale) st->loss_scale->init = (mg_init){MG_INIT_CONSTANT, 1.0f / (float)o->n_micro};
     if (token_mean) st->token_scale = mg_input(g, "token_scale", MG_F32, 1, &one);
+    /* fp16: Megatron's loss scaling (the host's mg_loss_scaler sets it each step) */
+    if (o->training && o->precision.params == MG_F16) {
+        st->grad_scale = mg_input(g, "grad_scale", MG_F32, 1, &one);
+        if (st->grad_scale) st->grad_scale->init = (mg_init){MG_INIT_CONSTANT, 1.0f};
+    }
     /* Megatron divides each micro-batch's loss by the number of micro-batches before
      * backward; the scaled losses summed over the step are the mean loss. The scaling
      * and its accumulation belong with the loss (the last pipeline stage). */
@@ -135,6 +140,7 @@ int mg_train_step_build(const mg_step_options *o, mg_forward_fn fwd, void *user,
      * and the metrics beside it, each the mean over the step's micro-batches */
     mg_tensor *aux_scale = o->per_token_loss ? st->token_scale : st->loss_scale;
     mg_tensor *objective = mb.aux_loss ? mg_add(g, trained, mg_mul(g, mb.aux_loss, aux_scale)) : trained;
+    if (st->grad_scale) objective = mg_mul(g, objective, st->grad_scale); /* (backward only: the loss is reported unscaled) */
     mg_tensor *msum[MG_STEP_MAX_METRICS] = {0};
     for (int i = 0; i < mb.n_metrics; i++)
         if (mb.metrics[i]) msum[i] = mg_mul(g, mb.metrics[i], st->loss_scale);
@@ -163,7 +169,7 @@ int mg_train_step_build(const mg_step_options *o, mg_forward_fn fwd, void *user,
         mg_graph_set_mb(g, 0);
         if (!rc) rc = accumulate_grads(g, err);
         mg_graph_set_mb(g, -1);
-        if (!rc) rc = mg_graph_add_adamw(g, &o->optim, &st->opt, err);
+        if (!rc) rc = mg_graph_add_adamw_scaled(g, &o->optim, st->grad_scale, &st->opt, err);
     }
     if (!rc) rc = mg_precision_rewrite(g, &o->precision, err);
     if (!rc) rc = mg_graph_validate(g, err);

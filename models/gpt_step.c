@@ -72,6 +72,7 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
     st->doc_start = mg_train_step_input(&ts, "doc_start");
     st->loss_scale = ts.loss_scale;
     st->token_scale = ts.token_scale;
+    st->grad_scale = ts.grad_scale;
     st->loss = ts.loss;
     st->load_balancing_loss = mg_train_step_metric(&ts, "load_balancing_loss");
     st->z_loss = mg_train_step_metric(&ts, "z_loss");

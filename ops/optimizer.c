@@ -70,17 +70,25 @@ static int infer_lr(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
 
 static int lr_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
-    ((float *)a->out[0])[0] = mg_lr_at_iteration(&a->node->attrs.lr, a->info->iteration);
-    ((float *)a->out[1])[0] = mg_wd_at_iteration(&a->node->attrs.lr, a->info->iteration);
+    int64_t step = a->info->iteration - a->info->skipped; /* (the scheduler counts updates) */
+    ((float *)a->out[0])[0] = mg_lr_at_iteration(&a->node->attrs.lr, step);
+    ((float *)a->out[1])[0] = mg_wd_at_iteration(&a->node->attrs.lr, step);
     return MG_OK;
 }
 
 const mg_op_def mg_opdef_LR_SCHEDULE = {"lr_schedule", 0, 0, MG_OPF_NO_GRAD, infer_lr, NULL, NULL, lr_cpu, NULL, .shard = mg_shard_rule_replicated};
 
-/* ---- clip_coef: sum of squares [1] -> (coefficient [1], norm [1]) ------------------ */
+/* ---- clip_coef: sum of squares [1] [, loss scale [1]] -> (coefficient [1], norm [1]) --
+ * With the loss scale S (fp16's loss scaling, mg_graph_add_adamw_scaled) the sum of
+ * squares is of gradients scaled by S: the norm reported is the unscaled gradients'
+ * (sqrt / S) and the coefficient also unscales (clip / S), so that AdamW's g x coef is
+ * the unscaled, clipped gradient (Megatron unscales main_grad, then clips). A sum that
+ * is not finite is an overflow (Megatron's found_inf): the coefficient is NaN, which
+ * tells AdamW nodes built with skip_nonfinite to leave everything as it is. */
 static int infer_clip(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
-    if (mg_numel(n->in[0]) != 1 || n->in[0]->dtype != MG_F32)
-        return mg_shape_error(err, n, "input must be an f32 scalar (a sum of squares)");
+    for (int i = 0; i < n->n_in; i++)
+        if (mg_numel(n->in[i]) != 1 || n->in[i]->dtype != MG_F32)
+            return mg_shape_error(err, n, "inputs must be f32 scalars (a sum of squares, the loss scale)");
     scalar_desc(&out[0]);
     scalar_desc(&out[1]);
     return 2;
@@ -89,21 +97,29 @@ static int infer_clip(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
 /* Megatron: coefficient max_norm / (norm + 1e-6), applied only when below one. */
 static int clip_cpu(const mg_kernel_args *a, mg_error *err) {
     (void)err;
-    double norm = sqrt((double)((const float *)a->in[0])[0]);
+    double norm = sqrt((double)((const float *)a->in[0])[0]), unscale = 1.0;
+    if (a->node->n_in > 1) {
+        unscale = 1.0 / (double)((const float *)a->in[1])[0];
+        norm *= unscale;
+    }
     double max = a->node->attrs.clip.max_norm, c = 1.0;
     if (max > 0) {
         double k = max / (norm + 1e-6);
         if (k < 1.0) c = k;
     }
+    c *= unscale;
+    if (a->node->n_in > 1 && !isfinite(norm)) c = NAN; /* found_inf: skip the update */
     ((float *)a->out[0])[0] = (float)c;
     ((float *)a->out[1])[0] = (float)norm;
     return MG_OK;
 }
 
-const mg_op_def mg_opdef_CLIP_COEF = {"clip_coef", 1, 1, MG_OPF_NO_GRAD, infer_clip, NULL, NULL, clip_cpu, NULL, .shard = mg_shard_rule_replicated};
+const mg_op_def mg_opdef_CLIP_COEF = {"clip_coef", 1, 2, MG_OPF_NO_GRAD, infer_clip, NULL, NULL, clip_cpu, NULL, .shard = mg_shard_rule_replicated};
 
 /* ---- adamw: (p, g, m, v, lr, coef [, wd]) -> (p', m', v') written in place ----------
- * Decay attrs.weight_decay, or attrs.weight_decay x wd with the scheduled wd input. */
+ * Decay attrs.weight_decay, or attrs.weight_decay x wd with the scheduled wd input.
+ * attrs.skip_nonfinite (loss scaling): a coefficient that is not finite (clip_coef's
+ * found_inf) leaves p, m and v unchanged, as Megatron skips the step on an overflow. */
 static int infer_adamw(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     const mg_tensor *p = n->in[0];
     for (int i = 1; i < 4; i++)
@@ -122,12 +138,18 @@ MG_SIMD static int adamw_cpu(const mg_kernel_args *a, mg_error *err) {
     const float *p = a->in[0], *g = a->in[1], *m = a->in[2], *v = a->in[3];
     float lr = ((const float *)a->in[4])[0], coef = ((const float *)a->in[5])[0];
     float *po = a->out[0], *mo = a->out[1], *vo = a->out[2];
-    double t = (double)(a->info->iteration + 1 - a->info->optim_start);
+    int64_t n = mg_numel(a->node->in[0]);
+    if (c->skip_nonfinite && !isfinite(coef)) { /* a skipped step: the state stays (in place: nothing to copy) */
+        if (po != p) memcpy(po, p, (size_t)n * sizeof *po);
+        if (mo != m) memcpy(mo, m, (size_t)n * sizeof *mo);
+        if (vo != v) memcpy(vo, v, (size_t)n * sizeof *vo);
+        return MG_OK;
+    }
+    double t = (double)(a->info->iteration - a->info->skipped + 1 - a->info->optim_start);
     /* bias corrections folded into two multipliers; one division per element */
     float ibc1 = (float)(1.0 / (1.0 - pow(c->beta1, t))), ibc2 = (float)(1.0 / (1.0 - pow(c->beta2, t)));
     float b1 = c->beta1, b2 = c->beta2, eps = c->eps, wd = c->weight_decay;
     if (a->node->n_in > 6) wd *= ((const float *)a->in[6])[0];
-    int64_t n = mg_numel(a->node->in[0]);
     /* p', m', v' are p, m, v (in place): element i reads and writes only index i, which
      * GCC cannot prove, so without ivdep it keeps the loop scalar */
 #pragma GCC ivdep

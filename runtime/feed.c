@@ -46,6 +46,8 @@ int mg_trainer_feed(mg_trainer *t, mg_trainer_graph *G, int split, uint64_t firs
     mg_tensor *ls = mg_rank_tensor(&G->rg, G->step.loss_scale), *ts = mg_rank_tensor(&G->rg, G->step.token_scale);
     /* Megatron divides each micro-batch's loss by the micro-batches of the global batch */
     if (ls) *(float *)mg_storage_data(G->st, ls) = 1.0f / (float)(n_global * nsub);
+    mg_tensor *gs = mg_rank_tensor(&G->rg, G->step.grad_scale); /* (fp16) */
+    if (gs) *(float *)mg_storage_data(G->st, gs) = t->scaler.scale > 0 ? t->scaler.scale : 1.0f;
     if (count || ts) { /* the global batch's tokens: every rank counts them all, no communication */
         if (!c->data.count_tokens)
             return mg_error_set(err, MG_ERR_INVALID, "trainer: a loss averaged over tokens needs data.count_tokens");

@@ -141,6 +141,9 @@ int mg_trainer_new(const mg_trainer_config *cfg, mg_trainer **out, mg_error *err
     if (!rc && c->precision.params == MG_BF16) rc = mg_gemm_set_precision(MG_GEMM_BF16, true, err);
     rc = agree_split(t, rc, err);
     t->seed = c->seed;
+    t->scaler = c->loss_scaler;
+    if (!rc && t->scaler.scale > 0 && mg_loss_scaler_invalid(&t->scaler))
+        rc = mg_error_set(err, MG_ERR_INVALID, "trainer: loss scaler: %s", mg_loss_scaler_invalid(&t->scaler));
     if (!rc) rc = mg_trainer_load_open(t, err); /* (before the graphs: the checkpoint may set the schedule) */
     if (!rc) rc = build_graph(t, &t->train, true, err);
     if (!rc && c->eval) rc = build_graph(t, &t->eval, false, err);
@@ -284,7 +287,7 @@ int mg_trainer_start(mg_trainer *t, mg_error *err) {
 /* ---- running ----------------------------------------------------------------------------------- */
 int mg_trainer_execute(mg_trainer *t, mg_trainer_graph *G, int64_t iteration, bool training, int64_t gbs,
                        mg_error *err) {
-    mg_exec_info info = {.seed = t->seed, .iteration = iteration, .optim_start = t->optim_start,
+    mg_exec_info info = {.seed = t->seed, .iteration = iteration, .optim_start = t->optim_start, .skipped = t->skipped,
                          .training = training, .comm = t->comm, .n_micro = mg_trainer_instances(t, gbs),
                          .mb_offset = t->mesh.coord[MG_GROUP_DP], .mb_stride = mg_trainer_dp(&t->mesh),
                          .mb_split = t->split};
@@ -325,12 +328,19 @@ int mg_trainer_step(mg_trainer *t, mg_step_result *r, mg_error *err) {
     }
     r->flops = c->model.flops ? c->model.flops(c->model.user, gbs) / t->mesh.world : 0;
     r->finite = isfinite(r->loss) && isfinite(r->grad_norm);
+    /* fp16: an overflow skipped the update (every rank reads the same global norm) */
+    bool fp16 = c->precision.params == MG_F16;
+    r->skipped = fp16 && !isfinite(r->grad_norm);
+    if (fp16 && t->scaler.scale > 0) mg_loss_scaler_update(&t->scaler, r->skipped);
+    r->loss_scale = fp16 && t->scaler.scale > 0 ? t->scaler.scale : 1.0;
+    t->skipped += r->skipped;
     t->iteration = it + 1;
     t->consumed += (uint64_t)gbs;
     r->ms = 1e3 * (mg_trainer_now() - t0);
     /* Megatron's --check-for-nan-in-loss-and-grad: a NaN or Inf ends the run, naming the
-     * rank that saw it. (fp32 has no loss scaler: no iteration is ever skipped.) */
-    if (!r->finite && c->check_nan) {
+     * rank that saw it. (fp16: a gradient norm that is not finite is an overflow the loss
+     * scaler skipped, and only the loss is checked.) */
+    if ((!isfinite(r->loss) || (!fp16 && !isfinite(r->grad_norm))) && c->check_nan) {
         char host[256] = "?";
         gethostname(host, sizeof host - 1);
         return mg_error_set(err, MG_ERR_RUNTIME, "Rank %d: found %s in the %s at iteration %lld (node %s)%s",

@@ -35,6 +35,8 @@ struct mg_trainer {
     int64_t eval_done, test_done; /* validation / test batches drawn */
     uint64_t seed;             /* the counter RNG's seed (dropout): the checkpoint's or cfg.seed */
     int64_t optim_start;       /* mg_exec_info.optim_start */
+    int64_t skipped;           /* mg_exec_info.skipped: fp16's skipped iterations (this run's) */
+    mg_loss_scaler scaler;     /* fp16: cfg.loss_scaler as it evolves */
     char load_warning[4400];
     mg_trainer_hooks hooks[MG_TRAINER_MAX_HOOKS];
     int n_hooks;

@@ -73,6 +73,11 @@ typedef struct run {
     int64_t nan_at;             /* test hook: poison a weight before this iteration (1-based), 0: never */
     const mg_step_config *sc;   /* the training step's configuration (checkpoint metadata) */
     mg_run_resume resume;       /* --load: where training resumes (iteration 0 when none) */
+    /* --fp16: Megatron's loss scaler, and the iterations it skipped so far (from --load's
+     * checkpoint on): the scheduler and Adam count updates only (mg_exec_info.skipped) */
+    bool fp16;
+    mg_loss_scaler scaler;
+    int64_t skipped;
     mg_run_trace trace;         /* --trace-file */
     mg_ckpt_lock *save_lock;    /* --save: rank 0 holds the directory's lock for the whole run */
     double t_start;             /* start-up timing (the "start-up" line): main entered, */
@@ -675,6 +680,8 @@ static int fill_batch(run *r, mg_graph *g, mg_storage *store, int split, uint64_
     int32_t eod = r->cfg.eod_mask_loss ? mg_tokenizer_eod(r->tok) : -1;
     int32_t doc_eod = pt || dt ? mg_tokenizer_eod(r->tok) : -1;
     if (ls) *(float *)mg_storage_data(store, ls) = 1.0f / (float)(n_global * nsub);
+    mg_tensor *gs = mg_rank_tensor(R, st->grad_scale); /* (--fp16, training) */
+    if (gs) *(float *)mg_storage_data(store, gs) = r->scaler.scale;
     mg_tensor *ts = mg_rank_tensor(R, st->token_scale);
     if (kept || ts) {
         uint64_t k;
@@ -793,6 +800,7 @@ static int prepare(run *r, mg_graph *g, mg_memplan **plan, mg_storage **store, m
 static int execute(run *r, mg_graph *g, mg_storage *store, mg_engine *eng, int64_t iteration, bool training,
                    int64_t gbs, mg_error *err) {
     mg_exec_info info = {.seed = r->resume.seed, .iteration = iteration, .optim_start = r->resume.optim_start,
+                         .skipped = r->skipped,
                          .training = training, .comm = r->comm,
                          .n_micro = local_instances_of(r, gbs), .mb_offset = dp_rank(r), .mb_stride = dp_size(r),
                          .mb_split = split_of(r)};
@@ -877,7 +885,8 @@ static void read_test_hooks(run *r) {
 /* --save: the state after `iteration` iterations. */
 static int save(run *r, int64_t iteration, uint64_t consumed, mg_error *err) {
     mg_run_save_state s = {iteration, (int64_t)consumed, r->eval_batches_done, r->resume.seed,
-                           mg_tokenizer_vocab_size(r->tok), r->resume.optim_start};
+                           mg_tokenizer_vocab_size(r->tok), r->resume.optim_start, r->skipped,
+                           r->fp16 ? &r->scaler : NULL};
     double t0 = now_s();
     int rc = mg_run_save(&r->cfg, r->sc, &r->plan, &r->mesh, r->mpi_world, r->train_g, r->train_st, &s, err);
     if (!rc && r->mesh.rank == 0) {
@@ -891,7 +900,7 @@ static int save(run *r, int64_t iteration, uint64_t consumed, mg_error *err) {
 static int train(run *r, mg_error *err) {
     mg_run_config *c = &r->cfg;
     double interval_ms = 0, interval_loss = 0;
-    int interval_n = 0, interval_nan = 0;
+    int interval_n = 0, interval_nan = 0, interval_skipped = 0, interval_out = 0; /* (out: not in the averages) */
     /* MoE: Megatron's load_balancing_loss and z_loss (without coefficients, mean over MoE
      * layers), logged after the lm loss; absent for dense models */
     const char *moe_names[2] = {r->train.model.cfg.moe.balance == MG_MOE_SEQ_AUX_LOSS ? "seq_load_balancing_loss"
@@ -925,16 +934,25 @@ static int train(run *r, mg_error *err) {
         float loss = *(float *)mg_storage_data(r->train_st, loss_t);
         float lr = *(float *)mg_storage_data(r->train_st, lr_t); /* the rate this iteration ran at */
         float gn = *(float *)mg_storage_data(r->train_st, gn_t);
+        /* --fp16: gradients that overflowed (Megatron's found_inf; every rank reads the same
+         * global norm) skipped the update; the scaler backs off or grows */
+        bool skip_here = r->fp16 && !isfinite(gn);
+        if (r->fp16) mg_loss_scaler_update(&r->scaler, skip_here);
+        r->skipped += skip_here;
+        interval_skipped += skip_here;
         /* Megatron logs the scheduler's rate after this iteration's step (the next one's) */
-        float lr_logged = mg_lr_at_iteration(&r->schedule, it + 1);
+        float lr_logged = mg_lr_at_iteration(&r->schedule, it + 1 - r->skipped);
         double tps = (double)gbs * c->seq_length / (ms * 1e-3);
         double tflops = flops / (ms * 1e-3 * 1e12);
         /* Megatron's --check-for-nan-in-loss-and-grad: a NaN or Inf ends the run, naming
          * the rank that saw it; without the check the run goes on and the log line
          * counts the iterations whose loss or gradient norm was not finite. fp32 has no
          * loss scaler, so no iteration is skipped (Megatron's fp32 optimizer applies
-         * every update too): "number of skipped iterations" stays 0 by construction. */
-        bool nan_here = !isfinite(loss) || !isfinite(gn);
+         * every update too). With --fp16 a gradient norm that is not finite is the loss
+         * scaler's (a skipped iteration), and only the loss is checked; a skipped
+         * iteration's loss leaves the average, and counts as a nan iteration when it is
+         * not finite, as Megatron's training_log counts them. */
+        bool nan_here = !isfinite(loss) || (!r->fp16 && !isfinite(gn));
         if (nan_here && check_nan) {
             char host[256] = "?";
             gethostname(host, sizeof host - 1);
@@ -955,17 +973,23 @@ static int train(run *r, mg_error *err) {
         for (int i = 0; i < 2; i++)
             if (moe_t[i]) {
                 float v = *(float *)mg_storage_data(r->train_st, moe_t[i]);
-                if (!nan_here) moe_sum[i] += v;
+                if (!nan_here && !skip_here) moe_sum[i] += v;
                 size_t o = strlen(moe_json);
                 snprintf(moe_json + o, sizeof moe_json - o, ", \"%s\": %s", moe_names[i], json_number(jm, v));
             }
+        char jscale[96] = "";
+        if (r->fp16) /* the scale after this iteration's update, as Megatron logs it */
+            snprintf(jscale, sizeof jscale, ", \"loss_scale\": %.9g, \"skipped\": %s", (double)r->scaler.scale,
+                     skip_here ? "true" : "false");
         rc = metrics_record(r, err,
-                    "{\"iteration\": %lld, \"lm_loss\": %s%s, \"lr\": %.9e, \"grad_norm\": %s%s, \"elapsed_ms\": %.3f, "
+                    "{\"iteration\": %lld, \"lm_loss\": %s%s, \"lr\": %.9e, \"grad_norm\": %s%s%s, \"elapsed_ms\": %.3f, "
                     "\"tokens_per_s\": %.1f, \"tflops\": %.6f}\n",
-                    (long long)it + 1, json_number(jl, loss), moe_json, lr, json_number(jg, gn), jp, ms, tps, tflops);
+                    (long long)it + 1, json_number(jl, loss), moe_json, lr, json_number(jg, gn), jp, jscale, ms, tps,
+                    tflops);
         if (rc) return rc;
         interval_ms += ms;
-        if (!nan_here) interval_loss += loss; /* the average is over the finite losses */
+        if (!nan_here && !skip_here) interval_loss += loss; /* the average is over the updates' finite losses */
+        interval_out += nan_here || skip_here;
         interval_n++;
         /* Megatron prints every --log-interval iterations and after the first one of the
          * run; the first line does not restart the averages */
@@ -975,12 +999,13 @@ static int train(run *r, mg_error *err) {
             if (moe_t[i]) {
                 size_t o = strlen(moe_log);
                 snprintf(moe_log + o, sizeof moe_log - o, " %s: %.2f |", moe_names[i],
-                         interval_n > interval_nan ? moe_sum[i] / (interval_n - interval_nan) : (double)NAN);
+                         interval_n > interval_out ? moe_sum[i] / (interval_n - interval_out) : (double)NAN);
             }
         mg_run_log_line l = {it + 1, c->train_iters, (int64_t)consumed + gbs, avg_ms, c->log_throughput,
                              flops / (avg_ms * 1e-3 * 1e12), lr_logged, (int)gbs,
-                             interval_n > interval_nan ? interval_loss / (interval_n - interval_nan) : (double)NAN, gn,
-                             pnorm, interval_nan, moe_log, c->log_world_size_to_tensorboard ? r->mesh.world : 0};
+                             interval_n > interval_out ? interval_loss / (interval_n - interval_out) : (double)NAN, gn,
+                             pnorm, interval_nan, moe_log, c->log_world_size_to_tensorboard ? r->mesh.world : 0,
+                             r->fp16 ? r->scaler.scale : 1.0, interval_skipped, skip_here, interval_skipped == interval_n};
         if (is_logger(r) && (due || first)) {
             mg_run_log_iteration(stdout, &l);
             fflush(stdout);
@@ -1001,7 +1026,7 @@ static int train(run *r, mg_error *err) {
         if (rc) return rc;
         if (due) {
             interval_ms = interval_loss = moe_sum[0] = moe_sum[1] = 0;
-            interval_n = interval_nan = 0;
+            interval_n = interval_nan = interval_skipped = interval_out = 0;
         }
         if (c->eval_interval > 0 && has_split(r, MG_SPLIT_VALID) && (it + 1) % c->eval_interval == 0) {
             char prefix[64];
@@ -1425,6 +1450,16 @@ int main(int argc, char **argv) {
     if (!rc) rc = check_expert_parallel(&r, &sc.model, &err);
     /* (before the step graph: the checkpoint may set the learning-rate schedule) */
     if (!rc) rc = mg_run_resume_open(&r.cfg, &sc.model, mg_tokenizer_vocab_size(r.tok), &sc.optim.lr, &r.resume, &err);
+    /* --fp16: the loss scaler, resumed from the checkpoint's with the optimizer (Megatron's
+     * grad_scaler state) */
+    r.fp16 = r.cfg.fp16;
+    r.scaler = mg_run_config_loss_scaler(&r.cfg);
+    r.skipped = r.resume.skipped;
+    if (r.fp16 && r.scaler.dynamic && r.resume.has_scaler) {
+        r.scaler.scale = r.resume.scale;
+        r.scaler.growth_tracker = r.resume.growth_tracker;
+        r.scaler.hysteresis_tracker = r.resume.hysteresis_tracker;
+    }
     if (!rc) rc = mg_step_build(&sc, &r.train, &err);
     if (!rc) rc = check_shard_rules(&r, &err);
     bool with_eval = !rc && (has_split(&r, MG_SPLIT_VALID) || has_split(&r, MG_SPLIT_TEST));

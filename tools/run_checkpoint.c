@@ -2,6 +2,7 @@
 #include "run_checkpoint.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,7 +183,7 @@ static char *meta_text(const mg_run_config *c, const mg_step_config *sc, const m
         c->micro_batch_size, "text_file", c->text_file, "data_path", c->data_path, "split", c->split,
         "lr_schedule", "lr", (double)o->lr.lr, "min_lr", (double)o->lr.min_lr, "warmup_steps",
         o->lr.warmup_steps, "decay_steps", (json_int_t)o->lr.decay_steps, "style", styles[o->lr.style],
-        "num_steps", (json_int_t)mg_lr_samples_before(&o->lr, s->iteration),
+        "num_steps", (json_int_t)mg_lr_samples_before(&o->lr, s->iteration - s->skipped),
         "rng", "kind", "philox4x32-10(seed, logical key, element, iteration)", "seed", (json_int_t)s->seed,
         "optimizer", "beta1", (double)o->beta1, "beta2", (double)o->beta2, "eps", (double)o->eps, "weight_decay",
         (double)o->weight_decay, "clip_grad", (double)o->clip_grad,
@@ -192,6 +193,13 @@ static char *meta_text(const mg_run_config *c, const mg_step_config *sc, const m
     if (m) json_object_set_new(m, "optimizer_state", json_boolean(!c->no_save_optim));
     if (m && !c->no_save_optim) json_object_set_new(m, "optimizer_start", json_integer(s->optim_start));
     if (m && c->no_save_rng) json_object_del(m, "rng");
+    /* fp16: the iterations skipped (the scheduler's and Adam's step counts leave them out)
+     * and the dynamic loss scaler's state (Megatron saves it with the optimizer) */
+    if (m) json_object_set_new(m, "skipped_iterations", json_integer(s->skipped));
+    if (m && s->scaler && s->scaler->dynamic && !c->no_save_optim)
+        json_object_set_new(m, "grad_scaler",
+                            json_pack("{s:f, s:i, s:i}", "scale", (double)s->scaler->scale, "growth_tracker",
+                                      s->scaler->growth_tracker, "hysteresis_tracker", s->scaler->hysteresis_tracker));
     if (m) json_object_set_new(json_object_get(m, "plan"), "pipeline_model_parallel_size", json_integer(plan->pp));
     if (m && o->lr.wd_style != MG_WD_CONSTANT) { /* the weight-decay schedule (Megatron saves it too) */
         json_t *ls = json_object_get(m, "lr_schedule");
@@ -462,8 +470,22 @@ int mg_run_resume_open(const mg_run_config *cfg, const mg_gpt_config *model, int
      * loads its model only */
     bool has_optim = json_is_true(json_object_get(meta, "optimizer_state"));
     json_t *os = json_object_get(meta, "optimizer_start"); /* (absent: saved before it, 0) */
+    json_t *sk = json_object_get(meta, "skipped_iterations"); /* (absent: saved before fp16, 0) */
+    int64_t skipped = json_is_integer(sk) ? json_integer_value(sk) : 0;
+    if (!rc && (skipped < 0 || skipped > it))
+        rc = mg_error_set(err, MG_ERR_IO, "%s: skipped_iterations %lld is not in [0, iteration %lld]", mg_ckpt_dir(out->ck),
+                          (long long)skipped, (long long)it);
+    json_t *gs = json_object_get(meta, "grad_scaler");
+    double scale = 0;
+    int growth = 0, hyst = 0;
+    if (!rc && gs && json_unpack(gs, "{s:F, s:i, s:i}", "scale", &scale, "growth_tracker", &growth,
+                                 "hysteresis_tracker", &hyst))
+        rc = mg_error_set(err, MG_ERR_IO, "%s: grad_scaler is not {scale, growth_tracker, hysteresis_tracker}",
+                          mg_ckpt_dir(out->ck));
+    if (!rc && gs && !(scale > 0 && isfinite(scale) && growth >= 0))
+        rc = mg_error_set(err, MG_ERR_IO, "%s: grad_scaler holds an invalid state (scale %g)", mg_ckpt_dir(out->ck), scale);
     int64_t optim_start = json_is_integer(os) ? json_integer_value(os) : 0;
-    if (!rc && has_optim && (optim_start < 0 || optim_start > it))
+    if (!rc && has_optim && (optim_start < 0 || optim_start > it - skipped))
         rc = mg_error_set(err, MG_ERR_IO, "%s: optimizer_start %lld is not in [0, iteration %lld]", mg_ckpt_dir(out->ck),
                           (long long)optim_start, (long long)it);
     /* Megatron loads its scheduler with the optimizer (not with --finetune, --no-load-optim,
@@ -483,10 +505,17 @@ int mg_run_resume_open(const mg_run_config *cfg, const mg_gpt_config *model, int
         out->consumed_samples = consumed;
         out->eval_batches_done = evals;
         if (!cfg->no_load_rng && has_rng) out->seed = (uint64_t)seed;
+        out->skipped = skipped;
+    }
+    if (out->load_optim && gs) { /* Megatron loads the scaler with the optimizer */
+        out->has_scaler = true;
+        out->scale = (float)scale;
+        out->growth_tracker = growth;
+        out->hysteresis_tracker = hyst;
     }
     /* Adam's step counts from where its moments started: the saved moments' start, or
      * here for fresh ones (torch's Adam restarts its step with a new state) */
-    out->optim_start = out->load_optim ? optim_start : out->iteration;
+    out->optim_start = out->load_optim ? optim_start : out->iteration - out->skipped;
     return MG_OK;
 }
 

@@ -25,7 +25,12 @@ typedef struct mg_run_resume {
     uint64_t seed;               /* the counter RNG's seed (dropout) */
     bool load_optim;             /* fill the Adam moments too */
     int64_t optim_start;         /* mg_exec_info.optim_start: the checkpoint's with the moments,
-                                    else the iteration resumed at (the moments start from zero) */
+                                    else the updates before the iteration resumed at (the moments
+                                    start from zero) */
+    int64_t skipped;             /* iterations skipped so far (fp16's overflows: mg_exec_info.skipped) */
+    bool has_scaler;             /* the checkpoint's dynamic loss scaler state, loaded with the optimizer */
+    float scale;
+    int growth_tracker, hysteresis_tracker;
 } mg_run_resume;
 
 /* --load: opens the checkpoint, checks the model flags it was made with against this
@@ -45,6 +50,8 @@ typedef struct mg_run_save_state {
     uint64_t seed;
     int64_t vocab_unpadded;
     int64_t optim_start; /* where the saved moments started from zero (mg_exec_info.optim_start) */
+    int64_t skipped;     /* iterations skipped so far (mg_exec_info.skipped) */
+    const mg_loss_scaler *scaler; /* --fp16's loss scaler, else NULL */
 } mg_run_save_state;
 
 /* The model's flags as every save's metadata holds them and --load checks them:

@@ -214,7 +214,17 @@ static const flag flags[] = {
      "at once"},
     {"--exit-signal", F_STR, O(exit_signal), USE, "SIGTERM|SIGINT|SIGHUP|SIGUSR1|SIGUSR2",
      "the signal of --exit-signal-handler (default SIGTERM; mpirun forwards SIGUSR1 and SIGUSR2 to every rank)"},
-    {"--fp16", F_BOOL, NOFF, REFUSE, NULL, "fp16 training needs loss scaling, which mgraph does not have"},
+    {"--fp16", F_BOOL, O(fp16), USE, NULL,
+     "Megatron's fp16 mixed precision: fp16 parameters, activations and gradients (main gradients fp16 unless "
+     "--accumulate-allreduce-grads-in-fp32), fp32 main parameters and Adam moments, dynamic loss scaling"},
+    {"--loss-scale", F_FLOAT, O(loss_scale), USE, NULL,
+     "with --fp16: a constant loss scale (positive; steps whose gradients overflow are still skipped); default dynamic"},
+    {"--initial-loss-scale", F_FLOAT, O(initial_loss_scale), USE, NULL, "with --fp16: the dynamic loss scale's start (2^32)"},
+    {"--min-loss-scale", F_FLOAT, O(min_loss_scale), USE, NULL, "with --fp16: the dynamic loss scale's floor (1)"},
+    {"--loss-scale-window", F_INT, O(loss_scale_window), USE, NULL,
+     "with --fp16: steps without an overflow before the dynamic loss scale doubles (1000)"},
+    {"--hysteresis", F_INT, O(hysteresis), USE, NULL,
+     "with --fp16: overflows tolerated before the dynamic loss scale halves (2)"},
     {"--fp8-format", F_STR, NOFF, REFUSE, "e4m3|hybrid", "no fp8 arithmetic"},
     {"--fp8-amax-history-len", F_INT, NOFF, REFUSE, NULL, "no fp8 arithmetic"},
     {"--fp8-amax-compute-algo", F_STR, NOFF, REFUSE, "most_recent|max", "no fp8 arithmetic"},
@@ -573,6 +583,10 @@ void mg_run_config_defaults(mg_run_config *c) {
     c->adam_eps = 1e-8f;
     c->clip_grad = 1.0f;
     c->main_grads_dtype = c->main_params_dtype = c->exp_avg_dtype = c->exp_avg_sq_dtype = "fp32";
+    c->initial_loss_scale = 4294967296.0f; /* Megatron's 2**32 */
+    c->min_loss_scale = 1.0f;
+    c->loss_scale_window = 1000;
+    c->hysteresis = 2;
     c->seed = 1234;
     c->log_interval = 100;
     c->eval_interval = -1; /* Megatron's None: no periodic validation */
@@ -1143,6 +1157,27 @@ mg_tokenizer_config mg_run_tokenizer_config(const mg_run_config *c) {
 /* Mixed precision as Megatron's validate_args and OptimizerConfig check it. */
 static void check_precision(mg_run_config *c, mg_run_notes *n) {
     bool pao = c->use_precision_aware_optimizer;
+    if (c->fp16 && c->bf16) mg_run_notes_error(n, "--fp16 and --bf16 cannot both be given (Megatron's validate_args)");
+    if ((c->fp16 || c->bf16) && (c->use_megatron_fsdp || c->use_torch_fsdp2))
+        mg_run_notes_error(n, "%s with %s is not supported yet: FSDP's parameter shards and the mixed-precision model "
+                              "copies are not wired together (--use-distributed-optimizer shards the optimizer with them)",
+                           c->fp16 ? "--fp16" : "--bf16", c->use_megatron_fsdp ? "--use-megatron-fsdp" : "--use-torch-fsdp2");
+    static const char *scaler_flags[] = {"--loss-scale", "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window",
+                                         "--hysteresis"};
+    for (size_t i = 0; i < sizeof scaler_flags / sizeof *scaler_flags; i++)
+        if (!c->fp16 && mg_run_config_given(c, scaler_flags[i]))
+            mg_run_notes_error(n, "%s needs --fp16 (loss scaling is fp16's; bf16 and fp32 train unscaled)", scaler_flags[i]);
+    if (c->fp16) {
+        if (mg_run_config_given(c, "--loss-scale") && !(c->loss_scale > 0 && isfinite(c->loss_scale)))
+            mg_run_notes_error(n, "--loss-scale %g: want a positive number", (double)c->loss_scale);
+        mg_loss_scaler ls = mg_run_config_loss_scaler(c);
+        const char *bad = mg_loss_scaler_invalid(&ls);
+        if (bad && !mg_run_config_given(c, "--loss-scale"))
+            mg_run_notes_error(n, "--initial-loss-scale %g --min-loss-scale %g --loss-scale-window %d --hysteresis %d: %s",
+                               (double)c->initial_loss_scale, (double)c->min_loss_scale, c->loss_scale_window,
+                               c->hysteresis, bad);
+        if (c->grad_reduce_in_bf16) mg_run_notes_error(n, "--grad-reduce-in-bf16 needs --bf16, not --fp16");
+    }
     const char *dt[4][2] = {{"--main-grads-dtype", c->main_grads_dtype},
                             {"--main-params-dtype", c->main_params_dtype},
                             {"--exp-avg-dtype", c->exp_avg_dtype},
@@ -1161,7 +1196,7 @@ static void check_precision(mg_run_config *c, mg_run_notes *n) {
     if (pao && !c->use_distributed_optimizer)
         mg_run_notes_error(n, "--use-precision-aware-optimizer is only supported with the distributed optimizer "
                               "(--use-distributed-optimizer)");
-    if (c->grad_reduce_in_bf16 && !c->bf16) /* (Megatron reads it only with --bf16) */
+    if (c->grad_reduce_in_bf16 && !c->bf16 && !c->fp16) /* (Megatron reads it only with --bf16) */
         mg_run_notes_warn(n, "--grad-reduce-in-bf16 has no effect without --bf16: the gradients of an fp32 model are fp32");
     if (c->bf16 && c->grad_reduce_in_bf16 && c->accumulate_allreduce_grads_in_fp32)
         mg_run_notes_warn(n, "--grad-reduce-in-bf16 overrides --accumulate-allreduce-grads-in-fp32 (as in Megatron)");
@@ -1177,10 +1212,19 @@ mg_precision_options mg_run_config_precision(const mg_run_config *c) {
     mg_precision_options o = mg_precision_defaults();
     if (c->bf16) o.params = MG_BF16;
     o.main_grads = dtype_of(c->main_grads_dtype);
+    if (c->fp16) { /* Megatron: fp16 gradients are accumulated and reduced in fp16 unless asked otherwise */
+        o.params = MG_F16;
+        if (!c->accumulate_allreduce_grads_in_fp32 && !strcmp(c->main_grads_dtype, "fp32")) o.main_grads = MG_F16;
+    }
     if (c->bf16 && c->grad_reduce_in_bf16) o.main_grads = MG_BF16; /* Megatron's grad_reduce_in_fp32 = False */
     o.exp_avg = dtype_of(c->exp_avg_dtype);
     o.exp_avg_sq = dtype_of(c->exp_avg_sq_dtype);
     return o;
+}
+
+mg_loss_scaler mg_run_config_loss_scaler(const mg_run_config *c) {
+    if (mg_run_config_given(c, "--loss-scale")) return mg_loss_scaler_constant(c->loss_scale);
+    return mg_loss_scaler_dynamic(c->initial_loss_scale, c->min_loss_scale, c->loss_scale_window, c->hysteresis);
 }
 
 void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {

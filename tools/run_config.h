@@ -81,7 +81,10 @@ typedef struct mg_run_config {
     int dot_summary_depth;
     bool dry_run;
     /* Megatron's mixed precision (mg_run_config_precision, mgraph/precision.h) */
-    bool bf16, grad_reduce_in_bf16, accumulate_allreduce_grads_in_fp32, use_precision_aware_optimizer;
+    bool bf16, fp16, grad_reduce_in_bf16, accumulate_allreduce_grads_in_fp32, use_precision_aware_optimizer;
+    /* --fp16's loss scaler (mg_run_config_loss_scaler): --loss-scale (0: dynamic), the dynamic one's settings */
+    float loss_scale, initial_loss_scale, min_loss_scale;
+    int loss_scale_window, hysteresis;
     const char *main_grads_dtype, *main_params_dtype, *exp_avg_dtype, *exp_avg_sq_dtype;
     /* data */
     const char *text_file, *data_path, *split, *data_cache_path;
@@ -198,6 +201,8 @@ int mg_run_config_model(const mg_run_config *c, mg_gpt_config *m, mg_error *err)
 /* The step's precision from the checked flags (--bf16, --grad-reduce-in-bf16, the
  * precision-aware optimizer's dtypes). */
 mg_precision_options mg_run_config_precision(const mg_run_config *c);
+/* --fp16's loss scaler: --loss-scale's constant one, else the dynamic one. */
+mg_loss_scaler mg_run_config_loss_scaler(const mg_run_config *c);
 
 /* The tokenizer the flags describe (strings borrowed from c). */
 mg_tokenizer_config mg_run_tokenizer_config(const mg_run_config *c);

@@ -17,10 +17,13 @@ void mg_run_log_iteration(FILE *f, const mg_run_log_line *l) {
             when, ts.tv_nsec / 1000, (long long)l->iteration, (long long)l->train_iters, (long long)l->consumed_samples,
             l->ms_per_iteration);
     if (l->with_throughput) fprintf(f, " throughput per GPU (TFLOP/s/GPU): %.1f |", l->tflops_per_rank);
-    fprintf(f, " learning rate: %.6E | global batch size: %5d | lm loss: %.6E |%s loss scale: 1.0 | grad norm: %.3f |",
-            l->learning_rate, l->global_batch_size, l->lm_loss, l->extra ? l->extra : "", l->grad_norm);
+    fprintf(f, " learning rate: %.6E | global batch size: %5d |", l->learning_rate, l->global_batch_size);
+    if (!l->no_update) fprintf(f, " lm loss: %.6E |%s", l->lm_loss, l->extra ? l->extra : "");
+    fprintf(f, " loss scale: %.1f |", l->loss_scale > 0 ? l->loss_scale : 1.0);
+    if (!l->skipped) fprintf(f, " grad norm: %.3f |", l->grad_norm);
     if (!isnan(l->params_norm)) fprintf(f, " params norm: %.3f |", l->params_norm);
-    fprintf(f, " number of skipped iterations:   0 | number of nan iterations: %3d |\n", l->nan_iterations);
+    fprintf(f, " number of skipped iterations: %3d | number of nan iterations: %3d |\n", l->skipped_iterations,
+            l->nan_iterations);
 }
 
 double mg_run_ppl(double loss) { return exp(loss < 20 ? loss : 20); }
@@ -49,7 +52,7 @@ int mg_run_tb_iteration(mg_tb_writer *w, const mg_run_log_line *l, double iterat
     int rc = pair(w, "learning-rate", l->learning_rate, it, n, err);
     if (!rc) rc = pair(w, "batch-size", l->global_batch_size, it, n, err);
     if (!rc) rc = pair(w, "lm loss", iteration_loss, it, n, err);
-    if (!rc) rc = pair(w, "loss-scale", 1.0, it, n, err);
+    if (!rc) rc = pair(w, "loss-scale", l->loss_scale > 0 ? l->loss_scale : 1.0, it, n, err);
     if (!rc) rc = pair(w, "grad-norm", l->grad_norm, it, n, err);
     if (!rc && l->world_size > 0) rc = pair(w, "world-size", l->world_size, it, n, err);
     if (!rc && !isnan(l->params_norm)) rc = pair(w, "params-norm", l->params_norm, it, n, err);

@@ -21,6 +21,10 @@ typedef struct mg_run_log_line {
     int nan_iterations;    /* since the last line (--no-check-for-nan-in-loss-and-grad) */
     const char *extra;     /* NULL or " name: value |" pieces after the lm loss (MoE's auxiliary losses) */
     int world_size;        /* > 0: --log-world-size-to-tensorboard */
+    double loss_scale;     /* --fp16's loss scale after this iteration (0 is read as 1: no scaler) */
+    int skipped_iterations; /* since the last line (--fp16's overflows) */
+    bool skipped;          /* this iteration was skipped: Megatron prints no grad norm */
+    bool no_update;        /* every iteration since the last line was skipped: Megatron prints no lm loss */
 } mg_run_log_line;
 
 /* " [YYYY-MM-DD HH:MM:SS.ffffff] iteration ... |" (local time, as datetime.now()). */

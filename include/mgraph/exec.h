@@ -19,9 +19,14 @@ typedef struct mg_exec_info {
     uint64_t seed;        /* run seed: weights, dropout */
     int64_t iteration;    /* 0-based training iteration */
     int64_t optim_start;  /* the iteration at which the Adam moments started from zero: Adam's
-                           * step is iteration + 1 - optim_start (0 unless a run resumed
+                           * step is iteration - skipped + 1 - optim_start (0 unless a run resumed
                            * without the moments, --no-load-optim: torch's Adam restarts its
                            * step count with its state, and so do the bias corrections here) */
+    int64_t skipped;      /* iterations skipped before this one (fp16's loss scaler found an
+                           * overflow: no update). Megatron's scheduler and torch's Adam step
+                           * count only the updates: the learning rate is the schedule's at
+                           * iteration - skipped, Adam's step iteration - skipped + 1 - optim_start
+                           * (optim_start counts updates too) */
     bool training;        /* false: dropout is the identity */
     mg_comm *comm;        /* NULL on a single rank */
     /* The micro-batch schedule of this step. A graph's per-micro-batch part (nodes with

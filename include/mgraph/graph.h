@@ -221,7 +221,10 @@ typedef struct mg_attr_slice { int dim; int64_t start, len; } mg_attr_slice; /* 
 typedef struct mg_attr_axis { int dim; bool keepdim; } mg_attr_axis;  /* dim may be MG_ALL_AXES */
 /* weight_decay: the decay, or, when the node has a 7th input (a scheduled decay),
  * the multiplier of that input (Megatron's wd_mult: 1, or 0 for norms and biases). */
-typedef struct mg_attr_adamw { float beta1, beta2, eps, weight_decay; } mg_attr_adamw;
+typedef struct mg_attr_adamw {
+    float beta1, beta2, eps, weight_decay;
+    bool skip_nonfinite; /* loss scaling: a clip coefficient that is not finite (an overflow) skips the update */
+} mg_attr_adamw;
 typedef struct mg_attr_clip { float max_norm; } mg_attr_clip;
 /* cast: the output holds the input's values in storage dtype `to` (rounded); fp8 and
  * loss-scaling ops (graph/precision.c) keep their parameters here too. */

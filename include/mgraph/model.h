@@ -320,6 +320,7 @@ typedef struct mg_step {
     mg_tensor *doc_start;    /* reset_attention_mask: per-micro-batch [s, b] "doc_start"; else NULL */
     mg_tensor *loss_scale;   /* [1] input "loss_scale": 1 / micro-batches of the global batch */
     mg_tensor *token_scale;  /* [1] input "token_scale" (loss_token_mean, per_token_loss): 1 / kept tokens of the global batch; else NULL */
+    mg_tensor *grad_scale;   /* [1] input "grad_scale" with fp16: the loss scale (mgraph/step.h); else NULL */
     mg_tensor *loss;         /* [1] "lm_loss": the mean loss over the step's micro-batches (or tokens: loss_token_mean) */
     mg_tensor *load_balancing_loss; /* MoE: [1] "load_balancing_loss", step mean, for the log; NULL when none */
     mg_tensor *z_loss;       /* MoE: [1] "z_loss", step mean, for the log; NULL when none */

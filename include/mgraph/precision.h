@@ -65,6 +65,32 @@ int mg_precision_rewrite(mg_graph *g, const mg_precision_options *o, mg_error *e
  * it updates. Idempotent; nothing changes in an all-f32 graph. mg_memplan_build calls it. */
 void mg_precision_complete(mg_graph *g);
 
+/* Megatron's grad scalers (megatron/core/optimizer/grad_scaler.py) for --fp16: the loss
+ * is multiplied by `scale` before backward (mg_train_step.grad_scale), the gradients are
+ * unscaled before clipping, and a step whose gradients overflowed (found_inf: a gradient
+ * norm that is not finite) is skipped. The dynamic scaler then backs off (x 0.5, not below
+ * min_scale) once `hysteresis` overflows have been seen since the scale last grew, and
+ * grows (x 2) after `window` steps in a row without one; the constant scaler
+ * (--loss-scale) never changes but still skips overflowed steps, as Megatron's does. */
+typedef struct mg_loss_scaler {
+    float scale;
+    bool dynamic;
+    float min_scale;                /* --min-loss-scale */
+    int window;                     /* --loss-scale-window (growth interval) */
+    int hysteresis;                 /* --hysteresis */
+    int growth_tracker;             /* steps without an overflow since the last growth or overflow */
+    int hysteresis_tracker;         /* overflows still tolerated before a back-off */
+} mg_loss_scaler;
+
+/* --initial-loss-scale, --min-loss-scale, --loss-scale-window, --hysteresis. */
+mg_loss_scaler mg_loss_scaler_dynamic(float initial, float min_scale, int window, int hysteresis);
+/* --loss-scale. */
+mg_loss_scaler mg_loss_scaler_constant(float scale);
+/* After a step: found_inf says whether its gradients overflowed (the step was skipped). */
+void mg_loss_scaler_update(mg_loss_scaler *s, bool found_inf);
+/* NULL when the settings are usable, else what is wrong. */
+const char *mg_loss_scaler_invalid(const mg_loss_scaler *s);
+
 /* The parameter whose values tensor t holds: t's own name, or for a model copy its
  * parameter's ("h.0.attn.c_attn.weight.bf16" -> "h.0.attn.c_attn.weight"). */
 const char *mg_param_name(const mg_tensor *t, char *buf, size_t len);

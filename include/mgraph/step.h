@@ -84,6 +84,11 @@ typedef struct mg_train_step {
     mg_tensor *inputs[MG_STEP_MAX_INPUTS];
     mg_tensor *loss_scale;  /* [1] input "loss_scale": 1 / micro-batches of the global batch */
     mg_tensor *token_scale; /* [1] input "token_scale" (loss_token_mean): 1 / tokens of the global batch; else NULL */
+    /* [1] input "grad_scale" with fp16 (precision.params MG_F16), else NULL: the loss scale
+     * (mg_loss_scaler) that multiplies the objective before backward; the optimizer
+     * unscales and skips the step on an overflow (mg_graph_add_adamw_scaled). Its initial
+     * value is 1. */
+    mg_tensor *grad_scale;
     mg_tensor *loss;        /* [1] the step's mean loss (persistent: read after the step) */
     int n_metrics;          /* the step means of mg_microbatch.metrics (named after them) */
     mg_tensor *metrics[MG_STEP_MAX_METRICS];

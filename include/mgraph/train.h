@@ -44,6 +44,12 @@ typedef struct mg_optimizer_outputs {
  * weight-decay schedule when its wd_style is not constant; bias correction; no decay on
  * tensors marked no_weight_decay). */
 int mg_graph_add_adamw(mg_graph *g, const mg_adamw_config *cfg, mg_optimizer_outputs *out, mg_error *err);
+/* The same for gradients of a loss multiplied by the [1] tensor grad_scale (fp16's loss
+ * scaling, mgraph/precision.h): the norm is the unscaled gradients', clipping and AdamW
+ * see unscaled gradients, and a sum of squares that is not finite (an overflow,
+ * Megatron's found_inf) skips every update of the step (grad_norm then reads inf or NaN). */
+int mg_graph_add_adamw_scaled(mg_graph *g, const mg_adamw_config *cfg, mg_tensor *grad_scale, mg_optimizer_outputs *out,
+                              mg_error *err);
 
 /* Megatron's learning rate after `step` scheduler steps (OptimizerParamScheduler.get_lr
  * with num_steps = step): linear warmup from init_lr, then constant / linear / cosine /

@@ -149,6 +149,10 @@ typedef struct mg_trainer_config {
     bool loss_token_mean, per_token_loss; /* mgraph/step.h */
     mg_adamw_config optim;     /* mg_adamw_defaults(); lr.steps_per_iter: global batches count samples */
     mg_precision_options precision; /* mixed precision (mgraph/precision.h); zeroed: fp32 */
+    /* fp16 (precision.params MG_F16): the loss scaler; zeroed: a constant scale of 1
+     * (overflowed steps are still skipped). Neither its state nor the count of skipped
+     * iterations is saved in the trainer's checkpoints yet (mgraph-run's keep both). */
+    mg_loss_scaler loss_scaler;
     uint64_t seed;             /* weights and dropout */
     /* world */
     bool serial;               /* this process alone, whatever mpirun launched (a reference run) */
@@ -210,6 +214,8 @@ typedef struct mg_step_result {
     double ms;                 /* wall time: feeding, the step, reading back */
     double flops;              /* the model's FLOPs of this step on this rank (model.flops / ranks) */
     bool finite;               /* loss and gradient norm are finite */
+    bool skipped;              /* fp16: the gradients overflowed and the update was skipped */
+    double loss_scale;         /* fp16: the loss scale after the step; else 1 */
 } mg_step_result;
 
 /* One training iteration: feed, run, read back. */

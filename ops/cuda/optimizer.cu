@@ -32,23 +32,33 @@ __global__ void k_set1(float *out, float v) { out[0] = v; }
 
 extern "C" int mg_cuda_lr_schedule(const mg_kernel_args *a, mg_error *err) {
     const mg_lr_schedule *s = &a->node->attrs.lr;
-    k_set1<<<1, 1, 0, mg_cuda_stream()>>>((float *)a->out[0], mg_lr_at_iteration(s, a->info->iteration));
-    k_set1<<<1, 1, 0, mg_cuda_stream()>>>((float *)a->out[1], mg_wd_at_iteration(s, a->info->iteration));
+    int64_t step = a->info->iteration - a->info->skipped; /* (the scheduler counts updates) */
+    k_set1<<<1, 1, 0, mg_cuda_stream()>>>((float *)a->out[0], mg_lr_at_iteration(s, step));
+    k_set1<<<1, 1, 0, mg_cuda_stream()>>>((float *)a->out[1], mg_wd_at_iteration(s, step));
     return mg_cuda_check_launch("lr_schedule", err);
 }
 
-__global__ void k_clip(const float *__restrict__ sumsq, float *coef, float *norm_out, double max) {
-    double norm = sqrt((double)sumsq[0]), c = 1.0;
+/* (scale: the loss scale with fp16's loss scaling, else NULL; ops/optimizer.c) */
+__global__ void k_clip(const float *__restrict__ sumsq, const float *__restrict__ scale, float *coef, float *norm_out,
+                       double max) {
+    double norm = sqrt((double)sumsq[0]), c = 1.0, unscale = 1.0;
+    if (scale) {
+        unscale = 1.0 / (double)scale[0];
+        norm *= unscale;
+    }
     if (max > 0) {
         double k = max / (norm + 1e-6);
         if (k < 1.0) c = k;
     }
+    c *= unscale;
+    if (scale && !isfinite(norm)) c = NAN; /* found_inf: skip the update */
     coef[0] = (float)c;
     norm_out[0] = (float)norm;
 }
 
 extern "C" int mg_cuda_clip_coef(const mg_kernel_args *a, mg_error *err) {
-    k_clip<<<1, 1, 0, mg_cuda_stream()>>>((const float *)a->in[0], (float *)a->out[0], (float *)a->out[1],
+    k_clip<<<1, 1, 0, mg_cuda_stream()>>>((const float *)a->in[0], a->node->n_in > 1 ? (const float *)a->in[1] : NULL,
+                                          (float *)a->out[0], (float *)a->out[1],
                                           (double)a->node->attrs.clip.max_norm);
     return mg_cuda_check_launch("clip_coef", err);
 }
@@ -56,8 +66,17 @@ extern "C" int mg_cuda_clip_coef(const mg_kernel_args *a, mg_error *err) {
 __global__ void k_adamw(const float *p, const float *__restrict__ g, const float *m, const float *v,
                         const float *__restrict__ lr_, const float *__restrict__ coef_, const float *__restrict__ wd_,
                         float *po, float *mo, float *vo, int64_t n, float b1, float b2, float eps, float wd, float ibc1,
-                        float ibc2) {
+                        float ibc2, bool skip_nonfinite) {
     float lr = lr_[0], coef = coef_[0];
+    if (skip_nonfinite && !isfinite(coef)) { /* an overflow: the state stays (ops/optimizer.c) */
+        MG_GRID_STRIDE(i, n) {
+            float pi = p[i], mi = m[i], vi = v[i];
+            po[i] = pi;
+            mo[i] = mi;
+            vo[i] = vi;
+        }
+        return;
+    }
     if (wd_) wd = __fmul_rn(wd, wd_[0]); /* a scheduled decay (ops/optimizer.c) */
     MG_GRID_STRIDE(i, n) {
         float gi = __fmul_rn(g[i], coef);
@@ -75,12 +94,12 @@ extern "C" int mg_cuda_adamw(const mg_kernel_args *a, mg_error *err) {
     const mg_attr_adamw *c = &a->node->attrs.adamw;
     int64_t n = mg_numel(a->node->in[0]);
     if (n == 0) return MG_OK;
-    double t = (double)(a->info->iteration + 1 - a->info->optim_start);
+    double t = (double)(a->info->iteration - a->info->skipped + 1 - a->info->optim_start);
     float ibc1 = (float)(1.0 / (1.0 - pow(c->beta1, t))), ibc2 = (float)(1.0 / (1.0 - pow(c->beta2, t)));
     k_adamw<<<mg_cuda_blocks(n, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, mg_cuda_stream()>>>(
         (const float *)a->in[0], (const float *)a->in[1], (const float *)a->in[2], (const float *)a->in[3],
         (const float *)a->in[4], (const float *)a->in[5], a->node->n_in > 6 ? (const float *)a->in[6] : NULL,
         (float *)a->out[0], (float *)a->out[1], (float *)a->out[2], n,
-        c->beta1, c->beta2, c->eps, c->weight_decay, ibc1, ibc2);
+        c->beta1, c->beta2, c->eps, c->weight_decay, ibc1, ibc2, c->skip_nonfinite);
     return mg_cuda_check_launch("adamw", err);
 }

@@ -1,6 +1,6 @@
 /* Mixed precision (graph/precision.c, ops/convert.c, the op table's storage wrapper):
  *   convert_*   every rounding against an independent definition: f16 against the
- *               compiler's _Float16 conversion (IEEE round to nearest even) on 2^24
+ *               compiler's _Float16 conversion (IEEE round to nearest even) on 2^22
  *               spread floats and every f16 code; bf16 and the fp8 formats against the
  *               nearest representable value found by search (ties to the even code,
  *               fp8 saturating), every code decoded and re-encoded;
@@ -57,7 +57,7 @@ static void f16_case(float x, int *bad) {
 
 static void convert_f16(void) {
     int bad = 0;
-    for (uint64_t u = 0; u < (1ull << 32); u += 251) f16_case(from_bits((uint32_t)u), &bad);
+    for (uint64_t u = 0; u < (1ull << 32); u += 1021) f16_case(from_bits((uint32_t)u), &bad);
     const float edges[] = {65504.0f, 65519.99f, 65520.0f, 65536.0f, 6.1035156e-05f, 5.9604645e-08f, 2.9802322e-08f,
                            2.9802326e-08f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, INFINITY, FLT_MAX, FLT_MIN};
     for (size_t i = 0; i < sizeof edges / sizeof *edges; i++) {
@@ -457,10 +457,123 @@ static void step_bits(void) {
     mg_gemm_set_precision(MG_GEMM_FP32, false, &err);
 }
 
+/* ---- fp16's loss scaling ------------------------------------------------------------------- */
+/* Megatron's DynamicGradScaler, step by step (megatron/core/optimizer/grad_scaler.py). */
+static void loss_scaler(void) {
+    mg_loss_scaler s = mg_loss_scaler_dynamic(1024, 1, 3, 1);
+    TK_CHECK(!mg_loss_scaler_invalid(&s), "valid settings refused");
+    mg_loss_scaler_update(&s, true);
+    TK_CHECK(s.scale == 512, "hysteresis 1: an overflow halves the scale (%g)", (double)s.scale);
+    mg_loss_scaler_update(&s, false);
+    mg_loss_scaler_update(&s, false);
+    TK_CHECK(s.scale == 512, "two good steps of a window of 3 keep it (%g)", (double)s.scale);
+    mg_loss_scaler_update(&s, false);
+    TK_CHECK(s.scale == 1024, "the third doubles it (%g)", (double)s.scale);
+    mg_loss_scaler_update(&s, false);
+    mg_loss_scaler_update(&s, true); /* an overflow restarts the window */
+    mg_loss_scaler_update(&s, false);
+    mg_loss_scaler_update(&s, false);
+    TK_CHECK(s.scale == 512, "an overflow restarts the growth window (%g)", (double)s.scale);
+    s = mg_loss_scaler_dynamic(1024, 1, 3, 2); /* Megatron's default hysteresis */
+    mg_loss_scaler_update(&s, true);
+    TK_CHECK(s.scale == 1024, "hysteresis 2: the first overflow keeps the scale (%g)", (double)s.scale);
+    mg_loss_scaler_update(&s, false);
+    mg_loss_scaler_update(&s, true);
+    TK_CHECK(s.scale == 512, "the second halves it (%g)", (double)s.scale);
+    mg_loss_scaler_update(&s, true);
+    TK_CHECK(s.scale == 256, "and every later one until the scale grows again (%g)", (double)s.scale);
+    for (int i = 0; i < 3; i++) mg_loss_scaler_update(&s, false);
+    mg_loss_scaler_update(&s, true);
+    TK_CHECK(s.scale == 512, "growth restores the hysteresis (%g)", (double)s.scale);
+    s = mg_loss_scaler_dynamic(4, 2, 1000, 1);
+    for (int i = 0; i < 3; i++) mg_loss_scaler_update(&s, true);
+    TK_CHECK(s.scale == 2, "the scale stops at the minimum (%g)", (double)s.scale);
+    s = mg_loss_scaler_constant(128);
+    mg_loss_scaler_update(&s, true);
+    mg_loss_scaler_update(&s, false);
+    TK_CHECK(s.scale == 128, "a constant scale stays (%g)", (double)s.scale);
+    mg_loss_scaler bad = mg_loss_scaler_dynamic(1024, 2048, 1, 1), bad2 = mg_loss_scaler_dynamic(1024, 1, 0, 1);
+    TK_CHECK(mg_loss_scaler_invalid(&bad) && mg_loss_scaler_invalid(&bad2), "bad settings accepted");
+    printf("loss_scaler: back-off, hysteresis, growth window, floor and constant scale as Megatron's\n");
+}
+
+/* Main parameters, Adam's moments and the model copies of two runs, byte for byte. */
+static bool same_state(const mg_step *s, side *a, side *b, const char *what) {
+    int diff = 0;
+    for (int i = 0; i < mg_graph_n_nodes(s->g); i++) {
+        const mg_node *n = mg_graph_node(s->g, i);
+        for (int j = 0; j < 4; j++) {
+            const mg_tensor *t = j == 3 ? (n->op == MG_OP_CAST && n->out[0]->updates ? n->out[0]->updates : NULL)
+                                        : n->op == MG_OP_ADAMW ? n->in[j == 0 ? 0 : j + 1] : NULL;
+            if (t && memcmp(mg_storage_data(a->st, t), mg_storage_data(b->st, t), mg_tensor_bytes(t)) && ++diff <= 3)
+                TK_CHECK(false, "%s: %s differs", what, t->name);
+        }
+    }
+    return diff == 0;
+}
+
+static float run_scaled(side *sd, mg_step *s, int64_t it, int64_t skipped, float scale) {
+    *(float *)mg_storage_data(sd->st, s->grad_scale) = scale;
+    mg_error err = {0};
+    mg_exec_info info = {.seed = 1234, .iteration = it, .skipped = skipped, .training = true, .n_micro = s->n_micro};
+    TK_CHECK(mg_exec_reference(s->g, sd->st, &info, &err) == MG_OK, "step %lld: %s", (long long)it, err.msg);
+    return *(float *)mg_storage_data(sd->st, s->opt.grad_norm);
+}
+
+/* The fp16 step: a loss scale that overflows the fp16 gradients skips the update (every
+ * parameter, moment and model copy as before, the norm not finite); scales that do not
+ * give the same unscaled norm (powers of two are exact in fp16 but for underflow), near
+ * fp32's; an iteration after a skipped one steps as the skipped one would have
+ * (learning rate and Adam's step count the updates). */
+static void fp16_skip(void) {
+    mg_error err = {0};
+    mg_step s16, s32;
+    mg_step_config c16 = small(MG_F16), c32 = small(MG_F32);
+    c16.model.hidden_dropout = c16.model.attention_dropout = 0; /* (iterations then differ only by the schedule) */
+    c32.model.hidden_dropout = c32.model.attention_dropout = 0;
+    if (mg_step_build(&c16, &s16, &err) || mg_step_build(&c32, &s32, &err)) {
+        TK_CHECK(false, "build: %s", err.msg);
+        return;
+    }
+    TK_CHECK(s16.grad_scale && !s32.grad_scale, "grad_scale input with fp16 only");
+    int copies = 0;
+    for (int i = 0; i < mg_graph_n_tensors(s16.g); i++) copies += mg_graph_tensor(s16.g, i)->model_copy &&
+                                                              mg_tensor_storage(mg_graph_tensor(s16.g, i)) == MG_F16;
+    TK_CHECK(copies > 0, "no fp16 model copies");
+    side a, b, c, f32;
+    if (side_new(&a, &s16, false) || side_new(&b, &s16, false) || side_new(&c, &s16, false) ||
+        side_new(&f32, &s32, false))
+        return;
+    /* a: overflow at iteration 0 (skipped), then iteration 1 with one skip behind it;
+     * b: iteration 0 at a scale that fits: the same state as a's after its iteration 1 */
+    float inf_norm = run_scaled(&a, &s16, 0, 0, 1.0e30f);
+    TK_CHECK(!isfinite(inf_norm), "scale 1e30: gradient norm %g, want an overflow", (double)inf_norm);
+    TK_CHECK(same_state(&s16, &a, &c, "after a skipped step"), "a skipped step changed the state");
+    float n1 = run_scaled(&a, &s16, 1, 1, 1024.0f), n0 = run_scaled(&b, &s16, 0, 0, 1024.0f);
+    TK_CHECK(n0 == n1 && same_state(&s16, &a, &b, "iteration 1 after a skip vs iteration 0"),
+             "the step after a skipped one is not the first update (norms %g %g)", (double)n1, (double)n0);
+    float n2 = run_scaled(&c, &s16, 0, 0, 2048.0f);
+    mg_exec_info info = {.seed = 1234, .iteration = 0, .training = true, .n_micro = s32.n_micro};
+    TK_CHECK(mg_exec_reference(s32.g, f32.st, &info, &err) == MG_OK, "fp32 step: %s", err.msg);
+    float n32 = *(float *)mg_storage_data(f32.st, s32.opt.grad_norm);
+    TK_CHECK(fabsf(n2 - n0) <= 1e-4f * n0, "unscaled norms at scales 1024 and 2048: %g %g", (double)n0, (double)n2);
+    TK_CHECK(fabsf(n0 - n32) <= 2e-2f * n32, "fp16 norm %g, fp32 %g", (double)n0, (double)n32);
+    printf("fp16_skip: scale 1e30 overflows (norm %g) and changes nothing; unscaled norm %.6f at 1024, %.6f at 2048, "
+           "fp32 %.6f; the update after a skip is the first\n",
+           (double)inf_norm, (double)n0, (double)n2, (double)n32);
+    side_free(&a);
+    side_free(&b);
+    side_free(&c);
+    side_free(&f32);
+    mg_step_release(&s16);
+    mg_step_release(&s32);
+}
+
 int main(int argc, char **argv) {
     static const tk_case cases[] = {
         {"convert_f16", convert_f16}, {"convert_bf16", convert_bf16}, {"convert_fp8", convert_fp8},
         {"wrapper", wrapper},         {"rules", rules},               {"step_bits", step_bits},
+        {"loss_scaler", loss_scaler}, {"fp16_skip", fp16_skip},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
 }

@@ -55,11 +55,11 @@ check_recipe() {
 case "$CASE" in
 all_bad_flags_one_run)
     "$RUN" --text-file text.txt "${TINY[@]}" --no-such-flag 3 --hidden-size abc --lr 1e-3x --lr-decay-style sqrt \
-        --fp16 --other-unknown --num-layers > out.txt 2> err.txt
+        --fp8-param-gather --other-unknown --num-layers > out.txt 2> err.txt
     rc=$?
     [ $rc -eq 2 ] || { cat err.txt; fail "exit $rc, want 2"; }
     for want in "unknown flag '--no-such-flag'" "--hidden-size expects an integer, got 'abc'" \
-                "--lr expects a number, got '1e-3x'" "--lr-decay-style must be one of" "--fp16 is not supported: " \
+                "--lr expects a number, got '1e-3x'" "--lr-decay-style must be one of" "--fp8-param-gather is not supported: " \
                 "unknown flag '--other-unknown'" "--num-layers needs a value"; do
         grep -qF -- "$want" err.txt || { cat err.txt; fail "stderr lacks: $want"; }
     done
@@ -149,7 +149,7 @@ recipe_gpt3_175b)
             --data-path docs_text_document "${VOCAB[@]}" --split 949,50,1
             --log-interval 100 --save-interval 10000 --eval-interval 1000 --save ck --load ck --eval-iters 10
             --tensorboard-dir tb)
-    check_recipe "--fp16 --step-batch-size-schedule" ;;
+    check_recipe "--step-batch-size-schedule" ;;
 exit_and_model_flags)
     # --exit-interval: stop after iteration 3 of 6, saving a checkpoint first, without the
     # final evaluation, exit status 0 (Megatron's checkpoint_and_decide_exit)
