@@ -45,6 +45,12 @@ if ! command -v dpkg-source >/dev/null; then
 fi
 
 stamp="$prefix/.mgraph-starpu"
+# The prefix is replaced whole at the end: only one this script made (its stamp, or the
+# stamp of build-starpu-cuda.sh before it) or an empty / absent one, never a directory of
+# the user's such as /usr/local.
+if [ -d "$prefix" ] && [ -n "$(ls -A "$prefix")" ] && [ ! -f "$stamp" ] && [ ! -f "$prefix/.mgraph-starpu-cuda" ]; then
+    die "$prefix exists and was not made by this script: give a new or empty directory"
+fi
 if [ "$mode" = cuda ]; then
     want="starpu $version patch $(sha256sum "$patch" | cut -c1-16) arch $arch cuda $("$cuda/bin/nvcc" --version | tail -1) maxcpus $maxcpus"
 else
