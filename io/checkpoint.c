@@ -760,6 +760,8 @@ static int read_tracker(const char *root, int64_t *it, mg_error *err) {
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
+    /* a NUL inside would end the string early and let "3\0junk" read as 3 */
+    if (memchr(buf, '\0', n)) return mg_error_set(err, MG_ERR_IO, "%s does not hold an iteration number", p);
     char *s = buf, *end = NULL;
     while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
     size_t len = strlen(s);

@@ -39,19 +39,35 @@ uint32_t mg_crc32c(const void *data, size_t len) {
 uint32_t mg_tfrecord_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
 /* ---- protobuf encoding --------------------------------------------------------------- */
+/* An encoding buffer on the heap, grown as fields are appended: an event is a few dozen
+ * bytes for a scalar and as long as the text for mg_tb_text. Out of memory is sticky (oom)
+ * and reported once, when the record is written; buf_free releases it either way. */
 typedef struct buf {
-    unsigned char b[16384]; /* an event: a scalar, or a text of up to ~16 KB (mg_tb_text) */
-    size_t n;
-    int overflow;
+    unsigned char *b;
+    size_t n, cap;
+    int oom;
 } buf;
 
 static void put(buf *o, const void *p, size_t n) {
-    if (o->n + n > sizeof o->b) {
-        o->overflow = 1;
-        return;
+    if (o->oom) return;
+    if (o->n + n > o->cap) {
+        size_t cap = o->cap ? o->cap : 64;
+        while (cap < o->n + n) cap *= 2;
+        unsigned char *b = realloc(o->b, cap);
+        if (!b) {
+            o->oom = 1;
+            return;
+        }
+        o->b = b;
+        o->cap = cap;
     }
     memcpy(o->b + o->n, p, n);
     o->n += n;
+}
+
+static void buf_free(buf *o) {
+    free(o->b);
+    *o = (buf){0};
 }
 
 static void varint(buf *o, uint64_t v) {
@@ -93,16 +109,16 @@ static double wall_time(void) {
 
 /* One TFRecord around an encoded Event. */
 static int write_record(mg_tb_writer *w, const buf *ev, mg_error *err) {
-    if (ev->overflow) return mg_error_set(err, MG_ERR_INVALID, "TensorBoard event larger than %zu bytes", sizeof ev->b);
-    buf f = {.n = 0};
-    le(&f, ev->n, 8);
-    uint32_t lc = mg_tfrecord_mask(mg_crc32c(f.b, 8));
-    le(&f, lc, 4);
+    if (ev->oom) return mg_error_set(err, MG_ERR_NOMEM, "out of memory encoding a TensorBoard event");
+    unsigned char f[12];
+    for (int i = 0; i < 8; i++) f[i] = (unsigned char)((uint64_t)ev->n >> (8 * i));
+    uint32_t lc = mg_tfrecord_mask(mg_crc32c(f, 8));
+    for (int i = 0; i < 4; i++) f[8 + i] = (unsigned char)(lc >> (8 * i));
     FILE *s = mg_outfile_stream(w->out);
     unsigned char dc[4];
     uint32_t c = mg_tfrecord_mask(mg_crc32c(ev->b, ev->n));
     for (int i = 0; i < 4; i++) dc[i] = (unsigned char)(c >> (8 * i));
-    if (fwrite(f.b, 1, f.n, s) != f.n || fwrite(ev->b, 1, ev->n, s) != ev->n || fwrite(dc, 1, 4, s) != 4)
+    if (fwrite(f, 1, sizeof f, s) != sizeof f || fwrite(ev->b, 1, ev->n, s) != ev->n || fwrite(dc, 1, 4, s) != 4)
         return mg_error_set(err, MG_ERR_IO, "cannot write TensorBoard events %s: %s", mg_outfile_path(w->out),
                             strerror(errno));
     return MG_OK;
@@ -124,10 +140,11 @@ int mg_tb_open(const char *dir, mg_tb_writer **out, mg_error *err) {
         free(w);
         return rc;
     }
-    buf ev = {.n = 0};
+    buf ev = {0};
     field_double(&ev, 1, wall_time());
     field_bytes(&ev, 3, "brain.Event:2", 13);
     rc = write_record(w, &ev, err);
+    buf_free(&ev);
     if (rc) {
         mg_tb_abort(w);
         return rc;
@@ -137,7 +154,7 @@ int mg_tb_open(const char *dir, mg_tb_writer **out, mg_error *err) {
 }
 
 int mg_tb_scalar(mg_tb_writer *w, const char *tag, float value, int64_t step, mg_error *err) {
-    buf val = {.n = 0}, sum = {.n = 0}, ev = {.n = 0};
+    buf val = {0}, sum = {0}, ev = {0};
     field_bytes(&val, 1, tag, strlen(tag)); /* Summary.Value.tag */
     uint32_t u;
     memcpy(&u, &value, 4);
@@ -148,8 +165,12 @@ int mg_tb_scalar(mg_tb_writer *w, const char *tag, float value, int64_t step, mg
     varint(&ev, 2 << 3 | 0);            /* Event.step */
     varint(&ev, (uint64_t)step);
     field_bytes(&ev, 5, sum.b, sum.n); /* Event.summary */
-    if (val.overflow || sum.overflow) ev.overflow = 1;
-    return write_record(w, &ev, err);
+    if (val.oom || sum.oom) ev.oom = 1;
+    int rc = write_record(w, &ev, err);
+    buf_free(&val);
+    buf_free(&sum);
+    buf_free(&ev);
+    return rc;
 }
 
 int mg_tb_text(mg_tb_writer *w, const char *tag, const char *text, int64_t step, mg_error *err) {
@@ -157,10 +178,9 @@ int mg_tb_text(mg_tb_writer *w, const char *tag, const char *text, int64_t step,
      * metadata (plugin_name "text", empty content: TextPluginData version 0), and a
      * DT_STRING tensor of shape [1] holding the UTF-8 text */
     size_t tn = strlen(text);
-    if (tn > 15000)
+    if (tn > 15000) /* TensorBoard's text plugin renders a table, not a document */
         return mg_error_set(err, MG_ERR_INVALID, "TensorBoard text for %s is %zu bytes (at most 15000)", tag, tn);
-    buf name = {.n = 0}, meta = {.n = 0}, dim = {.n = 0}, shape = {.n = 0}, tensor = {.n = 0}, val = {.n = 0},
-        sum = {.n = 0}, ev = {.n = 0};
+    buf name = {0}, meta = {0}, dim = {0}, shape = {0}, tensor = {0}, val = {0}, sum = {0}, ev = {0};
     char full[512];
     snprintf(full, sizeof full, "%s/text_summary", tag);
     field_bytes(&name, 1, "text", 4);          /* PluginData.plugin_name */
@@ -180,8 +200,12 @@ int mg_tb_text(mg_tb_writer *w, const char *tag, const char *text, int64_t step,
     varint(&ev, 2 << 3 | 0);                   /* Event.step */
     varint(&ev, (uint64_t)step);
     field_bytes(&ev, 5, sum.b, sum.n);         /* Event.summary */
-    if (tensor.overflow || val.overflow || sum.overflow) ev.overflow = 1;
-    return write_record(w, &ev, err);
+    buf *all[] = {&name, &meta, &dim, &shape, &tensor, &val, &sum, &ev};
+    for (size_t i = 0; i + 1 < sizeof all / sizeof *all; i++)
+        if (all[i]->oom) ev.oom = 1;
+    int rc = write_record(w, &ev, err);
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(all[i]);
+    return rc;
 }
 
 const char *mg_tb_path(const mg_tb_writer *w) { return mg_outfile_path(w->out); }

@@ -124,6 +124,8 @@ expect 0 "validation loss at iteration 2" "$RUN" "${SMALL[@]}" --load ck --skip-
 echo "== 10: messages"
 rm -rf ckw && cp -r ck ckw && printf '  2  \n' > ckw/latest_checkpointed_iteration.txt
 expect 0 "loaded checkpoint from ckw at iteration 2" "$RUN" "${SMALL[@]}" --train-iters 3 --load ckw --override-opt-param-scheduler
+printf '2\0x' > ckw/latest_checkpointed_iteration.txt
+expect 2 "latest_checkpointed_iteration.txt does not hold an iteration number" "$RUN" "${SMALL[@]}" --train-iters 3 --load ckw
 rm -rf ckr && mkdir ckr && cp -r ck/iter_0000002 ckr/release && echo release > ckr/latest_checkpointed_iteration.txt
 expect 0 "loaded checkpoint from ckr at iteration 2" "$RUN" "${SMALL[@]}" --train-iters 3 --load ckr --override-opt-param-scheduler
 head -c 300 "$RUN" > binary.plan
