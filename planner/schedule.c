@@ -433,7 +433,7 @@ int mg_planner_schedule(const mg_cluster *c, const mg_plan_query *q, const mg_pl
         double P = st->params, E = st->expert_params;
         double gbytes = prec == MG_PREC_BF16 && q->grad_buffer_16bit ? 2 : 4;
         double w = (P + E) * wb, gr = (P + E) * gbytes;
-        double opt_per = prec == MG_PREC_BF16 ? 12 : 8;
+        double opt_per = (prec == MG_PREC_BF16 ? 4 : 0) + (q->moment_bytes ? q->moment_bytes : 8);
         double o = dist ? (P / dpc + E / edp) * opt_per : (P + E) * opt_per;
         if (shard_grads) gr = (P / dpc + E / edp) * gbytes;
         if (shard_params) {

@@ -117,8 +117,10 @@ static void take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *
             pf->precision = MG_PREC_BF16;
             pf->precision_given = true;
             pf->fp16 = !strcmp(a, "--fp16");
+            rest[(*n_rest)++] = argv[i]; /* the shared checks need them too (--loss-scale needs --fp16) */
         } else if (!strcmp(a, "--accumulate-allreduce-grads-in-fp32")) {
             pf->grads_fp32 = true;
+            rest[(*n_rest)++] = argv[i];
         } else if (!strcmp(a, "--fp32")) {
             pf->precision = MG_PREC_FP32;
             pf->precision_given = true;
@@ -164,6 +166,7 @@ static void take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *
             else mg_run_notes_error(notes, "--cp-comm-type: the planner prices p2p (the K/V ring) and allgather (got '%s')", val);
         } else if (!strcmp(a, "--grad-reduce-in-bf16")) {
             pf->grads_bf16 = true;
+            rest[(*n_rest)++] = argv[i];
         } else if (!strcmp(a, "--print-cluster")) {
             pf->print_cluster = true;
         } else if (!strcmp(a, "--top")) {
@@ -320,6 +323,10 @@ int main(int argc, char **argv) {
     q.grad_buffer_16bit = pf.grads_bf16;
     q.attention_unfused = pf.attention_unfused;
     if (pf.precision_given) q.precision = pf.precision;
+    if (cfg.use_precision_aware_optimizer) { /* bf16 moments / main gradients (the checks allow fp32 or bf16) */
+        q.moment_bytes = (strcmp(cfg.exp_avg_dtype, "bf16") ? 4 : 2) + (strcmp(cfg.exp_avg_sq_dtype, "bf16") ? 4 : 2);
+        if (!strcmp(cfg.main_grads_dtype, "bf16")) q.grads_16bit = q.grad_buffer_16bit = true;
+    }
 
     if (!pf.search) {
         mg_prediction pr;

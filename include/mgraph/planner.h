@@ -122,6 +122,8 @@ typedef struct mg_plan_query {
      * in 16 bits, half the bytes of fp32 main gradients. Memory is unchanged. */
     bool grads_16bit;
     bool grad_buffer_16bit;      /* --grad-reduce-in-bf16: the gradient buffers themselves are 16-bit (memory) */
+    int moment_bytes;            /* Adam's two moments per parameter: 0 = fp32's 8 (the precision-aware optimizer's
+                                  * --exp-avg-dtype / --exp-avg-sq-dtype bf16 make 6 or 4) */
     mg_precision precision;
     /* Cost attention as Megatron's unfused path (--attention-backend unfused, the 2021
      * papers' kernels): scores and probabilities of s x s per head written to memory,

@@ -144,6 +144,29 @@ assert abs(d(fp) / d(bf) - 0.5) < 1e-9 and d(fp32) == d(bf), (d(bf), d(fp), d(fp
 assert fp["memory_per_gpu_gib"] == bf["memory_per_gpu_gib"]
 PY
 
+# the precision flags reach the shared checks too: the loss-scale flags need --fp16 (there
+# they pass), --fp16 with --bf16 is refused; the precision-aware optimizer's bf16 moments
+# take 4 of the 12 optimizer bytes per parameter (fp32 main parameter 4, moments 2 + 2),
+# its bf16 main gradients 2 of 4
+"$PLAN" --cluster dgx-a100-80gb --json "${M[@]}" --world-size 4 --fp16 --loss-scale 1024 >/dev/null 2>"$W/err" ||
+    no "--fp16 --loss-scale: $(cat "$W/err")"
+"$PLAN" --cluster dgx-a100-80gb --json "${M[@]}" --world-size 4 --fp16 --initial-loss-scale 65536 --hysteresis 1 \
+    >/dev/null 2>"$W/err" || no "--fp16 --initial-loss-scale: $(cat "$W/err")"
+expect 2 "--loss-scale needs --fp16" --cluster dgx-a100-80gb "${M[@]}" --bf16 --loss-scale 1024
+expect 2 "--fp16 and --bf16 cannot both be given" --cluster dgx-a100-80gb "${M[@]}" --bf16 --fp16
+expect 2 "--grad-reduce-in-bf16 needs --bf16" --cluster dgx-a100-80gb "${M[@]}" --fp16 --grad-reduce-in-bf16
+D=(--cluster dgx-a100-80gb --json "${M[@]}" --world-size 4 --bf16 --use-distributed-optimizer)
+"$PLAN" "${D[@]}" >"$W/pao0.json" 2>"$W/err" || no "distopt: $(cat "$W/err")"
+"$PLAN" "${D[@]}" --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 --main-grads-dtype bf16 \
+    >"$W/pao1.json" 2>"$W/err" || no "precision-aware: $(cat "$W/err")"
+python3 - "$W/pao0.json" "$W/pao1.json" <<'PY' || fail=1
+import json, sys
+a, b = (json.load(open(f))["memory_gib"] for f in sys.argv[1:3])
+assert abs(b["optimizer"] / a["optimizer"] - 8 / 12) < 1e-6, (a, b)
+assert abs(b["gradients"] / a["gradients"] - 0.5) < 1e-6, (a, b)
+assert b["weights"] == a["weights"], (a, b)
+PY
+
 # the text report names every part the issue asks for
 "$PLAN" --cluster h200 "${M[@]}" --world-size 2 >"$W/text" 2>"$W/err" || no "text: $(cat "$W/err")"
 for w in "step time" "TFLOP/s/GPU" "MFU" "pipeline bubble" "memory per GPU" "weights" "gradients" "optimizer" \
