@@ -2,6 +2,7 @@
  * partitioner would otherwise take silently, a rule that does nothing or a graph whose
  * whole batch every data-parallel rank would compute, is an error naming the cause. */
 #include <fnmatch.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mgraph/plan.h"
@@ -54,12 +55,13 @@ int mg_plan_check_graph(const mg_plan *p, int world, const mg_graph *L, mg_error
                                 "not supported yet (the experts are split over the tensor-parallel group, or whole on "
                                 "each of its ranks)",
                                 p->etp, p->tp);
-    int inner = p->tp * p->pp * p->cp, dp = inner > 0 ? world / inner : 1;
+    int inner = p->tp * p->pp * p->cp, dp = inner > 0 ? world / inner : 1, n_layers = 0;
     bool per_mb = false, layers = false;
     for (int i = 0; i < mg_graph_n_nodes(L); i++) {
         const mg_node *n = mg_graph_node(L, i);
         per_mb |= n->mb >= 0;
         layers |= n->mb >= 0 && n->layer >= 0;
+        if (n->layer >= n_layers) n_layers = n->layer + 1; /* as partitioners/pp.c counts them */
     }
     if (!per_mb && (dp > 1 || p->pp > 1 || p->distributed_optimizer)) {
         char what[96];
@@ -78,7 +80,14 @@ int mg_plan_check_graph(const mg_plan *p, int world, const mg_graph *L, mg_error
                             "mg_graph_set_layer(g, i) before building layer i (MG_LAYER_PRE for the embedding, "
                             "MG_LAYER_POST for the head and loss)",
                             p->pp);
-    return MG_OK;
+    if (p->pp > 1) { /* the layers split over the stages as the plan says (or its rule is named), found
+                      * here by every rank alike rather than while partitioning */
+        int *vstage = malloc(((size_t)n_layers + 1) * sizeof *vstage);
+        if (!vstage) return mg_error_set(err, MG_ERR_NOMEM, "plan: out of memory");
+        rc = mg_plan_layer_vstages(p, n_layers, vstage, NULL, NULL, err);
+        free(vstage);
+    }
+    return rc;
 }
 
 int mg_plan_add_rule(mg_plan *p, const char *pattern, int dim, mg_error *err) {

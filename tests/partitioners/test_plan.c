@@ -282,9 +282,43 @@ static void graph_checks(void) {
     mg_graph_free(g);
 }
 
+/* A step of two marked layers: x [b, 8] -> layer 0 -> layer 1 -> mean square. */
+static int two_layers(mg_graph *g, void *user, mg_microbatch *mb, mg_error *err) {
+    (void)user, (void)err;
+    mg_tensor *x = mg_step_input(g, "x", MG_F32, 2, (int64_t[]){mb->batch, 8});
+    for (int l = 0; l < 2; l++) {
+        mg_graph_set_layer(g, l);
+        mg_scope_push(g, "layer.%d", l);
+        x = mg_gelu(g, mg_linear(g, x, mg_param(g, "weight", 2, (int64_t[]){8, 8}, (mg_init){MG_INIT_NORMAL, 0.1f}), NULL));
+        mg_scope_pop(g);
+    }
+    mg_graph_set_layer(g, MG_LAYER_POST);
+    mb->loss = mg_mean(g, mg_mul(g, x, x), MG_ALL_AXES, false);
+    return MG_OK;
+}
+
+/* Pipeline stages the model's layers do not split into are the plan check's error (every
+ * rank finds it before partitioning, naming the count), not the partitioner's. */
+static void graph_check_layers(void) {
+    mg_step_options o = {.micro_batch = 2, .n_micro = 2, .training = true, .optim = mg_adamw_defaults()};
+    mg_train_step st;
+    mg_error err = {0};
+    TK_CHECK(mg_train_step_build(&o, two_layers, NULL, &st, &err) == MG_OK, "step: %s", err.msg);
+    mg_plan p;
+    mg_plan_defaults(&p);
+    p.pp = 3;
+    int rc = mg_plan_check_graph(&p, 3, st.g, &err);
+    TK_CHECK(rc == MG_ERR_INVALID && strstr(err.msg, "2 layers do not divide into 3 stages"), "pp 3: rc %d: %s", rc,
+             err.msg);
+    p.pp = 2;
+    err = (mg_error){0};
+    TK_CHECK(mg_plan_check_graph(&p, 2, st.g, &err) == MG_OK, "pp 2 over 2 layers: %s", err.msg);
+    mg_train_step_release(&st);
+}
+
 int main(int argc, char **argv) {
     static const tk_case cases[] = {{"defaults", defaults}, {"file_ok", file_ok}, {"file_errors", file_errors},
                                     {"rules", rules}, {"file_none", file_none}, {"file_mesh", file_mesh},       {"no_rule", no_rule},
-                                    {"graph_checks", graph_checks}};
+                                    {"graph_checks", graph_checks}, {"graph_check_layers", graph_check_layers}};
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
 }
