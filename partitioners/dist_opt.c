@@ -77,7 +77,7 @@ static int dopt_init(part_ctx *c, mg_node *const *ord, int n_ord) {
         /* expert weights under expert parallelism keep the plain data-parallel step over
          * their own group (edp): ep.c */
         if (!p->requires_grad || !p->grad || !pp_here(c, p->grad)) continue; /* (another stage's) */
-        if (c->mesh->size[MG_GROUP_EP] > 1 && ep_is_expert_param(p)) continue;
+        if (ep_places_experts(c) && ep_is_expert_param(p)) continue;
         dparam *dp = &d->params[d->n_params];
         dp->p = p;
         dp->n = local_numel(c, p);

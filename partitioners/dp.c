@@ -50,8 +50,14 @@ static int reduce_share(part_ctx *c, const mg_tensor *lt) {
     return MG_OK;
 }
 
+/* No replicas to sum over: one data-parallel rank, and expert blocks (if any) on one
+ * edp rank (under context parallelism, dp 1 may still leave edp = cp / ep ranks). */
+static bool no_replicas(const part_ctx *c) {
+    return part_size(c, MG_GROUP_DP) == 1 && (!ep_places_experts(c) || part_size(c, MG_GROUP_EDP) == 1);
+}
+
 static int dp_node(part_ctx *c, const mg_node *n) {
-    if (part_size(c, MG_GROUP_DP) == 1 || n->mb >= 0) return PART_NEXT; /* inside a micro-batch: no shares */
+    if (no_replicas(c) || n->mb >= 0) return PART_NEXT; /* inside a micro-batch: no shares */
     int n_share = 0;
     for (int i = 0; i < n->n_in; i++) n_share += c->st[n->in[i]->id].t && is_share(c, n, n->in[i]);
     if (!n_share) return PART_NEXT;
@@ -77,7 +83,7 @@ void dp_mark_grad_share(part_ctx *c, const mg_tensor *lo) {
 }
 
 static int dp_after(part_ctx *c, const mg_node *n) {
-    if (part_size(c, MG_GROUP_DP) == 1) return MG_OK;
+    if (no_replicas(c)) return MG_OK;
     for (int j = 0; j < n->n_out; j++) {
         const mg_tensor *lo = n->out[j];
         if (c->final_grad_of[lo->id] < 0 || !c->st[lo->id].t) continue;

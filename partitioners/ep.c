@@ -4,7 +4,8 @@
  * Placement. An expert weight [E, ., .] (a parameter whose layout role is an expert one) is SPLIT(0)
  * over ep: rank j of the ep group holds experts [j E/ep, (j+1) E/ep), and so do its
  * gradient, gradient accumulator and Adam moments. Tokens are not split over ep: the ep
- * group is made of data-parallel ranks (mesh.c), each running its own micro-batches.
+ * group is made of data-parallel (and context-parallel) ranks (mesh.c), each running its
+ * own micro-batches (or its block of one).
  *
  * The expert region. Between moe_permute and moe_unpermute the serial layer holds the
  * routed rows in expert-major order ([R, h] with counts [E]). Under ep, each rank permutes
@@ -34,8 +35,21 @@
  * parallelism sums their shares over edp (dp.c). The gradient norm adds the expert blocks' sum of squares over ep
  * (ep_sumsq). With the distributed optimizer, only dense parameters go into its buckets
  * (dist_opt.c); expert weights keep the plain step (edp all-reduce, AdamW on the block,
- * moments whole on each edp replica). Expert tensor parallelism is 1: under tp, every tp rank runs the whole
- * experts on the same (replicated) tokens.
+ * moments whole on each edp replica).
+ *
+ * Context parallelism: each cp rank dispatches its own zigzag block of the sequence's
+ * rows (token_get), as Megatron's dispatcher its local tokens; the router before the
+ * permute runs whole on every cp rank (its op rules are replicated), so routing, drops
+ * and auxiliary losses are the serial ones. The ep group comes out of dp x cp.
+ *
+ * Expert tensor parallelism (the expert generator's tensor axis etp): every expert's fc1
+ * rows and fc2 columns split over it, the expert ops applying their own sharding rules
+ * over it (expert_node). With etp = tp the etp ranks hold the same tokens (whole over
+ * tp, or gathered by the rules under sequence parallelism); with an expert tensor group
+ * of its own (etp > 1, tp 1) they hold other tokens, and the group's token-side operands
+ * are all-gathered over etp first (token_get) and each rank keeps its own rows of the
+ * results (token_bind). Without either, every tp rank runs the whole experts on the same
+ * (replicated) tokens.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +58,7 @@
 
 typedef struct ep_route {
     int map_lid;                   /* the routing map (logical) the exchange belongs to */
+    int64_t rows;                  /* the rank's permuted rows (its local permute's bound) */
     mg_tensor *counts, *splits, *local;
     bool local_bound;              /* local is the value of logical local_lid */
     int local_lid;
@@ -52,10 +67,13 @@ typedef struct ep_route {
 struct ep_state {
     int ep, ep_rank, edp;
     int etp;                       /* expert tensor parallelism: the experts' rows / columns over etp (1: whole) */
+    bool gather;                   /* etp other than tp: the etp group's tokens are gathered (Megatron's dispatcher) */
+    int cp;                        /* context parallelism: each cp rank dispatches its own rows */
     unsigned char *side;           /* [n logical]: held dispatched (expert side) */
     mg_sharding *side_etp;         /* [n logical]: a dispatched tensor's state over etp */
     mg_tensor **side_full;         /* [n logical]: its whole copy over etp, once made */
     mg_tensor **combined;          /* [n logical]: the token-side copy of a dispatched tensor */
+    mg_tensor **tok;               /* [n logical]: a token-side operand's rows of the etp group (gather) */
     ep_route *routes;
     int n_routes, cap_routes;
 };
@@ -68,12 +86,16 @@ bool ep_is_expert_param(const mg_tensor *lt) {
 
 static struct ep_state *eps(const part_ctx *c) { return c->axis[PART_EP]; }
 
+/* An expert tensor group other than the tensor-parallel group (the plan's etp > 1,
+ * not tp): its ranks hold other tokens. */
+static bool etp_own_group(const part_ctx *c) { return c->plan->etp > 1 && c->plan->etp != c->plan->tp; }
+
+bool ep_places_experts(const part_ctx *c) { return c->mesh->size[MG_GROUP_EP] > 1 || etp_own_group(c); }
+
 static int ep_init(part_ctx *c, mg_node *const *ord, int n_ord) {
     (void)ord, (void)n_ord;
     int ep = c->mesh->size[MG_GROUP_EP];
-    if (ep <= 1) return MG_OK;
-    if (c->mesh->size[MG_GROUP_CP] > 1)
-        return part_fail(c, MG_ERR_UNSUPPORTED, "expert parallelism with context parallelism is not supported yet");
+    if (!ep_places_experts(c)) return MG_OK;
     struct ep_state *s = calloc(1, sizeof *s);
     int nt = mg_graph_n_tensors(c->L);
     if (s) {
@@ -81,17 +103,25 @@ static int ep_init(part_ctx *c, mg_node *const *ord, int n_ord) {
         s->combined = calloc((size_t)nt + 1, sizeof *s->combined);
         s->side_etp = calloc((size_t)nt + 1, sizeof *s->side_etp);
         s->side_full = calloc((size_t)nt + 1, sizeof *s->side_full);
+        s->tok = calloc((size_t)nt + 1, sizeof *s->tok);
     }
-    if (!s || !s->side || !s->combined || !s->side_etp || !s->side_full) {
-        if (s) free(s->side), free(s->combined), free(s->side_etp), free(s->side_full);
+    if (!s || !s->side || !s->combined || !s->side_etp || !s->side_full || !s->tok) {
+        if (s) free(s->side), free(s->combined), free(s->side_etp), free(s->side_full), free(s->tok);
         free(s);
         return part_fail(c, MG_ERR_NOMEM, "partitioning: out of memory");
     }
     s->ep = ep;
     s->ep_rank = c->mesh->coord[MG_GROUP_EP];
     s->edp = c->mesh->size[MG_GROUP_EDP];
-    s->etp = mg_plan_expert_tp(c->plan) ? c->mesh->size[MG_GROUP_ETP] : 1;
+    s->gather = etp_own_group(c);
+    s->etp = mg_plan_expert_tp(c->plan) || s->gather ? c->mesh->size[MG_GROUP_ETP] : 1;
+    s->cp = c->mesh->size[MG_GROUP_CP];
     c->axis[PART_EP] = s;
+    if (s->gather && c->mesh->size[MG_GROUP_TP] > 1)
+        return part_fail(c, MG_ERR_UNSUPPORTED,
+                         "--expert-tensor-parallel-size %d with --tensor-model-parallel-size %d: an expert tensor "
+                         "group other than the tensor-parallel group is supported with tp 1 (or etp = tp, or etp 1)",
+                         s->etp, c->mesh->size[MG_GROUP_TP]);
     /* every expert weight must split evenly */
     for (int i = 0; i < nt; i++) {
         const mg_tensor *t = mg_graph_tensor(c->L, i);
@@ -110,6 +140,7 @@ static void ep_release(part_ctx *c) {
     free(s->combined);
     free(s->side_etp);
     free(s->side_full);
+    free(s->tok);
     free(s->routes);
     free(s);
     c->axis[PART_EP] = NULL;
@@ -117,10 +148,17 @@ static void ep_release(part_ctx *c) {
 
 static void ep_leaf(const part_ctx *c, const mg_tensor *lt, mg_placement *p) {
     const struct ep_state *s = eps(c);
-    if (!s || !ep_is_expert_param(lt)) return;
+    /* an expert weight, or its gradient accumulator or Adam moment: the weight's block,
+     * whichever axis makes the state leaf first (cp's node hook may, before this file's) */
+    const mg_tensor *w = !s ? NULL
+                         : ep_is_expert_param(lt) ? lt
+                         : lt->state_of && ep_is_expert_param(lt->state_of) && mg_same_shape(lt, lt->state_of)
+                             ? lt->state_of
+                             : NULL;
+    if (!w) return;
     p->ax[MG_GROUP_EP] = ep_split(0);
     if (s->etp > 1) /* Megatron's grouped column- / row-parallel linears over the expert tensor group */
-        p->ax[MG_GROUP_ETP] = mg_place_split(MG_GROUP_ETP, lt->layout == MG_LAYOUT_EXPERT_COLUMN ? 1 : 2);
+        p->ax[MG_GROUP_ETP] = mg_place_split(MG_GROUP_ETP, w->layout == MG_LAYOUT_EXPERT_COLUMN ? 1 : 2);
 }
 
 /* ---- binding dispatched tensors ------------------------------------------------------- */
@@ -199,17 +237,73 @@ static ep_route *find_route(part_ctx *c, int map_lid) {
     return NULL;
 }
 
+/* ---- the token side: what each rank dispatches ---------------------------------------------- */
+/* A token-side operand of the expert region (tokens, routing map, router weights, their
+ * gradients) as this rank dispatches it: whole over tp, its own block of rows over cp
+ * (each cp rank dispatches its zigzag block of the sequence, as Megatron's dispatcher its
+ * local tokens; the MoE layer is token-wise), other axes as they are. With an expert
+ * tensor group of its own (etp other than tp), whose ranks hold other tokens, the rows
+ * of the whole group, all-gathered: every etp rank then permutes and dispatches the same
+ * rows, runs its slice of the experts on them and gets the sum over etp back
+ * (Megatron's dispatcher gathers over the expert tensor group after the all-to-all and
+ * reduce-scatters before the way back; the same rows meet the same slices). */
+static mg_tensor *token_get(part_ctx *c, const mg_tensor *lt) {
+    struct ep_state *s = eps(c);
+    if (s->gather && s->tok[lt->id]) return s->tok[lt->id];
+    mg_placement w = *part_placement(c, lt);
+    if (c->err->code) return NULL;
+    w.ax[MG_GROUP_TP] = sh_full();
+    if (s->cp > 1) w.ax[MG_GROUP_CP] = mg_place_split(MG_GROUP_CP, 0);
+    mg_tensor *x = part_get_pl(c, lt, &w);
+    if (!x || !s->gather) return x;
+    mg_tensor *y = mg_allgather(c->P, x, MG_GROUP_ETP, s->etp, 0, c->seq++);
+    if (!y) {
+        part_graph_error(c);
+        return NULL;
+    }
+    char nm[512];
+    snprintf(nm, sizeof nm, "%s@etp_tokens", lt->name);
+    for (int k = 1; mg_graph_find(c->P, nm); k++) snprintf(nm, sizeof nm, "%s@etp_tokens%d", lt->name, k);
+    part_rename(c, y, nm);
+    y->logical = lt->logical;
+    s->tok[lt->id] = y;
+    return y;
+}
+
+/* The rank's own rows of a token-side result computed on the etp group's rows, bound
+ * to logical output lo (whole over tp, its block over cp). */
+static int token_bind(part_ctx *c, const mg_node *n, int j, mg_tensor *y) {
+    struct ep_state *s = eps(c);
+    mg_placement pl = c->out[j];
+    if (s->cp > 1) pl.ax[MG_GROUP_CP] = mg_place_split(MG_GROUP_CP, 0);
+    if (s->gather) {
+        int64_t rows = y->shape[0] / s->etp;
+        y = mg_slice(c->P, y, 0, (int64_t)part_coord(c, MG_GROUP_ETP) * rows, rows);
+        if (!y) return part_graph_error(c);
+    }
+    return part_bind(c, n, n->out[j], y, &pl);
+}
+
 /* moe_permute: the local permutation, then the rows go to their experts' owners. */
 static int dispatch_node(part_ctx *c, const mg_node *n) {
     struct ep_state *s = eps(c);
     mg_tensor *in[3];
     for (int i = 0; i < n->n_in; i++)
-        if (!(in[i] = part_get(c, n->in[i], sh_full()))) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
+        if (!(in[i] = token_get(c, n->in[i]))) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
+    const mg_tensor *map = n->in[1];
+    /* the static row bound of the rank's permute: its tokens' (T of the serial T_all),
+     * at most every token once per expert, and the serial bound per micro-batch */
+    int64_t T = in[1]->shape[0], E = map->shape[1], El = E / s->ep, R = n->attrs.moe.rows;
+    mg_attrs at = n->attrs;
+    if (T != map->shape[0]) {
+        int64_t mbs = s->gather ? s->etp : 1;
+        at.moe.rows = R * mbs < T * E ? R * mbs : T * E;
+    }
+    R = at.moe.rows;
     char nm[512];
     snprintf(nm, sizeof nm, "%s@local", n->out[0]->name);
-    mg_node *lp = part_emit_aux(c, n, MG_OP_MOE_PERMUTE, &n->attrs, n->n_in, in, nm);
+    mg_node *lp = part_emit_aux(c, n, MG_OP_MOE_PERMUTE, &at, n->n_in, in, nm);
     if (!lp) return c->err->code ? c->err->code : part_graph_error(c);
-    const mg_tensor *map = n->in[1];
     ep_route *r = find_route(c, map->id);
     if (!r) { /* the first permute of this map (the forward): exchange the counts */
         if (s->n_routes == s->cap_routes) {
@@ -221,15 +315,19 @@ static int dispatch_node(part_ctx *c, const mg_node *n) {
         }
         r = &s->routes[s->n_routes++];
         r->map_lid = map->id;
+        r->rows = R;
         r->counts = lp->out[1];
         r->local_bound = false;
         r->local_lid = n->out[1]->id;
-        if (mg_alltoall_counts(c->P, r->counts, MG_GROUP_EP, s->ep, c->seq++, &r->splits, &r->local))
+        if (s->ep == 1) /* (experts over etp alone: the rank's rows are the dispatched ones) */
+            r->splits = NULL, r->local = r->counts;
+        else if (mg_alltoall_counts(c->P, r->counts, MG_GROUP_EP, s->ep, c->seq++, &r->splits, &r->local))
             return part_graph_error(c);
     }
-    int64_t T = map->shape[0], El = map->shape[1] / s->ep, R = n->attrs.moe.rows;
     int64_t rows = (int64_t)s->ep * (R < T * El ? R : T * El);
-    mg_tensor *xd = mg_alltoallv(c->P, lp->out[0], r->counts, r->splits, MG_GROUP_EP, s->ep, false, rows, c->seq++);
+    mg_tensor *xd = s->ep == 1 ? lp->out[0]
+                               : mg_alltoallv(c->P, lp->out[0], r->counts, r->splits, MG_GROUP_EP, s->ep, false, rows,
+                                              c->seq++);
     if (!xd) return part_graph_error(c);
     bind_side(c, n->out[0], xd);
     if (!r->local_bound) {
@@ -253,8 +351,9 @@ static mg_tensor *combined(part_ctx *c, const mg_tensor *lt, const mg_tensor *ma
         return NULL;
     }
     mg_tensor *x = side_get(c, lt, mg_place_full(MG_GROUP_ETP)); /* (summed over etp before it goes back) */
-    mg_tensor *y = x ? mg_alltoallv(c->P, x, r->counts, r->splits, MG_GROUP_EP, s->ep, true, lt->shape[0], c->seq++)
-                     : NULL;
+    int64_t rows = s->cp > 1 || s->gather ? r->rows : lt->shape[0];
+    mg_tensor *y = !x || s->ep == 1 ? x
+                                    : mg_alltoallv(c->P, x, r->counts, r->splits, MG_GROUP_EP, s->ep, true, rows, c->seq++);
     if (!y) {
         part_graph_error(c);
         return NULL;
@@ -269,17 +368,19 @@ static mg_tensor *combined(part_ctx *c, const mg_tensor *lt, const mg_tensor *ma
     return y;
 }
 
-/* moe_unpermute / moe_row_dot reading dispatched rows: combine them, then run as serial. */
+/* moe_unpermute / moe_row_dot reading dispatched rows: combine them, then run as serial
+ * on the rank's rows (the etp group's, of which it keeps its own). */
 static int combine_node(part_ctx *c, const mg_node *n) {
     mg_tensor *in[3];
+    const mg_tensor *map = n->in[n->op == MG_OP_MOE_ROW_DOT ? 2 : 1];
     for (int i = 0; i < n->n_in; i++) {
-        in[i] = eps(c)->side[n->in[i]->id] ? combined(c, n->in[i], n->in[1]) : part_get(c, n->in[i], sh_full());
+        in[i] = eps(c)->side[n->in[i]->id] ? combined(c, n->in[i], map) : token_get(c, n->in[i]);
         if (!in[i]) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
     }
-    mg_sharding outs[MG_SHARD_MAX_IO];
-    for (int j = 0; j < n->n_out; j++) outs[j] = sh_full();
-    (void)outs; /* (every output whole: the default) */
-    return part_emit(c, n, in, &n->attrs) ? MG_OK : part_status(c);
+    if (eps(c)->cp == 1 && !eps(c)->gather) return part_emit(c, n, in, &n->attrs) ? MG_OK : part_status(c);
+    mg_node *nd = part_emit_aux(c, n, n->op, &n->attrs, n->n_in, in, n->out[0]->name);
+    if (!nd) return part_status(c);
+    return token_bind(c, n, 0, nd->out[0]) ? part_status(c) : MG_OK;
 }
 
 /* An op of the expert region: on the dispatched rows and the local experts' weights. */
@@ -392,8 +493,11 @@ static int ep_sumsq(part_ctx *c, const mg_node *n) {
     if (ne) {
         snprintf(nm, sizeof nm, "%s@experts", n->out[0]->name);
         mg_node *b = part_emit_aux(c, n, MG_OP_SUMSQ, &n->attrs, ne, expert, nm);
-        if (!b || !(se = mg_allreduce(c->P, b->out[0], MG_GROUP_EP, eps(c)->ep, MG_REDUCE_SUM, c->seq++)))
-            return c->err->code ? c->err->code : part_graph_error(c);
+        se = b ? b->out[0] : NULL;
+        if (se && eps(c)->ep > 1) se = mg_allreduce(c->P, se, MG_GROUP_EP, eps(c)->ep, MG_REDUCE_SUM, c->seq++);
+        /* (an expert tensor group of its own: its slices summed over it; else tp's sum does) */
+        if (se && eps(c)->gather) se = mg_allreduce(c->P, se, MG_GROUP_ETP, eps(c)->etp, MG_REDUCE_SUM, c->seq++);
+        if (!se) return c->err->code ? c->err->code : part_graph_error(c);
         sum = sum ? mg_add(c->P, sum, se) : se;
     }
     if (!sum) sum = mg_zeros(c->P, n->out[0]->dtype, n->out[0]->ndim, n->out[0]->shape);

@@ -195,6 +195,9 @@ void dp_mark_grad_share(part_ctx *c, const mg_tensor *lo);
 bool dopt_has_param(const part_ctx *c, int pid);
 /* ep.c: an expert weight (its layout role says so). */
 bool ep_is_expert_param(const mg_tensor *lt);
+/* ep.c: whether the experts are placed on the expert axes (ep > 1, or an expert tensor
+ * group other than tp's): their gradients are then shares over edp. */
+bool ep_places_experts(const part_ctx *c);
 /* pp.c: whether this rank's stage computes lt (true for leaves and without pp). */
 bool pp_here(const part_ctx *c, const mg_tensor *lt);
 /* tp.c: the tensor-parallel state a parameter starts in (its layout role, or a plan rule). */

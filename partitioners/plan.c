@@ -228,10 +228,12 @@ void mg_plan_print(const mg_plan *p, FILE *f) {
 bool mg_plan_expert_tp(const mg_plan *p) { return p->etp > 1 && p->etp == p->tp; }
 
 int mg_plan_mesh(const mg_plan *p, int world, int rank, mg_mesh *m, mg_error *err) {
-    /* the expert generator's tensor group is tp's: the experts are split over it or whole
-     * on each of its ranks (etp 1: Megatron would lay ep across tp ranks instead; the
-     * same computation) */
-    mg_mesh_spec s = {p->tp, p->cp, p->ep, p->pp, p->tp, p->order[0] ? p->order : NULL};
+    /* the expert generator's tensor group: --expert-tensor-parallel-size when it is more
+     * than 1 (ep.c gathers the tokens of its ranks when it is not tp), else tp's: the
+     * experts whole on each of its ranks (etp 1: Megatron would lay ep across tp ranks
+     * instead; the same computation) */
+    int etp = p->etp > 1 ? p->etp : p->tp;
+    mg_mesh_spec s = {p->tp, p->cp, p->ep, p->pp, etp, p->order[0] ? p->order : NULL};
     return mg_mesh_init_spec(m, world, rank, &s, err);
 }
 
@@ -292,10 +294,6 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
                                 "--expert-model-parallel-size %d does not divide the data-parallel x context-parallel "
                                 "size %lld (world %d / (tp %d x pp %d)): expert parallelism reuses those ranks",
                                 p->ep, (long long)dpcp, world, p->tp, p->pp);
-        if (p->cp > 1)
-            return mg_error_set(err, MG_ERR_UNSUPPORTED,
-                                "--expert-model-parallel-size %d with --context-parallel-size %d is not supported yet",
-                                p->ep, p->cp);
     }
     if (p->etp < 0) return mg_error_set(err, MG_ERR_INVALID, "--expert-tensor-parallel-size must be >= 1 (got %d)", p->etp);
     { /* the mesh's own rules (the order, the expert layers' world) */
@@ -303,7 +301,7 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
         int rc = mg_plan_mesh(p, world, 0, &m, err);
         if (rc) return rc;
     }
-    if (p->fsdp != MG_FSDP_NONE && (p->pp > 1 || p->cp > 1 || p->ep > 1))
+    if (p->fsdp != MG_FSDP_NONE && (p->pp > 1 || p->cp > 1 || p->ep > 1 || (p->etp > 1 && p->etp != p->tp)))
         return mg_error_set(err, MG_ERR_UNSUPPORTED,
                             "--use-megatron-fsdp (%s) with %s is not supported yet (fsdp shards over dp, with tensor "
                             "parallelism)",

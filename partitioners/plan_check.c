@@ -48,12 +48,12 @@ static int check_rules(const mg_plan *p, const mg_graph *L, mg_error *err) {
 int mg_plan_check_graph(const mg_plan *p, int world, const mg_graph *L, mg_error *err) {
     int rc = check_rules(p, L, err);
     if (rc) return rc;
-    for (int i = 0; p->etp > 1 && p->etp != p->tp && i < mg_graph_n_tensors(L); i++)
+    for (int i = 0; p->etp > 1 && p->etp != p->tp && p->tp > 1 && i < mg_graph_n_tensors(L); i++)
         if (mg_layout_is_expert(mg_graph_tensor(L, i)->layout))
             return mg_error_set(err, MG_ERR_UNSUPPORTED,
                                 "--expert-tensor-parallel-size %d other than 1 or --tensor-model-parallel-size %d is "
-                                "not supported yet (the experts are split over the tensor-parallel group, or whole on "
-                                "each of its ranks)",
+                                "supported with --tensor-model-parallel-size 1 only (the expert tensor group is then "
+                                "ranks holding other tokens, gathered for the experts)",
                                 p->etp, p->tp);
     int inner = p->tp * p->pp * p->cp, dp = inner > 0 ? world / inner : 1, n_layers = 0;
     bool per_mb = false, layers = false;

@@ -425,11 +425,11 @@ static int check_expert_parallel(const run *r, const mg_gpt_config *m, mg_error 
     int ep = r->plan.ep;
     int etp = r->cfg.expert_tensor_parallel_size;
     if (etp < 1) return mg_error_set(err, MG_ERR_INVALID, "--expert-tensor-parallel-size must be >= 1 (got %d)", etp);
-    if (m->moe.num_experts > 0 && etp > 1 && etp != r->plan.tp)
+    if (m->moe.num_experts > 0 && etp > 1 && etp != r->plan.tp && r->plan.tp > 1)
         return mg_error_set(err, MG_ERR_UNSUPPORTED,
-                            "--expert-tensor-parallel-size %d other than 1 or --tensor-model-parallel-size %d is not "
-                            "supported yet (the experts are split over the tensor-parallel group, or whole on each of "
-                            "its ranks)",
+                            "--expert-tensor-parallel-size %d other than 1 or --tensor-model-parallel-size %d is "
+                            "supported with --tensor-model-parallel-size 1 only (the expert tensor group is then ranks "
+                            "holding other tokens, gathered for the experts)",
                             etp, r->plan.tp);
     if (ep > 1 && m->moe.num_experts == 0)
         return mg_error_set(err, MG_ERR_INVALID, "--expert-model-parallel-size %d needs --num-experts (a MoE model)", ep);

@@ -371,7 +371,8 @@ static const flag flags[] = {
      "context parallelism passes K/V around a ring (Megatron's p2p); a2a, allgather and a2a+p2p are not built"},
     {"--expert-model-parallel-size", F_INT, O(expert_model_parallel_size), USE, NULL, "ep: experts split over ep ranks of dp"},
     {"--expert-tensor-parallel-size", F_INT, O(expert_tensor_parallel_size), USE, NULL,
-     "= tp: every expert's rows / columns split over the tp group; 1 (mgraph's default; Megatron's is tp): whole experts on each tp rank"},
+     "= tp: every expert's rows / columns split over the tp group; > 1 with tp 1: over an expert tensor group of its own (its "
+     "ranks' tokens gathered for the experts); 1 (mgraph's default; Megatron's is tp): whole experts on each tp rank"},
     {"--num-layers-per-virtual-pipeline-stage", F_INT, O(num_layers_per_virtual_pipeline_stage), USE, NULL,
      "interleaved pipeline: layers per model chunk"},
     {"--num-virtual-stages-per-pipeline-rank", F_INT, O(num_virtual_stages_per_pipeline_rank), USE, NULL,

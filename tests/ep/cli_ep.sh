@@ -112,6 +112,16 @@ pp2_ep2)
 pp2_ep2_distopt)
     train_vs_serial 4 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 --use-distributed-optimizer
     echo "ok $CASE" ;;
+ep2_cp2)
+    # each context-parallel rank dispatches its zigzag block of the sequence (the ep group
+    # is the cp group here)
+    train_vs_serial 2 --expert-model-parallel-size 2 --context-parallel-size 2
+    echo "ok $CASE" ;;
+etp2_ep2_tp1)
+    # experts over ep 2 x an expert tensor group of 2 with dense tp 1 (dp 4, edp 1): each
+    # expert's rows / columns split over ranks holding other tokens, gathered for them
+    train_vs_serial 4 --expert-model-parallel-size 2 --expert-tensor-parallel-size 2
+    echo "ok $CASE" ;;
 checkpoint)
     # an ep 2 checkpoint (each expert block written once, by its edp index 0) resumes on one
     # rank, and a serial checkpoint resumes under ep 2 on 4 ranks (dp 4, edp 2): iterations 4-6
@@ -130,8 +140,10 @@ bad_flags)
         $MPI -np 2 "$RUN" "${MOE[@]}" --num-experts 3 --expert-model-parallel-size 2
     expect_usage ep_without_moe "expert-model-parallel-size 2 needs --num-experts" \
         $MPI -np 2 "$RUN" "${MOE[@]}" --num-experts 0 --expert-model-parallel-size 2
-    expect_usage expert_tp "expert-tensor-parallel-size 2 other than 1 or --tensor-model-parallel-size 1 is not supported" \
+    expect_usage expert_tp_world "world size 1 is not a multiple of etp.ep.pp = 2.1.1 = 2" \
         "$RUN" "${MOE[@]}" --expert-tensor-parallel-size 2
+    expect_usage expert_tp_with_tp "expert-tensor-parallel-size 4 other than 1 or --tensor-model-parallel-size 2 is supported with --tensor-model-parallel-size 1 only" \
+        $MPI -np 4 "$RUN" "${MOE[@]}" --tensor-model-parallel-size 2 --expert-tensor-parallel-size 4
     echo "ok $CASE" ;;
 mixtral_dry_run)
     # Mixtral 8x7B: 32 layers, h 4096, 32 heads in 8 query groups, ffn 14336, seq 4096, 8 experts

@@ -267,7 +267,13 @@ int main(int argc, char **argv) {
     /* MG_TEST_ETP=1: expert tensor parallelism (--expert-tensor-parallel-size = tp): every
      * expert's rows (fc1) and columns (fc2) split over the tensor-parallel group too */
     if (getenv("MG_TEST_ETP") && !strcmp(getenv("MG_TEST_ETP"), "1")) plan.etp = plan.tp;
-    int etp = mg_plan_expert_tp(&plan) ? plan.tp : 1;
+    /* MG_TEST_ETP_SIZE=N: --expert-tensor-parallel-size N (other than tp: the experts over
+     * an expert tensor group of their own, whose ranks hold other tokens); MG_TEST_CP=N:
+     * --context-parallel-size N (each cp rank dispatches its block of the sequence) */
+    if (getenv("MG_TEST_ETP_SIZE")) plan.etp = atoi(getenv("MG_TEST_ETP_SIZE"));
+    if (getenv("MG_TEST_CP")) plan.cp = atoi(getenv("MG_TEST_CP"));
+    bool etp_own = plan.etp > 1 && plan.etp != plan.tp;
+    int etp = mg_plan_expert_tp(&plan) ? plan.tp : etp_own ? plan.etp : 1;
     mg_error err = {0};
     mg_mesh mesh;
     if (mg_plan_mesh(&plan, world, rank_, &mesh, &err)) die("mesh", &err);
@@ -315,8 +321,9 @@ int main(int argc, char **argv) {
           (long long)ng, (long long)egs, (long long)ngs);
     int n_rs = 0;
     for (int i = 0; i < mg_graph_n_nodes(R->graph); i++)
-        n_rs += mg_graph_node(R->graph, i)->op == MG_OP_REDUCE_SCATTER && mg_graph_node(R->graph, i)->attrs.comm.group == MG_GROUP_DP;
-    CHECK((n_rs > 0) == (plan.distributed_optimizer && dp > 1), "%d gradient-bucket reduce-scatters over dp with distopt %d", n_rs,
+        n_rs += mg_graph_node(R->graph, i)->op == MG_OP_REDUCE_SCATTER &&
+                mg_graph_node(R->graph, i)->attrs.comm.group == (plan.cp > 1 ? MG_GROUP_DP_CP : MG_GROUP_DP);
+    CHECK((n_rs > 0) == (plan.distributed_optimizer && dp * plan.cp > 1), "%d gradient-bucket reduce-scatters over dp (x cp) with distopt %d", n_rs,
           plan.distributed_optimizer);
     const mg_train_step *pst = mg_trainer_train_step(par);
     CHECK(mg_rank_tensor(R, pst->loss) && mg_rank_tensor(R, pst->opt.grad_norm) && mg_rank_tensor(R, pst->metrics[0]),
@@ -343,7 +350,9 @@ int main(int argc, char **argv) {
             CHECK(sent[g] == iters * counted[g], "group %s: sent %.0f bytes in %d steps, the graph counts %.0f per step",
                   mg_group_name((mg_group)g), sent[g], iters, counted[g]);
     CHECK((sent[MG_GROUP_EP] > 0) == (ep > 1), "the ep group sent %.0f bytes with ep %d", sent[MG_GROUP_EP], ep);
-    CHECK(etp == 1 || sent[ep > 1 ? MG_GROUP_ETP : MG_GROUP_TP] > 0, "expert tensor parallelism %d sent nothing", etp);
+    CHECK(etp == 1 || sent[ep > 1 || etp_own ? MG_GROUP_ETP : MG_GROUP_TP] > 0, "expert tensor parallelism %d sent nothing",
+          etp);
+    CHECK(plan.cp == 1 || sent[MG_GROUP_CP] > 0, "context parallelism %d sent nothing", plan.cp);
     /* (the two trainers build the same logical graph: a parameter has one id in both) */
     double worst_param = 0;
     for (int i = 0; i < mg_graph_n_tensors(SL); i++) {
@@ -362,10 +371,10 @@ int main(int argc, char **argv) {
     int total_fail;
     MPI_Allreduce(&failures, &total_fail, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank_ == 0)
-        printf("moe %s plan tp=%d ep=%d dp=%d capacity=%g distopt=%d sp=%d: %d iterations, worst relative error: lm loss %.3g, grad norm %.3g, "
+        printf("moe %s plan tp=%d ep=%d etp=%d cp=%d dp=%d capacity=%g distopt=%d sp=%d: %d iterations, worst relative error: lm loss %.3g, grad norm %.3g, "
                "load-balancing loss %.3g; worst parameter error %.3g of tolerance; all-to-all bytes per step (all ranks) "
                "%.0f measured, %.0f balanced-routing estimate: %s\n",
-               act, plan.tp, ep, dp, capacity, plan.distributed_optimizer, plan.sequence_parallel, iters, red[0], red[1], red[2], red[3], red[4], red[5],
+               act, plan.tp, ep, etp, plan.cp, dp, capacity, plan.distributed_optimizer, plan.sequence_parallel, iters, red[0], red[1], red[2], red[3], red[4], red[5],
                total_fail ? "FAILED" : "ok");
     mg_trainer_free(par);
     mg_trainer_free(ser);
