@@ -10,7 +10,7 @@ typedef struct mg_dataset_ops {
     void (*destroy)(void *impl);
 } mg_dataset_ops;
 
-enum { MG_DATASET_GPT = 1, MG_DATASET_TEXT = 2, MG_DATASET_PER_SPLIT = 3 };
+enum { MG_DATASET_GPT = 1, MG_DATASET_TEXT = 2, MG_DATASET_PER_SPLIT = 3, MG_DATASET_MOCK = 4 };
 
 struct mg_dataset {
     const mg_dataset_ops *ops;

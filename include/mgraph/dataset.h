@@ -3,10 +3,11 @@
  * 1. Megatron's indexed dataset (.bin/.idx, core/datasets/indexed_dataset.py): a
  *    memory-mapped reader and a streaming writer, bit-compatible with Megatron's files.
  * 2. mg_dataset: one sampling interface (samples of seq_length + 1 tokens per split)
- *    with two implementations:
+ *    with three implementations:
  *      - the GPT dataset over indexed datasets (Megatron's --data-path / --split /
  *        --seq-length / --seed / --data-cache-path, blends included);
- *      - the raw text dataset: one text file tokenized in memory, for quick runs.
+ *      - the raw text dataset: one text file tokenized in memory, for quick runs;
+ *      - Megatron's mock dataset (--mock-data), its samples in Megatron's order.
  */
 #ifndef MGRAPH_DATASET_H
 #define MGRAPH_DATASET_H
@@ -130,6 +131,24 @@ int mg_gpt_dataset_open(const mg_gpt_dataset_config *cfg, mg_dataset **out, mg_e
 /* For a GPT dataset: how many of the per-(dataset, split) indices came from the cache
  * and how many were built (and written, with a cache path) by open. */
 int mg_gpt_dataset_cache_stats(const mg_dataset *ds, int *loaded, int *built);
+
+/* ---- Megatron's mock GPT dataset (--mock-data) ------------------------------------------ */
+
+/* MockGPTDataset over MockGPTLowLevelDataset (megatron/core/datasets/gpt_dataset.py):
+ * 100000 synthetic documents (lengths from numpy's default_rng(0), tokens 1, 2, ... mod
+ * the vocabulary, then EOD), split by --split, each split's indices built and shuffled
+ * with numpy's RandomState(seed) as Megatron builds them: sample i of a split is
+ * Megatron's for the same seed, seq_length, split and sample counts. */
+typedef struct mg_mock_dataset_config {
+    const char *split;      /* NULL: "969,30,1" */
+    int seq_length;
+    uint64_t seed;          /* --seed, < 2^32 (numpy's RandomState) */
+    uint64_t num_samples[3];/* Megatron's train / valid / test sample counts (0: one epoch) */
+    int64_t vocab_size;     /* the tokenizer's vocabulary (unpadded, as Megatron's tokenizer.vocab_size) */
+    int32_t eod;            /* the tokenizer's EOD id (must be >= 0) */
+} mg_mock_dataset_config;
+
+int mg_mock_dataset_open(const mg_mock_dataset_config *cfg, mg_dataset **out, mg_error *err);
 
 /* ---- raw text dataset --------------------------------------------------------------- */
 
