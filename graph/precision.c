@@ -56,6 +56,7 @@ static mg_tensor *model_copy(mg_graph *g, mg_tensor *p, mg_dtype dt) {
     c->no_weight_decay = p->no_weight_decay;
     c->storage = dt;
     c->model_copy = true;
+    c->copy_of = p;
     return c;
 }
 

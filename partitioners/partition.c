@@ -694,6 +694,10 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
     if (!rc) rc = finish_outputs(&c);
     for (int a = 0; a < PART_N_AXES && !rc; a++)
         if (axes[a]->finish) rc = axes[a]->finish(&c);
+    for (int i = 0; i < nt && !rc; i++) { /* model copies' bindings, once both sides are made */
+        const mg_tensor *lt = mg_graph_tensor(L, i);
+        if (lt->copy_of && c.st[i].t) c.st[i].t->copy_of = c.st[lt->copy_of->id].t;
+    }
     part_enter_node_context(&c, NULL);
     if (!rc) rc = mg_graph_validate(c.P, err);
     if (!rc && !(out->local = calloc((size_t)nt + 1, sizeof *out->local)))

@@ -32,8 +32,8 @@
 #include "partitioners/partition_internal.h"
 
 mg_sharding tp_param_state(const part_ctx *c, const mg_tensor *lt) {
-    char base[512]; /* a model copy is placed as its parameter (mgraph/precision.h) */
-    const char *name = mg_param_name(lt, base, sizeof base);
+    /* a model copy is placed as its parameter (mgraph/precision.h: the typed binding) */
+    const char *name = lt->copy_of ? lt->copy_of->name : lt->name;
     int dim = -1;
     bool ruled = false;
     for (int i = c->plan->n_rules - 1; i >= 0 && !ruled; i--) { /* a plan's rule by name wins (the last that matches) */

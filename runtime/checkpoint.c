@@ -33,15 +33,14 @@ static bool is_state(const mg_tensor *t) {
  * data-parallel rank 0, tensor-parallel rank 0 for what tp replicates; every dp rank
  * for its distributed-optimizer segments; every pipeline stage for its own layers, the
  * stages' shared state being left to the first that holds it, see drop_lower_stages). */
-static int piece_of(const mg_graph *g, const mg_mesh *mesh, mg_tensor *t, mg_storage *st, mg_ckpt_piece *p,
+static int piece_of(const mg_mesh *mesh, mg_tensor *t, mg_storage *st, mg_ckpt_piece *p,
                     bool *owner, mg_error *err) {
     memset(p, 0, sizeof *p);
     p->name = t->name;
     p->dtype = mg_tensor_storage(t); /* (narrow moments are saved narrow; mg_ckpt_fill converts) */
     if (t->model_copy) { /* a parameter's model copy loads its parameter's values (mgraph/precision.h) */
-        char base[512];
-        mg_tensor *par = mg_graph_find(g, mg_param_name(t, base, sizeof base));
-        if (!par) return mg_error_set(err, MG_ERR_RUNTIME, "checkpoint: '%s' has no parameter '%s'", t->name, base);
+        const mg_tensor *par = t->copy_of; /* (the typed binding: precision.c sets it) */
+        if (!par) return mg_error_set(err, MG_ERR_RUNTIME, "checkpoint: model copy '%s' has no parameter", t->name);
         p->name = par->name;
     }
     p->data = mg_storage_data(st, t);
@@ -89,7 +88,7 @@ static int collect(const mg_graph *g, const mg_mesh *mesh, mg_storage *st, bool 
         mg_tensor *t = mg_graph_tensor(g, i);
         if (!is_state(t) || (!moments && t->role != MG_ROLE_PARAM) || (t->model_copy && !copies)) continue;
         bool owner = false;
-        int rc = piece_of(g, mesh, t, st, &v[k], &owner, err);
+        int rc = piece_of(mesh, t, st, &v[k], &owner, err);
         if (rc) {
             free(v);
             return rc;

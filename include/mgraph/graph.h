@@ -169,6 +169,8 @@ typedef struct mg_tensor {
      * (rounded) and loaded from the same checkpoint entry; written from the main parameter
      * after each step; never saved. */
     bool model_copy;
+    struct mg_tensor *copy_of;    /* a model copy's parameter, in the same graph (the typed binding
+                                   * checkpoints load it through, never its name); NULL otherwise */
 } mg_tensor;
 
 /* Typed attributes, one struct per op family (no untyped int arrays). */
