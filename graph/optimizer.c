@@ -180,6 +180,20 @@ int mg_graph_add_adamw_scaled(mg_graph *g, const mg_adamw_config *cfg, mg_tensor
         mg_tensor *s = sq ? sq->out[0] : NULL;
         total = total ? mg_add(g, total, s) : s;
     }
+    /* --log-num-zeros-in-grad: the same walk counting zeros; the host reads the sum (a
+     * partitioner reduces it over the groups that hold shares of it) */
+    mg_tensor *zeros = NULL;
+    mg_attrs count = {.sumsq = {true}};
+    for (int i = 0; cfg->num_zeros && i < k; i++) {
+        mg_node *zn = mg_node_new(g, MG_OP_SUMSQ, &count, 1, &grads[i], "grad_zeros");
+        mg_tensor *z = zn ? zn->out[0] : NULL;
+        zeros = zeros ? mg_add(g, zeros, z) : z;
+    }
+    if (zeros && !g->error.code) {
+        mg_set_name(g, zeros, "num_zeros");
+        zeros->persistent = true; /* read by the host */
+        if (out) out->num_zeros = zeros;
+    }
     mg_attrs clip = {.clip = {cfg->clip_grad}};
     mg_tensor *clip_in[2] = {total, grad_scale};
     mg_node *cn = mg_node_new(g, MG_OP_CLIP_COEF, &clip, grad_scale ? 2 : 1, clip_in, "clip_coef");

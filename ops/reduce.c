@@ -116,6 +116,7 @@ mg_tensor *mg_sum(mg_graph *g, mg_tensor *x, int dim, bool keepdim) { return red
 mg_tensor *mg_mean(mg_graph *g, mg_tensor *x, int dim, bool keepdim) { return reduce(g, MG_OP_MEAN, x, dim, keepdim); }
 
 /* ---- sumsq: sum of squares of any number of tensors, [1] -------------------------- */
+/* (attrs.sumsq.zeros: the number of their elements equal to zero instead) */
 static int infer_sumsq(const mg_node *n, mg_tensor_desc *out, mg_error *err) {
     for (int i = 0; i < n->n_in; i++)
         if (n->in[i]->dtype != MG_F32) return mg_shape_error(err, n, "inputs must be f32");
@@ -130,6 +131,16 @@ static int sumsq_cpu(const mg_kernel_args *a, mg_error *err) {
     /* eight independent double accumulators: the compiler vectorises this (a single
      * accumulator chains every add); the order is fixed, so results stay deterministic */
     double acc[8] = {0};
+    if (a->node->attrs.sumsq.zeros) { /* counted in 64 bits; the f32 result is exact below 2^24 */
+        int64_t z = 0;
+        for (int k = 0; k < a->node->n_in; k++) {
+            const float *x = a->in[k];
+            int64_t n = mg_numel(a->node->in[k]);
+            for (int64_t i = 0; i < n; i++) z += x[i] == 0.0f;
+        }
+        ((float *)a->out[0])[0] = (float)z;
+        return MG_OK;
+    }
     for (int k = 0; k < a->node->n_in; k++) {
         const float *x = a->in[k];
         int64_t n = mg_numel(a->node->in[k]), i = 0;

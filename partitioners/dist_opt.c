@@ -210,7 +210,7 @@ static int dopt_sumsq(part_ctx *c, const mg_node *n) {
     mg_tensor *out;
     if (count) {
         mg_tensor *seg = mg_slice(c->P, b->shard_grad, 0, a - range_lo(c, b), z - a);
-        mg_node *sq = seg ? mg_node_new(c->P, MG_OP_SUMSQ, NULL, 1, &seg, NULL) : NULL;
+        mg_node *sq = seg ? mg_node_new(c->P, MG_OP_SUMSQ, &n->attrs, 1, &seg, NULL) : NULL; /* (zeros: a count) */
         out = sq ? sq->out[0] : NULL;
     } else {
         out = mg_zeros(c->P, MG_F32, 1, (int64_t[]){1});

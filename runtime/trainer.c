@@ -321,6 +321,7 @@ int mg_trainer_step(mg_trainer *t, mg_step_result *r, mg_error *err) {
     r->lr = read_scalar(G, G->step.opt.lr);
     r->grad_norm = read_scalar(G, G->step.opt.grad_norm);
     r->params_norm = read_scalar(G, G->step.opt.params_norm);
+    r->num_zeros = read_scalar(G, G->step.opt.num_zeros);
     r->n_metrics = G->step.n_metrics;
     for (int i = 0; i < r->n_metrics; i++) {
         r->metrics[i] = read_scalar(G, G->step.metrics[i]);

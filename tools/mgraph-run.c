@@ -1005,7 +1005,7 @@ static int train(run *r, mg_error *err) {
                              flops / (avg_ms * 1e-3 * 1e12), lr_logged, (int)gbs,
                              interval_n > interval_out ? interval_loss / (interval_n - interval_out) : (double)NAN, gn,
                              pnorm, interval_nan, moe_log, c->log_world_size_to_tensorboard ? r->mesh.world : 0,
-                             r->fp16 ? r->scaler.scale : 1.0, interval_skipped, skip_here, interval_skipped == interval_n};
+                             r->fp16 ? r->scaler.scale : 1.0, interval_skipped, skip_here, interval_skipped == interval_n, (double)NAN};
         if (is_logger(r) && (due || first)) {
             mg_run_log_iteration(stdout, &l);
             fflush(stdout);

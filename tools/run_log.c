@@ -21,6 +21,7 @@ void mg_run_log_iteration(FILE *f, const mg_run_log_line *l) {
     if (!l->no_update) fprintf(f, " lm loss: %.6E |%s", l->lm_loss, l->extra ? l->extra : "");
     fprintf(f, " loss scale: %.1f |", l->loss_scale > 0 ? l->loss_scale : 1.0);
     if (!l->skipped) fprintf(f, " grad norm: %.3f |", l->grad_norm);
+    if (!l->skipped && !isnan(l->num_zeros)) fprintf(f, " num zeros: %.0f |", l->num_zeros);
     if (!isnan(l->params_norm)) fprintf(f, " params norm: %.3f |", l->params_norm);
     fprintf(f, " number of skipped iterations: %3d | number of nan iterations: %3d |\n", l->skipped_iterations,
             l->nan_iterations);
@@ -54,8 +55,25 @@ int mg_run_tb_iteration(mg_tb_writer *w, const mg_run_log_line *l, double iterat
     if (!rc) rc = pair(w, "lm loss", iteration_loss, it, n, err);
     if (!rc) rc = pair(w, "loss-scale", l->loss_scale > 0 ? l->loss_scale : 1.0, it, n, err);
     if (!rc) rc = pair(w, "grad-norm", l->grad_norm, it, n, err);
+    if (!rc && !l->skipped && !isnan(l->num_zeros)) rc = pair(w, "num-zeros", l->num_zeros, it, n, err);
     if (!rc && l->world_size > 0) rc = pair(w, "world-size", l->world_size, it, n, err);
     if (!rc && !isnan(l->params_norm)) rc = pair(w, "params-norm", l->params_norm, it, n, err);
+    return rc;
+}
+
+void mg_run_log_memory(FILE *f, int rank, int64_t iteration, const mg_memory_stats *m) {
+    const double mb = 1024.0 * 1024.0;
+    fprintf(f, "[Rank %d] (after %lld iterations) memory (MB) | allocated: %.2f | max allocated: %.2f | reserved: %.2f | "
+               "max reserved: %.2f\n",
+            rank, (long long)iteration, (double)m->allocated_bytes / mb, (double)m->max_allocated_bytes / mb,
+            (double)m->reserved_bytes / mb, (double)m->max_reserved_bytes / mb);
+}
+
+int mg_run_tb_memory(mg_tb_writer *w, int64_t iteration, const mg_memory_stats *m, mg_error *err) {
+    int rc = mg_tb_scalar(w, "mem-reserved-bytes", (float)m->reserved_bytes, iteration, err);
+    if (!rc) rc = mg_tb_scalar(w, "mem-allocated-bytes", (float)m->allocated_bytes, iteration, err);
+    if (!rc) rc = mg_tb_scalar(w, "mem-max-allocated-bytes", (float)m->max_allocated_bytes, iteration, err);
+    if (!rc) rc = mg_tb_scalar(w, "mem-allocated-count", (float)m->allocation_count, iteration, err);
     return rc;
 }
 

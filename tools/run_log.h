@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "mgraph/engine.h"
 #include "mgraph/tensorboard.h"
 
 typedef struct mg_run_log_line {
@@ -25,10 +26,18 @@ typedef struct mg_run_log_line {
     int skipped_iterations; /* since the last line (--fp16's overflows) */
     bool skipped;          /* this iteration was skipped: Megatron prints no grad norm */
     bool no_update;        /* every iteration since the last line was skipped: Megatron prints no lm loss */
+    double num_zeros;      /* --log-num-zeros-in-grad: this iteration's zero gradient elements; NaN: not logged */
 } mg_run_log_line;
 
 /* " [YYYY-MM-DD HH:MM:SS.ffffff] iteration ... |" (local time, as datetime.now()). */
 void mg_run_log_iteration(FILE *f, const mg_run_log_line *l);
+/* Megatron's report_memory after the first iterations: "[Rank R] (after N iterations)
+ * memory (MB) | allocated: ... | max allocated: ... | reserved: ... | max reserved: ...",
+ * MB being 2^20 bytes, of this process's storages (mg_memory_stats). */
+void mg_run_log_memory(FILE *f, int rank, int64_t iteration, const mg_memory_stats *m);
+/* --log-memory-to-tensorboard (with the iteration's scalars): mem-reserved-bytes,
+ * mem-allocated-bytes, mem-max-allocated-bytes, mem-allocated-count. */
+int mg_run_tb_memory(mg_tb_writer *w, int64_t iteration, const mg_memory_stats *m, mg_error *err);
 /* The perplexity Megatron reports: exp(min(20, loss)). */
 double mg_run_ppl(double loss);
 /* " validation loss at PREFIX | lm loss value: ... | lm loss PPL: ... | " between two

@@ -63,6 +63,20 @@ int mg_storage_n_buffers(const mg_storage *s);
 void *mg_storage_buffer(const mg_storage *s, int buffer);
 size_t mg_storage_buffer_bytes(const mg_storage *s, int buffer);
 
+/* What the storages of this process hold, all together (Megatron's report_memory and
+ * --log-memory-to-tensorboard read torch's allocator; mgraph's host memory for tensors
+ * is its storages: the memory plans' buffers, allocated when a storage is made and
+ * kept until it is freed, so the activation peak is inside allocated_bytes from the
+ * start). Borrowed buffers (params_from) count once, in their owner. */
+typedef struct mg_memory_stats {
+    size_t allocated_bytes;      /* the plan buffers' bytes, every copy */
+    size_t max_allocated_bytes;  /* the most allocated_bytes has been in this process */
+    size_t reserved_bytes;       /* what they took from the system: 64-byte lines, whole pages when mapped */
+    size_t max_reserved_bytes;
+    int64_t allocation_count;    /* buffers allocated now */
+} mg_memory_stats;
+void mg_memory_get_stats(mg_memory_stats *st);
+
 /* ---- reference executor ------------------------------------------------------ */
 /* Runs the step on the calling thread: the per-micro-batch part once per micro-batch
  * instance (info->n_micro), each time in topological order, then the once-per-step

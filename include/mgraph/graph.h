@@ -228,6 +228,11 @@ typedef struct mg_attr_adamw {
     bool skip_nonfinite; /* loss scaling: a clip coefficient that is not finite (an overflow) skips the update */
 } mg_attr_adamw;
 typedef struct mg_attr_clip { float max_norm; } mg_attr_clip;
+/* sumsq: with zeros, the count of elements equal to zero instead of the sum of squares
+ * (Megatron's count_zeros_fp32 for --log-num-zeros-in-grad). A sum like the other, so
+ * every partitioner's rule for the norm (shares summed over a group, replicated tensors
+ * counted once) gives the count of the whole model. */
+typedef struct mg_attr_sumsq { bool zeros; } mg_attr_sumsq;
 /* cast: the output holds the input's values in storage dtype `to` (rounded); fp8 and
  * loss-scaling ops (graph/precision.c) keep their parameters here too. */
 typedef struct mg_attr_cast { mg_dtype to; } mg_attr_cast;
@@ -320,6 +325,7 @@ typedef union mg_attrs {
     mg_attr_axis axis;
     mg_attr_adamw adamw;
     mg_attr_clip clip;
+    mg_attr_sumsq sumsq;
     mg_attr_cast cast;
     mg_attr_moe moe;
     mg_lr_schedule lr;

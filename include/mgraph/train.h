@@ -21,6 +21,9 @@ typedef struct mg_adamw_config {
     float clip_grad;             /* global-norm clipping threshold; <= 0 disables */
     mg_lr_schedule lr;
     bool params_norm;            /* also compute the parameters' L2 norm after the step (Megatron's --log-params-norm) */
+    /* also count the gradients' elements equal to zero, over the gradients the optimizer
+     * sees (Megatron's --log-num-zeros-in-grad, count_zeros_fp32) */
+    bool num_zeros;
     /* Megatron's --decoupled-lr / --decoupled-min-lr: parameters marked
      * embedding_or_output follow lr's schedule between these two rates instead */
     bool decoupled;
@@ -34,6 +37,8 @@ typedef struct mg_optimizer_outputs {
     mg_tensor *lr;               /* [1] learning rate used this step */
     mg_tensor *grad_norm;        /* [1] global gradient norm before clipping */
     mg_tensor *params_norm;      /* [1] L2 norm of every parameter after the step (cfg.params_norm), else NULL */
+    mg_tensor *num_zeros;        /* [1] zero elements of every gradient before clipping (cfg.num_zeros), else NULL;
+                                  * an f32 count, exact below 2^24 */
 } mg_optimizer_outputs;
 
 /* Appends the optimizer step for every parameter with a gradient: the global gradient

@@ -208,6 +208,7 @@ typedef struct mg_step_result {
     int64_t consumed_samples;  /* training samples consumed after it */
     double loss, grad_norm, lr;/* the step's mean loss, the gradient norm before clipping, its rate */
     double params_norm;        /* optim.params_norm: after the step; else NaN */
+    double num_zeros;          /* optim.num_zeros: zero gradient elements the optimizer saw; else NaN */
     int n_metrics;             /* the model's metrics (step means), as mg_train_step.metrics */
     double metrics[MG_STEP_MAX_METRICS];
     const char *metric_names[MG_STEP_MAX_METRICS];

@@ -19,13 +19,14 @@ __global__ void k_reduce_cols(const float *__restrict__ x, float *y, int64_t out
 }
 
 /* Partial sums of contiguous rows of length len (inner == 1): part[o * nch + c]. */
-__global__ void k_reduce_rows_part(const float *__restrict__ x, double *part, int64_t len, int64_t nch, bool square) {
+/* mode 0: the values, 1: their squares, 2: 1 for each zero (sumsq's count of zeros) */
+__global__ void k_reduce_rows_part(const float *__restrict__ x, double *part, int64_t len, int64_t nch, int mode) {
     __shared__ double sh[32];
     int64_t o = blockIdx.y, c = blockIdx.x;
     const float *p = x + o * len;
     int64_t b = c * CHUNK, e = min(len, b + CHUNK);
     double acc = 0;
-    for (int64_t j = b + threadIdx.x; j < e; j += blockDim.x) acc += square ? (double)p[j] * p[j] : (double)p[j];
+    for (int64_t j = b + threadIdx.x; j < e; j += blockDim.x) acc += mode == 1 ? (double)p[j] * p[j] : mode == 2 ? (double)(p[j] == 0.0f) : (double)p[j];
     acc = mg_block_sum(acc, sh);
     if (threadIdx.x == 0) part[o * nch + c] = acc;
 }
@@ -66,7 +67,7 @@ static int reduce(const mg_kernel_args *a, bool mean, mg_error *err) {
     int rc = mg_cuda_scratch((void **)&part, (size_t)(outer * nch) * sizeof(double), what, err);
     if (rc) return rc;
     k_reduce_rows_part<<<dim3((unsigned)nch, (unsigned)outer), NT, 0, mg_cuda_stream()>>>((const float *)a->in[0], part,
-                                                                                          len, nch, false);
+                                                                                          len, nch, 0);
     k_reduce_final<<<mg_cuda_blocks(outer, NT), NT, 0, mg_cuda_stream()>>>(part, (float *)a->out[0], outer, nch, scale);
     rc = mg_cuda_check_launch(what, err);
     mg_cuda_scratch_free(part);
@@ -89,7 +90,7 @@ extern "C" int mg_cuda_sumsq(const mg_kernel_args *a, mg_error *err) {
         int64_t len = mg_numel(n->in[k]), nch = (len + CHUNK - 1) / CHUNK;
         if (nch == 0) continue;
         k_reduce_rows_part<<<dim3((unsigned)nch, 1), NT, 0, mg_cuda_stream()>>>((const float *)a->in[k], part + at, len,
-                                                                                nch, true);
+                                                                                nch, n->attrs.sumsq.zeros ? 2 : 1);
         at += nch;
     }
     k_reduce_final<<<1, 1, 0, mg_cuda_stream()>>>(part, (float *)a->out[0], 1, total, 1.0);

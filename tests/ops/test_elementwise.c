@@ -193,6 +193,33 @@ static void fwd_sumsq(void) {
     mg_graph_free(g);
 }
 
+/* sumsq's count of zeros (--log-num-zeros-in-grad): -0 is a zero (torch.count_nonzero
+ * agrees), a subnormal is not */
+static void fwd_sumsq_zeros(void) {
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_param(g, "x", 2, (int64_t[]){3, 4}, (mg_init){MG_INIT_NORMAL, 1.0f});
+    mg_tensor *w = mg_param(g, "w", 1, (int64_t[]){7}, (mg_init){MG_INIT_NORMAL, 1.0f});
+    mg_tensor *in[2] = {x, w};
+    mg_attrs at = {.sumsq = {true}};
+    mg_node *n = mg_node_new(g, MG_OP_SUMSQ, &at, 2, in, "zeros");
+    tk_run r;
+    if (!n || tk_prepare(&r, g)) {
+        TK_CHECK(0, "build");
+        mg_graph_free(g);
+        return;
+    }
+    float *xv = tk_f32(&r, x), *wv = tk_f32(&r, w);
+    xv[0] = xv[5] = xv[11] = 0.0f;
+    xv[7] = -0.0f;
+    xv[3] = 1e-40f;
+    wv[6] = 0.0f;
+    tk_exec(&r);
+    float want = 5;
+    tk_expect_close("sumsq zeros", tk_f32(&r, n->out[0]), &want, 1, 0, 0);
+    tk_release(&r);
+    mg_graph_free(g);
+}
+
 static void fwd_errors(void) {
     mg_graph *g = mg_graph_new();
     mg_tensor *a = mg_input(g, "a", MG_F32, 2, (int64_t[]){3, 4}), *b = mg_input(g, "b", MG_F32, 2, (int64_t[]){3, 5});
@@ -288,7 +315,7 @@ int main(int argc, char **argv) {
         {"forward.mul", fwd_mul},         {"forward.scale", fwd_scale},
         {"forward.bias_add", fwd_bias_add}, {"forward.expand", fwd_expand},
         {"forward.sum_to", fwd_sum_to},   {"forward.sum", fwd_sum},
-        {"forward.mean", fwd_mean},       {"forward.sumsq", fwd_sumsq},
+        {"forward.mean", fwd_mean},       {"forward.sumsq", fwd_sumsq}, {"forward.sumsq_zeros", fwd_sumsq_zeros},
         {"forward.errors_elementwise", fwd_errors},
         {"grad.add", grad_add},           {"grad.sub", grad_sub},
         {"grad.mul", grad_mul},           {"grad.scale", grad_scale},

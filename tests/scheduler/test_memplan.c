@@ -532,11 +532,76 @@ static void test_no_false_order(void) {
     mg_step_release(&st);
 }
 
+/* mg_memory_get_stats (Megatron's memory report): what the storages hold is the plans'
+ * buffers, every copy, borrowed ones once; reserved is what they took (64-byte lines,
+ * whole pages when mapped); the peak stays when a storage is freed. */
+static void test_storage_stats(void) {
+    mg_graph *g = mg_graph_new();
+    int64_t s_odd[1] = {1000}, s_big[1] = {300000}; /* 4000 bytes (4032 taken), 1.2 MB (mapped) */
+    mg_tensor *x = mg_input(g, "x", MG_F32, 1, s_odd);
+    mg_tensor *w = mg_param(g, "w", 1, s_odd, (mg_init){MG_INIT_NORMAL, 0.02f});
+    mg_tensor *big = mg_param(g, "big", 1, s_big, (mg_init){MG_INIT_ZEROS, 0});
+    mg_tensor *a = mg_add(g, x, w), *y = mg_scale(g, a, 2.0f), *z = mg_scale(g, big, 3.0f);
+    y->persistent = z->persistent = true;
+    mg_memplan *p = plan_of(g, true);
+    mg_error err = {0};
+    mg_memory_stats m0, m1, m2, m3, m4;
+    mg_memory_get_stats(&m0);
+    mg_storage *s = NULL, *t = NULL;
+    if (!p || mg_storage_new(g, p, &s, &err)) {
+        TK_CHECK(0, "storage: %s", err.msg);
+        goto out;
+    }
+    mg_memory_get_stats(&m1);
+    size_t plan = p->persistent_bytes + p->microbatch_bytes + p->slot_bytes + p->step_bytes, taken = 0;
+    for (int b = 0; b < p->n_buffers; b++) {
+        size_t r = (p->buffer_bytes[b] + 63) / 64 * 64;
+        taken += r >= (1u << 20) ? (r + 4095) / 4096 * 4096 : r ? r : 64;
+    }
+    TK_CHECK(m1.allocated_bytes - m0.allocated_bytes == plan, "allocated %zu, the plan's buffers %zu",
+             m1.allocated_bytes - m0.allocated_bytes, plan);
+    TK_CHECK(plan >= 4 * (2000 + 2 * 300000), "plan %zu bytes: x, w, y, big, z", plan);
+    TK_CHECK(m1.reserved_bytes - m0.reserved_bytes == taken, "reserved %zu, expected %zu",
+             m1.reserved_bytes - m0.reserved_bytes, taken);
+    TK_CHECK(m1.allocation_count - m0.allocation_count == p->n_buffers, "%lld buffers counted, plan has %d",
+             (long long)(m1.allocation_count - m0.allocation_count), p->n_buffers);
+    TK_CHECK(m1.max_allocated_bytes >= m1.allocated_bytes && m1.max_reserved_bytes >= m1.reserved_bytes, "peaks");
+    /* a second storage on the first's parameters: only what it does not borrow */
+    mg_storage_options o = {.params_from = s};
+    if (mg_storage_new_ex(g, p, &o, &t, &err)) {
+        TK_CHECK(0, "second storage: %s", err.msg);
+        goto out;
+    }
+    mg_memory_get_stats(&m2);
+    size_t params = 4 * (1000 + 300000);
+    TK_CHECK(mg_storage_n_borrowed(t) == 2, "%d buffers borrowed", mg_storage_n_borrowed(t));
+    TK_CHECK(m2.allocated_bytes - m1.allocated_bytes == plan - params, "second storage %zu bytes, expected %zu",
+             m2.allocated_bytes - m1.allocated_bytes, plan - params);
+    mg_storage_free(t);
+    t = NULL;
+    mg_memory_get_stats(&m3);
+    TK_CHECK(m3.allocated_bytes == m1.allocated_bytes && m3.reserved_bytes == m1.reserved_bytes &&
+                 m3.allocation_count == m1.allocation_count,
+             "freeing the second storage gives back what it took");
+    TK_CHECK(m3.max_allocated_bytes == m2.max_allocated_bytes && m3.max_allocated_bytes >= m2.allocated_bytes,
+             "the peak stays: %zu", m3.max_allocated_bytes);
+    mg_storage_free(s);
+    s = NULL;
+    mg_memory_get_stats(&m4);
+    TK_CHECK(m4.allocated_bytes == m0.allocated_bytes && m4.allocation_count == m0.allocation_count, "all given back");
+out:
+    mg_storage_free(t);
+    mg_storage_free(s);
+    mg_memplan_free(p);
+    mg_graph_free(g);
+}
+
 int main(int argc, char **argv) {
     static const tk_case cases[] = {
         {"chain", test_chain},         {"diamond", test_diamond},           {"sizes", test_sizes},
         {"updates", test_updates},     {"update_order", test_update_order}, {"deterministic", test_deterministic},
         {"no_false_order", test_no_false_order}, {"views", test_views},     {"parts", test_parts},
+        {"storage_stats", test_storage_stats},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof cases[0]));
 }
