@@ -22,7 +22,7 @@
 
 #include "blas_env.h"
 #include "generate_model.h"
-#include "generate_sample.h"
+#include "mgraph/generate.h"
 #include "mgraph/infile.h"
 
 typedef struct gen_opts {
@@ -30,7 +30,7 @@ typedef struct gen_opts {
     const char *prompts[64];
     int n_prompts;
     int64_t max_new;
-    gen_sampling s;
+    mg_sampling s;
     bool ignore_eos, no_cache, json, help;
     int tok_argc;
     char *tok_argv[64];
@@ -201,133 +201,14 @@ static void free_prompts(prompt *ps, int n) {
     free(ps);
 }
 
-/* ---- the graphs --------------------------------------------------------------------------------- */
-typedef struct gen_graph {
-    mg_graph *g;
-    mg_gpt m;
-    mg_gpt_decode d;
-    mg_memplan *plan;
-    mg_storage *st;
-} gen_graph;
-
-static void graph_free(gen_graph *x) {
-    mg_storage_free(x->st);
-    mg_memplan_free(x->plan);
-    mg_gpt_decode_release(&x->d);
-    mg_gpt_release(&x->m);
-    mg_graph_free(x->g);
-    memset(x, 0, sizeof *x);
-}
-
-/* A forward over n new tokens after cache_len cached ones, on the loaded weights. */
-static int graph_new(const gen_model *gm, int n, int cache_len, gen_graph *x, mg_error *err) {
-    memset(x, 0, sizeof *x);
-    x->g = mg_graph_new();
-    int rc = x->g ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
-    if (!rc) rc = mg_gpt2_params(x->g, &gm->model, &x->m, err);
-    if (!rc) rc = mg_gpt_decode_build(x->g, &x->m, n, cache_len, &x->d, err);
-    if (!rc) rc = mg_memplan_build(x->g, true, &x->plan, err);
-    mg_storage_options so = {.params_from = gm->st};
-    if (!rc) rc = mg_storage_new_ex(x->g, x->plan, &so, &x->st, err);
-    if (!rc) rc = mg_storage_init(x->st, 0, err); /* (inputs with an init: --qk-l2-norm's ones) */
-    if (rc) graph_free(x);
-    return rc;
-}
-
-static int graph_run(gen_graph *x, mg_error *err) {
-    mg_exec_info info = {0};
-    return mg_exec_reference(x->g, x->st, &info, err);
-}
-
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* ---- one prompt ----------------------------------------------------------------------------------- */
-typedef struct gen_result {
-    mg_ids ids;
-    double *logprobs;
-    const char *stop;
-    double prefill_s, decode_s;
-    int64_t prefilled;
-} gen_result;
-
-static void write_tokens(gen_graph *x, const int32_t *ids, int64_t n, int64_t p0) {
-    int32_t *t = mg_storage_data(x->st, x->d.tokens), *pos = mg_storage_data(x->st, x->d.positions);
-    for (int64_t i = 0; i < n; i++) t[i] = ids[i], pos[i] = (int32_t)(p0 + i);
-}
-
-/* Appends the graph's new keys and values (rows 0..n) to the decode graph's cache at row p. */
-static void append_cache(const gen_graph *from, gen_graph *dec, int64_t p) {
-    for (int i = 0; i < from->d.n_layers; i++) {
-        mg_tensor *nk = from->d.new_k[i], *nv = from->d.new_v[i], *ck = dec->d.cache_k[i], *cv = dec->d.cache_v[i];
-        size_t rk = (size_t)(mg_numel(nk) / nk->shape[0]), rv = (size_t)(mg_numel(nv) / nv->shape[0]);
-        memcpy((float *)mg_storage_data(dec->st, ck) + (size_t)p * rk, mg_storage_data(from->st, nk),
-               (size_t)mg_numel(nk) * sizeof(float));
-        memcpy((float *)mg_storage_data(dec->st, cv) + (size_t)p * rv, mg_storage_data(from->st, nv),
-               (size_t)mg_numel(nv) * sizeof(float));
-    }
-}
-
-static int generate(const gen_model *gm, const gen_opts *o, const prompt *pr, uint64_t seq, gen_sampler *smp,
-                    gen_result *res, mg_error *err) {
-    memset(res, 0, sizeof *res);
-    int64_t P = (int64_t)pr->n, N = o->max_new;
-    int32_t eod = o->ignore_eos ? -1 : mg_tokenizer_eod(gm->tok);
-    res->logprobs = calloc((size_t)N, sizeof *res->logprobs);
-    int rc = res->logprobs ? mg_ids_reserve(&res->ids, (size_t)(P + N), err)
-                           : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; !rc && i < pr->n; i++) rc = mg_ids_push(&res->ids, pr->ids[i], err);
-    if (rc) return rc;
-    res->stop = "length";
-    gen_graph pre = {0}, dec = {0};
-    double t0 = now_s();
-    /* the prompt at once (or, --no-kv-cache, the whole sequence for every token) */
-    rc = graph_new(gm, (int)P, 0, &pre, err);
-    if (!rc && !o->no_cache && N > 1) rc = graph_new(gm, 1, (int)(P + N - 2), &dec, err);
-    if (!rc) {
-        write_tokens(&pre, pr->ids, P, 0);
-        rc = graph_run(&pre, err);
-    }
-    if (!rc && dec.g) append_cache(&pre, &dec, 0);
-    res->prefilled = P;
-    double t1 = now_s();
-    res->prefill_s = t1 - t0;
-    gen_graph *last = &pre;
-    for (int64_t k = 0; !rc && k < N; k++) {
-        int32_t tok = gen_sample(smp, &o->s, mg_storage_data(last->st, last->d.logits), seq, (uint64_t)k, &res->logprobs[k]);
-        rc = mg_ids_push(&res->ids, tok, err);
-        if (rc || tok == eod) {
-            if (tok == eod) res->stop = "eos";
-            break;
-        }
-        if (k + 1 == N) break;
-        int64_t p = P + k; /* the new token's position */
-        if (o->no_cache) {
-            graph_free(&pre);
-            rc = graph_new(gm, (int)(p + 1), 0, &pre, err);
-            if (!rc) write_tokens(&pre, res->ids.data, p + 1, 0);
-        } else {
-            write_tokens(&dec, &tok, 1, p);
-            mg_gpt_decode_fill_mask(1, dec.d.cache_len, p, 0, mg_storage_data(dec.st, dec.d.mask));
-            if (dec.d.mask_window)
-                mg_gpt_decode_fill_mask(1, dec.d.cache_len, p, gm->model.window, mg_storage_data(dec.st, dec.d.mask_window));
-            last = &dec;
-        }
-        if (!rc) rc = graph_run(last, err);
-        /* (the last token's keys are never read: the cache holds P + N - 2 rows) */
-        if (!rc && !o->no_cache && p < dec.d.cache_len) append_cache(&dec, &dec, p);
-    }
-    res->decode_s = now_s() - t1;
-    graph_free(&pre);
-    graph_free(&dec);
-    return rc;
-}
-
 /* ---- output --------------------------------------------------------------------------------------- */
-static int print_result(const gen_model *gm, const gen_opts *o, const prompt *pr, const gen_result *r, mg_error *err) {
+static int print_result(const gen_model *gm, const gen_opts *o, const prompt *pr, const mg_generation *r, mg_error *err) {
     size_t n_new = r->ids.len - pr->n;
     const int32_t *gen = r->ids.data + pr->n;
     /* the completion's text: decoded after the prompt's tokens and cut after the prompt's
@@ -413,11 +294,11 @@ int main(int argc, char **argv) {
                               "has %lld (--max-position-embeddings)",
                               i + 1, ps[i].n, (long long)o.max_new, (long long)ps[i].n + o.max_new, (long long)maxpos);
     }
-    gen_sampler smp = {0};
-    if (!rc && gen_sampler_init(&smp, gm.vocab)) rc = mg_error_set(&err, MG_ERR_NOMEM, "out of memory");
+    mg_sampler smp = {0};
+    if (!rc && mg_sampler_init(&smp, gm.vocab)) rc = mg_error_set(&err, MG_ERR_NOMEM, "out of memory");
     if (rc) {
         fprintf(stderr, "mgraph-generate: error: %s\n", err.msg);
-        gen_sampler_free(&smp);
+        mg_sampler_free(&smp);
         gen_model_close(&gm);
         free_prompts(ps, np);
         return rc == MG_ERR_NOMEM ? 1 : 2;
@@ -425,15 +306,16 @@ int main(int argc, char **argv) {
     double prefill_s = 0, decode_s = 0;
     int64_t prefilled = 0, generated = 0, decoded = 0;
     for (int i = 0; i < np && !rc; i++) {
-        gen_result r;
-        rc = generate(&gm, &o, &ps[i], (uint64_t)i, &smp, &r, &err);
+        mg_generation r = {0};
+        mg_generate_options go = {.sampling = o.s, .max_new = o.max_new,
+                                  .eod = o.ignore_eos ? -1 : mg_tokenizer_eod(gm.tok), .no_cache = o.no_cache};
+        rc = mg_gpt_generate(&gm.model, gm.st, ps[i].ids, (int64_t)ps[i].n, &go, (uint64_t)i, &smp, &r, &err);
         if (!rc) rc = print_result(&gm, &o, &ps[i], &r, &err);
         prefill_s += r.prefill_s, decode_s += r.decode_s, prefilled += r.prefilled;
         int64_t n_new = (int64_t)r.ids.len - (int64_t)ps[i].n;
         generated += n_new > 0 ? n_new : 0;
         decoded += n_new > 1 ? n_new - 1 : 0; /* (the first comes from the prefill) */
-        mg_ids_free(&r.ids);
-        free(r.logprobs);
+        mg_generation_free(&r);
     }
     if (rc) {
         fprintf(stderr, "mgraph-generate: error: %s\n", err.msg);
@@ -446,7 +328,7 @@ int main(int argc, char **argv) {
                 prefill_s, (double)prefilled / (prefill_s > 0 ? prefill_s : 1), (long long)decoded, decode_s,
                 (double)decoded / (decode_s > 0 ? decode_s : 1), o.no_cache ? ", no key/value cache" : "");
     }
-    gen_sampler_free(&smp);
+    mg_sampler_free(&smp);
     gen_model_close(&gm);
     free_prompts(ps, np);
     return rc ? 1 : 0;

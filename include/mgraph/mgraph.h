@@ -21,5 +21,6 @@
 #include "mgraph/outfile.h"
 #include "mgraph/recompute.h"
 #include "mgraph/trainer.h"
+#include "mgraph/generate.h"
 
 #endif

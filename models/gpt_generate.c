@@ -1,0 +1,233 @@
+/* Text generation from a GPT-family model's weights (include/mgraph/generate.h): a prefill
+ * graph runs the prompt at once, then a decode graph one token at a time, reading the
+ * earlier tokens' keys and values from a cache that the host appends to
+ * (models/gpt_decode.c); both borrow the weights from the storage that holds them (a
+ * checkpoint loaded by mgraph-generate, or a training run's own storage for mgraph-run's
+ * samples). The next token: transformers' logits processors in its order (temperature,
+ * then top-k, then top-p), then one draw from what is left. The draw is a counter-based
+ * uniform (mgraph's Philox, include/mgraph/rng.h) of (seed, sequence, step): a prompt's
+ * tokens depend on the seed and its place among the prompts only (not on the machine,
+ * the threads or the time). The reference executor runs the graphs on the calling thread.
+ */
+#define _GNU_SOURCE /* qsort_r */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mgraph/generate.h"
+#include "mgraph/rng.h"
+
+int mg_sampler_init(mg_sampler *s, int64_t v) {
+    s->v = v;
+    s->p = malloc((size_t)v * sizeof *s->p);
+    s->order = malloc((size_t)v * sizeof *s->order);
+    return s->p && s->order ? MG_OK : MG_ERR_NOMEM;
+}
+
+void mg_sampler_free(mg_sampler *s) {
+    free(s->p);
+    free(s->order);
+    s->p = NULL, s->order = NULL;
+}
+
+static int by_value_desc(const void *a, const void *b, void *keys) {
+    const float *k = keys;
+    float x = k[*(const int32_t *)a], y = k[*(const int32_t *)b];
+    if (x != y) return x > y ? -1 : 1;
+    return *(const int32_t *)a - *(const int32_t *)b;
+}
+
+int32_t mg_sample(mg_sampler *s, const mg_sampling *o, const float *logits, uint64_t seq, uint64_t step,
+                   double *logprob) {
+    int64_t v = s->v;
+    /* log-softmax of the raw logits, for the chosen token's log-probability */
+    double mx = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < v; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (int64_t i = 0; i < v; i++) sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    int32_t pick = 0;
+    if (o->greedy) {
+        for (int64_t i = 1; i < v; i++)
+            if (logits[i] > logits[pick]) pick = (int32_t)i;
+        *logprob = logits[pick] - lse;
+        return pick;
+    }
+    /* p = logits / temperature; filtered entries -inf */
+    float *p = s->p;
+    for (int64_t i = 0; i < v; i++) p[i] = logits[i] / o->temperature;
+    bool sorted = false;
+    if ((o->top_k > 0 && o->top_k < v) || (o->top_p > 0 && o->top_p < 1)) {
+        for (int64_t i = 0; i < v; i++) s->order[i] = (int32_t)i;
+        qsort_r(s->order, (size_t)v, sizeof *s->order, by_value_desc, p);
+        sorted = true;
+    }
+    if (sorted && o->top_k > 0 && o->top_k < v) { /* keep what is >= the k-th largest */
+        float kth = p[s->order[o->top_k - 1]];
+        for (int64_t i = 0; i < v; i++)
+            if (p[i] < kth) p[i] = -INFINITY;
+    }
+    if (sorted && o->top_p > 0 && o->top_p < 1) {
+        /* transformers' TopPLogitsWarper: drop the tokens whose ascending cumulative
+         * probability stays <= 1 - top_p, keeping at least the largest */
+        double m2 = p[s->order[0]], z = 0;
+        for (int64_t i = 0; i < v; i++) z += isinf(p[i]) ? 0 : exp((double)p[i] - m2);
+        /* the ascending cumulative sum up to rank r (descending order) is 1 - the mass of ranks < r */
+        double above = 0;
+        for (int64_t r = 0; r < v; r++) {
+            int32_t t = s->order[r];
+            double pr = isinf(p[t]) ? 0 : exp((double)p[t] - m2) / z;
+            double asc_cum = 1.0 - above;
+            above += pr;
+            if (r > 0 && asc_cum <= 1.0 - o->top_p) p[t] = -INFINITY;
+        }
+    }
+    double m3 = -INFINITY, z3 = 0;
+    for (int64_t i = 0; i < v; i++) m3 = p[i] > m3 ? p[i] : m3;
+    for (int64_t i = 0; i < v; i++) z3 += isinf(p[i]) ? 0 : exp((double)p[i] - m3);
+    double u = mg_rng_uniform(o->seed, 0x67656e6572617465ull /* "generate" */, seq, step) * z3, acc = 0;
+    pick = -1;
+    for (int64_t i = 0; i < v; i++) {
+        if (isinf(p[i])) continue;
+        acc += exp((double)p[i] - m3);
+        pick = (int32_t)i;
+        if (acc > u) break;
+    }
+    *logprob = logits[pick] - lse;
+    return pick;
+}
+
+/* ---- the graphs --------------------------------------------------------------------------------- */
+typedef struct gen_graph {
+    mg_graph *g;
+    mg_gpt m;
+    mg_gpt_decode d;
+    mg_memplan *plan;
+    mg_storage *st;
+} gen_graph;
+
+static void graph_free(gen_graph *x) {
+    mg_storage_free(x->st);
+    mg_memplan_free(x->plan);
+    mg_gpt_decode_release(&x->d);
+    mg_gpt_release(&x->m);
+    mg_graph_free(x->g);
+    memset(x, 0, sizeof *x);
+}
+
+/* A forward over n new tokens after cache_len cached ones, on the loaded weights. */
+static int graph_new(const mg_gpt_config *model, const mg_storage *weights, int n, int cache_len, gen_graph *x,
+                     mg_error *err) {
+    memset(x, 0, sizeof *x);
+    x->g = mg_graph_new();
+    int rc = x->g ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    if (!rc) rc = mg_gpt2_params(x->g, model, &x->m, err);
+    if (!rc) rc = mg_gpt_decode_build(x->g, &x->m, n, cache_len, &x->d, err);
+    if (!rc) rc = mg_memplan_build(x->g, true, &x->plan, err);
+    mg_storage_options so = {.params_from = weights};
+    if (!rc) rc = mg_storage_new_ex(x->g, x->plan, &so, &x->st, err);
+    if (!rc) rc = mg_storage_init(x->st, 0, err); /* (inputs with an init: --qk-l2-norm's ones) */
+    if (rc) graph_free(x);
+    return rc;
+}
+
+static int graph_run(gen_graph *x, mg_error *err) {
+    mg_exec_info info = {0};
+    mg_storage_refresh_borrowed(x->st); /* (a device engine may hold newer copies of the weights) */
+    return mg_exec_reference(x->g, x->st, &info, err);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- one prompt ---------------------------------------------------------------------------------- */
+
+static void write_tokens(gen_graph *x, const int32_t *ids, int64_t n, int64_t p0) {
+    int32_t *t = mg_storage_data(x->st, x->d.tokens), *pos = mg_storage_data(x->st, x->d.positions);
+    for (int64_t i = 0; i < n; i++) t[i] = ids[i], pos[i] = (int32_t)(p0 + i);
+}
+
+/* Appends the graph's new keys and values (rows 0..n) to the decode graph's cache at row p. */
+static void append_cache(const gen_graph *from, gen_graph *dec, int64_t p) {
+    for (int i = 0; i < from->d.n_layers; i++) {
+        mg_tensor *nk = from->d.new_k[i], *nv = from->d.new_v[i], *ck = dec->d.cache_k[i], *cv = dec->d.cache_v[i];
+        size_t rk = (size_t)(mg_numel(nk) / nk->shape[0]), rv = (size_t)(mg_numel(nv) / nv->shape[0]);
+        memcpy((float *)mg_storage_data(dec->st, ck) + (size_t)p * rk, mg_storage_data(from->st, nk),
+               (size_t)mg_numel(nk) * sizeof(float));
+        memcpy((float *)mg_storage_data(dec->st, cv) + (size_t)p * rv, mg_storage_data(from->st, nv),
+               (size_t)mg_numel(nv) * sizeof(float));
+    }
+}
+
+int mg_gpt_generate(const mg_gpt_config *model, const mg_storage *weights, const int32_t *prompt, int64_t n_prompt,
+                    const mg_generate_options *o, uint64_t seq, mg_sampler *smp, mg_generation *res, mg_error *err) {
+    memset(res, 0, sizeof *res);
+    int64_t P = n_prompt, N = o->max_new;
+    if (P < 1 || N < 1 || P + N > model->max_position)
+        return mg_error_set(err, MG_ERR_INVALID, "generate: %lld prompt tokens and %lld new ones need %lld positions, the "
+                            "model has %lld", (long long)P, (long long)N, (long long)(P + N), (long long)model->max_position);
+    int32_t eod = o->eod;
+    res->logprobs = calloc((size_t)N, sizeof *res->logprobs);
+    int rc = res->logprobs ? mg_ids_reserve(&res->ids, (size_t)(P + N), err)
+                           : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; !rc && i < P; i++) rc = mg_ids_push(&res->ids, prompt[i], err);
+    if (rc) {
+        mg_generation_free(res);
+        return rc;
+    }
+
+    res->stop = "length";
+    gen_graph pre = {0}, dec = {0};
+    double t0 = now_s();
+    /* the prompt at once (or, --no-kv-cache, the whole sequence for every token) */
+    rc = graph_new(model, weights, (int)P, 0, &pre, err);
+    if (!rc && !o->no_cache && N > 1) rc = graph_new(model, weights, 1, (int)(P + N - 2), &dec, err);
+    if (!rc) {
+        write_tokens(&pre, prompt, P, 0);
+        rc = graph_run(&pre, err);
+    }
+    if (!rc && dec.g) append_cache(&pre, &dec, 0);
+    res->prefilled = P;
+    double t1 = now_s();
+    res->prefill_s = t1 - t0;
+    gen_graph *last = &pre;
+    for (int64_t k = 0; !rc && k < N; k++) {
+        int32_t tok = mg_sample(smp, &o->sampling, mg_storage_data(last->st, last->d.logits), seq, (uint64_t)k, &res->logprobs[k]);
+        rc = mg_ids_push(&res->ids, tok, err);
+        if (rc || tok == eod) {
+            if (tok == eod) res->stop = "eos";
+            break;
+        }
+        if (k + 1 == N) break;
+        int64_t p = P + k; /* the new token's position */
+        if (o->no_cache) {
+            graph_free(&pre);
+            rc = graph_new(model, weights, (int)(p + 1), 0, &pre, err);
+            if (!rc) write_tokens(&pre, res->ids.data, p + 1, 0);
+        } else {
+            write_tokens(&dec, &tok, 1, p);
+            mg_gpt_decode_fill_mask(1, dec.d.cache_len, p, 0, mg_storage_data(dec.st, dec.d.mask));
+            if (dec.d.mask_window)
+                mg_gpt_decode_fill_mask(1, dec.d.cache_len, p, model->window, mg_storage_data(dec.st, dec.d.mask_window));
+            last = &dec;
+        }
+        if (!rc) rc = graph_run(last, err);
+        /* (the last token's keys are never read: the cache holds P + N - 2 rows) */
+        if (!rc && !o->no_cache && p < dec.d.cache_len) append_cache(&dec, &dec, p);
+    }
+    res->decode_s = now_s() - t1;
+    graph_free(&pre);
+    graph_free(&dec);
+    if (rc) mg_generation_free(res);
+    return rc;
+}
+
+void mg_generation_free(mg_generation *g) {
+    mg_ids_free(&g->ids);
+    free(g->logprobs);
+    g->logprobs = NULL;
+}
+
