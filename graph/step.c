@@ -110,6 +110,7 @@ int mg_train_step_build(const mg_step_options *o, mg_forward_fn fwd, void *user,
     int rc = fwd(g, user, &mb, err);
     if (!rc && mg_graph_error(g)->code) rc = mg_error_set(err, mg_graph_error(g)->code, "%s", mg_graph_error(g)->msg);
     if (!rc) rc = check_microbatch(&mb, token_mean, err);
+    if (!rc && o->fp8.format != MG_FP8_OFF) rc = mg_fp8_mark(g, &st->fp8_gemms, err); /* (before autodiff) */
     if (!rc) rc = collect_inputs(st, err);
     if (rc) {
         mg_train_step_release(st);

@@ -50,7 +50,7 @@ static int build_keeping_model(mg_graph *g, void *user, mg_microbatch *mb, mg_er
 
 mg_step_options mg_step_options_of(const mg_step_config *c) {
     mg_step_options o = {c->micro_batch, c->n_micro, c->training, c->loss_token_mean, c->per_token_loss, c->optim,
-                         c->precision};
+                         c->precision, c->fp8};
     return o;
 }
 

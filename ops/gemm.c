@@ -38,6 +38,8 @@ int mg_gemm_set_precision(mg_gemm_precision p, bool emulate, mg_error *err) {
     return MG_OK;
 }
 
+bool mg_gemm_native(void) { return mg_cpu_has_bf16(); }
+
 mg_gemm_precision mg_gemm_precision_get(void) { return (mg_gemm_precision)__atomic_load_n(&g_prec, __ATOMIC_RELAXED); }
 
 int mg_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,

@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "mgraph/fp8.h"
 #include "ops/gemm.h"
 #include "ops/op.h"
 #include "ops/shard.h"
@@ -60,6 +61,16 @@ static void cost_matmul(const mg_node *n, double *flops, double *bytes) {
     *bytes = 4.0 * ((double)mg_numel(n->in[0]) + (double)mg_numel(n->in[1]) + (double)mg_numel(n->out[0]));
 }
 
+/* An fp8 product (mgraph/fp8.h): the whole operand is one tensor (a batched product
+ * shares its scales), its amax taken over all of it. */
+static int fp8_operands(const mg_kernel_args *a, const mm_dims *d, mg_fp8_operand q[2], mg_error *err) {
+    int64_t numel[2] = {d->batch * d->M * d->K, (d->shared ? 1 : d->batch) * d->K * d->N};
+    float amax[2] = {0, 0};
+    if (mg_fp8_wants_amax(a->info))
+        for (int i = 0; i < 2; i++) amax[i] = mg_fp8_amax(a->in[i], numel[i]);
+    return mg_fp8_scales(a->node, a->info, amax, q, err);
+}
+
 static int matmul_cpu(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
     bool ta = n->attrs.matmul.trans_a, tb = n->attrs.matmul.trans_b;
@@ -79,8 +90,16 @@ static int matmul_cpu(const mg_kernel_args *a, mg_error *err) {
     int M = (int)rows, N = (int)d.N, K = (int)d.K;
     int lda = ta ? M : K, ldb = tb ? K : N;
     int64_t sa = d.M * d.K, sb = d.shared ? 0 : d.K * d.N, sc = d.M * d.N;
+    mg_fp8_operand q[2];
+    bool fp8 = n->attrs.matmul.fp8_gemm > 0;
+    if (fp8) {
+        int rc = fp8_operands(a, &d, q, err);
+        if (rc) return rc;
+    }
+    bool native = fp8 && mg_gemm_native();
     for (int64_t i = 0; i < calls; i++) {
-        int rc = mg_gemm(ta, tb, M, N, K, 1.0f, A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, N, err);
+        int rc = fp8 ? mg_gemm_fp8(native, ta, tb, M, N, K, A + i * sa, lda, q[0], B + i * sb, ldb, q[1], C + i * sc, N, err)
+                     : mg_gemm(ta, tb, M, N, K, 1.0f, A + i * sa, lda, B + i * sb, ldb, 0.0f, C + i * sc, N, err);
         if (rc) return rc;
     }
     return MG_OK;
@@ -110,7 +129,42 @@ static mg_tensor *rows2d(mg_graph *g, mg_tensor *t) {
  *   TT: dA = Bᵀ dCᵀ     dB = dCᵀ Aᵀ
  * With a 2-D B shared over A's batch, dB sums over the batch: one matmul over the
  * flattened rows (exact). dA in the trans_a case is (dC op(B)ᵀ)ᵀ per batch entry. */
+static void fp8_mark_grads(mg_graph *g, const mg_node *n, int first, mg_tensor *dC);
+static int matmul_grad_nodes(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const bool *need, mg_tensor **din);
+
 static int matmul_grad(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const bool *need, mg_tensor **din) {
+    int first = mg_graph_n_nodes(g);
+    int rc = matmul_grad_nodes(g, n, dout, need, din);
+    if (!rc && n->attrs.matmul.fp8_gemm) fp8_mark_grads(g, n, first, dout[0]);
+    return rc;
+}
+
+/* fp8 (mgraph/fp8.h): the products a marked product's gradient rule built are the
+ * same layer's dgrad and wgrad; each operand takes the slot of what it is (through the
+ * reshapes and transposes the rule put in between): the forward's operands keep theirs,
+ * the output's gradient is dY. */
+static void fp8_mark_grads(mg_graph *g, const mg_node *n, int first, mg_tensor *dC) {
+    int last = mg_graph_n_nodes(g);
+    for (int id = first; id < last; id++) {
+        mg_node *m = mg_graph_node(g, id);
+        if (m->op != MG_OP_MATMUL) continue;
+        uint8_t role[2] = {0, 0};
+        for (int i = 0; i < 2; i++) {
+            const mg_tensor *t = m->in[i];
+            while (t->src && t->src->id >= first && (t->src->op == MG_OP_RESHAPE || t->src->op == MG_OP_TRANSPOSE))
+                t = t->src->in[0];
+            if (t == dC) role[i] = 1 + MG_FP8_SLOT_DY;
+            else if (t == n->in[0]) role[i] = n->attrs.matmul.fp8_role[0];
+            else if (t == n->in[1]) role[i] = n->attrs.matmul.fp8_role[1];
+        }
+        if (!role[0] || !role[1]) continue; /* (not one of this layer's products) */
+        m->attrs.matmul.fp8_gemm = n->attrs.matmul.fp8_gemm;
+        m->attrs.matmul.fp8_role[0] = role[0];
+        m->attrs.matmul.fp8_role[1] = role[1];
+    }
+}
+
+static int matmul_grad_nodes(mg_graph *g, const mg_node *n, mg_tensor *const *dout, const bool *need, mg_tensor **din) {
     mg_tensor *A = n->in[0], *B = n->in[1], *dC = dout[0];
     bool ta = n->attrs.matmul.trans_a, tb = n->attrs.matmul.trans_b;
     bool shared = B->ndim == 2 && A->ndim > 2;

@@ -106,7 +106,7 @@ static int agree_split(mg_trainer *t, int rc, mg_error *err) {
 static int build_graph(mg_trainer *t, mg_trainer_graph *G, bool training, mg_error *err) {
     const mg_trainer_config *c = &t->cfg;
     mg_step_options o = {c->micro_batch / t->split, (int)(c->global_batch / c->micro_batch) * t->split, training,
-                         c->loss_token_mean, c->per_token_loss, c->optim, c->precision};
+                         c->loss_token_mean, c->per_token_loss, c->optim, c->precision, c->fp8};
     int rc = mg_train_step_build(&o, c->model.forward, c->model.user, &G->step, err);
     if (!rc) rc = mg_plan_check_graph(&c->plan, t->world, G->step.g, err);
     return rc;
@@ -147,6 +147,7 @@ int mg_trainer_new(const mg_trainer_config *cfg, mg_trainer **out, mg_error *err
     if (!rc) rc = mg_trainer_load_open(t, err); /* (before the graphs: the checkpoint may set the schedule) */
     if (!rc) rc = build_graph(t, &t->train, true, err);
     if (!rc && c->eval) rc = build_graph(t, &t->eval, false, err);
+    if (!rc && c->fp8.format != MG_FP8_OFF) rc = mg_fp8_state_init(&t->fp8, &c->fp8, t->train.step.fp8_gemms, err);
     t->graphs_s = mg_trainer_now() - t->t_created;
     if (t->collective) rc = mg_world_agree(rc, err);
     if (rc) {
@@ -290,8 +291,18 @@ int mg_trainer_execute(mg_trainer *t, mg_trainer_graph *G, int64_t iteration, bo
     mg_exec_info info = {.seed = t->seed, .iteration = iteration, .optim_start = t->optim_start, .skipped = t->skipped,
                          .training = training, .comm = t->comm, .n_micro = mg_trainer_instances(t, gbs),
                          .mb_offset = t->mesh.coord[MG_GROUP_DP], .mb_stride = mg_trainer_dp(&t->mesh),
-                         .mb_split = t->split};
-    return G->eng ? mg_engine_run(G->eng, &info, err) : mg_exec_reference(G->rg.graph, G->st, &info, err);
+                         .mb_split = t->split, .fp8 = t->fp8.n_slots ? &t->fp8 : NULL};
+    if (training && t->fp8.n_slots) mg_fp8_state_begin(&t->fp8);
+    int rc = G->eng ? mg_engine_run(G->eng, &info, err) : mg_exec_reference(G->rg.graph, G->st, &info, err);
+    /* fp8's delayed scaling: this step's amax of every slot is the maximum over the ranks
+     * (those that hold no part of a product contribute 0), then the scales move, alike
+     * on every rank */
+    if (!rc && training && t->fp8.n_slots) {
+        if (t->collective)
+            MPI_Allreduce(MPI_IN_PLACE, t->fp8.amax, t->fp8.n_slots, MPI_UINT32_T, MPI_MAX, MPI_COMM_WORLD);
+        mg_fp8_state_update(&t->fp8);
+    }
+    return rc;
 }
 
 static double read_scalar(const mg_trainer_graph *G, const mg_tensor *lt) {
@@ -389,6 +400,7 @@ const mg_rank_graph *mg_trainer_rank_graph(const mg_trainer *t, bool eval) { ret
 mg_storage *mg_trainer_storage(const mg_trainer *t, bool eval) { return eval ? t->eval.st : t->train.st; }
 mg_engine *mg_trainer_engine(const mg_trainer *t) { return t->train.eng; }
 mg_comm *mg_trainer_comm(const mg_trainer *t) { return t->comm; }
+const mg_fp8_state *mg_trainer_fp8(const mg_trainer *t) { return t->fp8.n_slots ? &t->fp8 : NULL; }
 int mg_trainer_split(const mg_trainer *t) { return t->split; }
 int64_t mg_trainer_iteration(const mg_trainer *t) { return t->iteration; }
 uint64_t mg_trainer_consumed(const mg_trainer *t) { return t->consumed; }
@@ -438,5 +450,6 @@ void mg_trainer_free(mg_trainer *t) {
     /* the evaluation storage borrows the training one's parameters: it goes first */
     graph_release(&t->eval);
     graph_release(&t->train);
+    mg_fp8_state_free(&t->fp8);
     free(t);
 }

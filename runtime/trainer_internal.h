@@ -37,6 +37,7 @@ struct mg_trainer {
     int64_t optim_start;       /* mg_exec_info.optim_start */
     int64_t skipped;           /* mg_exec_info.skipped: fp16's skipped iterations (this run's) */
     mg_loss_scaler scaler;     /* fp16: cfg.loss_scaler as it evolves */
+    mg_fp8_state fp8;          /* fp8: the recipe's scales and amax histories (n_slots 0 without fp8) */
     char load_warning[4400];
     mg_trainer_hooks hooks[MG_TRAINER_MAX_HOOKS];
     int n_hooks;

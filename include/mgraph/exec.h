@@ -43,6 +43,9 @@ typedef struct mg_exec_info {
     /* Set by the executor for each kernel call, read by kernels: the instance running
      * (0..n_micro-1; -1 outside the per-micro-batch part) and its global index. */
     int mb_local, mb_global;
+    /* fp8 (mgraph/fp8.h): the recipe's scales, and the amaxes the kernels of marked
+     * products raise while training (NULL: the graph has none) */
+    struct mg_fp8_state *fp8;
 } mg_exec_info;
 
 /* Global index of the first sample of the instance running (i->mb_global; 0 outside

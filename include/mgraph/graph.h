@@ -174,7 +174,13 @@ typedef struct mg_tensor {
 } mg_tensor;
 
 /* Typed attributes, one struct per op family (no untyped int arrays). */
-typedef struct mg_attr_matmul { bool trans_a, trans_b; } mg_attr_matmul;
+/* fp8_gemm: the linear layer's product this node computes or differentiates (1-based,
+ * mgraph/fp8.h; 0: not fp8), fp8_role[i]: operand i's scaling slot + 1 (X, W, dY). */
+typedef struct mg_attr_matmul {
+    bool trans_a, trans_b;
+    uint8_t fp8_role[2];
+    int32_t fp8_gemm;
+} mg_attr_matmul;
 typedef struct mg_attr_scale { float value; } mg_attr_scale;
 typedef struct mg_attr_norm { float eps; } mg_attr_norm;
 typedef struct mg_attr_attention {

@@ -308,6 +308,7 @@ typedef struct mg_step_config {
     bool reset_attention_mask;
     mg_adamw_config optim;
     mg_precision_options precision; /* zeroed: fp32 (mgraph/precision.h) */
+    mg_fp8_options fp8;             /* zeroed: no fp8 (mgraph/fp8.h) */
 } mg_step_config;
 
 typedef struct mg_step {

@@ -20,6 +20,7 @@
 #define MGRAPH_STEP_H
 
 #include "mgraph/graph.h"
+#include "mgraph/fp8.h"
 #include "mgraph/precision.h"
 #include "mgraph/train.h"
 
@@ -74,6 +75,8 @@ typedef struct mg_step_options {
     mg_adamw_config optim;  /* training only */
     /* Mixed precision (mgraph/precision.h); zeroed: fp32 everywhere. */
     mg_precision_options precision;
+    /* fp8 for the linear layers' products (mgraph/fp8.h); zeroed: none */
+    mg_fp8_options fp8;
 } mg_step_options;
 
 /* The step graph and the logical tensors a host feeds and reads. */
@@ -93,6 +96,7 @@ typedef struct mg_train_step {
     int n_metrics;          /* the step means of mg_microbatch.metrics (named after them) */
     mg_tensor *metrics[MG_STEP_MAX_METRICS];
     mg_optimizer_outputs opt; /* NULL tensors when not training */
+    int fp8_gemms;          /* products marked fp8 (mg_fp8_mark): the recipe's state has 3 slots each */
 } mg_train_step;
 
 /* Builds the step: calls fwd once with the graph in its per-micro-batch part, then adds

@@ -153,6 +153,11 @@ typedef struct mg_trainer_config {
      * (overflowed steps are still skipped). Neither its state nor the count of skipped
      * iterations is saved in the trainer's checkpoints yet (mgraph-run's keep both). */
     mg_loss_scaler loss_scaler;
+    /* fp8 for the linear layers' products (mgraph/fp8.h; zeroed: none). The recipe's
+     * state (scales, amax histories) lives in the trainer, the same on every rank: each
+     * step's amaxes are MAX-reduced over the world before the scales move. Not in the
+     * trainer's checkpoints yet: a resumed run starts from scale 1. */
+    mg_fp8_options fp8;
     uint64_t seed;             /* weights and dropout */
     /* world */
     bool serial;               /* this process alone, whatever mpirun launched (a reference run) */
@@ -271,6 +276,8 @@ const mg_rank_graph *mg_trainer_rank_graph(const mg_trainer *t, bool eval);
 mg_storage *mg_trainer_storage(const mg_trainer *t, bool eval);
 mg_engine *mg_trainer_engine(const mg_trainer *t);  /* training's (NULL: reference executor) */
 mg_comm *mg_trainer_comm(const mg_trainer *t);      /* NULL on one rank */
+/* fp8's recipe state (scales, amax histories), the same on every rank; NULL without fp8. */
+const mg_fp8_state *mg_trainer_fp8(const mg_trainer *t);
 int mg_trainer_split(const mg_trainer *t);           /* sub-batches per micro-batch */
 /* Micro-batches a rank with mesh m runs per step of gbs samples (global batch / (micro-batch x dp)). */
 int mg_trainer_local_micro(const mg_trainer *t, const mg_mesh *m, int64_t gbs);

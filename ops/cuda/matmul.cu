@@ -34,8 +34,11 @@ cublasComputeType_t mg_cuda_compute_type(void) {
     }
 }
 
+extern "C" int mg_cuda_matmul_fp8(const mg_kernel_args *a, mg_error *err); /* ops/cuda/gemm_fp8.cu */
+
 extern "C" int mg_cuda_matmul(const mg_kernel_args *a, mg_error *err) {
     const mg_node *n = a->node;
+    if (n->attrs.matmul.fp8_gemm) return mg_cuda_matmul_fp8(a, err); /* a linear layer's product under fp8 */
     const mg_tensor *ta_ = n->in[0], *tb_ = n->in[1];
     bool ta = n->attrs.matmul.trans_a, tb = n->attrs.matmul.trans_b;
     int na = ta_->ndim;

@@ -569,11 +569,127 @@ static void fp16_skip(void) {
     mg_step_release(&s32);
 }
 
+/* ---- fp8 (mgraph/fp8.h) ---------------------------------------------------------------------- */
+/* The marks on a GPT step: 4 linear layers a block (QKV, projection, fc1, fc2), each with
+ * its forward (X, W), dgrad (dY, W) and wgrad (dY, X) product; the output layer (tied to
+ * the word embedding) is not fp8, nor attention (its own op). Then 3 steps on StarPU and on the reference
+ * executor, each with its own recipe state: the same bits and the same scales. */
+static void fp8_step(void) {
+    mg_error err = {0};
+    if (mg_gemm_set_precision(MG_GEMM_BF16, true, &err)) {
+        TK_CHECK(false, "bf16 GEMMs: %s", err.msg);
+        return;
+    }
+    mg_step s8, s16;
+    mg_step_config c8 = small(MG_BF16), c16 = small(MG_BF16);
+    c8.fp8 = mg_fp8_defaults();
+    c8.fp8.format = MG_FP8_HYBRID;
+    c8.fp8.amax_history_len = 2;
+    c8.fp8.amax_algo = MG_FP8_AMAX_MAX;
+    if (mg_step_build(&c8, &s8, &err) || mg_step_build(&c16, &s16, &err)) {
+        TK_CHECK(false, "build: %s", err.msg);
+        return;
+    }
+    int gemms = 0;
+    for (int i = 0; i < mg_graph_n_nodes(s8.g); i++) {
+        const mg_node *n = mg_graph_node(s8.g, i);
+        if (n->op == MG_OP_MATMUL && n->attrs.matmul.fp8_gemm > gemms) gemms = n->attrs.matmul.fp8_gemm;
+    }
+    TK_CHECK(gemms == 4 * c8.model.num_layers, "%d fp8 products, want 4 per layer", gemms);
+    int *seen = calloc((size_t)gemms + 1, sizeof *seen), unmarked_fwd = 0;
+    for (int i = 0; i < mg_graph_n_nodes(s8.g); i++) {
+        const mg_node *n = mg_graph_node(s8.g, i);
+        if (n->op != MG_OP_MATMUL) continue;
+        const mg_attr_matmul *m = &n->attrs.matmul;
+        if (!m->fp8_gemm) {
+            unmarked_fwd += n->phase == MG_PHASE_FORWARD;
+            continue;
+        }
+        int r0 = m->fp8_role[0] - 1, r1 = m->fp8_role[1] - 1;
+        for (int j = 0; j < 2; j++) {
+            const mg_tensor *w = n->in[j];
+            while (w->src && (w->src->op == MG_OP_RESHAPE || w->src->op == MG_OP_TRANSPOSE)) w = w->src->in[0];
+            TK_CHECK(!(w->role == MG_ROLE_PARAM && w->embedding_or_output), "%s: an fp8 product of the output layer",
+                     n->out[0]->name);
+        }
+        if (n->phase == MG_PHASE_FORWARD) {
+            TK_CHECK(r0 == MG_FP8_SLOT_X && r1 == MG_FP8_SLOT_W, "forward product roles %d %d", r0, r1);
+            seen[m->fp8_gemm] |= 1;
+        } else if (r1 == MG_FP8_SLOT_W) {
+            TK_CHECK(r0 == MG_FP8_SLOT_DY, "dgrad roles %d %d", r0, r1);
+            seen[m->fp8_gemm] |= 2;
+        } else {
+            TK_CHECK((r0 == MG_FP8_SLOT_DY && r1 == MG_FP8_SLOT_X) || (r0 == MG_FP8_SLOT_X && r1 == MG_FP8_SLOT_DY),
+                     "wgrad roles %d %d", r0, r1);
+            seen[m->fp8_gemm] |= 4;
+        }
+    }
+    for (int g = 1; g <= gemms; g++) TK_CHECK(seen[g] == 7, "product %d: forward / dgrad / wgrad seen %d", g, seen[g]);
+    TK_CHECK(unmarked_fwd == 1, "%d forward products not fp8 (want the output layer's; attention is its own op)",
+             unmarked_fwd);
+    free(seen);
+    side ref, eng, b16;
+    if (side_new(&ref, &s8, false) || side_new(&eng, &s8, true) || side_new(&b16, &s16, false)) return;
+    mg_fp8_state st_ref, st_eng;
+    if (mg_fp8_state_init(&st_ref, &c8.fp8, gemms, &err) || mg_fp8_state_init(&st_eng, &c8.fp8, gemms, &err)) {
+        TK_CHECK(false, "%s", err.msg);
+        return;
+    }
+    float l8[3] = {0}, l16[3] = {0};
+    for (int it = 0; it < 3; it++) {
+        mg_fp8_state *sts[2] = {&st_ref, &st_eng};
+        side *sd[2] = {&ref, &eng};
+        for (int k = 0; k < 2; k++) {
+            mg_fp8_state_begin(sts[k]);
+            mg_exec_info info = {.seed = 1234, .iteration = it, .training = true, .n_micro = s8.n_micro, .fp8 = sts[k]};
+            int rc = sd[k]->eng ? mg_engine_run(sd[k]->eng, &info, &err) : mg_exec_reference(s8.g, sd[k]->st, &info, &err);
+            TK_CHECK(rc == MG_OK, "fp8 step %d: %s", it, err.msg);
+            if (rc) return;
+            mg_fp8_state_update(sts[k]);
+        }
+        if (side_run(&b16, &s16, it)) return;
+        l8[it] = *(float *)mg_storage_data(ref.st, s8.loss);
+        l16[it] = *(float *)mg_storage_data(b16.st, s16.loss);
+    }
+    int n = 0, diff = 0, moved = 0;
+    for (int i = 0; i < mg_graph_n_tensors(s8.g); i++) {
+        const mg_tensor *t = mg_graph_tensor(s8.g, i);
+        if (!ref.plan->buffer_persistent[ref.plan->buffer_of[i]]) continue;
+        n++;
+        if (memcmp(mg_storage_data(ref.st, t), mg_storage_data(eng.st, t), mg_tensor_bytes(t)) && ++diff <= 5)
+            TK_CHECK(false, "%s differs between StarPU and the reference executor", t->name);
+    }
+    TK_CHECK(diff == 0, "%d of %d persistent tensors differ", diff, n);
+    TK_CHECK(!memcmp(st_ref.scale, st_eng.scale, (size_t)st_ref.n_slots * sizeof(float)) &&
+                 !memcmp(st_ref.history, st_eng.history, (size_t)st_ref.n_slots * 2 * sizeof(float)),
+             "the recipe states differ between StarPU and the reference executor");
+    for (int i = 0; i < st_ref.n_slots; i++) moved += st_ref.scale[i] != 1.0f;
+    TK_CHECK(moved == st_ref.n_slots, "%d of %d scales moved from 1", moved, st_ref.n_slots);
+    /* fp8 changes the numbers (it is applied), by what fp8 rounding explains */
+    for (int it = 0; it < 3; it++) {
+        double rel = fabs((double)l8[it] - l16[it]) / l16[it];
+        TK_CHECK(l8[it] != l16[it] && rel < 0.02, "step %d: fp8 loss %.6f, bf16 %.6f (relative %.3g)", it, l8[it], l16[it],
+                 rel);
+    }
+    /* the dY slots are E5M2 (hybrid): their scales are 57344 / amax */
+    printf("fp8_step: %d products x 3 (forward, dgrad, wgrad) marked; %d persistent tensors and %d scales equal on StarPU "
+           "and the reference; losses %.6f %.6f %.6f (bf16 %.6f %.6f %.6f)\n",
+           gemms, n, st_ref.n_slots, l8[0], l8[1], l8[2], l16[0], l16[1], l16[2]);
+    mg_fp8_state_free(&st_ref);
+    mg_fp8_state_free(&st_eng);
+    side_free(&ref);
+    side_free(&eng);
+    side_free(&b16);
+    mg_step_release(&s8);
+    mg_step_release(&s16);
+    mg_gemm_set_precision(MG_GEMM_FP32, false, &err);
+}
+
 int main(int argc, char **argv) {
     static const tk_case cases[] = {
         {"convert_f16", convert_f16}, {"convert_bf16", convert_bf16}, {"convert_fp8", convert_fp8},
         {"wrapper", wrapper},         {"rules", rules},               {"step_bits", step_bits},
-        {"loss_scaler", loss_scaler}, {"fp16_skip", fp16_skip},
+        {"loss_scaler", loss_scaler}, {"fp16_skip", fp16_skip},     {"fp8_step", fp8_step},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
 }
