@@ -26,6 +26,11 @@
  * above; AdamW updates the rank's slice and the new slices are all-gathered into the
  * parameter.
  * (optim, ZeRO-1, is Megatron's distributed optimizer: dist_opt.c; no_shard is dp.c.)
+ * Pipeline stages: each stage shards the parameters it holds over its own dp group;
+ * nothing here changes (pp.c sends activations; its sum of a tied embedding's gradient
+ * over the embedding group adds shards of one dp index: the first and last stages'
+ * members agree on every other axis). Context parallelism would shard over dp x cp, as
+ * Megatron-FSDP does: not yet (plan.c refuses it).
  */
 #include <stdio.h>
 #include <stdlib.h>

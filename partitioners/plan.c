@@ -301,12 +301,11 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
         int rc = mg_plan_mesh(p, world, 0, &m, err);
         if (rc) return rc;
     }
-    if (p->fsdp != MG_FSDP_NONE && (p->pp > 1 || p->cp > 1 || p->ep > 1 || (p->etp > 1 && p->etp != p->tp)))
+    if (p->fsdp != MG_FSDP_NONE && (p->cp > 1 || p->ep > 1 || (p->etp > 1 && p->etp != p->tp)))
         return mg_error_set(err, MG_ERR_UNSUPPORTED,
                             "--use-megatron-fsdp (%s) with %s is not supported yet (fsdp shards over dp, with tensor "
-                            "parallelism)",
-                            mg_fsdp_name(p->fsdp), p->pp > 1 ? "pipeline parallelism" : p->cp > 1 ? "context parallelism"
-                                                                                                : "expert parallelism");
+                            "and pipeline parallelism)",
+                            mg_fsdp_name(p->fsdp), p->cp > 1 ? "context parallelism" : "expert parallelism");
     if (p->sequence_parallel && p->tp == 1)
         return mg_error_set(err, MG_ERR_INVALID, "--sequence-parallel needs --tensor-model-parallel-size > 1");
     if (p->bucket_numel < 1) return mg_error_set(err, MG_ERR_INVALID, "bucket size must be >= 1");

@@ -319,6 +319,18 @@ fsdp_train_matches_serial)
         fail "fsdp dp 4: rank 3 holds $f MiB of parameters, serial $s MiB: want about a quarter"
     grep -q "parameters $f MiB (sharded over dp: fsdp)" f.txt || fail "the memory line does not say the parameters are sharded"
     echo "ok $CASE: parameters per rank $f MiB, serial $s MiB" ;;
+fsdp_pp_matches_serial)
+    needs_text
+    # Megatron-FSDP (ZeRO-3) on 2 pipeline stages x dp 2: each stage's parameters sharded
+    # over its dp group, the tied embedding's gradient summed over the embedding group in
+    # its shard; metrics and the final checkpoints against the serial run
+    timeout 120 "$RUN" "${SMALL[@]}" --num-layers 4 --train-iters 5 --metrics-file serial.jsonl --save serial.ck > serial.txt 2>&1 ||
+        { cat serial.txt; fail "serial run"; }
+    timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" --num-layers 4 --train-iters 5 --use-megatron-fsdp \
+        --pipeline-model-parallel-size 2 --metrics-file pp2.jsonl --save pp2.ck > pp2.txt 2>&1 || { cat pp2.txt; fail "fsdp pp 2 run"; }
+    grep -q "tp 1, dp 2, fsdp optim_grads_params (.*), pp 2 (" pp2.txt || { cat pp2.txt; fail "fsdp or pp not applied"; }
+    same_losses pp2.jsonl serial.jsonl 1e-5 || fail "fsdp x pp 2: losses, grad norms or checkpoints differ"
+    echo "ok $CASE" ;;
 dry_run_70b_memory)
     # the 70B layout of Megatron's recipes (tp 4 + sp, 64 ranks, global batch 1024): the
     # graph is one micro-batch, so this partitions 64 ranks in seconds; the activations
