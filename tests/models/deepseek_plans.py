@@ -14,7 +14,7 @@ seq_load_balancing_loss and grad norm within 1e-5 relative, and in the final che
 within 1e-5 relative in the 2-norm (+1e-7 per element, test_equivalence's bound), and
 every expert bias exactly: it is a sum of +-rate steps decided by integer token counts,
 which every plan sums whole over its ranks. The biases must have moved.
-PLAN: tp2_sp, ep2, ep2_tp2, pp2, cp2, dp2_distopt.
+PLAN: tp2_sp, ep2, ep2_tp2, pp2, cp2, dp2_distopt, ep2_cp2, etp2_ep2.
 """
 import json
 import math
@@ -33,6 +33,8 @@ PLANS = {
     "ep2_tp2": (4, ["--expert-model-parallel-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel"]),
     "pp2": (2, ["--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers", "1"]),
     "cp2": (2, ["--context-parallel-size", "2"]),
+    "ep2_cp2": (2, ["--expert-model-parallel-size", "2", "--context-parallel-size", "2"]),
+    "etp2_ep2": (4, ["--expert-model-parallel-size", "2", "--expert-tensor-parallel-size", "2"]),
     "dp2_distopt": (2, ["--use-distributed-optimizer"]),
 }
 MODEL = ["--num-layers", "3", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
