@@ -24,7 +24,8 @@ static int gpt_microbatch(mg_graph *g, const mg_step_config *c, mg_microbatch *m
     mb->aux_loss = aux.loss;
     mb->tokens = aux.tokens;
     /* MoE: Megatron logs the load-balancing and z losses (without coefficients) */
-    mb->metric_names[0] = "load_balancing_loss";
+    /* (Megatron's name of each balancing loss) */
+    mb->metric_names[0] = c->model.moe.balance == MG_MOE_SEQ_AUX_LOSS ? "seq_load_balancing_loss" : "load_balancing_loss";
     mb->metrics[0] = aux.load_balancing_loss;
     mb->metric_names[1] = "z_loss";
     mb->metrics[1] = aux.z_loss;
@@ -75,6 +76,7 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
     st->grad_scale = ts.grad_scale;
     st->loss = ts.loss;
     st->load_balancing_loss = mg_train_step_metric(&ts, "load_balancing_loss");
+    if (!st->load_balancing_loss) st->load_balancing_loss = mg_train_step_metric(&ts, "seq_load_balancing_loss");
     st->z_loss = mg_train_step_metric(&ts, "z_loss");
     st->opt = ts.opt;
     return MG_OK;

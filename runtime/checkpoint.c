@@ -11,6 +11,7 @@
  * reader's).
  */
 #include <jansson.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,9 +122,11 @@ static int drop_lower_stages(const mg_mesh *mesh, mg_ckpt_piece *v, int *n, mg_e
     /* Every rank of the group takes part in every collective below, whatever its own
      * allocations did, and all learn together whether the gather can go ahead. */
     MPI_Comm pp;
+    int w = mg_wait_begin("the checkpoint's gather of stage names", mesh, MG_GROUP_PP, -1);
     MPI_Comm_split(MPI_COMM_WORLD, mg_mesh_peer(mesh, MG_GROUP_PP, 0), me, &pp);
     int lens[64], offs[64];
     MPI_Allgather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, pp);
+    mg_wait_end(w);
     long long total = 0;
     for (int s = 0; s < P; s++) {
         offs[s] = (int)total;
@@ -131,10 +134,12 @@ static int drop_lower_stages(const mg_mesh *mesh, mg_ckpt_piece *v, int *n, mg_e
     }
     char *all = mine && total < INT32_MAX ? malloc((size_t)total + 1) : NULL;
     int ok = all != NULL;
-    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, pp);
+    mg_rt_allreduce(&ok, 1, MPI_INT, MPI_MIN, pp, "the checkpoint's gather of stage names");
     int rc = ok ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "checkpoint: out of memory gathering %lld bytes of names", total);
     if (ok) {
+        w = mg_wait_begin("the checkpoint's gather of stage names", mesh, MG_GROUP_PP, -1);
         MPI_Allgatherv(mine, mylen, MPI_CHAR, all, lens, offs, MPI_CHAR, pp);
+        mg_wait_end(w);
         all[offs[me]] = '\0'; /* the lower stages' names only; each list starts with its own newline */
         int kept = 0;
         for (int i = 0; i < *n; i++) {
@@ -179,7 +184,7 @@ static char *meta_text(const mg_trainer *t, mg_error *err) {
         "global_batch_size", c->global_batch, "micro_batch_size", c->micro_batch,
         "lr_schedule", "lr", (double)o->lr.lr, "min_lr", (double)o->lr.min_lr, "warmup_steps",
         o->lr.warmup_steps, "decay_steps", (json_int_t)o->lr.decay_steps, "style", styles[o->lr.style],
-        "num_steps", (json_int_t)mg_lr_samples_before(&o->lr, t->iteration),
+        "num_steps", (json_int_t)mg_lr_samples_before(&o->lr, t->iteration - t->skipped),
         "rng", "kind", "philox4x32-10(seed, logical key, element, iteration)", "seed", (json_int_t)t->seed,
         "optimizer", "beta1", (double)o->beta1, "beta2", (double)o->beta2, "eps", (double)o->eps, "weight_decay",
         (double)o->weight_decay, "clip_grad", (double)o->clip_grad);
@@ -207,6 +212,13 @@ static char *meta_text(const mg_trainer *t, mg_error *err) {
     json_object_set_new(m, "optimizer_state", json_boolean(!c->ckpt.no_save_optim));
     if (!c->ckpt.no_save_optim) json_object_set_new(m, "optimizer_start", json_integer(t->optim_start));
     if (c->ckpt.no_save_rng) json_object_del(m, "rng");
+    /* fp16: the iterations skipped (the scheduler's and Adam's step counts leave them out)
+     * and the dynamic loss scaler's state (Megatron saves it with the optimizer) */
+    json_object_set_new(m, "skipped_iterations", json_integer(t->skipped));
+    if (c->precision.params == MG_F16 && t->scaler.dynamic && !c->ckpt.no_save_optim)
+        json_object_set_new(m, "grad_scaler",
+                            json_pack("{s:f, s:i, s:i}", "scale", (double)t->scaler.scale, "growth_tracker",
+                                      t->scaler.growth_tracker, "hysteresis_tracker", t->scaler.hysteresis_tracker));
     json_object_set_new(json_object_get(m, "plan"), "pipeline_model_parallel_size", json_integer(plan->pp));
     if (o->lr.wd_style != MG_WD_CONSTANT) { /* the weight-decay schedule (Megatron saves it too) */
         json_t *ls = json_object_get(m, "lr_schedule");
@@ -225,8 +237,8 @@ static char *meta_text(const mg_trainer *t, mg_error *err) {
 /* Every rank learns whether any failed; a rank that did not gets a message saying so. */
 static int agree(const mg_trainer *t, int rc, mg_error *err) {
     if (!t->collective) return rc;
-    int mine = rc != 0, any = 0;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    int any = rc != 0;
+    mg_rt_allreduce(&any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, "the checkpoint save's agreement");
     if (any && !rc) return mg_error_set(err, MG_ERR_IO, "checkpoint save failed on another rank");
     return rc;
 }
@@ -254,10 +266,15 @@ int mg_trainer_save(mg_trainer *t, mg_error *err) {
     int drc = mesh->size[MG_GROUP_PP] > 1 ? drop_lower_stages(mesh, pieces, &n, err) : MG_OK;
     if (!rc) rc = drc;
     if (!rc) rc = mg_ckpt_write_rank(dir, t->iteration, mesh->rank, pieces, n, held, n_all, err);
+    /* test hook: a pause with the rank files written and the save not yet in place, for a
+     * signal to arrive mid-save (tests/reliability/round3.sh) */
+    const char *pause = getenv("MGRAPH_TEST_SAVE_PAUSE_MS");
+    if (pause && atoi(pause) > 0) usleep((useconds_t)atoi(pause) * 1000);
     free(held);
     free(all);
     free(pieces);
     rc = agree(t, rc, err);
+    if (rc && mesh->rank == 0) mg_ckpt_abort(dir, t->iteration); /* (every rank is past its write) */
     if (!rc && mesh->rank == 0) {
         char *meta = meta_text(t, err);
         rc = meta ? mg_ckpt_finish(dir, t->iteration, mesh->world, meta, t->cfg.ckpt.retain, err) : err->code;
@@ -368,8 +385,21 @@ int mg_trainer_load_open(mg_trainer *t, mg_error *err) {
      * loads its model only */
     bool has_optim = json_is_true(json_object_get(meta, "optimizer_state"));
     json_t *os = json_object_get(meta, "optimizer_start"); /* (absent: saved before it, 0) */
+    json_t *sk = json_object_get(meta, "skipped_iterations"); /* (absent: saved before fp16, 0) */
+    int64_t skipped = json_is_integer(sk) ? json_integer_value(sk) : 0;
+    if (!rc && (skipped < 0 || skipped > it))
+        rc = mg_error_set(err, MG_ERR_IO, "%s: skipped_iterations %lld is not in [0, iteration %lld]", dir,
+                          (long long)skipped, (long long)it);
+    json_t *gs = json_object_get(meta, "grad_scaler");
+    double scale = 0;
+    int growth = 0, hyst = 0;
+    if (!rc && gs && json_unpack(gs, "{s:F, s:i, s:i}", "scale", &scale, "growth_tracker", &growth,
+                                 "hysteresis_tracker", &hyst))
+        rc = mg_error_set(err, MG_ERR_IO, "%s: grad_scaler is not {scale, growth_tracker, hysteresis_tracker}", dir);
+    if (!rc && gs && !(scale > 0 && isfinite(scale) && growth >= 0))
+        rc = mg_error_set(err, MG_ERR_IO, "%s: grad_scaler holds an invalid state (scale %g)", dir, scale);
     int64_t optim_start = json_is_integer(os) ? json_integer_value(os) : 0;
-    if (!rc && has_optim && (optim_start < 0 || optim_start > it))
+    if (!rc && has_optim && (optim_start < 0 || optim_start > it - skipped))
         rc = mg_error_set(err, MG_ERR_IO, "%s: optimizer_start %lld is not in [0, iteration %lld]", dir,
                           (long long)optim_start, (long long)it);
     /* Megatron loads its scheduler with the optimizer (not with finetune, no_load_optim,
@@ -388,10 +418,30 @@ int mg_trainer_load_open(mg_trainer *t, mg_error *err) {
         t->consumed = (uint64_t)consumed;
         t->eval_done = evals;
         if (!k->no_load_rng && has_rng) t->seed = (uint64_t)seed;
+        t->skipped = skipped;
+    }
+    /* fp16: the dynamic loss scaler goes on from the checkpoint's (loaded with the
+     * optimizer, as Megatron's grad_scaler) */
+    if (t->load_optim && gs && t->cfg.precision.params == MG_F16 && t->scaler.dynamic) {
+        t->scaler.scale = (float)scale;
+        t->scaler.growth_tracker = growth;
+        t->scaler.hysteresis_tracker = hyst;
     }
     /* Adam's step counts from where its moments started: the saved moments' start, or
-     * here for fresh ones (torch's Adam restarts its step with a new state) */
-    t->optim_start = t->load_optim ? optim_start : t->iteration;
+     * here for fresh ones (torch's Adam restarts its step with a new state): the updates
+     * before the iteration resumed at */
+    t->optim_start = t->load_optim ? optim_start : t->iteration - t->skipped;
+    /* the learning rate follows the iteration, the data and batch the consumed samples:
+     * under a ramp they must agree (Megatron reads both from its checkpoint) */
+    const mg_lr_schedule *lr = &t->cfg.optim.lr;
+    if (lr->ramp_start > 0 && (int64_t)t->consumed != mg_lr_samples_before(lr, t->iteration)) {
+        mg_trainer_load_close(t);
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--load: %lld iterations consumed %lld samples, but --rampup-batch-size and "
+                            "--global-batch-size give %lld: resume with the flags the checkpoint was trained with",
+                            (long long)t->iteration, (long long)t->consumed,
+                            (long long)mg_lr_samples_before(lr, t->iteration));
+    }
     return MG_OK;
 }
 
@@ -407,3 +457,21 @@ int mg_trainer_load_fill(mg_trainer *t, mg_error *err) {
 }
 
 const char *mg_trainer_load_warning(const mg_trainer *t) { return t->load_warning[0] ? t->load_warning : NULL; }
+
+int mg_trainer_load_params(const mg_trainer_checkpoint *k, mg_graph *g, mg_storage *st, int64_t *iteration,
+                           mg_error *err) {
+    if (!k || !k->load) return mg_error_set(err, MG_ERR_INVALID, "checkpoint: no checkpoint to load (ckpt.load)");
+    mg_ckpt *ck = NULL;
+    int rc = mg_ckpt_open(k->load, &ck, err);
+    if (rc) return rc;
+    if (k->check) rc = k->check(k->user, mg_ckpt_meta(ck), mg_ckpt_dir(ck), err);
+    mg_mesh one = {0};
+    mg_ckpt_piece *pieces = NULL;
+    int n = 0;
+    if (!rc) rc = collect(g, &one, st, false, false, true, &pieces, &n, err);
+    if (!rc) rc = mg_ckpt_fill(ck, pieces, n, err);
+    if (!rc && iteration) *iteration = mg_ckpt_iteration(ck);
+    free(pieces);
+    mg_ckpt_close(ck);
+    return rc;
+}

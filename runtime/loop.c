@@ -33,7 +33,7 @@ static void exit_signal_install(int sig) {
 
 static bool exit_signalled(const mg_trainer *t) {
     int got = g_exit_signalled;
-    if (t->collective) MPI_Allreduce(MPI_IN_PLACE, &got, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (t->collective) mg_rt_allreduce(&got, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, "the exit signal's all-reduce");
     return got != 0;
 }
 
@@ -89,7 +89,8 @@ static void decide_exit(mg_trainer *t, char *why, size_t len) {
     if (!*why && c->exit_duration_mins > 0) {
         /* every rank takes the latest clock */
         double mins = (mg_trainer_now() - t->t_created) / 60.0;
-        if (t->collective) MPI_Allreduce(MPI_IN_PLACE, &mins, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (t->collective)
+            mg_rt_allreduce(&mins, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, "--exit-duration-in-mins's all-reduce");
         if (mins > c->exit_duration_mins) snprintf(why, len, "after %g minutes", mins);
     }
     if (!*why && c->exit_interval > 0 && t->iteration % c->exit_interval == 0)

@@ -98,7 +98,7 @@ static int agree_split(mg_trainer *t, int rc, mg_error *err) {
                       : mg_plan_micro_batch_split(&c->plan, c->micro_batch,
                                                   mg_trainer_local_micro(t, &t->mesh, c->global_batch), workers_here(t),
                                                   whole);
-    if (t->collective) MPI_Allreduce(MPI_IN_PLACE, &k, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (t->collective) mg_rt_allreduce(&k, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, "the micro-batch split's all-reduce");
     if (!rc) t->split = k;
     return rc;
 }
@@ -403,9 +403,11 @@ mg_comm *mg_trainer_comm(const mg_trainer *t) { return t->comm; }
 const mg_fp8_state *mg_trainer_fp8(const mg_trainer *t) { return t->fp8.n_slots ? &t->fp8 : NULL; }
 int mg_trainer_split(const mg_trainer *t) { return t->split; }
 int64_t mg_trainer_iteration(const mg_trainer *t) { return t->iteration; }
+int64_t mg_trainer_skipped(const mg_trainer *t) { return t->skipped; }
 uint64_t mg_trainer_consumed(const mg_trainer *t) { return t->consumed; }
 int64_t mg_trainer_eval_batches_done(const mg_trainer *t) { return t->eval_done; }
 int mg_trainer_recomputed(const mg_trainer *t) { return t->recomputed; }
+void mg_trainer_rewind_evaluation(mg_trainer *t) { t->eval_done = t->test_done = 0; }
 
 void mg_trainer_timings(const mg_trainer *t, double *graphs_s, double *memplan_s, double *storage_s, double *engine_s) {
     if (graphs_s) *graphs_s = t->graphs_s;

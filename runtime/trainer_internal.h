@@ -2,8 +2,21 @@
 #ifndef MG_RUNTIME_TRAINER_INTERNAL_H
 #define MG_RUNTIME_TRAINER_INTERNAL_H
 
+#include <mpi.h>
+
 #include "mgraph/checkpoint.h"
 #include "mgraph/trainer.h"
+#include "mgraph/watchdog.h"
+
+/* The trainer's own collectives over MPI_COMM_WORLD (agreements, the exit signal,
+ * checkpoint steps), each a watched wait (mgraph/watchdog.h): a stopped rank ends the
+ * job after the program's timeout instead of hanging it here. `why` names it. */
+static inline int mg_rt_allreduce(void *buf, int n, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char *why) {
+    int w = mg_wait_begin(why, NULL, MG_GROUP_WORLD, -1);
+    int rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, type, op, comm);
+    mg_wait_end(w);
+    return rc;
+}
 
 /* One step graph and what runs it on this rank. */
 typedef struct mg_trainer_graph {
@@ -35,7 +48,7 @@ struct mg_trainer {
     int64_t eval_done, test_done; /* validation / test batches drawn */
     uint64_t seed;             /* the counter RNG's seed (dropout): the checkpoint's or cfg.seed */
     int64_t optim_start;       /* mg_exec_info.optim_start */
-    int64_t skipped;           /* mg_exec_info.skipped: fp16's skipped iterations (this run's) */
+    int64_t skipped;           /* mg_exec_info.skipped: fp16's skipped iterations (the checkpoint's included) */
     mg_loss_scaler scaler;     /* fp16: cfg.loss_scaler as it evolves */
     mg_fp8_state fp8;          /* fp8: the recipe's scales and amax histories (n_slots 0 without fp8) */
     char load_warning[4400];

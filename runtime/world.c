@@ -3,7 +3,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 
-#include "mgraph/trainer.h"
+#include "runtime/trainer_internal.h"
 
 static bool g_finalize_registered;
 
@@ -62,8 +62,8 @@ int mg_world_thread_level(void) {
 
 int mg_world_agree(int rc, mg_error *err) {
     if (mg_world_size() == 1) return rc;
-    int mine = rc ? (mg_status_is_usage(rc) ? 2 : 1) : 0, worst = 0;
-    MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    int mine = rc ? (mg_status_is_usage(rc) ? 2 : 1) : 0, worst = mine;
+    mg_rt_allreduce(&worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, "the ranks' agreement on their input");
     if (worst && !rc) {
         /* another rank has the reason and says it; this one leaves with the same kind
          * of failure and no message (one message per failure, not one per rank) */
@@ -82,5 +82,8 @@ void mg_world_abort(int code) {
 }
 
 void mg_world_finalize(void) {
-    if (mpi_up()) MPI_Finalize();
+    if (!mpi_up()) return;
+    int w = mg_wait_begin("MPI_Finalize", NULL, MG_GROUP_WORLD, -1);
+    MPI_Finalize();
+    mg_wait_end(w);
 }

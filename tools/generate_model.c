@@ -1,9 +1,10 @@
 /* mgraph-generate's model (tools/generate_model.h). The checkpoint's "model" object (the
  * flags mgraph-run and mgraph-convert record, run_checkpoint.c's model_json) is turned
  * back into Megatron flag names and parsed by mgraph-run's own parser, so the model is
- * the one mgraph-run would build from those flags; mg_run_resume_open (mgraph-run's
- * --load) then checks every recorded flag against it, so a flag this translation missed
- * is an error naming it, never a silently different model. */
+ * the one mgraph-run would build from those flags; mg_run_ckpt_check (mgraph-run's --load
+ * check, run by the library's serial loader mg_trainer_load_params) then checks every
+ * recorded flag against it, so a flag this translation missed is an error naming it,
+ * never a silently different model. */
 #include "generate_model.h"
 
 #include <jansson.h>
@@ -11,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "mgraph/checkpoint.h"
+#include "mgraph/trainer.h"
 
 typedef struct argv_out {
     char **argv;
@@ -160,26 +164,21 @@ int gen_model_open(const char *load, int tok_argc, char **tok_argv, gen_model *m
         m->model.hidden_dropout = m->model.attention_dropout = 0.0f;
         rc = mg_gpt_check(&m->model, err);
     }
-    /* mgraph-run's --load: every recorded model flag against this model */
-    mg_run_resume r;
-    mg_lr_schedule lr = {0};
-    c->load = load;
-    c->exit_on_missing_checkpoint = true;
-    c->no_load_optim = true;
-    if (!rc) rc = mg_run_resume_open(c, &m->model, m->vocab, &lr, &r, err);
     if (rc) {
         gen_model_close(m);
         return rc;
     }
-    m->iteration = r.iteration;
-    /* the weights */
+    /* the weights: a graph of the parameters alone, filled from the checkpoint after
+     * mgraph-run's --load check of every recorded model flag against this model */
     m->g = mg_graph_new();
     if (!m->g) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     if (!rc) rc = mg_gpt2_params(m->g, &m->model, &m->params, err);
     if (!rc) rc = mg_memplan_build(m->g, true, &m->plan, err);
     if (!rc) rc = mg_storage_new(m->g, m->plan, &m->st, err);
-    if (!rc) rc = mg_run_resume_fill(&r, m->g, m->st, err);
-    mg_run_resume_close(&r);
+    mg_run_ckpt_model km = {c, &m->model, m->vocab};
+    mg_trainer_checkpoint k = {.load = load, .exit_on_missing = true, .no_load_optim = true,
+                               .check = mg_run_ckpt_check, .user = &km};
+    if (!rc) rc = mg_trainer_load_params(&k, m->g, m->st, &m->iteration, err);
     if (rc) gen_model_close(m);
     return rc;
 }

@@ -139,6 +139,16 @@ typedef struct mg_trainer_checkpoint {
     void *user;
 } mg_trainer_checkpoint;
 
+/* A model's parameters from a checkpoint mg_trainer_save wrote under any plan, into one
+ * process's graph g (whole logical tensors, not partitioned) and its storage st: for
+ * inference and conversion tools. ck->load names the checkpoint (a root with its tracker,
+ * or an iteration directory; nothing there is MG_ERR_IO); ck->check, when set, checks the
+ * saved metadata against the model g is (MG_ERR_INVALID naming what differs). Adam
+ * moments are not read; every parameter of g must be in the checkpoint. *iteration (may
+ * be NULL): the checkpoint's. No MPI. */
+int mg_trainer_load_params(const mg_trainer_checkpoint *ck, mg_graph *g, mg_storage *st, int64_t *iteration,
+                           mg_error *err);
+
 /* ---- the trainer's configuration ------------------------------------------------------- */
 typedef struct mg_trainer_config {
     mg_model model;
@@ -150,8 +160,9 @@ typedef struct mg_trainer_config {
     mg_adamw_config optim;     /* mg_adamw_defaults(); lr.steps_per_iter: global batches count samples */
     mg_precision_options precision; /* mixed precision (mgraph/precision.h); zeroed: fp32 */
     /* fp16 (precision.params MG_F16): the loss scaler; zeroed: a constant scale of 1
-     * (overflowed steps are still skipped). Neither its state nor the count of skipped
-     * iterations is saved in the trainer's checkpoints yet (mgraph-run's keep both). */
+     * (overflowed steps are still skipped). Checkpoints keep the count of skipped
+     * iterations and, with the optimizer state, a dynamic scaler's state (Megatron's
+     * grad_scaler); a load of the optimizer state continues both. */
     mg_loss_scaler loss_scaler;
     /* fp8 for the linear layers' products (mgraph/fp8.h; zeroed: none). The recipe's
      * state (scales, amax histories) lives in the trainer, the same on every rank: each
@@ -282,6 +293,7 @@ int mg_trainer_split(const mg_trainer *t);           /* sub-batches per micro-ba
 /* Micro-batches a rank with mesh m runs per step of gbs samples (global batch / (micro-batch x dp)). */
 int mg_trainer_local_micro(const mg_trainer *t, const mg_mesh *m, int64_t gbs);
 int64_t mg_trainer_iteration(const mg_trainer *t);   /* iterations done */
+int64_t mg_trainer_skipped(const mg_trainer *t);     /* of them, skipped by fp16's loss scaler (a checkpoint's too) */
 uint64_t mg_trainer_consumed(const mg_trainer *t);   /* training samples consumed */
 /* The training graph's forward nodes full recompute cloned on this rank (0: none). */
 int mg_trainer_recomputed(const mg_trainer *t);
@@ -295,6 +307,9 @@ int mg_trainer_pipeline_slots(const mg_trainer *t, const mg_mesh *m, int *slots,
 int mg_trainer_partition_rank(mg_trainer *t, int rank, mg_mesh *mesh, mg_rank_graph *out, int *cloned, mg_error *err);
 /* Validation batches drawn so far (a checkpoint's count, then the evaluations'). */
 int64_t mg_trainer_eval_batches_done(const mg_trainer *t);
+/* Evaluation starts again from the first batches of each split (the same batches for
+ * every model compared, whatever a loaded checkpoint had drawn). */
+void mg_trainer_rewind_evaluation(mg_trainer *t);
 /* Why cfg.ckpt.load loaded nothing (no checkpoint there: training starts from random),
  * or NULL. */
 const char *mg_trainer_load_warning(const mg_trainer *t);
