@@ -328,6 +328,8 @@ int main(int argc, char **argv) {
     if (!rc && mg_ckpt_lock_warning(r.save_lock)) fprintf(stderr, "mgraph-run: warning: %s\n", mg_ckpt_lock_warning(r.save_lock));
     if (!rc) rc = mg_run_hooks_open(&r.hooks, &r.cfg, rank, world, &err);
     if (!rc) rc = mg_run_hooks_attach(&r.hooks, r.t, &err);
+    if (!rc && r.cfg.sample_interval > 0 && !r.cfg.skip_train)
+        rc = mg_run_hooks_sampling(&r.hooks, r.tok, &r.sc.model, &r.plan, &err);
     rc = mg_world_agree(rc, &err);
     if (rc) return finish(&r, rc, &err);
     r.started = true;

@@ -258,6 +258,16 @@ static const flag flags[] = {
     {"--log-timers-to-tensorboard", F_BOOL, O(log_timers_to_tensorboard), USE, NULL, "add iteration time to TensorBoard"},
     {"--log-world-size-to-tensorboard", F_BOOL, O(log_world_size_to_tensorboard), USE, NULL,
      "add the world size to TensorBoard (world-size, and vs samples)"},
+    {"--log-memory-to-tensorboard", F_BOOL, O(log_memory_to_tensorboard), USE, NULL,
+     "add the storages' memory to TensorBoard (mem-reserved-bytes, mem-allocated-bytes, mem-max-allocated-bytes, "
+     "mem-allocated-count; on CPUs the memory plans' host buffers, docs/training.md)"},
+    {"--log-num-zeros-in-grad", F_BOOL, O(log_num_zeros_in_grad), USE, NULL,
+     "count the zero elements of the gradients the optimizer sees (log line, metrics, TensorBoard num-zeros)"},
+    {"--sample-interval", F_I64, O(sample_interval), USE, NULL,
+     "print a greedy sample of up to 32 tokens from the current weights every N iterations, on rank 0 (llm.c; dp and "
+     "distributed-optimizer plans)"},
+    {"--sample-prompt", F_STR, O(sample_prompt), USE, NULL,
+     "the samples' prompt (default: the end-of-document token alone)"},
     {"--log-validation-ppl-to-tensorboard", F_BOOL, O(log_validation_ppl_to_tensorboard), USE, NULL,
      "add validation perplexity to TensorBoard"},
     {"--metrics-file", F_STR, O(metrics_file), USE, NULL, "JSON Lines metrics, one object per iteration/evaluation"},
@@ -279,9 +289,6 @@ static const flag flags[] = {
     {"--profile-step-end", F_INT, NOFF, NOOP, NULL, "no PyTorch/Nsight profiler; see --trace-iterations"},
     {"--timing-log-level", F_INT, NOFF, NOOP, NULL, "the log line has the iteration time; --trace-file has every task's"},
     {"--logging-level", F_INT, NOFF, NOOP, NULL, "mgraph-run's log has one level: Megatron's iteration lines and warnings"},
-    {"--log-memory-to-tensorboard", F_BOOL, NOFF, NOOP, NULL,
-     "the memory plan is static: --dry-run and the start-up lines report it per rank"},
-    {"--log-num-zeros-in-grad", F_BOOL, NOFF, NOOP, NULL, "zero gradients are not counted; the log line has the gradient norm"},
     {"--enable-experimental", F_BOOL, NOFF, NOOP, NULL, "mgraph gates no feature behind it"},
     {"--save", F_STR, O(save), USE, NULL, "checkpoint directory to save to"},
     {"--ckpt-format", F_STR, NOFF, NOOP, "torch|torch_dist|zarr|fsdp_dtensor",
@@ -1343,6 +1350,11 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     if (!(c->adam_eps > 0)) mg_run_notes_error(n, "--adam-eps must be > 0");
     if (c->log_interval < 1) mg_run_notes_error(n, "--log-interval must be >= 1");
     if (c->tensorboard_log_interval < 1) mg_run_notes_error(n, "--tensorboard-log-interval must be >= 1");
+    if (c->sample_interval < 0) mg_run_notes_error(n, "--sample-interval must be >= 0 (0: no samples)");
+    if (c->sample_prompt && c->sample_interval <= 0) mg_run_notes_error(n, "--sample-prompt needs --sample-interval");
+    if (c->sample_interval > 0 && (c->num_experts > 0 || c->multi_latent_attention))
+        mg_run_notes_error(n, "--sample-interval: decoding %s models is not supported yet",
+                           c->num_experts > 0 ? "mixture-of-experts" : "multi-latent attention");
     if (c->eval_iters < 0) mg_run_notes_error(n, "--eval-iters must be >= 0");
     if (c->make_vocab_size_divisible_by < 1) mg_run_notes_error(n, "--make-vocab-size-divisible-by must be >= 1");
     if (c->cpu_workers < 0) mg_run_notes_error(n, "--cpu-workers must be >= 0");

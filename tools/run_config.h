@@ -75,6 +75,9 @@ typedef struct mg_run_config {
     const char *tensorboard_dir;
     int64_t tensorboard_log_interval;
     bool log_timers_to_tensorboard, log_validation_ppl_to_tensorboard, log_world_size_to_tensorboard;
+    bool log_memory_to_tensorboard, log_num_zeros_in_grad;
+    int64_t sample_interval;      /* > 0: a greedy sample from the current weights every N iterations (llm.c) */
+    const char *sample_prompt;    /* its prompt (NULL: the end-of-document token alone, as llm.c) */
     const char *metrics_file, *dump_dot;
     const char *trace_file, *trace_iterations; /* tools/run_trace.c */
     const char *dump_dot_summary, *dot_summary_scope, *dot_summary_phase; /* --dump-dot-summary and its filters */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mgraph/generate.h"
 #include "run_log.h"
 #include "tool_signals.h"
 
@@ -110,6 +111,75 @@ int mg_run_hooks_close(mg_run_hooks *h, bool ok, bool started, mg_error *err) {
     if (ok && !rc && tb) rc = mg_tb_close(tb, err);
     else mg_tb_abort(tb);
     mg_run_trace_close(&h->trace);
+    free(h->gen_prompt);
+    h->gen_prompt = NULL;
+    return rc;
+}
+
+/* ---- --sample-interval: text from the weights being trained, as llm.c prints it -------------- */
+enum { SAMPLE_TOKENS = 32 };
+
+int mg_run_hooks_sampling(mg_run_hooks *h, mg_tokenizer *tok, const mg_gpt_config *model, const mg_plan *p,
+                          mg_error *err) {
+    h->tok = tok;
+    h->model = model;
+    if (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1 || p->fsdp == MG_FSDP_OPTIM_GRADS_PARAMS)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--sample-interval decodes on rank 0's weights, which this plan shards (tp %d, pp %d, cp %d, "
+                            "ep %d%s): data-parallel plans only, for now",
+                            p->tp, p->pp, p->cp, p->ep, p->fsdp == MG_FSDP_OPTIM_GRADS_PARAMS ? ", fsdp" : "");
+    const char *text = h->cfg->sample_prompt;
+    if (text) {
+        int rc = mg_tokenizer_encode(tok, text, strlen(text), &h->gen_prompt, &h->gen_n, err);
+        if (rc) return rc;
+        if (h->gen_n == 0) return mg_error_set(err, MG_ERR_INVALID, "--sample-prompt encodes to no token");
+    } else { /* llm.c starts its samples from the end-of-text token */
+        int32_t eod = mg_tokenizer_eod(tok);
+        if (eod < 0)
+            return mg_error_set(err, MG_ERR_INVALID, "--sample-interval: this tokenizer has no end-of-document token "
+                                                     "to start from; give --sample-prompt");
+        if (!(h->gen_prompt = malloc(sizeof *h->gen_prompt))) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+        h->gen_prompt[0] = eod;
+        h->gen_n = 1;
+    }
+    if ((int64_t)h->gen_n >= model->max_position)
+        return mg_error_set(err, MG_ERR_INVALID,
+                            "--sample-prompt has %zu tokens: the model has %lld positions (--max-position-embeddings), "
+                            "none left to sample",
+                            h->gen_n, (long long)model->max_position);
+    return MG_OK;
+}
+
+/* Rank 0: SAMPLE_TOKENS greedy tokens after the prompt (fewer when the positions end),
+ * from the weights as this iteration left them (borrowed from the training storage),
+ * stopping at the end-of-document token; the other ranks go on. */
+static int sample_print(mg_run_hooks *h, mg_trainer *t, int64_t iteration, mg_error *err) {
+    if (h->rank != 0) return MG_OK;
+    mg_sampler smp = {0};
+    mg_generation out = {0};
+    int64_t left = h->model->max_position - (int64_t)h->gen_n; /* (>= 1: mg_run_hooks_sampling) */
+    mg_generate_options o = {.sampling = {.greedy = true}, .max_new = left < SAMPLE_TOKENS ? left : SAMPLE_TOKENS,
+                             .eod = mg_tokenizer_eod(h->tok)};
+    int64_t v = mg_tokenizer_vocab_size(h->tok);
+    int rc = mg_sampler_init(&smp, v < h->model->vocab ? v : h->model->vocab);
+    if (rc) return mg_error_set(err, rc, "out of memory");
+    rc = mg_gpt_generate(h->model, mg_trainer_storage(t, false), h->gen_prompt, (int64_t)h->gen_n, &o, 0, &smp, &out,
+                         err);
+    char *text = NULL;
+    size_t len = 0;
+    if (!rc) { /* the new tokens, without the end-of-document one */
+        size_t n = out.ids.len - h->gen_n - (!strcmp(out.stop, "eos") ? 1 : 0);
+        rc = mg_tokenizer_decode(h->tok, out.ids.data + h->gen_n, n, &text, &len, err);
+    }
+    if (!rc) {
+        printf("sample at iteration %lld (greedy, %zu tokens, %.2f s): %s%.*s\n", (long long)iteration,
+               out.ids.len - h->gen_n, out.prefill_s + out.decode_s, h->cfg->sample_prompt ? h->cfg->sample_prompt : "",
+               (int)len, text);
+        fflush(stdout);
+    }
+    free(text);
+    mg_generation_free(&out);
+    mg_sampler_free(&smp);
     return rc;
 }
 
@@ -158,12 +228,21 @@ static int after_step(void *user, mg_trainer *t, const mg_step_result *r, mg_err
      * Megatron's training_log counts them. */
     bool nan_here = !isfinite(r->loss) || (!fp16 && !isfinite(r->grad_norm));
     h->interval_nan += nan_here;
-    char jl[32], jg[32], jm[32], jp[64] = "", jscale[96] = "", metric_json[512] = "", metric_log[512] = "";
+    char jl[32], jg[32], jm[32], jp[128] = "", jscale[96] = "", metric_json[512] = "", metric_log[512] = "";
     /* --log-params-norm: after the step, as Megatron's calc_params_l2_norm */
     bool with_pn = mg_trainer_train_step(t)->opt.params_norm != NULL;
     if (with_pn) {
         char v[32];
         snprintf(jp, sizeof jp, ", \"params_norm\": %s", json_number(v, r->params_norm));
+    }
+    /* --log-num-zeros-in-grad: the zeros of the gradients the optimizer saw (none on a
+     * skipped iteration, as Megatron's optimizer returns none) */
+    bool with_nz = mg_trainer_train_step(t)->opt.num_zeros != NULL;
+    double nz = with_nz && !skip_here ? r->num_zeros : (double)NAN;
+    if (with_nz) {
+        size_t o = strlen(jp);
+        if (isnan(nz)) snprintf(jp + o, sizeof jp - o, ", \"num_zeros\": null");
+        else snprintf(jp + o, sizeof jp - o, ", \"num_zeros\": %.0f", nz);
     }
     /* the model's metrics (MoE: Megatron's load_balancing_loss and z_loss, without
      * coefficients, mean over MoE layers), after the lm loss */
@@ -202,12 +281,26 @@ static int after_step(void *user, mg_trainer *t, const mg_step_result *r, mg_err
                          with_pn ? r->params_norm : (double)NAN, h->interval_nan, metric_log,
                          c->log_world_size_to_tensorboard ? mg_trainer_mesh(t)->world : 0, fp16 ? r->loss_scale : 1.0,
                          h->interval_skipped, skip_here, h->interval_skipped == h->interval_n,
-                         (double)NAN /* (--log-num-zeros-in-grad: not wired yet) */};
+                         nz};
     if (h->logger && (due || first)) {
         mg_run_log_iteration(stdout, &l);
         fflush(stdout);
     }
+    /* Megatron's report_memory on each data-parallel group's first rank, at the log lines
+     * until one past the run's first iteration (the first line, then the next) */
+    if (!h->memory_reported && (due || first) && mg_trainer_mesh(t)->coord[MG_GROUP_DP] == 0) {
+        mg_memory_stats ms;
+        mg_memory_get_stats(&ms);
+        mg_run_log_memory(stdout, h->rank, it + 1, &ms);
+        fflush(stdout);
+    }
+    if ((due || first) && it + 1 > h->start + 1) h->memory_reported = true;
     if (h->tb && (it + 1) % c->tensorboard_log_interval == 0) rc = mg_run_tb_iteration(h->tb, &l, r->loss, err);
+    if (!rc && h->tb && (it + 1) % c->tensorboard_log_interval == 0 && c->log_memory_to_tensorboard) {
+        mg_memory_stats ms;
+        mg_memory_get_stats(&ms);
+        rc = mg_run_tb_memory(h->tb, it + 1, &ms, err);
+    }
     if (!rc && h->tb && r->n_metrics > 0) /* every iteration, as track_moe_metrics */
         rc = mg_run_tb_moe(h->tb, it + 1, r->n_metrics, r->metric_names, r->metrics, err);
     if (!rc && h->tb && due && !first && c->log_timers_to_tensorboard) rc = mg_run_tb_timers(h->tb, &l, err);
@@ -217,6 +310,7 @@ static int after_step(void *user, mg_trainer *t, const mg_step_result *r, mg_err
         memset(h->metric_sum, 0, sizeof h->metric_sum);
         h->interval_n = h->interval_nan = h->interval_skipped = h->interval_out = 0;
     }
+    if (c->sample_interval > 0 && (it + 1) % c->sample_interval == 0) return sample_print(h, t, it + 1, err);
     return MG_OK;
 }
 

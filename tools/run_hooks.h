@@ -4,8 +4,10 @@
 #ifndef MG_TOOLS_RUN_HOOKS_H
 #define MG_TOOLS_RUN_HOOKS_H
 
+#include "mgraph/model.h"
 #include "mgraph/outfile.h"
 #include "mgraph/tensorboard.h"
+#include "mgraph/tokenizer.h"
 #include "mgraph/trainer.h"
 #include "run_config.h"
 #include "run_trace.h"
@@ -24,6 +26,12 @@ typedef struct mg_run_hooks {
     /* the log line's averages since the last line */
     double interval_ms, interval_loss, metric_sum[MG_STEP_MAX_METRICS];
     int interval_n, interval_nan, interval_skipped, interval_out; /* (out: not in the averages) */
+    bool memory_reported;       /* Megatron's report_memory_flag, cleared */
+    /* --sample-interval: the tokenizer, the model and the prompt's tokens (mg_run_hooks_sampling) */
+    mg_tokenizer *tok;
+    const mg_gpt_config *model;
+    int32_t *gen_prompt;
+    size_t gen_n;
 } mg_run_hooks;
 
 /* The metrics file and the TensorBoard writer of the logging rank (usage errors:
@@ -32,6 +40,12 @@ int mg_run_hooks_open(mg_run_hooks *h, const mg_run_config *cfg, int rank, int w
 /* Starts the trace (the iteration training resumes after: start) and reads the test
  * hook; then the hooks go on the trainer. */
 int mg_run_hooks_attach(mg_run_hooks *h, mg_trainer *t, mg_error *err);
+/* --sample-interval (after open, before training; input errors, every rank alike): the
+ * prompt's tokens (the end-of-document token without --sample-prompt, as llm.c), and a
+ * plan whose rank 0 holds the whole model (the decoder reads one rank's unsharded
+ * weights). tok and model must outlive the hooks. */
+int mg_run_hooks_sampling(mg_run_hooks *h, mg_tokenizer *tok, const mg_gpt_config *model, const mg_plan *plan,
+                          mg_error *err);
 /* Ends the run's files: the metrics file is put in place when the run succeeded, or
  * failed after it started (its records are whole), else discarded; the TensorBoard
  * file only on success. */

@@ -257,6 +257,7 @@ int mg_run_resolve_step(mg_run_config *c, int dp, mg_step_config *sc, mg_error *
     o->weight_decay = c->weight_decay;
     o->clip_grad = c->clip_grad;
     o->params_norm = c->log_params_norm;
+    o->num_zeros = c->log_num_zeros_in_grad;
     rc = mg_run_lr_schedule(c, &o->lr, err); /* sets --train-iters from --train-samples */
     if (rc) return rc;
     o->decoupled = mg_run_config_given(c, "--decoupled-lr");
