@@ -122,6 +122,7 @@ static mg_trainer_config trainer_config(run *r, const mg_recompute_options *ro, 
     tc.per_token_loss = sc->per_token_loss;
     tc.optim = sc->optim;
     tc.precision = sc->precision;
+    tc.fp8 = sc->fp8; /* --fp8-format: the recipe's state lives in the trainer */
     /* --fp16: Megatron's loss scaler (the trainer continues a checkpoint's with the optimizer) */
     if (c->fp16) tc.loss_scaler = mg_run_config_loss_scaler(c);
     tc.seed = (uint64_t)c->seed;

@@ -225,10 +225,19 @@ static const flag flags[] = {
      "with --fp16: steps without an overflow before the dynamic loss scale doubles (1000)"},
     {"--hysteresis", F_INT, O(hysteresis), USE, NULL,
      "with --fp16: overflows tolerated before the dynamic loss scale halves (2)"},
-    {"--fp8-format", F_STR, NOFF, REFUSE, "e4m3|hybrid", "no fp8 arithmetic"},
-    {"--fp8-amax-history-len", F_INT, NOFF, REFUSE, NULL, "no fp8 arithmetic"},
-    {"--fp8-amax-compute-algo", F_STR, NOFF, REFUSE, "most_recent|max", "no fp8 arithmetic"},
-    {"--fp8-param-gather", F_BOOL, NOFF, REFUSE, NULL, "no fp8 arithmetic"},
+    {"--fp8-format", F_STR, O(fp8_format), USE, "e4m3|hybrid",
+     "Transformer Engine's fp8 for the linear layers' matrix products: operands scaled per tensor and rounded to E4M3 "
+     "(hybrid: gradients to E5M2 in backward), fp32 sums (CPUs: a portable kernel; GPUs: cuBLASLt, compute 8.9+)"},
+    {"--fp8-recipe", F_STR, O(fp8_recipe), USE, "delayed|tensorwise|mxfp8|blockwise",
+     "with --fp8-format: delayed (scales from the amax history, the default) or tensorwise (each tensor's own amax); "
+     "mxfp8 and blockwise are not supported"},
+    {"--fp8-margin", F_INT, O(fp8_margin), USE, NULL, "with the delayed recipe: scales divided by 2^N (0)"},
+    {"--fp8-amax-history-len", F_INT, O(fp8_amax_history_len), USE, NULL,
+     "with the delayed recipe: steps of amax history the scales follow (1)"},
+    {"--fp8-amax-compute-algo", F_STR, O(fp8_amax_compute_algo), USE, "most_recent|max",
+     "with the delayed recipe: the amax of the history the scales follow (most_recent)"},
+    {"--fp8-param-gather", F_BOOL, NOFF, REFUSE, NULL,
+     "the distributed optimizer gathers the parameters' bf16 copies (fp8 copies with their scales are not built)"},
     {"--attention-softmax-in-fp32", F_BOOL, NOFF, NOOP, NULL, "mgraph's attention softmax is always fp32"},
     {"--bf16", F_BOOL, O(bf16), USE, NULL,
      "Megatron's bf16 mixed precision: bf16 parameters read by forward and backward, bf16 activations and activation "
@@ -595,6 +604,9 @@ void mg_run_config_defaults(mg_run_config *c) {
     c->min_loss_scale = 1.0f;
     c->loss_scale_window = 1000;
     c->hysteresis = 2;
+    c->fp8_recipe = "delayed"; /* Megatron's defaults */
+    c->fp8_amax_compute_algo = "most_recent";
+    c->fp8_amax_history_len = 1;
     c->seed = 1234;
     c->log_interval = 100;
     c->eval_interval = -1; /* Megatron's None: no periodic validation */
@@ -1212,6 +1224,42 @@ static void check_precision(mg_run_config *c, mg_run_notes *n) {
         mg_run_notes_error(n, "--main-grads-dtype can only be fp32 when --accumulate-allreduce-grads-in-fp32 is set");
 }
 
+/* fp8 as Megatron's validate_args and Transformer Engine check it. */
+static void check_fp8(mg_run_config *c, mg_run_notes *n) {
+    static const char *recipe_flags[] = {"--fp8-recipe", "--fp8-margin", "--fp8-amax-history-len",
+                                         "--fp8-amax-compute-algo"};
+    if (!c->fp8_format) {
+        for (size_t i = 0; i < sizeof recipe_flags / sizeof *recipe_flags; i++)
+            if (mg_run_config_given(c, recipe_flags[i]))
+                mg_run_notes_error(n, "%s needs --fp8-format (e4m3 or hybrid): without it nothing is fp8", recipe_flags[i]);
+        return;
+    }
+    if (!strcmp(c->fp8_recipe, "mxfp8") || !strcmp(c->fp8_recipe, "blockwise"))
+        mg_run_notes_error(n, "--fp8-recipe %s is not supported: mgraph scales per tensor (delayed or tensorwise); %s "
+                              "scales blocks of %s",
+                           c->fp8_recipe, c->fp8_recipe, !strcmp(c->fp8_recipe, "mxfp8") ? "32 (MX, Blackwell)" : "128");
+    bool delayed = !strcmp(c->fp8_recipe, "delayed");
+    if (c->fp8_amax_history_len < 1 || c->fp8_amax_history_len > 1 << 20)
+        mg_run_notes_error(n, "--fp8-amax-history-len must be in 1..%d (got %d)", 1 << 20, c->fp8_amax_history_len);
+    if (c->fp8_margin < 0 || c->fp8_margin > 64)
+        mg_run_notes_error(n, "--fp8-margin must be in 0..64 (got %d)", c->fp8_margin);
+    for (size_t i = 1; !delayed && i < sizeof recipe_flags / sizeof *recipe_flags; i++)
+        if (mg_run_config_given(c, recipe_flags[i]))
+            mg_run_notes_warn(n, "%s has no effect with --fp8-recipe %s (it sets the delayed recipe's scales)",
+                              recipe_flags[i], c->fp8_recipe);
+}
+
+mg_fp8_options mg_run_config_fp8(const mg_run_config *c) {
+    mg_fp8_options o = mg_fp8_defaults();
+    if (!c->fp8_format) return o;
+    o.format = !strcmp(c->fp8_format, "hybrid") ? MG_FP8_HYBRID : MG_FP8_E4M3;
+    o.recipe = !strcmp(c->fp8_recipe, "tensorwise") ? MG_FP8_TENSORWISE : MG_FP8_DELAYED;
+    o.amax_history_len = c->fp8_amax_history_len;
+    o.amax_algo = !strcmp(c->fp8_amax_compute_algo, "max") ? MG_FP8_AMAX_MAX : MG_FP8_AMAX_MOST_RECENT;
+    o.margin = c->fp8_margin;
+    return o;
+}
+
 static mg_dtype dtype_of(const char *s) {
     return !strcmp(s, "bf16") ? MG_BF16 : !strcmp(s, "fp16") ? MG_F16 : MG_F32;
 }
@@ -1263,6 +1311,7 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     check_rope_mla(c, n);
     check_tokenizer(c, n);
     check_precision(c, n);
+    check_fp8(c, n);
     if (c->no_position_embedding && !strcmp(c->position_embedding_type, "learned_absolute"))
         c->position_embedding_type = "none"; /* Megatron's add_position_embedding = False */
     if (mg_run_config_given(c, "--kv-channels") && c->kv_channels < 1)

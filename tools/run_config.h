@@ -88,6 +88,10 @@ typedef struct mg_run_config {
     /* --fp16's loss scaler (mg_run_config_loss_scaler): --loss-scale (0: dynamic), the dynamic one's settings */
     float loss_scale, initial_loss_scale, min_loss_scale;
     int loss_scale_window, hysteresis;
+    /* fp8 (mg_run_config_fp8, mgraph/fp8.h): --fp8-format (NULL: none), --fp8-recipe,
+     * --fp8-amax-compute-algo, --fp8-amax-history-len, --fp8-margin */
+    const char *fp8_format, *fp8_recipe, *fp8_amax_compute_algo;
+    int fp8_amax_history_len, fp8_margin;
     const char *main_grads_dtype, *main_params_dtype, *exp_avg_dtype, *exp_avg_sq_dtype;
     /* data */
     const char *text_file, *data_path, *split, *data_cache_path;
@@ -206,6 +210,8 @@ int mg_run_config_model(const mg_run_config *c, mg_gpt_config *m, mg_error *err)
 mg_precision_options mg_run_config_precision(const mg_run_config *c);
 /* --fp16's loss scaler: --loss-scale's constant one, else the dynamic one. */
 mg_loss_scaler mg_run_config_loss_scaler(const mg_run_config *c);
+/* fp8's recipe from the checked flags (format MG_FP8_OFF without --fp8-format). */
+mg_fp8_options mg_run_config_fp8(const mg_run_config *c);
 
 /* The tokenizer the flags describe (strings borrowed from c). */
 mg_tokenizer_config mg_run_tokenizer_config(const mg_run_config *c);

@@ -249,6 +249,7 @@ int mg_run_resolve_step(mg_run_config *c, int dp, mg_step_config *sc, mg_error *
     sc->reset_position_ids = c->reset_position_ids;
     sc->reset_attention_mask = c->reset_attention_mask;
     sc->precision = mg_run_config_precision(c);
+    sc->fp8 = mg_run_config_fp8(c);
     mg_adamw_config *o = &sc->optim;
     *o = mg_adamw_defaults();
     o->beta1 = c->adam_beta1;
