@@ -1,4 +1,5 @@
-/* mgraph-run: trains a GPT model with mgraph, Megatron-style flags and log line.
+/* mgraph-run: trains a GPT model with mgraph, Megatron-style flags and log line, or the
+ * model of a shared library (--model-lib, mgraph/model_lib.h, tools/run_model_lib.c).
  *
  * argv -> configuration (tools/run_config.c) -> the model, its data and the plan
  * (tools/run_setup.c) -> the trainer (mgraph/trainer.h), with mgraph-run's hooks
@@ -25,6 +26,7 @@
 #include "run_config.h"
 #include "run_describe.h"
 #include "run_hooks.h"
+#include "run_model_lib.h"
 #include "run_plan.h"
 #include "run_setup.h"
 #include "run_trace.h"
@@ -46,6 +48,7 @@ typedef struct run {
     mg_dataset *data;
     mg_gpt_data feed;           /* the trainer's data source over data */
     mg_run_ckpt_model ckpt;     /* the checkpoints' model metadata */
+    mg_run_model_lib ml;        /* --model-lib: the user's model (ml.path NULL: GPT) */
     mg_trainer *t;
     mg_run_hooks hooks;
     mg_ckpt_lock *save_lock;    /* --save: rank 0 holds the directory's lock for the whole run */
@@ -59,6 +62,7 @@ static void run_release(run *r) {
     mg_gpt_data_release(&r->feed);
     mg_dataset_free(r->data);
     mg_tokenizer_free(r->tok);
+    mg_run_model_lib_close(&r->ml); /* (after the trainer: the model's user data is the library's) */
 }
 
 /* Ends the run. Input errors are found by every rank alike before any collective (the
@@ -95,7 +99,10 @@ static double gpt_flops(void *user, int64_t samples) { return mg_gpt_flops(&((mg
 /* Which splits get evaluated: Megatron's do_valid / do_test (a split with samples and
  * --eval-iters > 0). */
 static bool has_split(const run *r, int split) {
-    return r->cfg.eval_iters > 0 && r->data && mg_dataset_num_samples(r->data, split) > 0;
+    if (r->cfg.eval_iters <= 0) return false;
+    const mg_data_source *d = &r->ml.lib.data;
+    if (d->feed) return d->num_samples && d->num_samples(d->user, split) > 0; /* (--model-lib's own data) */
+    return r->data && mg_dataset_num_samples(r->data, split) > 0;
 }
 
 static int signal_number(const char *name) {
@@ -142,11 +149,22 @@ static mg_trainer_config trainer_config(run *r, const mg_recompute_options *ro, 
     tc.exit_interval = c->exit_interval;
     tc.exit_duration_mins = c->exit_duration_in_mins;
     tc.exit_signal = c->exit_signal_handler ? signal_number(c->exit_signal) : 0;
-    r->ckpt = (mg_run_ckpt_model){c, &sc->model, mg_tokenizer_vocab_size(r->tok)};
+    r->ckpt = (mg_run_ckpt_model){c, &sc->model, r->tok ? mg_tokenizer_vocab_size(r->tok) : 0};
     tc.ckpt = (mg_trainer_checkpoint){c->load, c->save, c->save_interval, c->save_retain, c->no_save_optim,
                                       c->no_save_rng, c->no_load_optim || c->skip_train, c->no_load_rng, c->finetune,
                                       c->exit_on_missing_checkpoint, c->override_opt_param_scheduler,
                                       c->use_checkpoint_opt_param_scheduler, mg_run_ckpt_meta, mg_run_ckpt_check, &r->ckpt};
+    if (r->ml.path) { /* --model-lib: its model, its data (else the GPT data above), its metadata */
+        const mg_model_lib *L = &r->ml.lib;
+        tc.model = L->model;
+        if (L->data.feed) tc.data = L->data;
+        tc.loss_token_mean = L->loss_token_mean;
+        tc.per_token_loss = L->per_token_loss;
+        bool own = L->meta || L->check;
+        tc.ckpt.meta = own ? L->meta : mg_run_model_lib_meta;
+        tc.ckpt.check = own ? L->check : mg_run_model_lib_check;
+        tc.ckpt.user = own ? L->user : &r->ml;
+    }
     return tc;
 }
 
@@ -183,9 +201,67 @@ static int gpt_setup(run *r, int plan_world, mg_error *err) {
     return rc;
 }
 
+/* --model-lib: mgraph-run's GPT model flags would change nothing, so giving one is an
+ * error naming it (the library's own flags size its model). */
+static void check_lib_flags(const mg_run_config *c, const mg_run_model_lib *L, mg_run_notes *n) {
+    static const char *gpt[] = {"--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
+                                "--num-query-groups", "--num-experts", "--swiglu", "--normalization",
+                                "--position-embedding-type", "--max-position-embeddings", NULL};
+    for (const char **f = gpt; *f; f++)
+        if (mg_run_config_given(c, *f))
+            mg_run_notes_error(n, "%s is a flag of mgraph-run's GPT model: with --model-lib %s the library's own flags "
+                                  "give its model (--help lists them)",
+                               *f, L->path);
+}
+
+/* --model-lib: the optimizer, schedule and batch from the flags, mgraph-run's data when a
+ * data flag names some, then the library's model (and perhaps its own data). */
+static int lib_setup(run *r, int plan_world, mg_error *err) {
+    mg_run_config *c = &r->cfg;
+    const mg_plan *p = &r->plan;
+    int rc = mg_run_resolve_step(c, plan_world / (p->tp * p->pp * p->cp), &r->sc, err);
+    bool data_given = c->text_file || c->data_path || c->split_data_path[0] || c->split_data_path[1] ||
+                      c->split_data_path[2];
+    if (!rc && data_given) rc = mg_run_open_data(c, p->tp, &r->sc, &r->tok, &r->data, err);
+    mg_model_lib_host h = {MG_MODEL_LIB_ABI, r->ml.path, r->ml.argc, r->ml.argv, c->micro_batch_size,
+                           c->global_batch_size, c->seq_length, (uint64_t)c->seed, c->hidden_dropout,
+                           c->attention_dropout, p, plan_world, r->rank, r->data,
+                           r->tok ? mg_tokenizer_vocab_size(r->tok) : 0, r->tok ? r->sc.model.vocab : 0,
+                           r->tok ? mg_tokenizer_eod(r->tok) : -1};
+    if (!rc) rc = mg_run_model_lib_open(&r->ml, &h, err);
+    if (!rc && !r->ml.lib.data.feed && !r->data)
+        rc = mg_error_set(err, MG_ERR_INVALID,
+                          "--model-lib %s gives no data source of its own: give --text-file or --data-path (mgraph-run "
+                          "then feeds input_ids and labels)",
+                          r->ml.path);
+    if (!rc && c->skip_train && !has_split(r, MG_SPLIT_VALID) && !has_split(r, MG_SPLIT_TEST))
+        rc = mg_error_set(err, MG_ERR_INVALID, "--skip-train needs --eval-iters >= 1 (and validation data)");
+    if (!rc && !r->ml.lib.data.feed) {
+        r->feed = (mg_gpt_data){r->data, c->seq_length, mg_tokenizer_vocab_size(r->tok), mg_tokenizer_type(r->tok),
+                                mg_tokenizer_eod(r->tok), c->eod_mask_loss, c->reset_position_ids,
+                                c->reset_attention_mask, NULL};
+        rc = mg_gpt_data_init(&r->feed, err);
+    }
+    return rc;
+}
+
+/* The model's name in titles and descriptions. */
+static const char *model_name(const run *r) { return r->ml.path ? r->ml.lib.model.name : "GPT"; }
+
 static void print_model(const run *r) {
     const mg_gpt_config *m = &r->sc.model;
     char model[256];
+    if (r->ml.path) { /* the library's model: its parameters counted in the logical step graph */
+        const mg_graph *g = mg_trainer_train_step(r->t)->g;
+        double n = 0;
+        for (int i = 0; i < mg_graph_n_tensors(g); i++) {
+            const mg_tensor *t = mg_graph_tensor(g, i);
+            if (t->role == MG_ROLE_PARAM && !t->model_copy) n += (double)mg_numel(t);
+        }
+        snprintf(model, sizeof model, "%s (--model-lib %s), %.0f parameters", model_name(r), r->ml.path, n);
+        mg_run_print_plan(&r->cfg, r->t, model, 0);
+        return;
+    }
     snprintf(model, sizeof model, "GPT %d layers, hidden %d, heads %d, ffn %d, seq %d, vocab %lld (padded), %.2fM parameters",
              m->num_layers, m->hidden, m->heads, m->ffn_hidden, m->seq_length, (long long)m->vocab,
              (double)mg_gpt_num_params(m) / 1e6);
@@ -255,11 +331,17 @@ int main(int argc, char **argv) {
     int world = r.world = mg_world_size(), rank = r.rank = mg_world_rank(), provided = mg_world_thread_level();
     mg_run_config_defaults(&r.cfg);
     mg_run_notes notes = {0};
+    /* --model-lib: the library is loaded (its ABI checked) and its own flags are taken
+     * out of the command line before mgraph-run parses the rest */
+    int lrc = mg_run_model_lib_load(&argc, argv, &r.ml, &err);
+    if (lrc) return finish(&r, lrc, &err);
     mg_run_config_parse(&r.cfg, argc, argv, &notes);
     if (!notes.n_errors && r.cfg.help) {
         if (rank == 0) mg_run_config_usage(stdout);
+        if (rank == 0) mg_run_model_lib_usage(&r.ml, stdout);
         return finish(&r, 0, &err);
     }
+    if (r.ml.path) check_lib_flags(&r.cfg, &r.ml, &notes);
     mg_run_check_limits(&r.cfg, &notes);
     mg_run_config_check(&r.cfg, &notes);
     /* every blocking wait from here on is bounded (before the first collective) */
@@ -285,7 +367,8 @@ int main(int argc, char **argv) {
     }
     if (!rc) rc = mg_run_check_dump_dot(&r.cfg, world, &err);
     mg_recompute_options ro = {0};
-    if (!rc) rc = mg_run_recompute_options(&r.cfg, r.cfg.num_layers, &ro, &err); /* (the plan: checked after partitioning) */
+    /* (the plan: checked after partitioning; a library's layers once it is open) */
+    if (!rc && !r.ml.path) rc = mg_run_recompute_options(&r.cfg, r.cfg.num_layers, &ro, &err);
     if (!rc)
         rc = mg_run_trace_check(r.cfg.trace_file, r.cfg.trace_iterations, r.cfg.train_iters, world,
                                 !strcmp(r.cfg.engine, "starpu"), &err);
@@ -309,7 +392,8 @@ int main(int argc, char **argv) {
         for (const char *const *a = mg_run_config_demo_args(); *a; a++) printf(" %s", *a);
         printf("\n");
     }
-    if (!rc) rc = gpt_setup(&r, plan_world, &err);
+    if (!rc) rc = r.ml.path ? lib_setup(&r, plan_world, &err) : gpt_setup(&r, plan_world, &err);
+    if (!rc && r.ml.path) rc = mg_run_recompute_options(&r.cfg, r.ml.lib.model.num_layers, &ro, &err);
     rc = mg_world_agree(rc, &err); /* (the trainer's creation is collective: all ranks or none) */
     if (!rc) {
         mg_trainer_config tc = trainer_config(&r, &ro, plan_world);
@@ -319,11 +403,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mgraph-run: warning: %s\n", mg_trainer_load_warning(r.t));
     if (rc) return finish(&r, rc, &err);
     if (rank == 0) print_model(&r);
-    if (r.cfg.dry_run) return finish(&r, mg_run_dry_run(&r.cfg, r.t, "GPT", world, &err), &err);
+    if (r.cfg.dry_run) return finish(&r, mg_run_dry_run(&r.cfg, r.t, model_name(&r), world, &err), &err);
     rc = mg_trainer_partition(r.t, &err);
     if (!rc && rank == 0) mg_run_print_recompute(&ro, mg_trainer_recomputed(r.t));
     if (!rc)
-        rc = mg_run_dump_dots(&r.cfg, &r.plan, "GPT", mg_trainer_rank_graph(r.t, false)->graph, rank, world, true, &err);
+        rc = mg_run_dump_dots(&r.cfg, &r.plan, model_name(&r), mg_trainer_rank_graph(r.t, false)->graph, rank, world, true,
+                              &err);
     /* one job saves into a directory at a time (before any output file is made) */
     if (!rc && r.cfg.save && !r.cfg.skip_train && rank == 0) rc = mg_ckpt_lock_take(r.cfg.save, &r.save_lock, &err);
     if (!rc && mg_ckpt_lock_warning(r.save_lock)) fprintf(stderr, "mgraph-run: warning: %s\n", mg_ckpt_lock_warning(r.save_lock));

@@ -290,6 +290,9 @@ static const flag flags[] = {
     {"--dot-summary-scope", F_STR, O(dot_summary_scope), USE, NULL, "only scopes matching this glob in --dump-dot-summary (e.g. 'h.0.*')"},
     {"--dot-summary-phase", F_STR, O(dot_summary_phase), USE, NULL, "only these phases in --dump-dot-summary: forward,backward,optimizer"},
     {"--dry-run", F_BOOL, O(dry_run), USE, NULL, "build (and dump) the graph, do not train"},
+    {"--model-lib", F_STR, O(model_lib), USE, NULL,
+     "train the model of this shared library (mgraph/model_lib.h, docs/model-lib.md) instead of GPT; its own flags "
+     "go on the same command line"},
     {"--wandb-project", F_STR, NOFF, NOOP, NULL, "no Weights & Biases; --tensorboard-dir and --metrics-file log the scalars"},
     {"--wandb-exp-name", F_STR, NOFF, NOOP, NULL, "no Weights & Biases; --tensorboard-dir and --metrics-file log the scalars"},
     {"--wandb-save-dir", F_STR, NOFF, NOOP, NULL, "no Weights & Biases; --tensorboard-dir and --metrics-file log the scalars"},

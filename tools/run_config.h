@@ -83,6 +83,7 @@ typedef struct mg_run_config {
     const char *dump_dot_summary, *dot_summary_scope, *dot_summary_phase; /* --dump-dot-summary and its filters */
     int dot_summary_depth;
     bool dry_run;
+    const char *model_lib; /* --model-lib: a user's model (tools/run_model_lib.c); NULL: GPT */
     /* Megatron's mixed precision (mg_run_config_precision, mgraph/precision.h) */
     bool bf16, fp16, grad_reduce_in_bf16, accumulate_allreduce_grads_in_fp32, use_precision_aware_optimizer;
     /* --fp16's loss scaler (mg_run_config_loss_scaler): --loss-scale (0: dynamic), the dynamic one's settings */
