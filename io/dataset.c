@@ -89,6 +89,16 @@ int mg_parse_split(const char *split, double frac[3], mg_error *err) {
     const char *p = split;
     int n = 0;
     double sum = 0;
+    /* Megatron's recipes write DATA_ARGS+=("--split '99,1,0'") and expand the array
+     * unquoted: the quotes reach the program, and Megatron, which reads only the numbers
+     * (re.findall), ignores them. A value wholly inside one pair of quotes is read inside. */
+    size_t len = strlen(split);
+    char unq[256];
+    if (len >= 2 && len < sizeof unq && (split[0] == '\'' || split[0] == '"') && split[len - 1] == split[0]) {
+        memcpy(unq, split + 1, len - 2);
+        unq[len - 2] = '\0';
+        p = unq;
+    }
     while (*p) {
         while (isspace((unsigned char)*p)) p++;
         char *end;

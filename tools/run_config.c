@@ -134,6 +134,7 @@ static const flag flags[] = {
      "towards equal token counts over the whole global batch"},
     {"--moe-router-bias-update-rate", F_FLOAT, O(moe_router_bias_update_rate), USE, NULL,
      "the expert bias's step per iteration (default 1e-3)"},
+    {"--moe-per-layer-logging", F_BOOL, NOFF, NOOP, NULL, "the MoE auxiliary losses are logged summed over the layers"},
     {"--moe-router-dtype", F_STR, O(moe_router_dtype), USE, "fp32|fp64",
      "fp32: routing, its softmax / sigmoid and the weighted sum of experts are fp32 (always, here)"},
     {"--moe-shared-expert-intermediate-size", F_INT, O(moe_shared_expert_intermediate_size), USE, NULL,
@@ -239,6 +240,16 @@ static const flag flags[] = {
     {"--fp8-param-gather", F_BOOL, NOFF, REFUSE, NULL,
      "the distributed optimizer gathers the parameters' bf16 copies (fp8 copies with their scales are not built)"},
     {"--attention-softmax-in-fp32", F_BOOL, NOFF, NOOP, NULL, "mgraph's attention softmax is always fp32"},
+    {"--disable-bf16-reduced-precision-matmul", F_BOOL, NOFF, NOOP, NULL,
+     "PyTorch's cuBLAS switch for bf16 reductions; mgraph's matrix products do not go through PyTorch"},
+    /* GPT-OSS (examples/gptoss/02_train.sh): its model variant is not implemented */
+    {"--enable-gpt-oss", F_BOOL, NOFF, REFUSE, NULL, "GPT-OSS's model variant (attention sinks, clamped GLU) is not implemented"},
+    {"--quick-geglu", F_BOOL, NOFF, REFUSE, NULL, "the quick-GELU GLU (GPT-OSS's) is not implemented"},
+    {"--glu-linear-offset", F_FLOAT, NOFF, REFUSE, NULL, "GPT-OSS's GLU offset is not implemented"},
+    {"--activation-func-clamp-value", F_FLOAT, NOFF, REFUSE, NULL, "GPT-OSS's clamped activation is not implemented"},
+    {"--softmax-type", F_STR, NOFF, REFUSE, "vanilla|off-by-one|learnable",
+     "attention sinks (off-by-one, learnable) are not implemented; the plain softmax is the default"},
+    {"--export-force-local-attention", F_BOOL, NOFF, NOOP, NULL, "a ModelOpt export switch; mgraph-run exports nothing"},
     {"--bf16", F_BOOL, O(bf16), USE, NULL,
      "Megatron's bf16 mixed precision: bf16 parameters read by forward and backward, bf16 activations and activation "
      "gradients, fp32 main parameters, main gradients and Adam moments; matrix products with bf16 inputs and fp32 sums "
@@ -374,7 +385,9 @@ static const flag flags[] = {
      "positions restart at 0 after every end-of-document token of the input"},
     {"--reset-attention-mask", F_BOOL, O(reset_attention_mask), USE, NULL,
      "attention within documents: no token sees a token before its document's start"},
-    {"--mock-data", F_BOOL, NOFF, REFUSE, NULL, "no synthetic dataset: give --data-path or --text-file"},
+    {"--mock-data", F_BOOL, O(mock_data), USE, NULL,
+     "Megatron's MockGPTDataset: 100000 synthetic documents split by --split, its samples in Megatron's order for "
+     "the same --seed (needs a tokenizer with an EOD token, e.g. NullTokenizer)"},
     {"--no-create-attention-mask-in-dataloader", F_BOOL, NOFF, NOOP, NULL,
      "no attention mask is ever made: the attention kernels apply the causal mask (and the documents of --reset-attention-mask)"},
     {"--no-mmap-bin-files", F_BOOL, NOFF, NOOP, NULL, "how the .bin is read does not change what is read"},
@@ -414,6 +427,13 @@ static const flag flags[] = {
     {"--data-parallel-sharding-strategy", F_STR, O(data_parallel_sharding_strategy), USE,
      "no_shard|optim|optim_grads|optim_grads_params",
      "with --use-megatron-fsdp (default optim_grads_params, ZeRO-3): what is sharded over dp; optim is the distributed optimizer"},
+    /* Megatron-FSDP's memory and NCCL-registration switches (examples/megatron_fsdp's recipes) */
+    {"--init-model-with-meta-device", F_BOOL, NOFF, NOOP, NULL,
+     "each rank allocates only the parameters (and FSDP shards) its graph holds; there is no full model to avoid"},
+    {"--use-nccl-ub", F_BOOL, NOFF, NOOP, NULL, "NCCL user-buffer registration: a GPU transfer optimisation mgraph does not use"},
+    {"--fsdp-double-buffer", F_BOOL, NOFF, NOOP, NULL,
+     "FSDP's gathered parameters live in the step's own buffers (scheduler memory reuse), not a double buffer"},
+    {"--fsdp-manual-registration", F_BOOL, NOFF, NOOP, NULL, "NCCL buffer registration: a GPU transfer optimisation mgraph does not use"},
     {"--use-torch-fsdp2", F_BOOL, O(use_torch_fsdp2), USE, NULL,
      "PyTorch FSDP2's sharding (each parameter on one dimension): --use-megatron-fsdp optim_grads_params"},
     {"--use-tp-pp-dp-mapping", F_BOOL, O(use_tp_pp_dp_mapping), USE, NULL,
@@ -1421,6 +1441,10 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     load_data_args(c, n);
     if (c->text_file && c->data_path) mg_run_notes_error(n, "give --text-file or --data-path, not both");
     bool per_split = c->split_data_path[0] || c->split_data_path[1] || c->split_data_path[2];
+    /* (Megatron's builder silently prefers the mock data; two sources is a mistake here) */
+    if (c->mock_data && (c->data_path || c->text_file || per_split))
+        mg_run_notes_error(n, "--mock-data generates the data: give it without --%s",
+                           c->data_path ? "data-path" : c->text_file ? "text-file" : "train-data-path / --valid-data-path / --test-data-path");
     if (per_split && (c->data_path || c->text_file)) /* Megatron's get_blend_and_blend_per_split */
         mg_run_notes_error(n, "give --%s or --train-data-path / --valid-data-path / --test-data-path, not both",
                            c->data_path ? "data-path" : "text-file");

@@ -96,6 +96,7 @@ typedef struct mg_run_config {
     const char *main_grads_dtype, *main_params_dtype, *exp_avg_dtype, *exp_avg_sq_dtype;
     /* data */
     const char *text_file, *data_path, *split, *data_cache_path;
+    bool mock_data; /* --mock-data: Megatron's MockGPTDataset (mg_mock_dataset_open) */
     const char *split_data_path[3]; /* --train-data-path, --valid-data-path, --test-data-path */
     /* --data-args-path FILE (the --data-path values, white-space separated) and
      * --per-split-data-args-path FILE.json ({"train", "valid", "test"}): read by

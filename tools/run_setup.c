@@ -306,7 +306,11 @@ int mg_run_open_data(mg_run_config *c, int tp, mg_step_config *sc, mg_tokenizer 
                      : c->train_samples > 0 ? (uint64_t)c->train_samples : (uint64_t)c->train_iters * gbs;
     uint64_t want[3] = {train, evals * (uint64_t)c->eval_iters * gbs, 0};
     bool per_split = c->split_data_path[0] || c->split_data_path[1] || c->split_data_path[2];
-    if (c->data_path) {
+    if (c->mock_data) { /* Megatron asks the test split for eval_iters x global batch */
+        mg_mock_dataset_config mc = {c->split, c->seq_length, (uint64_t)c->seed,
+                                     {want[0], want[1], (uint64_t)c->eval_iters * gbs}, vocab, mg_tokenizer_eod(*tok)};
+        rc = mg_mock_dataset_open(&mc, data, err);
+    } else if (c->data_path) {
         mg_gpt_dataset_config dc = {c->data_path, c->split, c->seq_length, (uint64_t)c->seed,
                                     {want[0], want[1], want[2]}, c->data_cache_path, vocab,
                                     mg_tokenizer_type(*tok), false, 0};

@@ -25,7 +25,8 @@ gpt2_data() {
 # the only errors (exit 2) are the refusals of the flags mgraph cannot honour yet, each
 # named with its reason; without those flags the same recipe passes --dry-run.
 check_recipe() {
-    local refused=($1) f keep=() skip=0
+    local refused=($1) f skip=0
+    keep=()
     "$RUN" "${RECIPE[@]}" --dry-run > out.txt 2> err.txt
     local rc=$?
     grep -q "unknown flag" err.txt && { cat err.txt; fail "a flag of the recipe is unknown"; }
@@ -50,6 +51,17 @@ check_recipe() {
     grep -q "GPT 2 layers, hidden 64, heads 8" out.txt || { cat out.txt; fail "the recipe's model was not built"; }
     echo "ok: $CASE: refused only ${refused[*]} (exit $rc, $errors error lines), --dry-run passes without them;" \
          "$(grep -c warning: err2.txt) warnings"
+}
+
+# train_recipe N: the recipe without the flags check_recipe found refused ($keep) trains N
+# iterations, each logging a finite lm loss, and saves its checkpoint
+train_recipe() {
+    "$RUN" "${keep[@]}" > train.txt 2> terr.txt || { cat terr.txt; fail "the recipe does not train"; }
+    local n
+    n=$(grep -cE "iteration +[0-9]+/ +$1 \|.*\| lm loss: [0-9.]+E[-+][0-9]+ \|" train.txt)
+    [ "$n" -eq "$1" ] || { cat train.txt terr.txt; fail "$n of $1 iterations logged a finite lm loss"; }
+    [ -f ck/latest_checkpointed_iteration.txt ] || fail "no checkpoint saved"
+    echo "ok: $CASE trains $1 iterations on --mock-data: $(grep -oE 'lm loss: [0-9.E+-]+' train.txt | tr '\n' ' ')"
 }
 
 case "$CASE" in
@@ -350,12 +362,11 @@ sliding_window)
     done
     echo "ok: --window-size and --window-attn-skip-freq train, a checkpoint keeps them, bad values refused" ;;
 recipe_llama3_8b)
-    # Megatron's examples/llama/train_llama3_8b_h100_fp8.sh: every flag it passes with its
-    # default DTYPE fp8 (model, training, fp8, parallel, logging arguments), sizes scaled
-    # down (head size 8 = 64 / 8, as the recipe's 128 = 4096 / 32), parallel sizes 1; its
-    # data arguments (mock data with NullTokenizer, or a HuggingFaceTokenizer) are
-    # refused by name too, so Megatron data in GPT-2 BPE stands in for them
-    gpt2_data 1500
+    # Megatron's examples/llama/train_llama3_8b_h100_fp8.sh in its default branch
+    # (TOKENIZER_ARG=MOCK, DATA_ARG=MOCK): every flag it passes with its default DTYPE fp8,
+    # its mock data arguments as its unquoted array expansion delivers them (--split with
+    # its quotes), sizes scaled down (head size 8 = 64 / 8, as the recipe's 128 = 4096 / 32;
+    # --vocab-size 128256 -> 1024), parallel sizes 1; then it trains
     BF16=--bf16
     grep -qw avx512_bf16 /proc/cpuinfo && BF16=
     RECIPE=(--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 8
@@ -363,17 +374,17 @@ recipe_llama3_8b)
             --position-embedding-type rope --rotary-base 1000000 --rotary-percent 1.0 --attention-dropout 0.0
             --hidden-dropout 0.0 --swiglu --normalization RMSNorm --init-method-std 0.0134 --attention-backend fused
             --apply-layernorm-1p --untie-embeddings-and-output-weights --disable-bias-linear
-            --micro-batch-size 1 --global-batch-size 8 --train-samples 800 --lr-decay-samples 780
-            --lr-warmup-samples 16 --lr 0.00015 --min-lr 0.00001 --decoupled-lr 5.0e-4 --decoupled-min-lr 4.5e-5
+            --micro-batch-size 1 --global-batch-size 8 --train-samples 32 --lr-decay-samples 30
+            --lr-warmup-samples 8 --lr 0.00015 --min-lr 0.00001 --decoupled-lr 5.0e-4 --decoupled-min-lr 4.5e-5
             --lr-decay-style cosine --clip-grad 1.0 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --bf16
             --grad-reduce-in-bf16 --cross-entropy-loss-fusion --calculate-per-token-loss --manual-gc
             --empty-unused-memory-level 1 --exit-duration-in-mins 235
             --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
             --fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max --fp8-param-gather
             --tensor-model-parallel-size 1 --context-parallel-size 1 --sequence-parallel
-            --data-path docs_text_document "${VOCAB[@]}" --data-cache-path cache --split '99,1,0'
-            --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers 1
-            --log-interval 1 --eval-iters 32 --eval-interval 100 --save-interval 1000 --log-throughput --profile
+            --mock-data --tokenizer-type NullTokenizer --vocab-size 1024 --data-cache-path cache --tiktoken-pattern v2
+            --split "'99,1,0'" --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers 1
+            --log-interval 1 --eval-iters 2 --eval-interval 100 --save-interval 1000 --log-throughput --profile
             --profile-step-start 4 --profile-step-end 6 --ckpt-format torch_dist --distributed-timeout-minutes 60
             --save ck --load ck --tensorboard-dir tb)
     check_recipe "$BF16 --fp8-param-gather"
@@ -384,12 +395,77 @@ recipe_llama3_8b)
     MG_CPU_BF16=emulate "$RUN" "${TRAIN[@]}" --exit-interval 2 > train.txt 2>&1 || { cat train.txt; fail "the fp8 recipe does not train"; }
     grep -q " iteration  *2/" train.txt || { cat train.txt; fail "the fp8 recipe did not reach iteration 2"; }
     echo "ok: the fp8 recipe trains: $(grep -o 'lm loss: [^|]*' train.txt | tr '\n' ' ')"
-    for f in --mock-data; do
-        # shellcheck disable=SC2086 # the flag and its value
-        "$RUN" --text-file text.txt "${TINY[@]}" $f --dry-run > out.txt 2> err.txt
-        [ $? -eq 2 ] && grep -q -- "error: ${f% *}.*is not supported: " err.txt || { cat err.txt; fail "$f not refused by name"; }
+    # --mock-data with another data source, or a tokenizer without EOD: exit 2, nothing run
+    for bad in "--text-file text.txt|--mock-data generates the data: give it without --text-file" \
+               "--tokenizer-type ByteLevelTokenizer|no end-of-document token" \
+               "--tokenizer-type NullTokenizer --vocab-size 1024 --seed 4294967296|outside [0, 2^32)"; do
+        # shellcheck disable=SC2086 # several flags
+        "$RUN" --mock-data ${bad%%|*} "${TINY[@]}" > out.txt 2> err.txt
+        rc=$?
+        [ $rc -eq 2 ] && grep -qF -- "${bad#*|}" err.txt || { cat err.txt; fail "--mock-data ${bad%%|*}: exit $rc"; }
     done
-    echo "ok: --mock-data is refused by name" ;;
+    echo "ok: --mock-data's refusals exit 2" ;;
+recipe_llama3_8b_fsdp)
+    # Megatron's examples/megatron_fsdp/train_llama3_8b_fsdp_h100_fp8.sh in its default
+    # branch (USE_MEGATRON_FSDP=1, DTYPE fp8, mock data and NullTokenizer), scaled down as
+    # recipe_llama3_8b. Its --bf16 is refused with --use-megatron-fsdp on every machine
+    # (checked by name here), so the recipe is taken without it
+    "$RUN" --mock-data --tokenizer-type NullTokenizer --vocab-size 1024 "${TINY[@]}" --bf16 --use-megatron-fsdp \
+        --dry-run > out.txt 2> err.txt
+    [ $? -eq 2 ] && grep -q -- "error: --bf16 with --use-megatron-fsdp is not supported yet: " err.txt ||
+        { cat err.txt; fail "--bf16 with --use-megatron-fsdp not refused by name"; }
+    RECIPE=(--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 224 --num-attention-heads 8
+            --group-query-attention --num-query-groups 2 --kv-channels 8 --seq-length 64 --max-position-embeddings 64
+            --position-embedding-type rope --rotary-base 1000000 --rotary-percent 1.0 --attention-dropout 0.0
+            --hidden-dropout 0.0 --swiglu --normalization RMSNorm --init-method-std 0.0134 --attention-backend fused
+            --apply-layernorm-1p --untie-embeddings-and-output-weights --disable-bias-linear
+            --micro-batch-size 1 --global-batch-size 8 --train-samples 32 --lr-decay-samples 30
+            --lr-warmup-samples 8 --lr 0.00015 --min-lr 0.00001 --decoupled-lr 5.0e-4 --decoupled-min-lr 4.5e-5
+            --lr-decay-style cosine --clip-grad 1.0 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95
+            --cross-entropy-loss-fusion --no-check-for-nan-in-loss-and-grad --manual-gc --empty-unused-memory-level 1
+            --exit-duration-in-mins 235 --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params
+            --no-gradient-accumulation-fusion --calculate-per-token-loss --init-model-with-meta-device
+            --ckpt-format fsdp_dtensor --use-nccl-ub --fsdp-double-buffer --fsdp-manual-registration
+            --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+            --fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max --fp8-param-gather
+            --tensor-model-parallel-size 1 --context-parallel-size 1 --sequence-parallel
+            --mock-data --tokenizer-type NullTokenizer --vocab-size 1024 --data-cache-path cache --tiktoken-pattern v2
+            --split "'99,1,0'" --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers 1
+            --log-interval 1 --eval-iters 2 --eval-interval 100 --save-interval 1000 --log-throughput --logging-level 20
+            --distributed-timeout-minutes 60 --save ck --load ck --tensorboard-dir tb)
+    check_recipe "--fp8-param-gather"
+    train_recipe 4 ;;
+recipe_gpt_oss)
+    # Megatron's examples/gptoss/02_train.sh in its default branch (TOKENIZER_ARG and
+    # DATA_ARG MOCK): every flag, sizes scaled down in its proportions (12 layers -> 2,
+    # hidden 512 -> 64, 64 heads of 8 in 8 groups -> 8 heads of 8 in 1 group, ffn 2048 ->
+    # 256, window 127 -> 15 keys, seq 8192 -> 64, --vocab-size 128256 -> 1024), pp 8 -> 1;
+    # GPT-OSS's own model variant (sinks, clamped quick-GEGLU) is refused by name, and
+    # without it (a MoE GPT with alternating sliding-window layers) the recipe trains
+    BF16=--bf16
+    grep -qw avx512_bf16 /proc/cpuinfo && BF16=
+    RECIPE=(--no-masked-softmax-fusion --transformer-impl transformer_engine --disable-bias-linear
+            --untie-embeddings-and-output-weights --no-rope-fusion --normalization RMSNorm --num-layers 2 --hidden-size 64
+            --ffn-hidden-size 256 --num-attention-heads 8 --group-query-attention --num-query-groups 1 --seq-length 64
+            --max-position-embeddings 64 --use-mcore-models --rotary-percent 1.0 --rope-type rope
+            --position-embedding-type rope --rotary-base 10000 --no-bias-gelu-fusion --export-force-local-attention
+            --no-bias-dropout-fusion --quick-geglu --glu-linear-offset 1.0 --softmax-type learnable
+            --window-attn-skip-freq 2 --activation-func-clamp-value 7.0 --window-size 15,0 --enable-gpt-oss
+            --num-experts 4 --moe-router-topk 2 --moe-router-load-balancing-type aux_loss --moe-aux-loss-coeff 1e-3
+            --moe-grouped-gemm --moe-token-dispatcher-type alltoall --overlap-param-gather --overlap-grad-reduce
+            --moe-ffn-hidden-size 256 --moe-router-dtype fp32 --moe-z-loss-coeff 1e-3 --moe-permute-fusion
+            --mock-data --tokenizer-type NullTokenizer --vocab-size 1024 --data-cache-path cache --tiktoken-pattern v2
+            --split "'99,1,0'" --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers 1
+            --micro-batch-size 1 --global-batch-size 8 --lr 1.0e-5 --train-samples 32 --lr-decay-samples 30
+            --lr-decay-style cosine --min-lr 1.0e-6 --weight-decay 0.1 --lr-warmup-fraction 0.05 --clip-grad 1.0 --bf16
+            --use-flash-attn --attention-softmax-in-fp32 --accumulate-allreduce-grads-in-fp32
+            --disable-bf16-reduced-precision-matmul --recompute-activations --tensor-model-parallel-size 1
+            --pipeline-model-parallel-size 1 --expert-model-parallel-size 1 --sequence-parallel --context-parallel-size 1
+            --use-distributed-optimizer --fp8-format hybrid --fp8-param-gather --fp8-amax-compute-algo max
+            --fp8-amax-history-len 1024 --log-interval 1 --save-interval 10000 --eval-interval 50000000 --eval-iters 0
+            --save ck --tensorboard-dir ck/tensorboard --moe-per-layer-logging)
+    check_recipe "$BF16 --fp8-param-gather --quick-geglu --glu-linear-offset --softmax-type --activation-func-clamp-value --enable-gpt-oss"
+    train_recipe 4 ;;
 recipe_mixtral_8x7b)
     # Megatron's examples/mixtral/train_mixtral_8x7b_distributed.sh: every flag it passes
     # (with its optional Weights & Biases pair), sizes scaled down, parallel sizes 1, --split
