@@ -342,6 +342,12 @@ int main(int argc, char **argv) {
         return finish(&r, 0, &err);
     }
     if (r.ml.path) check_lib_flags(&r.cfg, &r.ml, &notes);
+    char ckpt_args[2048];
+    if (!notes.n_errors) mg_run_use_checkpoint_args(&r.cfg, &notes, ckpt_args, sizeof ckpt_args);
+    if (!notes.n_errors && ckpt_args[0] && rank == 0) { /* (Megatron prints each flag it sets) */
+        for (char *p = ckpt_args; (p = strchr(p, '\n'));) *p = ' ';
+        printf("mgraph-run: --use-checkpoint-args: from %s: %s\n", r.cfg.load, ckpt_args);
+    }
     mg_run_check_limits(&r.cfg, &notes);
     mg_run_config_check(&r.cfg, &notes);
     /* every blocking wait from here on is bounded (before the first collective) */

@@ -335,6 +335,9 @@ static const flag flags[] = {
      "with --load: this run's learning-rate schedule flags, whatever the checkpoint's (by default they must match)"},
     {"--override-opt_param-scheduler", F_BOOL, O(override_opt_param_scheduler), USE, NULL,
      "Megatron's older spelling of --override-opt-param-scheduler"},
+    {"--use-checkpoint-args", F_BOOL, O(use_checkpoint_args), USE, NULL,
+     "the model flags the checkpoint under --load recorded replace the command line's (Megatron's "
+     "load_args_from_checkpoint: the sizes only where not given)"},
     {"--use-checkpoint-opt-param-scheduler", F_BOOL, O(use_checkpoint_opt_param_scheduler), USE, NULL,
      "with --load: the checkpoint's learning-rate schedule, whatever this run's flags"},
     {"--use-checkpoint-opt_param-scheduler", F_BOOL, O(use_checkpoint_opt_param_scheduler), USE, NULL,
@@ -1556,6 +1559,20 @@ bool mg_run_config_given(const mg_run_config *c, const char *flag) {
     for (size_t k = 0; k < N_FLAGS && k < sizeof c->given; k++)
         if (!strcmp(flags[k].name, flag)) return c->given[k];
     return false;
+}
+
+int mg_run_config_set(mg_run_config *c, const char *name, const char *value, mg_run_notes *notes) {
+    for (size_t k = 0; k < N_FLAGS && k < sizeof c->given; k++) {
+        const flag *f = &flags[k];
+        if (strcmp(f->name, name)) continue;
+        if (f->off == NOFF || f->type == F_LIST || f->type == F_INT3) return -1;
+        void *dst = (char *)c + f->off;
+        if (f->type == F_BOOL) *(bool *)dst = value && strcmp(value, "0") && strcmp(value, "false");
+        else if (!parse_value(f, value, dst, notes)) return -1;
+        c->given[k] = true;
+        return 0;
+    }
+    return -1;
 }
 
 int mg_run_config_set_int(mg_run_config *c, const char *flag, int value) {

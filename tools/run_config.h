@@ -152,6 +152,7 @@ typedef struct mg_run_config {
     bool no_save_optim, no_save_rng; /* --save without the Adam moments / without the RNG seed */
     /* --load of the learning-rate schedule: this run's, unchecked / the checkpoint's */
     bool override_opt_param_scheduler, use_checkpoint_opt_param_scheduler;
+    bool use_checkpoint_args; /* --use-checkpoint-args: mg_run_use_checkpoint_args */
     bool exit_on_missing_checkpoint; /* --load finding no checkpoint is an error, not a fresh start */
     bool exit_signal_handler;        /* --exit-signal: save (with --save) and end after the iteration */
     const char *exit_signal;         /* SIGTERM (default) | SIGINT | SIGHUP | SIGUSR1 | SIGUSR2 */
@@ -203,6 +204,19 @@ bool mg_run_config_given(const mg_run_config *c, const char *flag);
 /* Sets an integer flag's value as if it had been given (--plan auto's choices); -1 for a
  * flag that is not an integer one. */
 int mg_run_config_set_int(mg_run_config *c, const char *flag, int value);
+/* Sets a flag from its text as the command line would give it (a bool from "1"/"0"),
+ * marked given; -1 for an unknown flag or a list, or (noted) a malformed value. The
+ * text must outlive c. */
+int mg_run_config_set(mg_run_config *c, const char *flag, const char *value, mg_run_notes *notes);
+/* Megatron's --use-checkpoint-args (training/checkpointing.py load_args_from_checkpoint),
+ * between parsing and checking: the model flags the checkpoint under --load recorded
+ * replace the command line's, the sizes Megatron sets only when not given
+ * (--num-layers, --hidden-size, --ffn-hidden-size, --seq-length, --num-attention-heads,
+ * --kv-channels, --max-position-embeddings) only when not given; what it set is written
+ * to said (one line per flag). Without --load, or with a checkpoint that cannot be read,
+ * an error is noted (exit 2); a --load directory without a checkpoint leaves the command
+ * line (Megatron's "Checkpoint not found to provide arguments"). */
+void mg_run_use_checkpoint_args(mg_run_config *c, mg_run_notes *n, char *said, size_t cap);
 
 /* The model's configuration from the model flags (mgraph-run, mgraph-plan): sizes, the
  * LLaMA options, MoE; the vocabulary is left for the caller (it comes from the tokenizer). */

@@ -448,6 +448,52 @@ moe)
         [ ! -e hf ] || fail "a refused export left output"
     fi
     ;;
+checkpoint_args)
+    # --use-checkpoint-args (Megatron's load_args_from_checkpoint): a LLaMA-like GPT saved;
+    # resumed with a command line that gives none of its sizes and contradicts its switches
+    # (LayerNorm, no SwiGLU, learned positions, 4 query groups, dropout 0.2, biases off),
+    # the checkpoint's flags win and the iterations after are bit for bit the resume with
+    # the right flags; without the flag that command line exits 2; a size given on the
+    # command line is kept (Megatron's _set_arg without force) and so refused by --load
+    M=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2 --swiglu
+       --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights --seq-length 32
+       --max-position-embeddings 32)
+    T=(--text-file "$TEXT" --micro-batch-size 2 --global-batch-size 4 --log-interval 1 --lr 1e-3 --lr-warmup-iters 2
+       --lr-decay-iters 8 --cpu-workers 1 --eval-iters 0)
+    WRONG=(--num-attention-heads 4 --num-query-groups 4 --normalization LayerNorm --position-embedding-type learned_absolute
+           --hidden-dropout 0.2 --disable-bias-linear)
+    "$RUN" "${T[@]}" "${M[@]}" --train-iters 4 --metrics-file full.jsonl > full.txt 2>&1 || { cat full.txt; fail "full run"; }
+    "$RUN" "${T[@]}" "${M[@]}" --train-iters 2 --save ck > s.txt 2>&1 || { cat s.txt; fail "save"; }
+    "$RUN" "${T[@]}" "${WRONG[@]}" --train-iters 4 --load ck --use-checkpoint-args --metrics-file uca.jsonl > uca.txt 2>&1 ||
+        { cat uca.txt; fail "--use-checkpoint-args with a contradicting command line"; }
+    same_bits full.jsonl uca.jsonl 2
+    for f in "--num-layers 2" "--hidden-size 64" "--normalization RMSNorm" "--swiglu 1" "--num-query-groups 2" \
+             "--position-embedding-type rope" "--hidden-dropout 0.100000001" "--disable-bias-linear 0"; do
+        grep -q -- "--use-checkpoint-args: from ck: .*$f" uca.txt || { cat uca.txt; fail "not said: $f"; }
+    done
+    # without --use-checkpoint-args the same command line is refused
+    "$RUN" "${T[@]}" "${WRONG[@]}" --train-iters 4 --load ck > out.txt 2> err.txt
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "does not match the checkpoint" err.txt || { cat err.txt; fail "mismatch without the flag: $rc"; }
+    # failures: exit 2 with a message, nothing written
+    expect2() { # $1 message part, rest: args
+        local want=$1; shift
+        rm -rf out_ck
+        "$RUN" "${T[@]}" --train-iters 4 --save out_ck "$@" > out.txt 2> err.txt
+        local rc=$?
+        [ $rc -eq 2 ] && grep -q -- "$want" err.txt || { cat err.txt; fail "'$*' exited $rc, want 2 and '$want'"; }
+        [ ! -e out_ck ] || fail "'$*' wrote out_ck"
+    }
+    expect2 "--num-layers does not match the checkpoint" "${WRONG[@]}" --num-layers 3 --load ck --use-checkpoint-args
+    expect2 "--use-checkpoint-args takes the model flags from the checkpoint under --load" "${M[@]}" --use-checkpoint-args
+    cp -r ck bad
+    echo '{"iteration": 2' > bad/iter_0000002/index.json
+    expect2 "--use-checkpoint-args: .*index.json" "${WRONG[@]}" --load bad --use-checkpoint-args
+    # a --load directory with no checkpoint: the command line's flags, with a warning (Megatron's)
+    "$RUN" "${T[@]}" "${M[@]}" --train-iters 1 --load nowhere --use-checkpoint-args > out.txt 2> err.txt ||
+        { cat err.txt; fail "--use-checkpoint-args with no checkpoint"; }
+    grep -q "no checkpoint in nowhere to provide the model flags" err.txt || { cat err.txt; fail "no warning"; }
+    ;;
 *) fail "unknown case $CASE" ;;
 esac
 echo "ok: $CASE"
