@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,11 +244,99 @@ static int agree(const mg_trainer *t, int rc, mg_error *err) {
     return rc;
 }
 
-int mg_trainer_save(mg_trainer *t, mg_error *err) {
-    const char *dir = t->cfg.ckpt.save;
-    if (!dir) return mg_error_set(err, MG_ERR_INVALID, "trainer: no checkpoint directory to save into (ckpt.save)");
+/* An async save (mg_trainer_checkpoint.async_save): this rank's pieces point into a
+ * snapshot of its state, written by a thread; rank 0 holds the index's metadata as of the
+ * save. Finalized by the next save and the end of training. */
+typedef struct mg_async_save {
+    pthread_t thread;
+    bool joinable;
+    const char *dir;
+    int retain, rank;
+    int64_t iteration;
+    double t0;
+    char *meta;
+    mg_ckpt_piece *pieces;
+    const char **held;
+    int n, n_held;
+    void *snapshot;
+    int rc;
+    mg_error err;
+} mg_async_save;
+
+static void async_free(mg_async_save *a) {
+    free(a->meta);
+    free(a->pieces);
+    free(a->held);
+    free(a->snapshot);
+    free(a);
+}
+
+static void *async_write(void *arg) {
+    mg_async_save *a = arg;
+    /* test hook: a slow disk, so that steps run beside the writing and a kill can land in
+     * it (tests/checkpoint/cli.sh async) */
+    const char *pause = getenv("MGRAPH_TEST_ASYNC_SAVE_PAUSE_MS");
+    if (pause && atoi(pause) > 0) usleep((useconds_t)atoi(pause) * 1000);
+    a->rc = mg_ckpt_write_rank(a->dir, a->iteration, a->rank, a->pieces, a->n, a->held, a->n_held, &a->err);
+    return NULL;
+}
+
+/* Copies the pieces' data into one buffer and points them at it: the next steps update
+ * the storage while the copy is written. */
+static int snapshot(mg_ckpt_piece *p, int n, void **out, mg_error *err) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (size_t)mg_ckpt_piece_numel(&p[i]) * mg_dtype_size(p[i].dtype);
+    char *buf = malloc(total ? total : 1);
+    if (!buf) return mg_error_set(err, MG_ERR_NOMEM, "checkpoint: out of memory for the async save's %zu-byte snapshot", total);
+    size_t o = 0;
+    for (int i = 0; i < n; i++) {
+        size_t bytes = (size_t)mg_ckpt_piece_numel(&p[i]) * mg_dtype_size(p[i].dtype);
+        if (bytes) memcpy(buf + o, p[i].data, bytes);
+        p[i].data = buf + o;
+        o += bytes;
+    }
+    *out = buf;
+    return MG_OK;
+}
+
+static void call_saved(mg_trainer *t, int64_t iteration, double ms, int *rc, mg_error *err) {
+    for (int h = 0; h < t->n_hooks && !*rc; h++)
+        if (t->hooks[h].saved) *rc = t->hooks[h].saved(t->hooks[h].user, t, iteration, ms, err);
+}
+
+int mg_trainer_save_finalize(mg_trainer *t, mg_error *err) {
+    mg_async_save *a = t->async;
+    if (!a) return MG_OK;
+    t->async = NULL;
+    if (a->joinable) pthread_join(a->thread, NULL);
+    int rc = a->rc;
+    if (rc) *err = a->err;
+    rc = agree(t, rc, err);
+    if (rc && t->mesh.rank == 0) mg_ckpt_abort(a->dir, a->iteration); /* (every rank's thread is done) */
+    if (!rc && t->mesh.rank == 0) rc = mg_ckpt_finish(a->dir, a->iteration, t->mesh.world, a->meta, a->retain, err);
+    rc = agree(t, rc, err);
+    double ms = 1e3 * (mg_trainer_now() - a->t0);
+    int64_t iteration = a->iteration;
+    bool persistent = a->dir == t->cfg.ckpt.save;
+    async_free(a);
+    if (persistent) call_saved(t, iteration, ms, &rc, err);
+    return rc;
+}
+
+void mg_trainer_save_abandon(mg_trainer *t) {
+    if (!t->async) return;
+    if (t->async->joinable) pthread_join(t->async->thread, NULL);
+    async_free(t->async);
+    t->async = NULL;
+}
+
+/* One save of the state into dir (the persistent one, or the non-persistent one):
+ * synchronous, or with async its writing started on a thread. */
+static int save_to(mg_trainer *t, const char *dir, int retain, bool async, mg_error *err) {
     int rc = mg_trainer_start(t, err);
     if (rc) return rc;
+    if ((rc = mg_trainer_save_finalize(t, err))) return rc; /* the previous async save first */
+    double t0 = mg_trainer_now();
     const mg_mesh *mesh = &t->mesh;
     bool moments = !t->cfg.ckpt.no_save_optim;
     mg_graph *g = t->train.rg.graph;
@@ -262,25 +351,65 @@ int mg_trainer_save(mg_trainer *t, mg_error *err) {
     const char **held = !rc ? calloc((size_t)n_all + 1, sizeof *held) : NULL;
     if (!rc && !held) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     for (int i = 0; !rc && i < n_all; i++) held[i] = all[i].name;
+    free(all);
     /* (every rank of a pipeline group gathers, whether or not its collect failed) */
     int drc = mesh->size[MG_GROUP_PP] > 1 ? drop_lower_stages(mesh, pieces, &n, err) : MG_OK;
     if (!rc) rc = drc;
+    if (async) {
+        mg_async_save *a = !rc ? calloc(1, sizeof *a) : NULL;
+        if (!rc && !a) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+        if (!rc) {
+            *a = (mg_async_save){.dir = dir, .retain = retain, .rank = mesh->rank, .iteration = t->iteration, .t0 = t0,
+                                 .pieces = pieces, .held = held, .n = n, .n_held = n_all};
+            pieces = NULL;
+            held = NULL;
+            rc = snapshot(a->pieces, a->n, &a->snapshot, err);
+            if (!rc && mesh->rank == 0) { /* the index's metadata as of this iteration */
+                a->meta = meta_text(t, err);
+                if (!a->meta) rc = err->code ? err->code : MG_ERR_NOMEM;
+            }
+        }
+        free(pieces);
+        free(held);
+        rc = agree(t, rc, err); /* every rank starts its writing, or none does */
+        if (rc) {
+            if (a) async_free(a);
+            if (mesh->rank == 0) mg_ckpt_abort(dir, t->iteration);
+            return rc;
+        }
+        a->joinable = pthread_create(&a->thread, NULL, async_write, a) == 0;
+        if (!a->joinable) async_write(a); /* no thread to be had: written now, finalized as usual */
+        t->async = a;
+        return MG_OK;
+    }
     if (!rc) rc = mg_ckpt_write_rank(dir, t->iteration, mesh->rank, pieces, n, held, n_all, err);
     /* test hook: a pause with the rank files written and the save not yet in place, for a
      * signal to arrive mid-save (tests/reliability/round3.sh) */
     const char *pause = getenv("MGRAPH_TEST_SAVE_PAUSE_MS");
     if (pause && atoi(pause) > 0) usleep((useconds_t)atoi(pause) * 1000);
     free(held);
-    free(all);
     free(pieces);
     rc = agree(t, rc, err);
     if (rc && mesh->rank == 0) mg_ckpt_abort(dir, t->iteration); /* (every rank is past its write) */
     if (!rc && mesh->rank == 0) {
         char *meta = meta_text(t, err);
-        rc = meta ? mg_ckpt_finish(dir, t->iteration, mesh->world, meta, t->cfg.ckpt.retain, err) : err->code;
+        rc = meta ? mg_ckpt_finish(dir, t->iteration, mesh->world, meta, retain, err) : err->code;
         free(meta);
     }
     return agree(t, rc, err);
+}
+
+int mg_trainer_save(mg_trainer *t, mg_error *err) {
+    const char *dir = t->cfg.ckpt.save;
+    if (!dir) return mg_error_set(err, MG_ERR_INVALID, "trainer: no checkpoint directory to save into (ckpt.save)");
+    return save_to(t, dir, t->cfg.ckpt.retain, t->cfg.ckpt.async_save, err);
+}
+
+/* Megatron's non-persistent (local) checkpoint: only the newest kept. */
+int mg_trainer_save_non_persistent(mg_trainer *t, mg_error *err) {
+    const char *dir = t->cfg.ckpt.non_persistent_dir;
+    if (!dir) return mg_error_set(err, MG_ERR_INVALID, "trainer: no non-persistent checkpoint directory");
+    return save_to(t, dir, 1, t->cfg.ckpt.async_save, err);
 }
 
 /* ---- loading ----------------------------------------------------------------------------------- */
@@ -352,6 +481,20 @@ static int check_schedule(const mg_ckpt *ck, json_t *saved, bool use_saved, mg_l
     return MG_OK;
 }
 
+/* The iteration a checkpoint root's tracker names (an iteration directory's index, or
+ * nothing readable: -1; mg_ckpt_open reports what is wrong with the one chosen). */
+static int64_t tracked_iteration(const char *root) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", root);
+    FILE *f = fopen(path, "r");
+    long long it = -1;
+    if (f) {
+        if (fscanf(f, "%lld", &it) != 1) it = -1;
+        fclose(f);
+    }
+    return it;
+}
+
 int mg_trainer_load_open(mg_trainer *t, mg_error *err) {
     const mg_trainer_checkpoint *k = &t->cfg.ckpt;
     t->seed = t->cfg.seed;
@@ -360,15 +503,23 @@ int mg_trainer_load_open(mg_trainer *t, mg_error *err) {
      * directory's index) means nothing to load: a warning (mg_trainer_load_warning), and
      * training starts from random, so that a recipe's "--save DIR --load DIR" runs the
      * first time; with exit_on_missing it is an error. */
+    const char *from = k->load;
+    /* Megatron's non-persistent (local) checkpoint is loaded when it is newer than the
+     * persistent one (or there is none) */
+    int64_t np_it = k->non_persistent_dir ? tracked_iteration(k->non_persistent_dir) : -1;
+    char given[4200];
+    snprintf(given, sizeof given, "%s/index.json", k->load); /* (an iteration directory named: that one) */
+    if (np_it >= 0 && np_it > tracked_iteration(k->load) && access(given, F_OK) != 0) from = k->non_persistent_dir;
     char tracker[4200], index[4200];
-    snprintf(tracker, sizeof tracker, "%s/latest_checkpointed_iteration.txt", k->load);
-    snprintf(index, sizeof index, "%s/index.json", k->load);
+    snprintf(tracker, sizeof tracker, "%s/latest_checkpointed_iteration.txt", from);
+    snprintf(index, sizeof index, "%s/index.json", from);
     if (!k->exit_on_missing && access(tracker, F_OK) != 0 && access(index, F_OK) != 0) {
         snprintf(t->load_warning, sizeof t->load_warning,
                  "could not find the metadata file %s: will not load any checkpoints and will start from random", tracker);
         return MG_OK;
     }
-    int rc = mg_ckpt_open(k->load, &t->ck, err);
+    t->loaded_from = from;
+    int rc = mg_ckpt_open(from, &t->ck, err);
     if (rc) return rc;
     const char *dir = mg_ckpt_dir(t->ck);
     json_error_t je;
@@ -455,6 +606,8 @@ int mg_trainer_load_fill(mg_trainer *t, mg_error *err) {
     free(pieces);
     return rc;
 }
+
+const char *mg_trainer_loaded_from(const mg_trainer *t) { return t->loaded_from; }
 
 const char *mg_trainer_load_warning(const mg_trainer *t) { return t->load_warning[0] ? t->load_warning : NULL; }
 

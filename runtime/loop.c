@@ -76,6 +76,7 @@ static int save(mg_trainer *t, mg_error *err) {
     double t0 = mg_trainer_now();
     int rc = mg_trainer_save(t, err);
     double ms = 1e3 * (mg_trainer_now() - t0);
+    if (t->cfg.ckpt.async_save) return rc; /* (its finalize calls the hooks) */
     for (int h = 0; h < t->n_hooks && !rc; h++)
         if (t->hooks[h].saved) rc = t->hooks[h].saved(t->hooks[h].user, t, t->iteration, ms, err);
     return rc;
@@ -114,6 +115,10 @@ int mg_trainer_train(mg_trainer *t, mg_error *err) {
             rc = save(t, err);
             saved = true;
         }
+        /* Megatron's non-persistent checkpoint, between the persistent ones */
+        if (!rc && !saved && c->ckpt.non_persistent_dir && c->ckpt.non_persistent_interval > 0 &&
+            t->iteration % c->ckpt.non_persistent_interval == 0)
+            rc = mg_trainer_save_non_persistent(t, err);
         if (rc) return rc;
         /* after the exit signal (any rank's), after exit_duration_mins (from the start of
          * the run) or at a multiple of exit_interval: save if not saved, say so and end,
@@ -122,10 +127,12 @@ int mg_trainer_train(mg_trainer *t, mg_error *err) {
         decide_exit(t, why, sizeof why);
         if (*why && t->iteration < c->train_iters) {
             if (save_dir && !saved && (rc = save(t, err))) return rc;
+            if ((rc = mg_trainer_save_finalize(t, err))) return rc; /* an async save, in place before the exit */
             for (int h = 0; h < t->n_hooks && !rc; h++)
                 if (t->hooks[h].exiting) rc = t->hooks[h].exiting(t->hooks[h].user, t, why, err);
             return rc;
         }
     }
+    if ((rc = mg_trainer_save_finalize(t, err))) return rc; /* the last async save, in place */
     return mg_trainer_evaluate_at_end(t, err);
 }

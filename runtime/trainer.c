@@ -447,6 +447,7 @@ static void graph_release(mg_trainer_graph *G) {
 
 void mg_trainer_free(mg_trainer *t) {
     if (!t) return;
+    mg_trainer_save_abandon(t);
     mg_trainer_load_close(t);
     mg_comm_free(t->comm);
     /* the evaluation storage borrows the training one's parameters: it goes first */

@@ -51,6 +51,9 @@ struct mg_trainer {
     int64_t skipped;           /* mg_exec_info.skipped: fp16's skipped iterations (the checkpoint's included) */
     mg_loss_scaler scaler;     /* fp16: cfg.loss_scaler as it evolves */
     mg_fp8_state fp8;          /* fp8: the recipe's scales and amax histories (n_slots 0 without fp8) */
+    /* an async save under way (runtime/checkpoint.c) */
+    struct mg_async_save *async;
+    const char *loaded_from;   /* ckpt.load, or ckpt.non_persistent_dir when that was newer */
     char load_warning[4400];
     mg_trainer_hooks hooks[MG_TRAINER_MAX_HOOKS];
     int n_hooks;
@@ -74,6 +77,12 @@ int mg_trainer_feed_constants(mg_trainer *t, mg_trainer_graph *G, mg_error *err)
 /* runtime/checkpoint.c */
 int mg_trainer_load_open(mg_trainer *t, mg_error *err);  /* before the graphs: may set the schedule */
 int mg_trainer_load_fill(mg_trainer *t, mg_error *err);  /* into the training storage */
+/* An async save still under way when the trainer is freed without finalizing (an error
+ * ended the run): its thread is joined and the save left unfinished, as a crash leaves
+ * it (the previous checkpoint and tracker stand; the next save removes the partial one). */
+void mg_trainer_save_abandon(mg_trainer *t);
+/* A save into ckpt.non_persistent_dir (only its newest kept; async with ckpt.async_save). */
+int mg_trainer_save_non_persistent(mg_trainer *t, mg_error *err);
 void mg_trainer_load_close(mg_trainer *t);
 
 #endif

@@ -153,7 +153,9 @@ static mg_trainer_config trainer_config(run *r, const mg_recompute_options *ro, 
     tc.ckpt = (mg_trainer_checkpoint){c->load, c->save, c->save_interval, c->save_retain, c->no_save_optim,
                                       c->no_save_rng, c->no_load_optim || c->skip_train, c->no_load_rng, c->finetune,
                                       c->exit_on_missing_checkpoint, c->override_opt_param_scheduler,
-                                      c->use_checkpoint_opt_param_scheduler, mg_run_ckpt_meta, mg_run_ckpt_check, &r->ckpt};
+                                      c->use_checkpoint_opt_param_scheduler, c->async_save,
+                                      c->non_persistent_save_interval > 0 ? c->non_persistent_local_ckpt_dir : NULL,
+                                      c->non_persistent_save_interval, mg_run_ckpt_meta, mg_run_ckpt_check, &r->ckpt};
     if (r->ml.path) { /* --model-lib: its model, its data (else the GPT data above), its metadata */
         const mg_model_lib *L = &r->ml.lib;
         tc.model = L->model;
@@ -273,7 +275,8 @@ static void print_started(const run *r) {
     const mg_run_config *c = &r->cfg;
     /* (--load of a directory without a checkpoint starts fresh, and said so) */
     if (c->load && !mg_trainer_load_warning(r->t) && r->rank == 0)
-        printf("  loaded checkpoint from %s at iteration %lld\n", c->load, (long long)mg_trainer_iteration(r->t));
+        printf("  loaded checkpoint from %s at iteration %lld\n",
+               mg_trainer_loaded_from(r->t) ? mg_trainer_loaded_from(r->t) : c->load, (long long)mg_trainer_iteration(r->t));
     if (r->rank != 0) return;
     mg_run_describe(c, r->t, mg_trainer_rank_graph(r->t, false)->graph, mg_trainer_mesh(r->t), r->rank);
     double up = now_s() - r->t_start, memplan, storage, engine;

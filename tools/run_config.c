@@ -323,6 +323,16 @@ static const flag flags[] = {
      "every tensor of an mgraph checkpoint is checked on load"},
     {"--save-interval", F_I64, O(save_interval), USE, NULL, "iterations between checkpoints (and one at the end)"},
     {"--save-retain", F_INT, O(save_retain), USE, NULL, "keep the newest N checkpoints in --save (0: all)"},
+    {"--async-save", F_BOOL, O(async_save), USE, NULL,
+     "a save snapshots the state and writes it while the next iterations run; put in place (index, tracker) before "
+     "the next save and at the end; the previous checkpoint stands until then"},
+    {"--non-persistent-save-interval", F_I64, O(non_persistent_save_interval), USE, NULL,
+     "iterations between non-persistent checkpoints (with --non-persistent-ckpt-type local): only the newest is kept, "
+     "and --load takes it when it is newer than the persistent one"},
+    {"--non-persistent-ckpt-type", F_STR, O(non_persistent_ckpt_type), USE, "global|local|in_memory",
+     "local: into --non-persistent-local-ckpt-dir (global and in_memory are refused)"},
+    {"--non-persistent-local-ckpt-dir", F_STR, O(non_persistent_local_ckpt_dir), USE, NULL,
+     "the non-persistent checkpoints' directory (every rank must see it)"},
     {"--load", F_STR, O(load), USE, NULL, "checkpoint directory (or iter_N directory) to resume from"},
     {"--no-load-optim", F_BOOL, O(no_load_optim), USE, NULL,
      "with --load: do not load the Adam moments (they start from zero, and Adam's step count with them)"},
@@ -1441,6 +1451,23 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     if (c->save_interval < 0 || c->save_retain < 0) mg_run_notes_error(n, "--save-interval and --save-retain must be >= 0");
     if ((c->save_interval || c->save_retain) && !c->save)
         mg_run_notes_error(n, "--save-interval and --save-retain need --save DIR");
+    if (c->async_save && !c->save) mg_run_notes_error(n, "--async-save needs --save DIR");
+    if (c->non_persistent_save_interval < 0) mg_run_notes_error(n, "--non-persistent-save-interval must be >= 0");
+    if (c->non_persistent_save_interval > 0 || c->non_persistent_ckpt_type || c->non_persistent_local_ckpt_dir) {
+        const char *ty = c->non_persistent_ckpt_type;
+        if (!ty)
+            mg_run_notes_error(n, "--non-persistent-save-interval needs --non-persistent-ckpt-type local (Megatron's "
+                                  "default, None, saves no non-persistent checkpoint)");
+        else if (strcmp(ty, "local"))
+            mg_run_notes_error(n, "--non-persistent-ckpt-type %s is not supported: only local (into "
+                                  "--non-persistent-local-ckpt-dir)", ty);
+        else if (!c->non_persistent_local_ckpt_dir)
+            mg_run_notes_error(n, "--non-persistent-ckpt-type local needs --non-persistent-local-ckpt-dir DIR");
+        else if (c->non_persistent_save_interval <= 0)
+            mg_run_notes_error(n, "--non-persistent-ckpt-type local needs --non-persistent-save-interval N");
+        else if (c->save && !strcmp(c->save, c->non_persistent_local_ckpt_dir))
+            mg_run_notes_error(n, "--non-persistent-local-ckpt-dir must not be --save's directory");
+    }
     load_data_args(c, n);
     if (c->text_file && c->data_path) mg_run_notes_error(n, "give --text-file or --data-path, not both");
     bool per_split = c->split_data_path[0] || c->split_data_path[1] || c->split_data_path[2];

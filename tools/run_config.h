@@ -148,6 +148,10 @@ typedef struct mg_run_config {
     const char *save, *load;
     int64_t save_interval;
     int save_retain;         /* keep the newest N iteration directories (0: all) */
+    bool async_save;         /* --async-save */
+    int64_t non_persistent_save_interval;      /* --non-persistent-save-interval (0: none) */
+    const char *non_persistent_ckpt_type;      /* --non-persistent-ckpt-type (local only) */
+    const char *non_persistent_local_ckpt_dir; /* --non-persistent-local-ckpt-dir */
     bool no_load_optim, no_load_rng, finetune, skip_train;
     bool no_save_optim, no_save_rng; /* --save without the Adam moments / without the RNG seed */
     /* --load of the learning-rate schedule: this run's, unchecked / the checkpoint's */

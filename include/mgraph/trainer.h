@@ -131,6 +131,17 @@ typedef struct mg_trainer_checkpoint {
      * OptimizerParamScheduler.load_state_dict), unless override (this run's) or
      * use_saved (the checkpoint's) */
     bool override_schedule, use_saved_schedule;
+    /* Megatron's --async-save: a save snapshots this rank's state into host memory and
+     * writes it on a thread while the next iterations run; the save is put in place
+     * (index, rename, tracker) by mg_trainer_save_finalize, which the next save and the
+     * end of mg_trainer_train call. Until then the previous checkpoint and tracker are
+     * untouched: a crash during the writing loses nothing saved before. */
+    bool async_save;
+    /* Megatron's --non-persistent-save-interval N with --non-persistent-ckpt-type local:
+     * every N iterations a save into non_persistent_dir (only its newest kept), and on
+     * load the newer of it and `load`. */
+    const char *non_persistent_dir;
+    int64_t non_persistent_interval;
     /* The caller's metadata: a JSON object merged into the index's ("model": what the
      * model's flags are, ...), and its check on load (MG_ERR_INVALID naming what differs).
      * NULL: {"model": {"arch": model.name}} and no check. */
@@ -243,6 +254,9 @@ int mg_trainer_evaluate(mg_trainer *t, int split, double *loss, mg_error *err);
 /* Saves the state (parameters, Adam moments, the run's position) into ckpt.save, as of
  * the iterations done. Collective. */
 int mg_trainer_save(mg_trainer *t, mg_error *err);
+/* With ckpt.async_save: waits for the save under way (if any) and puts it in place, then
+ * calls the hooks' saved. Collective; MG_OK when none is under way. */
+int mg_trainer_save_finalize(mg_trainer *t, mg_error *err);
 
 /* ---- hooks and the training loop ------------------------------------------------------- */
 typedef struct mg_eval_result {
@@ -313,6 +327,8 @@ void mg_trainer_rewind_evaluation(mg_trainer *t);
 /* Why cfg.ckpt.load loaded nothing (no checkpoint there: training starts from random),
  * or NULL. */
 const char *mg_trainer_load_warning(const mg_trainer *t);
+/* The checkpoint root loaded: ckpt.load, or ckpt.non_persistent_dir when it was newer. */
+const char *mg_trainer_loaded_from(const mg_trainer *t);
 
 #ifdef __cplusplus
 }

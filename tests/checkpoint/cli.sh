@@ -494,6 +494,88 @@ checkpoint_args)
         { cat err.txt; fail "--use-checkpoint-args with no checkpoint"; }
     grep -q "no checkpoint in nowhere to provide the model flags" err.txt || { cat err.txt; fail "no warning"; }
     ;;
+async)
+    # --async-save: the checkpoints are byte for byte the synchronous ones, steps run while
+    # a save is written (a slow disk simulated), a kill -9 during the writing leaves the
+    # previous checkpoint and tracker as they were and loadable, and a completed one loads
+    T=("${ARGS[@]}" --eval-iters 0 --eval-interval 1000)
+    "$RUN" "${T[@]}" --train-iters 6 --save-interval 2 --save sync > s.txt 2>&1 || { cat s.txt; fail "sync saves"; }
+    MGRAPH_TEST_ASYNC_SAVE_PAUSE_MS=400 "$RUN" "${T[@]}" --train-iters 6 --save-interval 2 --save asy --async-save \
+        > a.txt 2>&1 || { cat a.txt; fail "async saves"; }
+    for it in 2 4 6; do
+        for f in rank_00000.safetensors index.json; do
+            cmp -s sync/iter_000000$it/$f asy/iter_000000$it/$f || fail "iteration $it: $f differs from the synchronous save's"
+        done
+    done
+    [ "$(tracker asy)" = 6 ] || fail "async tracker $(tracker asy)"
+    # iteration 3 ran before the save of iteration 2 was in place
+    grep -nE "iteration +3/|saved checkpoint from iteration +2 " a.txt | head -1 | grep -q "iteration *3/" ||
+        { cat a.txt; fail "no step ran while the save was written"; }
+    # a kill -9 while a save is being written
+    "$RUN" "${T[@]}" --train-iters 4 --save-interval 2 --save ck > k0.txt 2>&1 || { cat k0.txt; fail "first saves"; }
+    before=$(cat ck/iter_0000004/* | md5sum)
+    MGRAPH_TEST_ASYNC_SAVE_PAUSE_MS=20000 "$RUN" "${T[@]}" --load ck --train-iters 1000 --save-interval 6 --save ck \
+        --async-save > k1.txt 2>&1 &
+    pid=$!
+    for _ in $(seq 1 600); do [ -d ck/iter_0000006.partial ] && break; sleep 0.1; done
+    [ -d ck/iter_0000006.partial ] || { kill -9 $pid; cat k1.txt; fail "the async save never started"; }
+    sleep 0.5
+    grep -qE "iteration +7/" k1.txt || { kill -9 $pid; cat k1.txt; fail "no step after the async save started"; }
+    kill -9 $pid
+    wait $pid 2> /dev/null
+    [ "$(tracker ck)" = 4 ] || fail "after the kill the tracker says $(tracker ck), want 4"
+    [ "$(cat ck/iter_0000004/* | md5sum)" = "$before" ] || fail "the kill changed iteration 4's checkpoint"
+    [ ! -d ck/iter_0000006 ] || fail "a half-written iteration 6 is in place"
+    "$RUN" "${T[@]}" --load ck --train-iters 8 --save-interval 6 --save ck --async-save --metrics-file r.jsonl > k2.txt 2>&1 ||
+        { cat k2.txt; fail "resume after the kill"; }
+    grep -q '"iteration": 5, "lm_loss"' r.jsonl || fail "did not resume at iteration 5"
+    [ "$(tracker ck)" = 8 ] && [ -d ck/iter_0000006 ] && [ ! -d ck/iter_0000006.partial ] || fail "after resuming: $(ls ck)"
+    "$RUN" "${T[@]}" --load ck --train-iters 9 > k3.txt 2>&1 || { cat k3.txt; fail "the async checkpoint does not load"; }
+    grep -qE "iteration +9/" k3.txt || fail "the async checkpoint did not resume at 9"
+    rm -rf none
+    "$RUN" "${T[@]}" --train-iters 2 --async-save > out.txt 2> err.txt
+    [ $? -eq 2 ] && grep -q -- "--async-save needs --save DIR" err.txt || { cat err.txt; fail "--async-save without --save"; }
+    ;;
+non_persistent)
+    # --non-persistent-save-interval 1 --non-persistent-ckpt-type local: a checkpoint every
+    # iteration into the local directory (only the newest kept), the persistent ones every 4;
+    # --load takes the local one when it is newer (the run died after iteration 5's local
+    # save, its persistent checkpoint being iteration 4's) and resumes bit for bit, the
+    # persistent one when that is newer
+    T=("${ARGS[@]}" --eval-iters 0 --eval-interval 1000)
+    NP=(--non-persistent-save-interval 1 --non-persistent-ckpt-type local --non-persistent-local-ckpt-dir) # + the directory
+    "$RUN" "${T[@]}" --train-iters 8 --metrics-file full.jsonl > full.txt 2>&1 || { cat full.txt; fail "full run"; }
+    "$RUN" "${T[@]}" --train-iters 6 --save ck --save-interval 4 "${NP[@]}" local > a.txt 2>&1 || { cat a.txt; fail "saves"; }
+    [ "$(tracker local)" = 5 ] && [ "$(ls -d local/iter_* | tr '\n' ' ')" = "local/iter_0000005 " ] ||
+        fail "local holds $(ls local), tracker $(tracker local)"
+    [ "$(tracker ck)" = 6 ] || fail "persistent tracker $(tracker ck)"
+    cp -r local local2
+    "$RUN" "${T[@]}" --train-iters 8 --load ck "${NP[@]}" local2 --metrics-file p.jsonl > p.txt 2>&1 ||
+        { cat p.txt; fail "load"; }
+    grep -q "loaded checkpoint from ck at iteration 6" p.txt || { cat p.txt; fail "not loaded from ck at 6"; }
+    same_bits full.jsonl p.jsonl 6
+    grep -q '"iteration": 6, "lm_loss"' p.jsonl && fail "the older local checkpoint was loaded"
+    rm -rf ck/iter_0000006 && echo 4 > ck/latest_checkpointed_iteration.txt # (as if the run had died at 5)
+    "$RUN" "${T[@]}" --train-iters 8 --load ck "${NP[@]}" local --metrics-file l.jsonl > l.txt 2>&1 || { cat l.txt; fail "load local"; }
+    grep -q '"iteration": 6, "lm_loss"' l.jsonl && ! grep -q '"iteration": 5, "lm_loss"' l.jsonl ||
+        fail "the newer local checkpoint (5) was not loaded"
+    grep -q "loaded checkpoint from local at iteration 5" l.txt || { cat l.txt; fail "not said: loaded from local"; }
+    same_bits full.jsonl l.jsonl 5
+    expect2() { # $1 message part, rest: args
+        local want=$1; shift
+        rm -rf out_ck out_local
+        "$RUN" "${T[@]}" --train-iters 2 --save out_ck "$@" > out.txt 2> err.txt
+        local rc=$?
+        [ $rc -eq 2 ] && grep -q -- "$want" err.txt || { cat err.txt; fail "'$*' exited $rc, want 2 and '$want'"; }
+        [ ! -e out_ck ] && [ ! -e out_local ] || fail "'$*' wrote a checkpoint"
+    }
+    expect2 "needs --non-persistent-ckpt-type local" --non-persistent-save-interval 1
+    expect2 "--non-persistent-ckpt-type global is not supported" --non-persistent-save-interval 1 \
+        --non-persistent-ckpt-type global --non-persistent-local-ckpt-dir out_local
+    expect2 "needs --non-persistent-local-ckpt-dir" --non-persistent-save-interval 1 --non-persistent-ckpt-type local
+    expect2 "needs --non-persistent-save-interval" --non-persistent-ckpt-type local --non-persistent-local-ckpt-dir out_local
+    expect2 "must not be --save's directory" "${NP[@]}" out_ck
+    ;;
 *) fail "unknown case $CASE" ;;
 esac
 echo "ok: $CASE"
