@@ -83,6 +83,13 @@ static void llama_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer
     gpt_linear_params(g, "mlp.down_proj", h, f, out_std, bias, MG_LAYOUT_ROW, &l->fc2_w, &l->fc2_b);
 }
 
+void gpt_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer *l, bool moe) {
+    float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->num_layers);
+    if (moe) mg_moe_layer_params(g, c, l);
+    if (mg_gpt_is_gpt2(c)) gpt2_layer_params(g, c, l, std, out_std);
+    else llama_layer_params(g, c, l, std, out_std);
+}
+
 int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m, mg_error *err) {
     memset(m, 0, sizeof *m);
     int rc = mg_gpt_check(c, err);
@@ -91,7 +98,7 @@ int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m, mg_error *err
     m->layers = calloc((size_t)c->num_layers, sizeof *m->layers);
     if (!m->layers) return mg_error_set(err, MG_ERR_NOMEM, "gpt: out of memory");
     int64_t h = c->hidden;
-    float std = c->init_std, out_std = c->init_std / sqrtf(2.0f * (float)c->num_layers);
+    float std = c->init_std;
     bool gpt2 = mg_gpt_is_gpt2(c);
     m->wte = mg_set_layout(gpt_weight(g, gpt2 ? "wte.weight" : "model.embed_tokens.weight", c->vocab, h, std),
                            MG_LAYOUT_VOCAB);
@@ -100,9 +107,7 @@ int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m, mg_error *err
         m->wpe = gpt_weight(g, gpt2 ? "wpe.weight" : "model.embed_positions.weight", c->max_position, h, std);
     for (int i = 0; i < c->num_layers; i++) {
         mg_scope_push(g, gpt2 ? "h.%d" : "model.layers.%d", i);
-        if (mg_moe_is_layer(c, i)) mg_moe_layer_params(g, c, &m->layers[i]);
-        if (gpt2) gpt2_layer_params(g, c, &m->layers[i], std, out_std);
-        else llama_layer_params(g, c, &m->layers[i], std, out_std);
+        gpt_layer_params(g, c, &m->layers[i], mg_moe_is_layer(c, i));
         mg_scope_pop(g);
     }
     norm_params(g, c, gpt2 ? "ln_f" : "model.norm", &m->lnf_w, &m->lnf_b);
@@ -113,13 +118,16 @@ int mg_gpt2_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m, mg_error *err
         m->unit_hd = mg_input(g, "qk_l2_norm.unit", MG_F32, 1, &hd);
         if (m->unit_hd) m->unit_hd->init = (mg_init){MG_INIT_ONES, 0.0f};
     }
+    if (c->mtp_num_layers > 0 && mg_mtp_params(g, c, m)) return mg_error_set(err, MG_ERR_NOMEM, "gpt: out of memory");
     if (mg_graph_error(g)->code) return mg_error_set(err, mg_graph_error(g)->code, "%s", mg_graph_error(g)->msg);
     return MG_OK;
 }
 
 void mg_gpt_release(mg_gpt *m) {
     free(m->layers);
+    free(m->mtp);
     m->layers = NULL;
+    m->mtp = NULL;
 }
 
 mg_tensor *gpt_norm(mg_graph *g, const mg_gpt_config *c, mg_tensor *x, mg_tensor *w, mg_tensor *b) {
@@ -201,6 +209,15 @@ mg_tensor *gpt_mlp_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg
     return y;
 }
 
+mg_tensor *gpt_transformer_layer(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x, mg_tensor *positions,
+                                 mg_tensor *doc_start, int64_t window, bool training, mg_gpt_aux *aux) {
+    const mg_gpt_config *c = &m->cfg;
+    mg_tensor *a = gpt_norm(g, c, x, l->ln1_w, l->ln1_b);
+    x = mg_add(g, x, attention_block(g, m, l, a, positions, doc_start, window, training));
+    mg_tensor *f = gpt_norm(g, c, x, l->ln2_w, l->ln2_b);
+    return mg_add(g, x, l->router_w ? mg_moe_block(g, m, l, f, training, aux) : gpt_mlp_block(g, m, l, f, training));
+}
+
 mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions,
                                mg_tensor *doc_start, mg_tensor *targets, bool training, mg_gpt_aux *aux) {
     const mg_gpt_config *c = &m->cfg;
@@ -220,18 +237,17 @@ mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, 
         const mg_gpt_layer *l = &m->layers[i];
         mg_scope_push(g, gpt2 ? "h.%d" : "model.layers.%d", i);
         mg_graph_set_layer(g, i);
-        mg_tensor *a = gpt_norm(g, c, x, l->ln1_w, l->ln1_b);
-        x = mg_add(g, x, attention_block(g, m, l, a, positions, doc_start, mg_gpt_layer_window(c, i), training));
-        mg_tensor *f = gpt_norm(g, c, x, l->ln2_w, l->ln2_b);
-        x = mg_add(g, x, l->router_w ? mg_moe_block(g, m, l, f, training, aux) : gpt_mlp_block(g, m, l, f, training));
+        x = gpt_transformer_layer(g, m, l, x, positions, doc_start, mg_gpt_layer_window(c, i), training, aux);
         mg_scope_pop(g);
     }
     mg_graph_set_layer(g, MG_LAYER_POST);
     x = gpt_norm(g, c, x, m->lnf_w, m->lnf_b);
     mg_tensor *out = m->lm_head ? m->lm_head : m->wte;
     mg_tensor *logits = mg_matmul(g, x, out, false, true); /* [s, b, V] */
-    int n_moe = 0;
+    if (c->mtp_num_layers > 0 && training) mg_mtp_forward(g, m, x, tokens, positions, doc_start, targets, training, aux);
+    int n_moe = 0; /* (an MTP layer of the MoE kind counts: Megatron tracks its router's losses too) */
     for (int i = 0; i < c->num_layers; i++) n_moe += mg_moe_is_layer(c, i);
+    if (training && mg_moe_is_layer(c, c->num_layers - 1)) n_moe += c->mtp_num_layers;
     if (aux->load_balancing_loss) aux->load_balancing_loss = mg_scale(g, aux->load_balancing_loss, 1.0f / (float)n_moe);
     if (aux->z_loss) aux->z_loss = mg_scale(g, aux->z_loss, 1.0f / (float)n_moe);
     mg_tensor *loss = mg_cross_entropy(g, logits, targets, MG_LABEL_IGNORE);
@@ -244,5 +260,6 @@ mg_tensor *mg_gpt2_forward(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_t
                            bool training) {
     mg_gpt_aux aux;
     mg_tensor *loss = mg_gpt2_forward_aux(g, m, tokens, positions, NULL, targets, training, &aux);
-    return aux.loss ? mg_add(g, loss, aux.loss) : loss;
+    if (aux.loss) loss = mg_add(g, loss, aux.loss);
+    return aux.mtp_loss ? mg_add(g, loss, aux.mtp_loss) : loss;
 }

@@ -22,6 +22,7 @@ mg_gpt_config mg_gpt_defaults(void) {
     c.moe.topk = 2;
     c.moe.layer_freq = 1;
     c.moe.bias_update_rate = 1e-3f;
+    c.mtp_loss_scaling_factor = 0.1f;
     /* Megatron's RoPE scaling defaults (used when a scaling is chosen) */
     c.rope.factor = 1.0f;
     c.rope.low_freq_factor = 1.0f;
@@ -134,6 +135,12 @@ int mg_gpt_check(const mg_gpt_config *c, mg_error *err) {
         return mg_error_set(err, MG_ERR_INVALID, "--hidden-dropout must be in [0, 1) (got %g)", c->hidden_dropout);
     if (!(c->attention_dropout >= 0 && c->attention_dropout < 1))
         return mg_error_set(err, MG_ERR_INVALID, "--attention-dropout must be in [0, 1) (got %g)", c->attention_dropout);
+    if (c->mtp_num_layers < 0 || c->mtp_num_layers > MG_MTP_MAX_LAYERS)
+        return mg_error_set(err, MG_ERR_INVALID, "--mtp-num-layers must be in [0, %d] (got %d)", MG_MTP_MAX_LAYERS,
+                            c->mtp_num_layers);
+    if (!(c->mtp_loss_scaling_factor >= 0) || !isfinite(c->mtp_loss_scaling_factor))
+        return mg_error_set(err, MG_ERR_INVALID, "--mtp-loss-scaling-factor must be >= 0 (got %g)",
+                            c->mtp_loss_scaling_factor);
     return mg_moe_check(c, err);
 }
 
@@ -231,9 +238,12 @@ int64_t mg_gpt_num_params(const mg_gpt_config *c) {
      * shared experts' MLP in place of the MLP (the expert bias is a buffer, as Megatron's) */
     int64_t E = c->moe.num_experts, fm = c->moe.ffn_hidden > 0 ? c->moe.ffn_hidden : f, fs = c->moe.shared_ffn;
     int64_t shared = fs > 0 ? mlp_in * fs * (h + bias) + h * (fs + bias) : 0;
+    int64_t moe_extra = E * h + E * (mlp_in + 1) * fm * h + shared - (mlp_in * f * (h + bias) + h * (f + bias));
     for (int i = 0; i < c->num_layers; i++)
-        if (mg_moe_is_layer(c, i))
-            n += E * h + E * (mlp_in + 1) * fm * h + shared - (mlp_in * f * (h + bias) + h * (f + bias));
+        if (mg_moe_is_layer(c, i)) n += moe_extra;
+    /* multi-token prediction: enorm, hnorm, eh_proj [h, 2h], a layer of the last one's kind, its norm */
+    if (c->mtp_num_layers > 0)
+        n += c->mtp_num_layers * (3 * norm + 2 * h * h + layer + (mg_moe_is_layer(c, c->num_layers - 1) ? moe_extra : 0));
     return n;
 }
 
@@ -252,8 +262,13 @@ double mg_gpt_flops(const mg_gpt_config *c, int64_t samples) {
     /* MoE layers: router 2hE, and each token through k experts and the shared experts in
      * place of the MLP */
     double fm = c->moe.ffn_hidden > 0 ? c->moe.ffn_hidden : f;
+    double moe_extra = 2 * h * c->moe.num_experts + (c->moe.topk * fm + c->moe.shared_ffn) * mlp * h - mlp * h * f;
     for (int i = 0; i < c->num_layers; i++)
-        if (mg_moe_is_layer(c, i))
-            per_token += 2 * h * c->moe.num_experts + (c->moe.topk * fm + c->moe.shared_ffn) * mlp * h - mlp * h * f;
+        if (mg_moe_is_layer(c, i)) per_token += moe_extra;
+    /* multi-token prediction (Megatron's count too): per depth eh_proj 4h², a layer of the
+     * last one's kind, its logits 2hV */
+    if (c->mtp_num_layers > 0)
+        per_token += c->mtp_num_layers * (4 * h * h + 2 * (double)mat + mlp * h * f + s * nh * (hd + hv) + 2 * h * V +
+                                          (mg_moe_is_layer(c, c->num_layers - 1) ? moe_extra : 0));
     return 3.0 * per_token * s * (double)samples;
 }

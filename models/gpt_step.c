@@ -1,5 +1,6 @@
 /* The GPT family's training step: one micro-batch's forward and loss for the library's
  * step builder (graph/step.c), which adds the rest of the step. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,13 @@ static int gpt_microbatch(mg_graph *g, const mg_step_config *c, mg_microbatch *m
     mb->loss_name = "lm_loss";
     mb->aux_loss = aux.loss;
     mb->tokens = aux.tokens;
+    if (aux.mtp_loss) {
+        /* Megatron's MTPLossAutoScaler: scaled as the main loss (here: x loss_scale, like
+         * aux_loss); with --calculate-per-token-loss the step scales aux_loss by 1 / the batch's
+         * tokens, and Megatron's MTP term is factor / N x loss_k x the micro-batch's kept labels */
+        mg_tensor *t = c->per_token_loss ? mg_mul(g, aux.mtp_loss, aux.tokens) : aux.mtp_loss;
+        mb->aux_loss = mb->aux_loss ? mg_add(g, mb->aux_loss, t) : t;
+    }
     /* MoE: Megatron logs the load-balancing and z losses (without coefficients) */
     /* (Megatron's name of each balancing loss) */
     mb->metric_names[0] = c->model.moe.balance == MG_MOE_SEQ_AUX_LOSS ? "seq_load_balancing_loss" : "load_balancing_loss";
@@ -30,6 +38,12 @@ static int gpt_microbatch(mg_graph *g, const mg_step_config *c, mg_microbatch *m
     mb->metric_names[1] = "z_loss";
     mb->metrics[1] = aux.z_loss;
     mb->n_metrics = 2;
+    static const char *mtp_names[MG_MTP_MAX_LAYERS] = {"mtp_1_loss", "mtp_2_loss", "mtp_3_loss",
+                                                       "mtp_4_loss", "mtp_5_loss", "mtp_6_loss"};
+    for (int k = 0; k < c->model.mtp_num_layers && mb->n_metrics < MG_STEP_MAX_METRICS; k++) {
+        mb->metric_names[mb->n_metrics] = mtp_names[k]; /* (Megatron logs "mtp_<k+1> loss") */
+        mb->metrics[mb->n_metrics++] = aux.mtp[k];
+    }
     if (out) *out = m;
     else mg_gpt_release(&m);
     return MG_OK;
@@ -78,6 +92,11 @@ int mg_step_build(const mg_step_config *c, mg_step *st, mg_error *err) {
     st->load_balancing_loss = mg_train_step_metric(&ts, "load_balancing_loss");
     if (!st->load_balancing_loss) st->load_balancing_loss = mg_train_step_metric(&ts, "seq_load_balancing_loss");
     st->z_loss = mg_train_step_metric(&ts, "z_loss");
+    for (int k = 0; k < c->model.mtp_num_layers; k++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "mtp_%d_loss", k + 1);
+        st->mtp_loss[k] = mg_train_step_metric(&ts, nm);
+    }
     st->opt = ts.opt;
     return MG_OK;
 }

@@ -27,6 +27,12 @@ void gpt_attn_qkv(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor
 /* Layer l's dense MLP block: x [s, b, h] -> [s, b, h] (before the residual add). */
 mg_tensor *gpt_mlp_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x, bool training);
 
+/* One decoder layer's parameters in the current scope (MoE in place of the MLP when moe). */
+void gpt_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer *l, bool moe);
+/* One decoder layer: x [s, b, h] -> x + attention, + MLP or MoE (its losses added to *aux). */
+mg_tensor *gpt_transformer_layer(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x, mg_tensor *positions,
+                                 mg_tensor *doc_start, int64_t window, bool training, mg_gpt_aux *aux);
+
 /* Multi-latent attention (models/mla.c): one layer's parameters in the current scope
  * (Hugging Face DeepseekV3's names under self_attn.), and its block: x [s, b, h] ->
  * [s, b, h] (before the residual add). */

@@ -58,6 +58,8 @@ json_t *mg_model_flags_json(const mg_gpt_config *m, int64_t vocab_unpadded, int 
                             json_pack("{s:i, s:i, s:i, s:i, s:i}", "q_lora_rank", m->mla.q_lora_rank, "kv_lora_rank",
                                       m->mla.kv_lora_rank, "qk_head_dim", m->mla.qk_head_dim, "qk_pos_emb_head_dim",
                                       m->mla.qk_pos_emb_head_dim, "v_head_dim", m->mla.v_head_dim));
+    /* multi-token prediction: its layers are parameters (absent: none) */
+    if (m->mtp_num_layers > 0) json_object_set_new(j, "mtp_num_layers", json_integer(m->mtp_num_layers));
     /* MoE: the flags that shape the expert parameters (models/moe.c), and the routing a
      * Hugging Face export needs (top-k, softmax before or after it) */
     json_object_set_new(j, "num_experts", json_integer(m->moe.num_experts));
@@ -142,6 +144,7 @@ int mg_model_flags_read_variants(json_t *mm, const char *path, mg_gpt_config *m,
         if (!rc) rc = get_int(a, "qk_pos_emb_head_dim", 2, &l->qk_pos_emb_head_dim, path, err);
         if (!rc) rc = get_int(a, "v_head_dim", 1, &l->v_head_dim, path, err);
     }
+    if (!rc) rc = get_int(mm, "mtp_num_layers", 0, &m->mtp_num_layers, path, err);
     mg_moe_config *o = &m->moe;
     if (!rc) rc = get_int(mm, "num_experts", 0, &o->num_experts, path, err);
     if (rc || o->num_experts == 0) return rc;

@@ -84,6 +84,7 @@ static int check_model(const char *dir, json_t *saved, const mg_run_config *c, c
         {"window", "--window-size (the sliding window, in keys: L + 1)", true},
         {"window_attn_skip_freq", "--window-attn-skip-freq", true},
         {"kv_channels", "--kv-channels", true},
+        {"mtp_num_layers", "--mtp-num-layers", true},
         {"moe_shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size", false},
         {"moe_layers", "--moe-layer-freq (its list of MoE layers)", false},
         {"moe_router", "the router (--moe-router-score-function, --moe-router-num-groups, --moe-router-group-topk, "
@@ -98,6 +99,7 @@ static int check_model(const char *dir, json_t *saved, const mg_run_config *c, c
         json_t *a = json_object_get(saved, moe[i].key), *b = json_object_get(now, moe[i].key);
         json_t *zero = json_integer(0);
         if (!a && moe[i].absent_is_zero) a = zero;
+        if (!b && moe[i].absent_is_zero) b = zero; /* (mtp_num_layers is written only when > 0) */
         if ((a || b) && !json_equal(a, b)) {
             char *x = a ? json_dumps(a, JSON_ENCODE_ANY) : NULL, *y = b ? json_dumps(b, JSON_ENCODE_ANY) : NULL;
             rc = mg_error_set(err, MG_ERR_INVALID, "%s does not match the checkpoint %s: it was saved with %s, this run has %s",

@@ -150,10 +150,11 @@ static const flag flags[] = {
      "only memory: the MoE layer's activations are kept (--recompute-granularity full recomputes whole layers)"},
     {"--moe-router-force-load-balancing", F_BOOL, NOFF, REFUSE, NULL,
      "a benchmark switch of Megatron's (random router logits) that mgraph does not have"},
-    {"--mtp-num-layers", F_INT, NOFF, REFUSE, NULL,
-     "multi-token prediction (DeepSeek-V3's MTP modules) is not implemented yet"},
-    {"--mtp-loss-scaling-factor", F_FLOAT, NOFF, REFUSE, NULL,
-     "multi-token prediction (DeepSeek-V3's MTP modules) is not implemented yet"},
+    {"--mtp-num-layers", F_INT, O(mtp_num_layers), USE, NULL,
+     "multi-token prediction (DeepSeek-V3): N layers after the model, depth k predicting the token k + 1 places on "
+     "(on the last pipeline stage; logged as mtp_<k> loss)"},
+    {"--mtp-loss-scaling-factor", F_FLOAT, O(mtp_loss_scaling_factor), USE, NULL,
+     "the MTP losses' weight in the objective: factor / N x their sum (default 0.1)"},
     {"--moe-expert-capacity-factor", F_FLOAT, O(moe_expert_capacity_factor), USE, NULL,
      "expert capacity factor (default: dropless)"},
     {"--moe-token-drop-policy", F_STR, O(moe_token_drop_policy), USE, "probs|position",
@@ -598,6 +599,7 @@ void mg_run_config_defaults(mg_run_config *c) {
     c->moe_layer_freq = 1;
     c->moe_router_score_function = "softmax";
     c->moe_router_bias_update_rate = 1e-3f;
+    c->mtp_loss_scaling_factor = 0.1f;
     c->exit_signal = "SIGTERM";
     c->distributed_timeout_minutes = 10;
     c->moe_token_drop_policy = "probs";
@@ -1443,6 +1445,9 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     if (c->eval_iters < 0) mg_run_notes_error(n, "--eval-iters must be >= 0");
     if (c->make_vocab_size_divisible_by < 1) mg_run_notes_error(n, "--make-vocab-size-divisible-by must be >= 1");
     if (c->cpu_workers < 0) mg_run_notes_error(n, "--cpu-workers must be >= 0");
+    if (c->mtp_num_layers > 0 && c->context_parallel_size > 1) /* (Megatron's roll exchanges the chunks' ends) */
+        mg_run_notes_error(n, "--mtp-num-layers with --context-parallel-size %d: multi-token prediction's roll across "
+                              "context-parallel chunks is not implemented yet", c->context_parallel_size);
     if (c->dot_summary_depth < 0) mg_run_notes_error(n, "--dot-summary-depth must be >= 1");
     unsigned phases;
     mg_error pe = {0};
@@ -1521,6 +1526,8 @@ int mg_run_config_model(const mg_run_config *c, mg_gpt_config *m, mg_error *err)
     m->moe.expert_bias = c->moe_router_enable_expert_bias;
     m->moe.bias_update_rate = c->moe_router_bias_update_rate;
     m->moe.shared_ffn = c->moe_shared_expert_intermediate_size;
+    m->mtp_num_layers = c->mtp_num_layers;
+    m->mtp_loss_scaling_factor = c->mtp_loss_scaling_factor;
     m->moe.balance = !strcmp(c->moe_router_load_balancing_type, "seq_aux_loss") ? MG_MOE_SEQ_AUX_LOSS
                      : !strcmp(c->moe_router_load_balancing_type, "none")       ? MG_MOE_NO_BALANCING_LOSS
                                                                                 : MG_MOE_AUX_LOSS;

@@ -30,6 +30,9 @@ typedef struct mg_run_config {
     int moe_router_num_groups, moe_router_group_topk, moe_shared_expert_intermediate_size;
     float moe_router_topk_scaling_factor, moe_router_bias_update_rate;
     bool moe_router_enable_expert_bias;
+    /* multi-token prediction */
+    int mtp_num_layers;
+    float mtp_loss_scaling_factor;
     /* the LLaMA family (Megatron's names) */
     float rotary_base, rotary_percent, norm_epsilon;
     bool swiglu, group_query_attention, untie_embeddings_and_output_weights, disable_bias_linear;

@@ -227,6 +227,9 @@ typedef struct mg_attr_transpose { int perm[MG_MAX_DIMS]; } mg_attr_transpose;
 typedef struct mg_attr_split { int dim; int n; int64_t sizes[MG_MAX_SPLIT]; } mg_attr_split;
 typedef struct mg_attr_slice { int dim; int64_t start, len; } mg_attr_slice; /* pad: len = padded size */
 typedef struct mg_attr_axis { int dim; bool keepdim; } mg_attr_axis;  /* dim may be MG_ALL_AXES */
+/* shift: y[.., i, ..] = x[.., i + by, ..] along dim where that is in range, else fill (the
+ * value, converted to the tensor's dtype: token ids and labels shifted, MTP's roll) */
+typedef struct mg_attr_shift { int dim; int64_t by; double fill; } mg_attr_shift;
 /* weight_decay: the decay, or, when the node has a 7th input (a scheduled decay),
  * the multiplier of that input (Megatron's wd_mult: 1, or 0 for norms and biases). */
 typedef struct mg_attr_adamw {
@@ -328,6 +331,7 @@ typedef union mg_attrs {
     mg_attr_transpose transpose;
     mg_attr_split split;
     mg_attr_slice slice;
+    mg_attr_shift shift;
     mg_attr_axis axis;
     mg_attr_adamw adamw;
     mg_attr_clip clip;

@@ -122,7 +122,14 @@ typedef struct mg_gpt_config {
     mg_rope_config rope;     /* RoPE's frequency scaling and pairing */
     mg_mla_config mla;       /* --multi-latent-attention in place of q/k/v projections */
     mg_moe_config moe;
+    /* Multi-token prediction (Megatron's --mtp-num-layers, --mtp-loss-scaling-factor; DeepSeek-V3):
+     * after the model, mtp_num_layers blocks each predict one token further (models/mtp.c) */
+    int mtp_num_layers;           /* 0: none; at most MG_MTP_MAX_LAYERS */
+    float mtp_loss_scaling_factor; /* 0.1 (Megatron's): the objective gains factor / N x sum of the MTP losses */
 } mg_gpt_config;
+
+/* The most multi-token prediction layers a model has (each is one logged metric). */
+#define MG_MTP_MAX_LAYERS 6
 
 /* Megatron-ish defaults for a small model; the caller sets sizes. */
 mg_gpt_config mg_gpt_defaults(void);
@@ -180,11 +187,22 @@ typedef struct mg_gpt_layer {
     mg_tensor *shared_gate_w, *shared_gate_b, *shared_fc_w, *shared_fc_b, *shared_fc2_w, *shared_fc2_b;
 } mg_gpt_layer;
 
+/* One multi-token prediction layer (Megatron's MultiTokenPredictionLayer, Hugging Face
+ * DeepseekV3's model.layers.<num_layers + k>.*): enorm and hnorm (the model's norm) of the
+ * shifted tokens' embedding and of the previous depth's hidden state, eh_proj [h, 2h] on
+ * their concatenation, one transformer layer (the last decoder layer's kind: MoE when it
+ * is), the final norm shared_head.norm. The embedding and output layer are the model's. */
+typedef struct mg_gpt_mtp {
+    mg_tensor *enorm_w, *enorm_b, *hnorm_w, *hnorm_b, *eh_proj_w, *norm_w, *norm_b;
+    mg_gpt_layer layer;
+} mg_gpt_mtp;
+
 typedef struct mg_gpt {
     mg_gpt_config cfg;
     mg_tensor *wte, *wpe, *lnf_w, *lnf_b, *lm_head;
     mg_tensor *unit_hd;      /* --qk-l2-norm: ones [head dim], an input: the weightless norm's weight */
     mg_gpt_layer *layers;    /* owned */
+    mg_gpt_mtp *mtp;         /* owned: cfg.mtp_num_layers of them (NULL: none) */
 } mg_gpt;
 
 /* The model's parameters. Linear weights are [out, in] (torch.nn.Linear, not HF's
@@ -224,9 +242,15 @@ typedef struct mg_gpt_aux {
     mg_tensor *load_balancing_loss; /* mean over MoE layers of lb (without coefficient; logged as Megatron) */
     mg_tensor *z_loss;              /* mean over MoE layers of the z-loss (without coefficient) */
     mg_tensor *tokens;              /* [1] the micro-batch's labels not MG_LABEL_IGNORE: the lm loss's denominator */
+    /* multi-token prediction (training only, as Megatron): mtp[k] the mean cross-entropy of depth
+     * k + 1 over its kept labels (the labels moved k + 1 places, the places past the end left out);
+     * mtp_loss = mtp_loss_scaling_factor / N x their sum, the objective's term (not in loss) */
+    mg_tensor *mtp[MG_MTP_MAX_LAYERS];
+    mg_tensor *mtp_loss;
 } mg_gpt_aux;
 /* As mg_gpt2_forward, returning the language-model loss alone and the auxiliary losses
- * in *aux. (mg_gpt2_forward returns lm loss + aux->loss: the training objective.)
+ * in *aux. (mg_gpt2_forward returns lm loss + aux->loss + aux->mtp_loss: the training
+ * objective.)
  * doc_start (i32) [s, b], or NULL: attention within documents (--reset-attention-mask),
  * each token's document starting at that sequence index (mg_attention_masked). */
 mg_tensor *mg_gpt2_forward_aux(mg_graph *g, const mg_gpt *m, mg_tensor *tokens, mg_tensor *positions,
@@ -262,6 +286,14 @@ void mg_gpt_decode_release(mg_gpt_decode *d);
  * 0 .. p-1 valid (p <= cache_len): query i sees cache row j < p and new key k <= i, those
  * within `window` keys of it when window > 0 (Megatron's --window-size). */
 void mg_gpt_decode_fill_mask(int n, int cache_len, int64_t p, int64_t window, float *mask);
+
+/* Multi-token prediction (models/mtp.c): the layers' parameters (in g, after the
+ * model's), and the forward of all depths from the model's final-normed hidden state h
+ * [s, b, h] (marked MG_LAYER_POST: the last pipeline stage holds them, as Megatron puts
+ * them), filling aux->mtp and aux->mtp_loss. */
+int mg_mtp_params(mg_graph *g, const mg_gpt_config *c, mg_gpt *m);
+void mg_mtp_forward(mg_graph *g, const mg_gpt *m, mg_tensor *h, mg_tensor *tokens, mg_tensor *positions,
+                    mg_tensor *doc_start, mg_tensor *targets, bool training, mg_gpt_aux *aux);
 
 /* MoE layer (models/moe.c). */
 bool mg_moe_is_layer(const mg_gpt_config *c, int layer);
@@ -325,6 +357,7 @@ typedef struct mg_step {
     mg_tensor *loss;         /* [1] "lm_loss": the mean loss over the step's micro-batches (or tokens: loss_token_mean) */
     mg_tensor *load_balancing_loss; /* MoE: [1] "load_balancing_loss", step mean, for the log; NULL when none */
     mg_tensor *z_loss;       /* MoE: [1] "z_loss", step mean, for the log; NULL when none */
+    mg_tensor *mtp_loss[MG_MTP_MAX_LAYERS]; /* MTP: [1] "mtp_<k+1>_loss", step mean of depth k + 1's loss */
     mg_optimizer_outputs opt;/* NULL tensors when !training */
 } mg_step;
 

@@ -105,6 +105,12 @@ mg_tensor *mg_sum_to(mg_graph *g, mg_tensor *x, int ndim, const int64_t *shape);
 /* Zero tensor of `len` along dim with x placed at [start, start + x.shape[dim]). */
 mg_tensor *mg_pad(mg_graph *g, mg_tensor *x, int dim, int64_t start, int64_t len);
 mg_tensor *mg_zeros(mg_graph *g, mg_dtype dt, int ndim, const int64_t *shape);
+/* x moved `by` places towards index 0 along dim (< 0: from the end; by < 0: away from
+ * index 0), the places it leaves filled with `fill`: y[i] = x[i + by] where
+ * 0 <= i + by < n, else fill. Any dtype
+ * (token ids, labels: multi-token prediction's roll of Megatron's roll_tensor); f32 is
+ * differentiable (the adjoint shifts back, filling 0). */
+mg_tensor *mg_shift(mg_graph *g, mg_tensor *x, int dim, int64_t by, double fill);
 
 #ifdef __cplusplus
 }

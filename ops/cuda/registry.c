@@ -67,6 +67,7 @@ K(sigmoid_norm_bwd)
 K(moe_map_count)
 K(moe_expert_bias_update)
 K(cast)
+K(shift)
 #undef K
 
 const mg_kernel_fn mg_cuda_kernels[MG_OP_COUNT] = {
@@ -127,6 +128,7 @@ const mg_kernel_fn mg_cuda_kernels[MG_OP_COUNT] = {
     [MG_OP_SIGMOID_NORM_BWD] = mg_cuda_sigmoid_norm_bwd,
     [MG_OP_MOE_MAP_COUNT] = mg_cuda_moe_map_count,
     [MG_OP_MOE_EXPERT_BIAS_UPDATE] = mg_cuda_moe_expert_bias_update,
+    [MG_OP_SHIFT] = mg_cuda_shift,
     [MG_OP_REDUCE_SCATTER] = mg_cuda_reduce_scatter,
     [MG_OP_BROADCAST] = mg_cuda_broadcast,
     [MG_OP_CAST] = mg_cuda_cast,

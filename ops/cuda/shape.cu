@@ -149,3 +149,42 @@ extern "C" int mg_cuda_transpose(const mg_kernel_args *a, mg_error *err) {
     }
     return mg_cuda_check_launch("transpose", err);
 }
+
+/* shift (ops/shift.c): element (o, i, k) of [outer, n, inner] takes (o, i + by, k), or the
+ * fill bits, elements of 2 or 4 bytes */
+template <typename T>
+__global__ void k_shift(const T *__restrict__ x, T *y, int64_t outer, int64_t n, int64_t inner, int64_t by, T fill) {
+    MG_GRID_STRIDE(e, outer * n * inner) {
+        int64_t k = e % inner, i = (e / inner) % n, o = e / (inner * n), j = i + by;
+        y[e] = j >= 0 && j < n ? x[(o * n + j) * inner + k] : fill;
+    }
+}
+
+extern "C" int mg_cuda_shift(const mg_kernel_args *a, mg_error *err) {
+    const mg_tensor *x = a->node->in[0];
+    const mg_attr_shift *s = &a->node->attrs.shift;
+    int64_t n = x->shape[s->dim], inner = 1, outer = 1;
+    for (int d = s->dim + 1; d < x->ndim; d++) inner *= x->shape[d];
+    for (int d = 0; d < s->dim; d++) outer *= x->shape[d];
+    int64_t ne = outer * n * inner;
+    if (!ne) return MG_OK;
+    unsigned blocks = mg_cuda_blocks(ne, MG_CUDA_THREADS);
+    if (mg_dtype_size(x->dtype) == 4) {
+        uint32_t fill;
+        if (x->dtype == MG_I32) {
+            int32_t v = (int32_t)s->fill;
+            memcpy(&fill, &v, 4);
+        } else {
+            float v = (float)s->fill;
+            memcpy(&fill, &v, 4);
+        }
+        k_shift<uint32_t><<<blocks, MG_CUDA_THREADS, 0, mg_cuda_stream()>>>((const uint32_t *)a->in[0],
+                                                                           (uint32_t *)a->out[0], outer, n, inner,
+                                                                           s->by, fill);
+    } else {
+        k_shift<uint16_t><<<blocks, MG_CUDA_THREADS, 0, mg_cuda_stream()>>>((const uint16_t *)a->in[0],
+                                                                           (uint16_t *)a->out[0], outer, n, inner,
+                                                                           s->by, (uint16_t)0);
+    }
+    return mg_cuda_check_launch("shift", err);
+}

@@ -294,10 +294,20 @@ static mg_tensor *g_precision(mg_graph *g) {
     return NULL;
 }
 
+/* shift: f32 along dims 0 and 1 both ways (with its gradient), i32 token ids and labels */
+static mg_tensor *g_shift(mg_graph *g) {
+    mg_tensor *x = PARAM(g, "x", 9, 4, 6), *ids = INPUT(g, "ids", MG_I32, 16, 3);
+    if (!x || !ids) return NULL;
+    (void)mg_shift(g, ids, 0, 1, 0);
+    (void)mg_shift(g, ids, 0, 2, -100);
+    return mg_add(g, loss_of(g, mg_shift(g, x, 0, 2, 0.5)), loss_of(g, mg_shift(g, x, 1, -1, 0)));
+}
+
 static const cuda_case g_cases[] = {
     {"moe_balance", g_moe_balance, 0, 0, 0},
     {"precision", g_precision, 0, 0, 0},
     {"precision (later micro-batch)", g_precision, 0, 0, 1},
+    {"shift", g_shift, 100, 0, 0},
     {"matmul", g_matmul, 0, 0, 0},
     {"elementwise", g_elementwise, 0, 0, 0},
     {"activation", g_activation, 0, 0, 0},

@@ -7,6 +7,7 @@
  *   test_models_deepseek dump DIR VARIANT   (parameters, gradients, loss, config.json)
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -374,6 +375,145 @@ static void test_grad_moe(void) {
     mg_graph_free(g);
 }
 
+/* ---- multi-token prediction (models/mtp.c) ---------------------------------------------- */
+/* Hugging Face DeepseekV3's names for the MTP layers (model.layers.<L + k>.enorm / hnorm /
+ * eh_proj / shared_head.norm and a decoder layer of the last one's kind: MoE here), the
+ * count against mg_gpt_num_params, the FLOPs of a depth by hand, config errors. */
+static void test_mtp_names(void) {
+    mg_gpt_config c = dsv3_config();
+    c.mtp_num_layers = 2;
+    mg_graph *g = NULL;
+    graph_params(&c, &g);
+    int64_t n = 0;
+    for (int i = 0; i < mg_graph_n_tensors(g); i++) {
+        const mg_tensor *t = mg_graph_tensor(g, i);
+        if (t->role == MG_ROLE_PARAM && t->requires_grad) n += mg_numel(t);
+    }
+    for (int k = 3; k < 5; k++) {
+        char nm[96];
+        snprintf(nm, sizeof nm, "model.layers.%d.enorm.weight", k);
+        expect_param(g, nm, 1, 32, 0);
+        snprintf(nm, sizeof nm, "model.layers.%d.hnorm.weight", k);
+        expect_param(g, nm, 1, 32, 0);
+        snprintf(nm, sizeof nm, "model.layers.%d.eh_proj.weight", k);
+        expect_param(g, nm, 2, 32, 64);
+        snprintf(nm, sizeof nm, "model.layers.%d.shared_head.norm.weight", k);
+        expect_param(g, nm, 1, 32, 0);
+        snprintf(nm, sizeof nm, "model.layers.%d.self_attn.kv_b_proj.weight", k);
+        expect_param(g, nm, 2, 4 * (12 + 10), 16);
+        snprintf(nm, sizeof nm, "model.layers.%d.mlp.router.expert_bias", k);
+        expect_param(g, nm, 1, 8, 0);
+    }
+    TK_CHECK(!mg_graph_find(g, "model.layers.5.enorm.weight"), "two MTP layers only");
+    TK_CHECK(n == mg_gpt_num_params(&c), "with MTP: %lld trained parameters, mg_gpt_num_params %lld", (long long)n,
+             (long long)mg_gpt_num_params(&c));
+    mg_graph_free(g);
+    /* FLOPs: a depth adds eh_proj 4h², the last layer's kind (MoE here) and its logits 2hV */
+    mg_gpt_config d = dsv3_config();
+    c = d;
+    c.mtp_num_layers = 1;
+    mg_gpt_config one = d; /* the MoE layer's FLOPs: 3 layers minus the 2-layer model's */
+    one.num_layers = 2, one.moe.pattern_len = 2, one.moe.layer_pattern[0] = 2; /* [0, 1] */
+    double layer = mg_gpt_flops(&d, 1) - mg_gpt_flops(&one, 1), hh = 32, V = 64, sq = d.seq_length;
+    double want = mg_gpt_flops(&d, 1) + layer + 3.0 * (4 * hh * hh + 2 * hh * V) * sq;
+    TK_CHECK(fabs(mg_gpt_flops(&c, 1) - want) <= 1e-9 * want, "MTP FLOPs %.6g, want %.6g", mg_gpt_flops(&c, 1), want);
+    c = d;
+    c.mtp_num_layers = 7;
+    expect_invalid(c, "--mtp-num-layers must be in [0, 6]");
+    c = d;
+    c.mtp_num_layers = 1, c.mtp_loss_scaling_factor = -1;
+    expect_invalid(c, "--mtp-loss-scaling-factor must be >= 0");
+}
+
+/* The training objective with two MTP depths (lm + seq aux loss x coefficient + 0.3 / 2 x
+ * (mtp_1 + mtp_2)) against finite differences: the MTP layers' norms, eh_proj, MLA and MoE,
+ * and the word embedding and output layer they share with the model. Some labels are
+ * ignored, so the moved mask matters; the MTP losses must differ from the lm loss and from
+ * each other, and be finite. */
+static void test_grad_mtp(void) {
+    mg_gpt_config c = dsv3_config();
+    c.init_std = 0.2f;
+    c.moe.bias_update_rate = 0;
+    c.hidden_dropout = c.attention_dropout = 0;
+    c.mtp_num_layers = 2, c.mtp_loss_scaling_factor = 0.3f;
+    mg_graph *g = mg_graph_new();
+    mg_gpt m;
+    mg_error err = {0};
+    int64_t s = c.seq_length, b = 2;
+    mg_tensor *tok = mg_input(g, "tokens", MG_I32, 2, (int64_t[]){s, b});
+    mg_tensor *tgt = mg_input(g, "targets", MG_I32, 2, (int64_t[]){s, b});
+    mg_tensor *pos = mg_input(g, "positions", MG_I32, 1, &s);
+    mg_tensor *loss = NULL, *lm = NULL;
+    mg_gpt_aux aux;
+    if (mg_gpt2_params(g, &c, &m, &err) == MG_OK) {
+        lm = mg_gpt2_forward_aux(g, &m, tok, pos, NULL, tgt, true, &aux);
+        loss = aux.loss && aux.mtp_loss ? mg_add(g, mg_add(g, lm, aux.loss), aux.mtp_loss) : NULL;
+    }
+    tk_run r;
+    if (!loss || !aux.mtp[0] || !aux.mtp[1] || mg_graph_backward(g, loss, &err) || tk_prepare(&r, g)) {
+        TK_CHECK(false, "build: %s %s", mg_graph_error(g)->msg, err.msg);
+        mg_gpt_release(&m);
+        mg_graph_free(g);
+        return;
+    }
+    tk_rng rng = {23};
+    for (int64_t i = 0; i < s * b; i++) {
+        tk_i32(&r, tok)[i] = (int32_t)tk_uniform(&rng, 0, (float)c.vocab);
+        tk_i32(&r, tgt)[i] = i % 5 == 3 ? MG_LABEL_IGNORE : (int32_t)tk_uniform(&rng, 0, (float)c.vocab);
+    }
+    for (int64_t t = 0; t < s; t++) tk_i32(&r, pos)[t] = (int32_t)t;
+    for (int i = 0; i < mg_graph_n_tensors(g); i++) {
+        mg_tensor *p = mg_graph_tensor(g, i);
+        if (p->role == MG_ROLE_PARAM && !p->requires_grad) tk_fill(&rng, tk_f32(&r, p), mg_numel(p), -0.1f, 0.1f);
+    }
+    tk_exec(&r);
+    double l0 = tk_f32(&r, lm)[0], m1 = tk_f32(&r, aux.mtp[0])[0], m2 = tk_f32(&r, aux.mtp[1])[0];
+    double tot = tk_f32(&r, loss)[0], a = tk_f32(&r, aux.loss)[0];
+    TK_CHECK(isfinite(m1) && isfinite(m2) && m1 > 1 && m2 > 1 && m1 != l0 && m2 != m1, "lm %g, mtp_1 %g, mtp_2 %g", l0,
+             m1, m2);
+    TK_CHECK(fabs(tot - (l0 + a + 0.15 * (m1 + m2))) <= 1e-5 * tot, "objective %.9g, want lm + aux + 0.15 (mtp_1 + mtp_2) = %.9g",
+             tot, l0 + a + 0.15 * (m1 + m2));
+    double eps = 1e-3, worst = 0;
+    int fails = tk_failures, probed = 0;
+    for (int i = 0; i < mg_graph_n_tensors(g); i++) {
+        mg_tensor *p = mg_graph_tensor(g, i);
+        if (p->role != MG_ROLE_PARAM || !p->requires_grad) continue;
+        TK_CHECK(p->grad != NULL, "%s got no gradient", p->name);
+        if (!p->grad) continue;
+        bool mtp = strstr(p->name, "layers.3.") || strstr(p->name, "layers.4.") || strstr(p->name, "embed_tokens") ||
+                   strstr(p->name, "lm_head");
+        if (!mtp) continue; /* (the rest: test_grad_moe) */
+        int64_t n = mg_numel(p);
+        float *an = malloc((size_t)n * sizeof *an);
+        memcpy(an, tk_f32(&r, p->grad), (size_t)n * sizeof *an);
+        float *x = tk_f32(&r, p);
+        for (int k = 0; k < 3; k++) {
+            int64_t e = (int64_t)(((uint64_t)(k + 1) * 2654435761u + (uint64_t)i * 97u) % (uint64_t)n);
+            float keep = x[e];
+            x[e] = keep + (float)eps;
+            tk_exec(&r);
+            double lp = tk_f32(&r, loss)[0];
+            x[e] = keep - (float)eps;
+            tk_exec(&r);
+            double lmm = tk_f32(&r, loss)[0];
+            x[e] = keep;
+            double fd = (lp - lmm) / (2 * eps), an_ = an[e];
+            double err_ = fabs(fd - an_) / (1e-3 + 3e-2 * fmax(fabs(fd), fabs(an_)));
+            if (err_ > worst) worst = err_;
+            probed++;
+            TK_CHECK(err_ <= 1.0, "d loss / d %s[%lld]: analytic %.6g, finite difference %.6g", p->name, (long long)e,
+                     an_, fd);
+        }
+        free(an);
+    }
+    if (tk_failures == fails)
+        printf("ok MTP x2: lm %.4f mtp_1 %.4f mtp_2 %.4f; %d probes, worst gradient error %.3f of tolerance\n", l0, m1, m2,
+               probed, worst);
+    tk_release(&r);
+    mg_gpt_release(&m);
+    mg_graph_free(g);
+}
+
 /* ---- the Hugging Face reference (tests/models/deepseek_hf.py) ------------------------------- */
 /* Variant 0: MLA with a q latent and YaRN (factor 4 over 4 positions, mscale 1, mscale_all_dim
  * 1: the softmax scale times mscale^2); 1: MLA without a q latent and YaRN of factor 1 (the
@@ -496,6 +636,8 @@ int main(int argc, char **argv) {
         {"moe_names", test_moe_names},
         {"known_sizes", test_known_sizes},
         {"grad_moe", test_grad_moe},
+        {"mtp_names", test_mtp_names},
+        {"grad_mtp", test_grad_mtp},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
 }

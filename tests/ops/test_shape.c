@@ -1,4 +1,4 @@
-/* Shape ops (reshape, transpose, split, concat, slice, pad, zeros): forward against
+/* Shape ops (reshape, transpose, split, concat, slice, pad, zeros, shift): forward against
  * naive index-mapping loops (exact: they only move data), gradients against finite
  * differences, builder errors. */
 #include <math.h>
@@ -363,6 +363,56 @@ static void grad_concat(void) {
     tk_gradcheck("concat dim 0 (d/d a)", 3, b, gb_concat, &d0, NULL);
 }
 
+/* ---- shift (ops/shift.c) ----------------------------------------------------------------- */
+/* y[.., i, ..] = x[.., i + by, ..] where that is in range, else fill: f32 and i32 (token ids
+ * and labels moved by multi-token prediction), every dim, both ways, past the end */
+static void check_shift(mg_dtype dt, int n, const int64_t *s, int dim, int64_t by, double fill) {
+    char what[96];
+    snprintf(what, sizeof what, "shift %s dim %d by %lld fill %g", dt == MG_I32 ? "i32" : "f32", dim, (long long)by, fill);
+    mg_graph *g = mg_graph_new();
+    mg_tensor *x = mg_input(g, "x", dt, n, s);
+    mg_tensor *y = mg_shift(g, x, dim, by, fill);
+    tk_run r;
+    if (!y || !prepare(&r, g, what)) {
+        TK_CHECK(0, "%s build: %s", what, mg_graph_error(g)->msg);
+        mg_graph_free(g);
+        return;
+    }
+    int64_t ne = mg_numel(x), idx[MG_MAX_DIMS];
+    int d = dim < 0 ? dim + n : dim;
+    for (int64_t e = 0; e < ne; e++) {
+        if (dt == MG_I32) tk_i32(&r, x)[e] = (int32_t)(e * 7 + 1), tk_i32(&r, y)[e] = -12345;
+        else tk_f32(&r, x)[e] = (float)e * 0.25f - 3.0f, tk_f32(&r, y)[e] = NAN; /* pad must write its fills */
+    }
+    TK_CHECK(tk_exec(&r) == 0, "exec");
+    int bad = 0;
+    for (int64_t e = 0; e < ne; e++) {
+        unravel(e, n, s, idx);
+        int64_t j = idx[d] + by;
+        bool in = j >= 0 && j < s[d];
+        idx[d] = j;
+        int64_t src = in ? ravel(n, s, idx) : -1;
+        if (dt == MG_I32) bad += tk_i32(&r, y)[e] != (in ? tk_i32(&r, x)[src] : (int32_t)fill);
+        else bad += !(tk_f32(&r, y)[e] == (in ? tk_f32(&r, x)[src] : (float)fill));
+    }
+    TK_CHECK(bad == 0, "%s: %d elements differ", what, bad);
+    tk_release(&r);
+    mg_graph_free(g);
+}
+
+static void fwd_shift(void) {
+    int64_t s[3] = {5, 3, 4};
+    check_shift(MG_F32, 3, s, 0, 1, 0);
+    check_shift(MG_F32, 3, s, 1, -1, 0.5);
+    check_shift(MG_F32, 3, s, 2, 2, -7);
+    check_shift(MG_F32, 3, s, -1, 3, 0);  /* a negative dim counts from the end */
+    check_shift(MG_F32, 3, s, 0, 5, 1);   /* past the end: all fill */
+    check_shift(MG_F32, 3, s, 0, 0, 9);   /* by 0: a copy */
+    check_shift(MG_I32, 2, (int64_t[]){8, 3}, 0, 1, 0);     /* MTP's token ids */
+    check_shift(MG_I32, 2, (int64_t[]){8, 3}, 0, 2, -100);  /* its labels, the ends ignored */
+    check_shift(MG_I32, 1, (int64_t[]){8}, 0, -3, 4);       /* positions [s] */
+}
+
 static mg_tensor *gb_slice(mg_graph *g, mg_tensor *const *l, void *ctx) {
     (void)ctx;
     return mg_slice(g, l[0], 1, 1, 3);
@@ -379,6 +429,20 @@ static mg_tensor *gb_pad(mg_graph *g, mg_tensor *const *l, void *ctx) {
 static void grad_pad(void) {
     tk_leaf x[] = {{"x", MG_F32, 3, {2, 3, 3}, true, -1, 1}};
     tk_gradcheck("pad", 1, x, gb_pad, NULL, NULL);
+}
+
+static mg_tensor *gb_shift(mg_graph *g, mg_tensor *const *l, void *ctx) {
+    const int *a = ctx; /* dim, by */
+    return mg_shift(g, l[0], a[0], a[1], 0.75); /* (the fill is a constant: no gradient) */
+}
+static void grad_shift(void) {
+    static const int cases[][2] = {{1, 2}, {0, -1}, {2, 1}, {0, 4}};
+    for (int i = 0; i < 4; i++) {
+        tk_leaf x[] = {{"x", MG_F32, 3, {4, 3, 3}, true, -1, 1}};
+        char what[48];
+        snprintf(what, sizeof what, "shift dim %d by %d", cases[i][0], cases[i][1]);
+        tk_gradcheck(what, 1, x, gb_shift, (void *)cases[i], NULL);
+    }
 }
 
 /* ---- builder errors -------------------------------------------------------------------- */
@@ -445,6 +509,13 @@ static void fwd_errors(void) {
     x = FRESH();
     expect_error("zeros bad dim", g, mg_zeros(g, MG_F32, 2, (int64_t[]){0, 3}) == NULL, "zeros");
     mg_graph_free(g);
+    x = FRESH();
+    expect_error("shift dim", g, mg_shift(g, x, 3, 1, 0) == NULL, "shift");
+    mg_graph_free(g);
+    g = mg_graph_new();
+    x = mg_input(g, "ids", MG_I32, 1, (int64_t[]){4});
+    expect_error("shift i32 fill", g, mg_shift(g, x, 0, 1, 0.5) == NULL, "shift");
+    mg_graph_free(g);
 #undef FRESH
     /* NULL inputs propagate without replacing the first error, and never crash */
     g = mg_graph_new();
@@ -460,6 +531,7 @@ static void fwd_errors(void) {
     TK_CHECK(mg_concat(g, 1, (mg_tensor *[]){NULL}, 0) == NULL, "concat NULL first");
     TK_CHECK(mg_slice(g, NULL, 0, 0, 1) == NULL, "slice NULL");
     TK_CHECK(mg_pad(g, NULL, 0, 0, 1) == NULL, "pad NULL");
+    TK_CHECK(mg_shift(g, NULL, 0, 1, 0) == NULL, "shift NULL");
     TK_CHECK(strcmp(first, mg_graph_error(g)->msg) == 0, "first error kept: %s", mg_graph_error(g)->msg);
     mg_graph_free(g);
 }
@@ -473,6 +545,7 @@ int main(int argc, char **argv) {
         {"grad.reshape", grad_reshape},   {"grad.transpose", grad_transpose},
         {"grad.split", grad_split},       {"grad.concat", grad_concat},
         {"grad.slice", grad_slice},       {"grad.pad", grad_pad},
+        {"forward.shift", fwd_shift},     {"grad.shift", grad_shift},
     };
     return tk_main(argc, argv, cases, (int)(sizeof cases / sizeof *cases));
 }

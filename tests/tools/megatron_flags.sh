@@ -539,8 +539,9 @@ recipe_deepseek_v3)
     # hidden 64, 8 heads, MLA ranks 24 / 16 with q/k parts 16 + 8 and values 16, 8 experts
     # in 4 groups top-2 of 24 with a shared expert of 24, YaRN factor 40), parallel sizes 1,
     # sample counts cut to 4 iterations; GPT-2 BPE data in place of the hub's tokenizer.
-    # Refused by name: multi-token prediction (not implemented yet) and Megatron's
-    # benchmark switch --moe-router-force-load-balancing; then the rest trains
+    # Refused by name: Megatron's benchmark switch --moe-router-force-load-balancing (and
+    # --bf16 where the CPU lacks avx512_bf16); then the rest trains, multi-token prediction
+    # included
     gpt2_data 1500
     BF16=--bf16
     grep -qw avx512_bf16 /proc/cpuinfo && BF16=
@@ -570,11 +571,12 @@ recipe_deepseek_v3)
             --dist-ckpt-strictness log_all --init-method-std 0.02 --log-timers-to-tensorboard
             --log-memory-to-tensorboard --log-num-zeros-in-grad --log-params-norm --log-validation-ppl-to-tensorboard
             --log-throughput --log-interval 1 --logging-level 40 --tensorboard-dir tb --bf16 --enable-experimental)
-    refused="--mtp-num-layers --mtp-loss-scaling-factor --moe-router-force-load-balancing $BF16"
+    refused="--moe-router-force-load-balancing $BF16"
     check_recipe "$refused"
     # it trains: the recipe without the refused flags, 4 iterations, each logging a finite lm
     # loss, Megatron's seq_load_balancing_loss and the parameters' norm; the checkpoint is
-    # DeepSeek-V3's (MLA latents, the expert bias, shared experts, the first layer dense)
+    # DeepSeek-V3's (MLA latents, the expert bias, shared experts, the first layer dense, the
+    # MTP layer as Hugging Face's model.layers.2: enorm, hnorm, eh_proj, an MoE layer, its norm)
     keep=()
     for ((i = 0; i < ${#RECIPE[@]}; i++)); do
         f=${RECIPE[$i]}
@@ -590,7 +592,9 @@ recipe_deepseek_v3)
     idx=ck/iter_0000004/index.json
     for want in '"multi_latent_attention"' '"expert_bias": true' 'model.layers.1.mlp.router.expert_bias' \
                 'model.layers.1.mlp.shared_experts.down_proj.weight' 'model.layers.0.mlp.down_proj.weight' \
-                'self_attn.kv_a_proj_with_mqa.weight' 'self_attn.q_a_layernorm.weight'; do
+                'self_attn.kv_a_proj_with_mqa.weight' 'self_attn.q_a_layernorm.weight' '"mtp_num_layers": 1' \
+                'model.layers.2.enorm.weight' 'model.layers.2.hnorm.weight' 'model.layers.2.eh_proj.weight' \
+                'model.layers.2.shared_head.norm.weight' 'model.layers.2.mlp.router.expert_bias'; do
         grep -qF -- "$want" "$idx" || { head -c 3000 "$idx"; fail "the checkpoint lacks $want"; }
     done
     echo "ok: the recipe trains 4 iterations: $(grep -oE 'lm loss: [0-9.E+-]+' train.txt | tr '\n' ' ')" ;;
