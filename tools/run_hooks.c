@@ -270,10 +270,22 @@ static int after_step(void *user, mg_trainer *t, const mg_step_result *r, mg_err
     bool first = it == h->start, due = (it + 1) % c->log_interval == 0;
     double avg_ms = h->interval_ms / h->interval_n;
     int in_n = h->interval_n - h->interval_out; /* (out: not in the averages) */
+    char shown[MG_STEP_MAX_METRICS][32];
+    const char *tb_names[MG_STEP_MAX_METRICS];
     for (int i = 0; i < r->n_metrics; i++) {
         size_t o = strlen(metric_log);
-        snprintf(metric_log + o, sizeof metric_log - o, " %s: %.2f |", r->metric_names[i],
-                 in_n > 0 ? h->metric_sum[i] / in_n : (double)NAN);
+        double avg = in_n > 0 ? h->metric_sum[i] / in_n : (double)NAN;
+        int k = 0, end = 0;
+        tb_names[i] = r->metric_names[i];
+        /* multi-token prediction's depth k: Megatron's "mtp_<k> loss", printed as its lm loss
+         * (an entry of total_loss_dict; track_mtp_metrics) */
+        if (sscanf(r->metric_names[i], "mtp_%d_loss%n", &k, &end) == 1 && !r->metric_names[i][end]) {
+            snprintf(shown[i], sizeof shown[i], "mtp_%d loss", k);
+            tb_names[i] = shown[i];
+            snprintf(metric_log + o, sizeof metric_log - o, " %s: %.6E |", shown[i], avg);
+        } else {
+            snprintf(metric_log + o, sizeof metric_log - o, " %s: %.2f |", r->metric_names[i], avg);
+        }
     }
     mg_run_log_line l = {it + 1, c->train_iters, r->consumed_samples, avg_ms, c->log_throughput,
                          r->flops / (avg_ms * 1e-3 * 1e12), lr_logged, (int)r->global_batch,
@@ -302,7 +314,7 @@ static int after_step(void *user, mg_trainer *t, const mg_step_result *r, mg_err
         rc = mg_run_tb_memory(h->tb, it + 1, &ms, err);
     }
     if (!rc && h->tb && r->n_metrics > 0) /* every iteration, as track_moe_metrics */
-        rc = mg_run_tb_moe(h->tb, it + 1, r->n_metrics, r->metric_names, r->metrics, err);
+        rc = mg_run_tb_moe(h->tb, it + 1, r->n_metrics, tb_names, r->metrics, err);
     if (!rc && h->tb && due && !first && c->log_timers_to_tensorboard) rc = mg_run_tb_timers(h->tb, &l, err);
     if (rc) return rc;
     if (due) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A tiny DeepSeek-V3-like model trained by mgraph-run under each plan equals the serial run.
 
-  deepseek_plans.py MPIEXEC MGRAPH_RUN TEXT WORK_DIR PLAN
+  deepseek_plans.py MPIEXEC MGRAPH_RUN TEXT WORK_DIR PLAN [mtp]
 
 The model: multi-latent attention (q and k/v latents, normalised, YaRN), a dense first
 layer then MoE layers (--moe-layer-freq list) of 16 experts with DeepSeek-V3's router
@@ -15,6 +15,9 @@ within 1e-5 relative in the 2-norm (+1e-7 per element, test_equivalence's bound)
 every expert bias exactly: it is a sum of +-rate steps decided by integer token counts,
 which every plan sums whole over its ranks. The biases must have moved.
 PLAN: tp2_sp, ep2, ep2_tp2, pp2, cp2, dp2_distopt, ep2_cp2, etp2_ep2.
+With "mtp": one multi-token prediction layer too (--mtp-num-layers 1, factor 0.3; an MoE
+layer, as the last decoder layer, on the last pipeline stage), whose mtp_1 loss must match
+every iteration as the other metrics, and whose expert bias must move and match too.
 """
 import json
 import math
@@ -27,6 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import ckpt  # noqa: E402  (tests/support/ckpt.py)
 
 MPI, RUN, TEXT, WORK, PLAN = sys.argv[1:6]
+MTP = len(sys.argv) > 6 and sys.argv[6] == "mtp"
 PLANS = {
     "tp2_sp": (2, ["--tensor-model-parallel-size", "2", "--sequence-parallel"]),
     "ep2": (2, ["--expert-model-parallel-size", "2"]),
@@ -52,6 +56,10 @@ TRAIN = ["--text-file", TEXT, "--micro-batch-size", "2", "--global-batch-size", 
          "--lr", "3e-3", "--adam-eps", "1e-5", "--clip-grad", "0", "--log-interval", "1", "--eval-iters", "0",
          "--cpu-workers", "1", "--seed", "7"]
 ITERS = 4
+if MTP:
+    MODEL += ["--mtp-num-layers", "1", "--mtp-loss-scaling-factor", "0.3"]
+KEYS = ("lm_loss", "seq_load_balancing_loss", "z_loss", "grad_norm") + (("mtp_1_loss",) if MTP else ())
+MOE_LAYERS = 3 if MTP else 2
 
 
 def fail(msg):
@@ -93,7 +101,7 @@ run([MPI, "-np", str(np_), "--oversubscribe", "--allow-run-as-root", RUN, *MODEL
      "--metrics-file", f"{PLAN}.jsonl", "--save", PLAN], f"{PLAN} run")
 worst = 0.0
 for a, b in zip(metrics(f"{PLAN}.jsonl"), metrics("serial.jsonl")):
-    for k in ("lm_loss", "seq_load_balancing_loss", "z_loss", "grad_norm"):
+    for k in KEYS:
         if k not in b or k not in a:
             fail(f"iteration {b['iteration']}: {k} missing")
         rel = abs(a[k] - b[k]) / abs(b[k])
@@ -117,7 +125,7 @@ for name, s in ser.items():
     worst_t = max(worst_t, err)
     if err > 1:
         fail(f"{name}: differs by {diff:.3g} (2-norm {norm:.3g}), {err:.2f} x the bound")
-if moved != 2:
-    fail(f"{moved} of the 2 MoE layers' expert biases moved")
-print(f"ok {PLAN}: {ITERS} iterations, worst metric relative difference {worst:.2e}; {len(ser)} checkpoint tensors, "
+if moved != MOE_LAYERS:
+    fail(f"{moved} of the {MOE_LAYERS} MoE layers' expert biases moved")
+print(f"ok {PLAN}{' with MTP' if MTP else ''}: {ITERS} iterations, worst metric relative difference {worst:.2e}; {len(ser)} checkpoint tensors, "
       f"worst {worst_t:.3f} of the bound; expert biases equal, e.g. {ser['model.layers.2.mlp.router.expert_bias']}")

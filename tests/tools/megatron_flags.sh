@@ -574,7 +574,7 @@ recipe_deepseek_v3)
     refused="--moe-router-force-load-balancing $BF16"
     check_recipe "$refused"
     # it trains: the recipe without the refused flags, 4 iterations, each logging a finite lm
-    # loss, Megatron's seq_load_balancing_loss and the parameters' norm; the checkpoint is
+    # loss, Megatron's seq_load_balancing_loss, mtp_1 loss and the parameters' norm; the checkpoint is
     # DeepSeek-V3's (MLA latents, the expert bias, shared experts, the first layer dense, the
     # MTP layer as Hugging Face's model.layers.2: enorm, hnorm, eh_proj, an MoE layer, its norm)
     keep=()
@@ -587,8 +587,8 @@ recipe_deepseek_v3)
         keep+=("$f")
     done
     "$RUN" "${keep[@]}" > train.txt 2> terr.txt || { cat terr.txt; fail "the recipe does not train"; }
-    n=$(grep -cE "iteration +[0-9]+/ +4 \|.*\| lm loss: [0-9.]+E[-+][0-9]+ \|.*seq_load_balancing_loss: [0-9.]+ \|.*params norm: [0-9.]+" train.txt)
-    [ "$n" -eq 4 ] || { cat train.txt; fail "$n of 4 iterations logged with lm and seq load-balancing losses"; }
+    n=$(grep -cE "iteration +[0-9]+/ +4 \|.*\| lm loss: [0-9.]+E[-+][0-9]+ \|.*seq_load_balancing_loss: [0-9.]+ \| mtp_1 loss: [0-9.]+E[-+][0-9]+ \|.*params norm: [0-9.]+" train.txt)
+    [ "$n" -eq 4 ] || { cat train.txt; fail "$n of 4 iterations logged with lm, seq load-balancing and mtp_1 losses"; }
     idx=ck/iter_0000004/index.json
     for want in '"multi_latent_attention"' '"expert_bias": true' 'model.layers.1.mlp.router.expert_bias' \
                 'model.layers.1.mlp.shared_experts.down_proj.weight' 'model.layers.0.mlp.down_proj.weight' \
