@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include <mgraph/mgraph.h>
+#include <mgraph/model_lib.h>
 
 enum { VOCAB = 64, MASK_ID = VOCAB - 1, SEQ = 16, HID = 32, HEADS = 4, FFN = 64, LAYERS = 2, MASKED = 3 };
 static const mg_init NORMAL = {MG_INIT_NORMAL, 0.02f}, ZEROS = {MG_INIT_ZEROS, 0}, ONES = {MG_INIT_ONES, 0};
@@ -103,6 +104,15 @@ static int feed(void *user, const mg_feed *f, mg_error *err) {
     return MG_OK;
 }
 
+/* The model and its data, for main and for mgraph-run --model-lib (mgraph/model_lib.h; README.md) */
+static const mg_model_lib BERT = {
+    .model = {.name = "bert", .forward = forward, .num_layers = LAYERS, .layer_scope = "layer.%d"}, .data = {.feed = feed}};
+const int mg_model_lib_abi = MG_MODEL_LIB_ABI;
+int mg_model_lib_open(const mg_model_lib_host *host, mg_model_lib *out, mg_error *err) {
+    (void)host, (void)err, *out = BERT;
+    return MG_OK;
+}
+
 static int number(const char *v) {
     char *end;
     long x = strtol(v, &end, 10);
@@ -113,8 +123,7 @@ static int number(const char *v) {
 
 int main(int argc, char **argv) {
     mg_trainer_config c = mg_trainer_defaults();
-    c.model = (mg_model){.name = "bert", .forward = forward, .num_layers = LAYERS, .layer_scope = "layer.%d"};
-    c.data = (mg_data_source){.feed = feed};
+    c.model = BERT.model, c.data = BERT.data;
     c.micro_batch = 2, c.global_batch = 8, c.optim.lr.lr = 1e-3f;
     int iters = 5;
     mg_error err = {0};

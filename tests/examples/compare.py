@@ -3,7 +3,10 @@
 
 A parallel run of an example against its serial run: every iteration's loss and gradient
 norm (relative error <= 1e-5), and every tensor of the final checkpoint, parameters and
-Adam's moments (|A - B|_2 <= 1e-5 |A|_2 per tensor). Prints the worst of each."""
+Adam's moments (|A - B|_2 <= 1e-5 |A|_2 per tensor). Prints the worst of each. A log is
+the example's output ("iteration N | ... loss X | grad norm Y" lines) or, named *.jsonl,
+mgraph-run's --metrics-file (its lm_loss and grad_norm: the example run by --model-lib)."""
+import json
 import math
 import os
 import re
@@ -18,6 +21,8 @@ LINE = re.compile(r"^iteration (\d+) \| .*loss ([-+0-9.eE]+|nan|inf) \| grad nor
 
 def steps(path):
     with open(path) as f:
+        if path.endswith(".jsonl"):
+            return [(r["iteration"], r["lm_loss"], r["grad_norm"]) for r in map(json.loads, f)]
         return [(int(m[1]), float(m[2]), float(m[3])) for m in map(LINE.match, f) if m]
 
 

@@ -8,6 +8,9 @@
 #       MODEL trained serially and under mpirun with tp 2, dp 2, pp 2 and tp 2 x dp 2 (a
 #       plan file); each run's losses, gradient norms and final checkpoint (every
 #       parameter and Adam moment) against the serial run's (compare.py)
+#   examples_test.sh model_lib SOURCE_DIR WORK_DIR
+#       bert built as a model library (the build step: headers only) trained by the installed
+#       mgraph-run --model-lib with the flags of bert's own main, against bert's serial run
 set -u
 fail() { echo "FAIL: $*"; exit 1; }
 MODE=$1
@@ -33,6 +36,12 @@ if [ "$MODE" = build ]; then
         cc -std=c11 -O2 -Wall -Wextra -Werror "$SRC/examples/$m.c" "${extra[@]}" -o "pc/$m" $flags > "cc_$m.txt" 2>&1 ||
             { cat "cc_$m.txt"; fail "$m: cc with pkg-config's flags"; }
     done
+    # bert is also a model library (include/mgraph/model_lib.h): the headers only, no libmgraph
+    # (mgraph-run provides the API it calls)
+    cflags=$(pkg-config --cflags mgraph) || fail "pkg-config --cflags mgraph"
+    # shellcheck disable=SC2086 # the flags are words
+    cc -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC "$SRC/examples/bert.c" -o pc/libbert.so $cflags \
+        > cc_libbert.txt 2>&1 || { cat cc_libbert.txt; fail "bert: cc -shared with pkg-config --cflags"; }
     cmake -S "$SRC/examples" -B cm -DCMAKE_PREFIX_PATH="$P" -DCMAKE_C_FLAGS="-Wall -Wextra -Werror" "${cmake_extra[@]}" \
         > cfg.txt 2>&1 || { cat cfg.txt; fail "find_package(mgraph) in examples/CMakeLists.txt"; }
     cmake --build cm > cmbuild.txt 2>&1 || { cat cmbuild.txt; fail "building the examples against mgraph::mgraph"; }
@@ -46,12 +55,30 @@ if [ "$MODE" = build ]; then
     echo "ok: examples built with pkg-config and find_package against $P; serial runs equal"
     exit 0
 fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+    OMPI_MCA_mpi_yield_when_idle=1 STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1
+if [ "$MODE" = model_lib ]; then
+    SRC=$2 WORK=$3
+    X=$WORK/pc/bert L=$WORK/pc/libbert.so R=$WORK/prefix/bin/mgraph-run
+    for f in "$X" "$L" "$R"; do [ -e "$f" ] || fail "$f not built (the examples.build fixture)"; done
+    D=$WORK/runs_model_lib
+    rm -rf "$D" && mkdir -p "$D" && cd "$D" || exit 1
+    timeout 300 "$X" --iters 4 --save serial > serial.txt 2>&1 || { cat serial.txt; fail "bert serial"; }
+    # bert's main: the trainer's defaults (mg_trainer_defaults: AdamW 0.9 / 0.999 / 1e-8,
+    # weight decay 0.01, clip 1.0, seed 1234, no warmup) with micro-batch 2, global batch 8,
+    # a constant lr 1e-3; given here as mgraph-run's flags
+    timeout 300 "$R" --model-lib "$L" --micro-batch-size 2 --global-batch-size 8 --train-iters 4 \
+        --lr 1e-3 --lr-decay-style constant --weight-decay 0.01 --adam-beta1 0.9 --adam-beta2 0.999 \
+        --adam-eps 1e-8 --clip-grad 1.0 --seed 1234 --save lib --metrics-file lib.jsonl > lib.txt 2>&1 ||
+        { cat lib.txt; fail "mgraph-run --model-lib libbert.so"; }
+    python3 "$SRC/tests/examples/compare.py" "bert --model-lib" serial.txt serial lib.jsonl lib ||
+        fail "bert through mgraph-run --model-lib differs from bert's own serial run"
+    exit 0
+fi
 [ "$MODE" = run ] || fail "mode $MODE"
 M=$2 SRC=$3 WORK=$4
 X=$WORK/pc/$M
 [ -x "$X" ] || fail "$X not built (the examples.build fixture)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
-    OMPI_MCA_mpi_yield_when_idle=1 STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1
 D=$WORK/runs_$M
 rm -rf "$D" && mkdir -p "$D" && cd "$D" || exit 1
 ITERS=4
