@@ -50,7 +50,7 @@ foreach(opt ${MPI_C_LINK_FLAGS})
 endforeach()
 if(MG_HAVE_CUDA)
   string(APPEND MG_PC_CFLAGS " -DMG_HAVE_CUDA=1")
-  string(APPEND MG_PC_LIBS " -L${CUDAToolkit_LIBRARY_DIR} -Wl,-rpath,${CUDAToolkit_LIBRARY_DIR} -lcudart -lcublas ${MG_NCCL_LIB}")
+  string(APPEND MG_PC_LIBS " -L${CUDAToolkit_LIBRARY_DIR} -Wl,-rpath,${CUDAToolkit_LIBRARY_DIR} -lcudart -lcublas -lcublasLt ${MG_NCCL_LIB}")
 endif()
 if(MG_CUDA)
   # the kernels are C++ (nvcc): a C program linking them needs the C++ runtime
