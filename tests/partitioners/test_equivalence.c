@@ -658,7 +658,12 @@ int main(int argc, char **argv) {
         CHECK(!sc.model.untie_embeddings || serial_nz[it] >= 28 * sc.model.hidden,
               "iteration %d: serial run counts %.0f zero gradient elements, fewer than the unused embedding rows", it + 1,
               serial_nz[it]);
-        CHECK(serial_skip[it] || fabs(r.num_zeros - serial_nz[it]) <= (sc.fp8.format ? 4 : 2) + (sc.fp8.format ? 5e-2 : prec && *prec ? 2e-3 : 1e-4) * serial_nz[it],
+        /* ... and the key bias's gradient is zero in exact arithmetic (softmax ignores a
+         * constant added to every score of a query), so its num_layers x h elements are
+         * rounding noise that another summation order (cp's, say) can make exactly 0:
+         * GPT-2 under cp 2 counts 3..11 of them, serially none */
+        double key_bias = (!sc.model.disable_bias_linear || sc.model.add_qkv_bias) ? (double)sc.model.num_layers * sc.model.hidden : 0;
+        CHECK(serial_skip[it] || fabs(r.num_zeros - serial_nz[it]) <= key_bias + (sc.fp8.format ? 4 : 2) + (sc.fp8.format ? 5e-2 : prec && *prec ? 2e-3 : 1e-4) * serial_nz[it],
               "iteration %d: %.0f zero gradient elements, serial %.0f",
               it + 1, r.num_zeros, serial_nz[it]);
         if (it == 0 && rank_ == 0) printf("zero gradient elements at iteration 1: %.0f (serial %.0f)\n", r.num_zeros, serial_nz[it]);
