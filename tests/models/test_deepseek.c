@@ -256,28 +256,8 @@ static void grad_model_case(mg_gpt_config c, const char *label) {
         if (p->role != MG_ROLE_PARAM) continue;
         TK_CHECK(p->grad != NULL, "%s: %s got no gradient", label, p->name);
         if (!p->grad) continue;
-        int64_t n = mg_numel(p);
-        float *an = malloc((size_t)n * sizeof *an);
-        memcpy(an, tk_f32(&r, p->grad), (size_t)n * sizeof *an);
-        float *x = tk_f32(&r, p);
-        for (int k = 0; k < 4; k++) {
-            int64_t e = (int64_t)(((uint64_t)(k + 1) * 2654435761u + (uint64_t)i * 97u) % (uint64_t)n);
-            float keep = x[e];
-            x[e] = keep + (float)eps;
-            tk_exec(&r);
-            double lp = tk_f32(&r, loss)[0];
-            x[e] = keep - (float)eps;
-            tk_exec(&r);
-            double lm = tk_f32(&r, loss)[0];
-            x[e] = keep;
-            double fd = (lp - lm) / (2 * eps), a = an[e];
-            double err_ = fabs(fd - a) / (3e-4 + 3e-2 * fmax(fabs(fd), fabs(a)));
-            if (err_ > worst) worst = err_;
-            probed++;
-            TK_CHECK(err_ <= 1.0, "%s: d loss / d %s[%lld]: analytic %.6g, finite difference %.6g", label, p->name,
-                     (long long)e, a, fd);
-        }
-        free(an);
+        double w = tk_fd_probe(&r, loss, p, i, 4, eps, 3e-4, label, &probed);
+        if (w > worst) worst = w;
     }
     tk_exec(&r);
     if (tk_failures == fails) printf("ok %s: %d probes, worst gradient error %.3f of tolerance\n", label, probed, worst);
@@ -346,28 +326,8 @@ static void test_grad_moe(void) {
         if (p->role != MG_ROLE_PARAM || !p->requires_grad) continue;
         TK_CHECK(p->grad != NULL, "%s got no gradient", p->name);
         if (!p->grad) continue;
-        int64_t n = mg_numel(p);
-        float *an = malloc((size_t)n * sizeof *an);
-        memcpy(an, tk_f32(&r, p->grad), (size_t)n * sizeof *an);
-        float *x = tk_f32(&r, p);
-        for (int k = 0; k < 3; k++) {
-            int64_t e = (int64_t)(((uint64_t)(k + 1) * 2654435761u + (uint64_t)i * 97u) % (uint64_t)n);
-            float keep = x[e];
-            x[e] = keep + (float)eps;
-            tk_exec(&r);
-            double lp = tk_f32(&r, loss)[0];
-            x[e] = keep - (float)eps;
-            tk_exec(&r);
-            double lm = tk_f32(&r, loss)[0];
-            x[e] = keep;
-            double fd = (lp - lm) / (2 * eps), a = an[e];
-            double err_ = fabs(fd - a) / (1e-3 + 3e-2 * fmax(fabs(fd), fabs(a)));
-            if (err_ > worst) worst = err_;
-            probed++;
-            TK_CHECK(err_ <= 1.0, "d loss / d %s[%lld]: analytic %.6g, finite difference %.6g", p->name, (long long)e, a,
-                     fd);
-        }
-        free(an);
+        double w = tk_fd_probe(&r, loss, p, i, 3, eps, 1e-3, "DeepSeek-V3-like", &probed);
+        if (w > worst) worst = w;
     }
     if (tk_failures == fails) printf("ok DeepSeek-V3-like: %d probes, worst gradient error %.3f of tolerance\n", probed, worst);
     tk_release(&r);
@@ -483,28 +443,8 @@ static void test_grad_mtp(void) {
         bool mtp = strstr(p->name, "layers.3.") || strstr(p->name, "layers.4.") || strstr(p->name, "embed_tokens") ||
                    strstr(p->name, "lm_head");
         if (!mtp) continue; /* (the rest: test_grad_moe) */
-        int64_t n = mg_numel(p);
-        float *an = malloc((size_t)n * sizeof *an);
-        memcpy(an, tk_f32(&r, p->grad), (size_t)n * sizeof *an);
-        float *x = tk_f32(&r, p);
-        for (int k = 0; k < 3; k++) {
-            int64_t e = (int64_t)(((uint64_t)(k + 1) * 2654435761u + (uint64_t)i * 97u) % (uint64_t)n);
-            float keep = x[e];
-            x[e] = keep + (float)eps;
-            tk_exec(&r);
-            double lp = tk_f32(&r, loss)[0];
-            x[e] = keep - (float)eps;
-            tk_exec(&r);
-            double lmm = tk_f32(&r, loss)[0];
-            x[e] = keep;
-            double fd = (lp - lmm) / (2 * eps), an_ = an[e];
-            double err_ = fabs(fd - an_) / (1e-3 + 3e-2 * fmax(fabs(fd), fabs(an_)));
-            if (err_ > worst) worst = err_;
-            probed++;
-            TK_CHECK(err_ <= 1.0, "d loss / d %s[%lld]: analytic %.6g, finite difference %.6g", p->name, (long long)e,
-                     an_, fd);
-        }
-        free(an);
+        double w = tk_fd_probe(&r, loss, p, i, 3, eps, 1e-3, "MTP", &probed);
+        if (w > worst) worst = w;
     }
     if (tk_failures == fails)
         printf("ok MTP x2: lm %.4f mtp_1 %.4f mtp_2 %.4f; %d probes, worst gradient error %.3f of tolerance\n", l0, m1, m2,

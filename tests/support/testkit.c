@@ -65,6 +65,38 @@ int tk_prepare(tk_run *r, mg_graph *g) {
 }
 
 float *tk_f32(tk_run *r, const mg_tensor *t) { return mg_storage_data(r->st, t); }
+
+double tk_fd_probe(tk_run *r, const mg_tensor *loss, mg_tensor *p, int salt, int probes, double eps, double abs_tol,
+                   const char *label, int *probed) {
+    int64_t n = mg_numel(p);
+    float *an = malloc((size_t)n * sizeof *an);
+    if (!an) {
+        TK_CHECK(0, "%s: out of memory", label);
+        return 0;
+    }
+    memcpy(an, tk_f32(r, p->grad), (size_t)n * sizeof *an);
+    float *x = tk_f32(r, p);
+    double worst = 0;
+    for (int k = 0; k < probes; k++) {
+        int64_t e = (int64_t)(((uint64_t)(k + 1) * 2654435761u + (uint64_t)salt * 97u) % (uint64_t)n);
+        float keep = x[e];
+        x[e] = keep + (float)eps;
+        tk_exec(r);
+        double lp = tk_f32(r, loss)[0];
+        x[e] = keep - (float)eps;
+        tk_exec(r);
+        double lm = tk_f32(r, loss)[0];
+        x[e] = keep;
+        double fd = (lp - lm) / (2 * eps), a = an[e];
+        double err = fabs(fd - a) / (abs_tol + 3e-2 * fmax(fabs(fd), fabs(a)));
+        if (err > worst) worst = err;
+        (*probed)++;
+        TK_CHECK(err <= 1.0, "%s: d loss / d %s[%lld]: analytic %.6g, finite difference %.6g", label, p->name,
+                 (long long)e, a, fd);
+    }
+    free(an);
+    return worst;
+}
 int32_t *tk_i32(tk_run *r, const mg_tensor *t) { return mg_storage_data(r->st, t); }
 
 int tk_exec(tk_run *r) {

@@ -50,6 +50,14 @@ int32_t *tk_i32(tk_run *r, const mg_tensor *t);
 int tk_exec(tk_run *r);          /* reference executor; prints the error on failure */
 void tk_release(tk_run *r);      /* frees plan and storage (not the graph) */
 
+/* Central finite differences of the scalar loss against p's analytic gradient (already
+ * computed in r) at `probes` elements picked by a hash of salt: each error
+ * |fd - a| / (abs_tol + 3e-2 max(|fd|, |a|)) must be <= 1 (a TK_CHECK naming label, p
+ * and the element). Puts p's values back; the run's outputs are left from the last
+ * probe. Adds the probes to *probed and returns the worst error. */
+double tk_fd_probe(tk_run *r, const mg_tensor *loss, mg_tensor *p, int salt, int probes, double eps, double abs_tol,
+                   const char *label, int *probed);
+
 /* ---- gradient check ------------------------------------------------------------------ */
 typedef struct tk_leaf {
     const char *name;
