@@ -44,6 +44,9 @@ typedef struct mg_planner_block_t {
     double gemm_s[2];                    /* of compute_s: matrix ops */
     double attn_s[2];                    /* of compute_s: attention (cp's ring hides behind it) */
     double expert_s[2];                  /* of compute_s: the routed experts (MoE layers) */
+    double shared_s[2];                  /* of compute_s: the shared experts (--moe-shared-expert-overlap
+                                            runs them beside the all-to-alls) */
+    double gemm_flops[2], attn_flops[2]; /* of flops: matrix ops, attention */
     double comm_s[2][MG_GROUP_COUNT];    /* collectives per group */
     double comm_bytes[MG_GROUP_COUNT];   /* on the wire, forward + backward */
     int comm_n[2][MG_GROUP_COUNT];       /* collectives per group */
@@ -53,11 +56,15 @@ typedef struct mg_planner_block_t {
     int nodes;
 } mg_planner_block_t;
 
-#define MG_PLANNER_MAX_KINDS 64
+#define MG_PLANNER_MAX_KINDS MG_PREDICTION_MAX_KINDS
 typedef struct mg_planner_costs_t {
     mg_planner_block_t emb, head;
-    mg_planner_block_t kind[MG_PLANNER_MAX_KINDS]; /* layer i costs kind[i % period] */
-    int period;
+    mg_planner_block_t kind[MG_PLANNER_MAX_KINDS]; /* layer i costs kind[mg_planner_kind_of(i)] */
+    int period;                          /* probe layers: kinds */
+    /* a --moe-layer-freq list: kind (MoE(i) == last_moe ? wperiod : 0) + i % wperiod, wperiod
+     * the windowed layers' period (1 without a window); otherwise kind i % period */
+    bool by_pattern, last_moe;
+    int wperiod;
     double opt_s_per_elem;               /* once-per-step kernels (grad norm, AdamW) per parameter element */
     double step_other_comm_s;            /* once-per-step collectives outside data parallelism (norms) */
     int group_ranks[MG_GROUP_COUNT];
@@ -74,8 +81,11 @@ typedef struct mg_planner_costs_t {
  * data parallelism: those are priced from the table) and walks it. */
 #define MG_PLANNER_PROBE_SEQ 32768
 int mg_planner_probe(const mg_cluster *c, const mg_plan_query *q, mg_planner_costs_t *out, mg_error *err);
-/* The kind of layer i (0-based) of the query's model. */
-static inline int mg_planner_kind_of(const mg_planner_costs_t *k, int layer) { return layer % k->period; }
+/* The kind of layer i (0-based) of model m, the query's. */
+static inline int mg_planner_kind_of(const mg_planner_costs_t *k, const mg_gpt_config *m, int layer) {
+    if (k->by_pattern) return (mg_moe_is_layer(m, layer) == k->last_moe ? k->wperiod : 0) + layer % k->wperiod;
+    return layer % k->period;
+}
 
 /* ---- layout.c -------------------------------------------------------------------------- */
 /* One model chunk of one pipeline stage: the embedding, layers [first, first + n), the

@@ -15,7 +15,11 @@ void mg_plan_query_defaults(mg_plan_query *q) {
     q->precision = MG_PREC_BF16;
 }
 
-double mg_plan_model_flops(const mg_plan_query *q) { return mg_gpt_flops(&q->model, q->global_batch); }
+double mg_plan_model_flops(const mg_plan_query *q) {
+    mg_gpt_config m = q->model;
+    if (!m.moe.shared_ffn && q->moe_shared_ffn > 0) m.moe.shared_ffn = q->moe_shared_ffn;
+    return mg_gpt_flops(&m, q->global_batch);
+}
 
 /* Bounds that keep the planner's work and arithmetic small whatever it is asked: far
  * above any model trained (Megatron's largest published: 128 layers, h 25,600, 3,072

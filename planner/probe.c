@@ -6,7 +6,13 @@
  * parallelism) and one layer per layer kind: layer i of the model is an MoE layer when
  * i % --moe-layer-freq == 0 and a full-attention one when (i + 1) % --window-attn-skip-
  * freq == 0, so the kinds repeat with the least common multiple of the two, and layer
- * i costs what probe layer i % period costs. Pipeline and data parallelism are left out
+ * i costs what probe layer i % period costs. A --moe-layer-freq list ([0]*3+[1]*58) has
+ * no period: the probe has the window period's layers twice, dense then MoE (MoE then
+ * dense when the model's last layer is dense, so that a multi-token prediction layer,
+ * of the last layer's kind, is the model's), and layer i costs the probe layer of its
+ * MoE-ness and i % the window period. Multi-token prediction (norms, eh_proj, its
+ * decoder layer, its loss) is priced with the output layer, on the last stage, as
+ * Megatron places it. Pipeline and data parallelism are left out
  * of the probe (schedule.c prices them from the table), so one probe serves every
  * pipeline split, virtual-stage count, data-parallel size and recompute setting.
  *
@@ -97,6 +103,15 @@ static mg_planner_block_t *block_of(mg_planner_costs_t *k, int layer) {
     return NULL;
 }
 
+/* The block of a parameter (or its gradient's accumulation) by name: a layer's, the
+ * embedding's, or the output layer's, which also holds the multi-token prediction
+ * layers (named as the layers after the model's: model.layers.{N+k}.*) */
+static mg_planner_block_t *block_of_name(mg_planner_costs_t *k, const char *name) {
+    int layer = layer_of_name(name);
+    if (layer >= 0 && layer < k->period) return &k->kind[layer];
+    return layer < 0 && name && is_embedding_name(name) ? &k->emb : &k->head;
+}
+
 static int lcm_capped(int a, int b, int cap) {
     long l = (long)a / gcd(a, b) * b;
     return l > cap ? cap + 1 : (int)l;
@@ -185,16 +200,15 @@ static int walk(const mg_cluster *c, const mg_plan_query *q, const mg_plan *plan
              * gradient GEMM (--gradient-accumulation-fusion, its default); mgraph's fp32
              * runs do it as nodes, charged to the parameter's layer */
             if (prec == MG_PREC_BF16 || n->n_out < 1) continue;
-            int layer = layer_of_name(n->out[0]->name);
-            b = layer >= 0 ? block_of(k, layer) : n->out[0]->name && is_embedding_name(n->out[0]->name) ? &k->emb : &k->head;
-            if (!b) continue;
+            b = block_of_name(k, n->out[0]->name);
         }
         b->compute_s[d] += t;
         b->flops[d] += flops;
         b->nodes++;
-        if (gemm) b->gemm_s[d] += t;
-        if (attention) b->attn_s[d] += t;
+        if (gemm) b->gemm_s[d] += t, b->gemm_flops[d] += flops;
+        if (attention) b->attn_s[d] += t, b->attn_flops[d] += flops;
         if (expert) b->expert_s[d] += t;
+        if (n->scope && strstr(n->scope, "shared_experts")) b->shared_s[d] += t;
     }
     /* saved activations: one pass over the backward nodes' inputs */
     int nt = mg_graph_n_tensors(g);
@@ -235,9 +249,7 @@ static int walk(const mg_cluster *c, const mg_plan_query *q, const mg_plan *plan
         if (!t->persistent || t->updates || t->src || t->role != MG_ROLE_PARAM || !t->name) continue;
         double e = (double)mg_numel(t);
         total += e;
-        int layer = layer_of_name(t->name);
-        mg_planner_block_t *b = layer >= 0 ? block_of(k, layer) : is_embedding_name(t->name) ? &k->emb : &k->head;
-        if (!b) continue;
+        mg_planner_block_t *b = block_of_name(k, t->name);
         if (is_position_table(t->name)) e *= pos_scale;
         if (strstr(t->name, ".experts.")) b->expert_params += e;
         else b->params += e;
@@ -251,15 +263,27 @@ int mg_planner_probe(const mg_cluster *c, const mg_plan_query *q, mg_planner_cos
     const mg_gpt_config *m = &q->model;
     const mg_plan *p = &q->plan;
     /* one probe layer per layer kind */
-    int period = 1;
-    if (m->moe.num_experts > 0 && m->moe.layer_freq > 1) period = m->moe.layer_freq;
-    if (m->window > 0 && m->window_skip_freq > 1) period = lcm_capped(period, m->window_skip_freq, MG_PLANNER_MAX_KINDS);
+    int period = 1, wperiod = m->window > 0 && m->window_skip_freq > 1 ? m->window_skip_freq : 1;
+    bool by_pattern = m->moe.num_experts > 0 && m->moe.pattern_len > 0;
+    if (by_pattern) {
+        if (m->moe.pattern_len != m->num_layers)
+            return mg_error_set(err, MG_ERR_INVALID, "--moe-layer-freq lists %d layers, the model has --num-layers %d",
+                                m->moe.pattern_len, m->num_layers);
+        period = wperiod > MG_PLANNER_MAX_KINDS / 2 ? MG_PLANNER_MAX_KINDS + 1 : 2 * wperiod;
+    } else {
+        if (m->moe.num_experts > 0 && m->moe.layer_freq > 1) period = m->moe.layer_freq;
+        if (wperiod > 1) period = lcm_capped(period, wperiod, MG_PLANNER_MAX_KINDS);
+    }
     if (period > MG_PLANNER_MAX_KINDS)
         return mg_error_set(err, MG_ERR_UNSUPPORTED,
-                            "the layer kinds (--moe-layer-freq %d, --window-attn-skip-freq %d) repeat every more than %d "
+                            "the layer kinds (--moe-layer-freq %s%d, --window-attn-skip-freq %d) repeat every more than %d "
                             "layers: the planner prices at most %d kinds",
-                            m->moe.layer_freq, m->window_skip_freq, MG_PLANNER_MAX_KINDS, MG_PLANNER_MAX_KINDS);
+                            by_pattern ? "a list, " : "", by_pattern ? 0 : m->moe.layer_freq, m->window_skip_freq,
+                            by_pattern ? MG_PLANNER_MAX_KINDS / 2 : MG_PLANNER_MAX_KINDS, MG_PLANNER_MAX_KINDS);
     k->period = period;
+    k->by_pattern = by_pattern;
+    k->wperiod = wperiod;
+    k->last_moe = by_pattern && mg_moe_is_layer(m, m->num_layers - 1);
     k->moe = m->moe.num_experts > 0;
     /* the probe's sequence: the model's, or the longest multiple of what the plan cuts
      * a sequence into (2 cp chunks, each split over tp under sequence parallelism)
@@ -286,6 +310,16 @@ int mg_planner_probe(const mg_cluster *c, const mg_plan_query *q, mg_planner_cos
     memset(&sc, 0, sizeof sc);
     sc.model = *m;
     sc.model.num_layers = period;
+    if (by_pattern) {
+        /* probe layers [0, wperiod) of the kind the model's last layer is not, [wperiod,
+         * 2 wperiod) of its kind */
+        memset(sc.model.moe.layer_pattern, 0, sizeof sc.model.moe.layer_pattern);
+        sc.model.moe.pattern_len = period;
+        for (int i = 0; i < period; i++)
+            if ((i >= wperiod) == k->last_moe) sc.model.moe.layer_pattern[i / 64] |= (uint64_t)1 << (i % 64);
+    }
+    /* a shared expert the query gives apart from the model (mg_plan_query.moe_shared_ffn) */
+    if (!sc.model.moe.shared_ffn && q->moe_shared_ffn > 0) sc.model.moe.shared_ffn = q->moe_shared_ffn;
     sc.model.seq_length = sp_len;
     double pos_scale = 1;
     if (sc.model.max_position < sp_len) sc.model.max_position = sp_len;

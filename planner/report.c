@@ -93,7 +93,30 @@ void mg_prediction_print(const mg_cluster *c, const mg_plan_query *q, const mg_p
     }
     fprintf(f, "  priced from          a %d-layer probe's rank graph (%d nodes)%s\n", p->probe_layers, p->graph_nodes,
             p->probe_seq_scale < 1 ? " at a shorter sequence, scaled" : "");
+    /* each layer kind's FLOPs per micro-batch on one rank (MoE kinds: the routed experts
+     * at the balanced routing's share), and the layers it prices */
+    for (int i = 0; i < p->n_kinds && i < MG_PREDICTION_MAX_KINDS; i++) {
+        const mg_block_cost *b = &p->block_kind[i];
+        if (!b->layers) continue;
+        fprintf(f, "    layer kind %-2d %-5s %4d layer%s from %-4d %10.4g FLOPs per micro-batch (%.0f%% matrix, %.0f%% attention)\n",
+                i, b->moe ? "MoE" : "dense", b->layers, b->layers == 1 ? " " : "s", b->first_layer, b->flops[0] + b->flops[1],
+                100 * (b->gemm_flops[0] + b->gemm_flops[1]) / (b->flops[0] + b->flops[1] + 1e-300),
+                100 * (b->attention_flops[0] + b->attention_flops[1]) / (b->flops[0] + b->flops[1] + 1e-300));
+    }
     if (p->notes[0]) fprintf(f, "  notes: %s\n", p->notes);
+}
+
+/* A block's costs: forward and backward per micro-batch on one rank. */
+static json_t *block_json(const mg_block_cost *b) {
+    json_t *o = json_object();
+    const char *dir[2] = {"forward", "backward"};
+    for (int d = 0; d < 2; d++)
+        json_object_set_new(o, dir[d],
+                            json_pack("{s:f, s:f, s:f, s:f}", "flops", b->flops[d], "gemm_flops", b->gemm_flops[d],
+                                      "attention_flops", b->attention_flops[d], "time_s", b->time_s[d]));
+    json_object_set_new(o, "params", json_real(b->params));
+    json_object_set_new(o, "expert_params", json_real(b->expert_params));
+    return o;
 }
 
 void *mg_prediction_json(const mg_cluster *c, const mg_plan_query *q, const mg_prediction *p) {
@@ -157,6 +180,20 @@ void *mg_prediction_json(const mg_cluster *c, const mg_plan_query *q, const mg_p
     json_object_set_new(o, "graph_nodes", json_integer(p->graph_nodes));
     json_object_set_new(o, "probe_layers", json_integer(p->probe_layers));
     json_object_set_new(o, "probe_sequence_fraction", json_real(p->probe_seq_scale));
+    /* what the probe's graph costs per micro-batch, block by block (the layer kinds with
+     * how many layers each prices; the output block holds the multi-token prediction) */
+    json_t *blocks = json_object(), *kinds = json_array();
+    json_object_set_new(blocks, "embedding", block_json(&p->block_embedding));
+    for (int i = 0; i < p->n_kinds && i < MG_PREDICTION_MAX_KINDS; i++) {
+        json_t *b = block_json(&p->block_kind[i]);
+        json_object_set_new(b, "moe", json_boolean(p->block_kind[i].moe));
+        json_object_set_new(b, "layers", json_integer(p->block_kind[i].layers));
+        if (p->block_kind[i].layers) json_object_set_new(b, "first_layer", json_integer(p->block_kind[i].first_layer));
+        json_array_append_new(kinds, b);
+    }
+    json_object_set_new(blocks, "layer_kinds", kinds);
+    json_object_set_new(blocks, "output", block_json(&p->block_output));
+    json_object_set_new(o, "blocks_per_micro_batch", blocks);
     json_object_set_new(o, "notes", json_string(p->notes));
     return o;
 }

@@ -18,7 +18,7 @@
  *                     (--cp-comm-type allgather: K and V gathered before attention and
  *                     their gradients reduce-scattered after, the same bytes, waited for).
  *   expert parallel   the token all-to-alls wait, unless --moe-shared-expert-overlap
- *                     runs the shared expert beside them.
+ *                     runs the shared expert (its nodes in the probe's graph) beside them.
  *   pipeline          1F1B's transfers wait (two per micro-batch and model chunk);
  *                     the interleaved schedule overlaps them with compute
  *                     (--overlap-p2p-communication, Megatron's default there).
@@ -59,12 +59,11 @@ typedef struct priced_t {
 
 static double max0(double x) { return x > 0 ? x : 0; }
 
-static void price(const mg_cluster *c, const mg_plan_query *q, const mg_planner_block_t *b, const double shared[2],
-                  priced_t *o) {
+static void price(const mg_cluster *c, const mg_plan_query *q, const mg_planner_block_t *b, priced_t *o) {
     memset(o, 0, sizeof *o);
     double kappa = c->overlap_interference;
     for (int d = 0; d < 2; d++) {
-        double t = b->compute_s[d] + shared[d], hidden = 0;
+        double t = b->compute_s[d], hidden = 0;
         for (int g = 0; g < MG_GROUP_COUNT; g++) {
             double cc = b->comm_s[d][g], ex = cc;
             if (cc <= 0) continue;
@@ -74,8 +73,8 @@ static void price(const mg_cluster *c, const mg_plan_query *q, const mg_planner_
                 else if (d == 1) ex = cc / 2 + max0(cc / 2 - gemm / 2);
             } else if (g == MG_GROUP_CP) {
                 ex = q->cp_allgather ? cc : max0(cc - b->attn_s[d]);
-            } else if (g == MG_GROUP_EP && q->moe_shared_overlap && shared[d] > 0) {
-                ex = max0(cc - shared[d]);
+            } else if (g == MG_GROUP_EP && q->moe_shared_overlap && b->shared_s[d] > 0) {
+                ex = max0(cc - b->shared_s[d]);
             }
             o->comm[d][g] = cc;
             o->exposed[d][g] = ex;
@@ -94,22 +93,6 @@ static void price(const mg_cluster *c, const mg_plan_query *q, const mg_planner_
         o->rec = b->attn_s[0];
         o->saved -= b->scores_saved;
     }
-}
-
-/* The shared expert of an MoE layer (--moe-shared-expert-intermediate-size): a dense
- * MLP over the rank's tokens, tensor-parallel like the dense MLP; its GEMMs, what it
- * keeps for the backward, its parameters. */
-static void shared_expert(const mg_cluster *c, const mg_plan_query *q, double t[2], double *saved, double *params) {
-    t[0] = t[1] = *saved = *params = 0;
-    if (q->moe_shared_ffn <= 0) return;
-    const mg_gpt_config *m = &q->model;
-    double tokens = (double)m->seq_length * q->micro_batch / q->plan.cp, h = m->hidden, f = q->moe_shared_ffn;
-    double mats = m->swiglu ? 3 : 2, tp = q->plan.tp, ab = q->precision == MG_PREC_BF16 ? 2 : 4;
-    double flops = 2 * tokens * h * f * mats / tp;
-    t[0] = mg_planner_kernel_s(c, q->precision, MG_KERNEL_GEMM, flops, 0);
-    t[1] = 2 * t[0];
-    *saved = tokens * (h + f * (mats - 1)) * ab / tp;
-    *params = h * f * mats / tp;
 }
 
 /* Which of a chunk's layers full recompute reruns: `local` is the layer's index in its
@@ -141,6 +124,34 @@ static double bucketed(mg_op op, int n, double elems, double bytes_per, double b
     return nb * mg_planner_collective_s(op, n, elems / nb * bytes_per, l);
 }
 
+/* The probe's blocks as the prediction reports them: FLOPs per micro-batch and parameters
+ * on one rank, and how many of the model's layers each kind prices. */
+static void block_out(const mg_planner_block_t *b, mg_block_cost *o) {
+    for (int d = 0; d < 2; d++) {
+        o->flops[d] = b->flops[d];
+        o->gemm_flops[d] = b->gemm_flops[d];
+        o->attention_flops[d] = b->attn_flops[d];
+        o->time_s[d] = b->compute_s[d];
+    }
+    o->params = b->params;
+    o->expert_params = b->expert_params;
+}
+
+static void blocks_out(const mg_plan_query *q, const mg_planner_costs_t *k, mg_prediction *out) {
+    block_out(&k->emb, &out->block_embedding);
+    block_out(&k->head, &out->block_output);
+    out->n_kinds = k->period;
+    for (int i = 0; i < k->period; i++) {
+        block_out(&k->kind[i], &out->block_kind[i]);
+        out->block_kind[i].moe = k->kind[i].expert_params > 0;
+    }
+    for (int l = 0; l < q->model.num_layers; l++) {
+        int i = mg_planner_kind_of(k, &q->model, l);
+        if (!out->block_kind[i].layers) out->block_kind[i].first_layer = l;
+        out->block_kind[i].layers++;
+    }
+}
+
 int mg_planner_schedule(const mg_cluster *c, const mg_plan_query *q, const mg_planner_costs_t *k,
                         const mg_planner_layout_t *lay, mg_prediction *out, mg_error *err) {
     const mg_plan *p = &q->plan;
@@ -155,18 +166,12 @@ int mg_planner_schedule(const mg_cluster *c, const mg_plan_query *q, const mg_pl
     out->n_stages = pp;
     out->virtual_stages = v;
 
-    /* price every block once */
-    double sh_t[2] = {0, 0}, sh_saved = 0, sh_params = 0;
-    if (k->moe) shared_expert(c, q, sh_t, &sh_saved, &sh_params);
-    const double none[2] = {0, 0};
+    /* price every block once (the shared experts are in the probe's graph) */
     priced_t emb, head, kind[MG_PLANNER_MAX_KINDS];
-    price(c, q, &k->emb, none, &emb);
-    price(c, q, &k->head, none, &head);
-    for (int i = 0; i < k->period; i++) {
-        bool moe_layer = k->kind[i].expert_params > 0;
-        price(c, q, &k->kind[i], moe_layer ? sh_t : none, &kind[i]);
-        if (moe_layer) kind[i].saved += sh_saved, kind[i].params += sh_params;
-    }
+    price(c, q, &k->emb, &emb);
+    price(c, q, &k->head, &head);
+    for (int i = 0; i < k->period; i++) price(c, q, &k->kind[i], &kind[i]);
+    blocks_out(q, k, out);
 
     /* the stage-boundary transfer: one micro-batch's activation (or its gradient),
      * sequence-split over tp under sequence parallelism */
@@ -211,7 +216,7 @@ int mg_planner_schedule(const mg_cluster *c, const mg_plan_query *q, const mg_pl
             has_loss |= ch->loss;
             int seg = q->recompute_method == MG_RECOMPUTE_UNIFORM && q->recompute_num_layers > 0 ? q->recompute_num_layers : 1;
             for (int j = 0; j < ch->n; j++) {
-                const priced_t *x = &kind[mg_planner_kind_of(k, ch->first + j)];
+                const priced_t *x = &kind[mg_planner_kind_of(k, m, ch->first + j)];
                 st->f += x->t[0];
                 st->b += x->t[1] + x->rec;
                 st->rec += x->rec;
@@ -397,7 +402,7 @@ int mg_planner_schedule(const mg_cluster *c, const mg_plan_query *q, const mg_pl
                 if (ch->loss) bytes[g] += k->head.comm_bytes[g];
             }
             for (int j = 0; j < ch->n; j++)
-                for (int g = 0; g < MG_GROUP_COUNT; g++) bytes[g] += k->kind[mg_planner_kind_of(k, ch->first + j)].comm_bytes[g];
+                for (int g = 0; g < MG_GROUP_COUNT; g++) bytes[g] += k->kind[mg_planner_kind_of(k, m, ch->first + j)].comm_bytes[g];
         }
         for (int g = 0; g < MG_GROUP_COUNT; g++) out->group[g].bytes = bytes[g] * M;
         if (pp > 1) {

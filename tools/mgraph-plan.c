@@ -23,7 +23,6 @@ typedef struct plan_flags {
     bool json, search, help, precision_given, attention_unfused, fp16, grads_fp32, grads_bf16, print_cluster;
     bool tp_comm_overlap, overlap_param_gather, no_overlap_p2p, account_embedding, account_loss;
     bool megatron_fsdp, torch_fsdp2, shared_overlap, cp_allgather;
-    int shared_ffn;
     mg_precision precision;
     int top, max_micro_batch;
     int64_t vocab_size;          /* 0: from the tokenizer */
@@ -60,8 +59,8 @@ static void usage(FILE *f) {
             "  --no-overlap-p2p-communication      the interleaved schedule's stage transfers wait\n"
             "  --use-megatron-fsdp [--data-parallel-sharding-strategy no_shard|optim|optim_grads|optim_grads_params]\n"
             "  --use-torch-fsdp2                   fully sharded data parallelism (optim_grads_params)\n"
-            "  --moe-shared-expert-intermediate-size N, --moe-shared-expert-overlap\n"
-            "                                      a shared expert in each MoE layer, run beside the all-to-alls\n"
+            "  --moe-shared-expert-overlap         the shared experts (--moe-shared-expert-intermediate-size) run\n"
+            "                                      beside the all-to-alls\n"
             "  --grad-reduce-in-bf16               gradients reduced and kept in 16 bits\n"
             "  --cp-comm-type p2p|allgather        context parallelism's K/V ring beside attention (default), or\n"
             "                                      all-gathered before it\n"
@@ -152,11 +151,6 @@ static void take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *
         } else if (!strcmp(a, "--data-parallel-sharding-strategy")) {
             NEED_VALUE();
             pf->fsdp_strategy = val;
-        } else if (!strcmp(a, "--moe-shared-expert-intermediate-size")) {
-            NEED_VALUE();
-            if (!parse_int(val, 1, 1 << 24, &x))
-                mg_run_notes_error(notes, "--moe-shared-expert-intermediate-size must be in 1..%d (got '%s')", 1 << 24, val);
-            else pf->shared_ffn = (int)x;
         } else if (!strcmp(a, "--moe-shared-expert-overlap")) {
             pf->shared_overlap = true;
         } else if (!strcmp(a, "--cp-comm-type")) {
@@ -316,7 +310,6 @@ int main(int argc, char **argv) {
     q.pp_layout = pf.layout;
     q.account_embedding = pf.account_embedding;
     q.account_loss = pf.account_loss;
-    q.moe_shared_ffn = pf.shared_ffn;
     q.cp_allgather = pf.cp_allgather;
     q.moe_shared_overlap = pf.shared_overlap;
     q.grads_16bit = (pf.fp16 && !pf.grads_fp32) || pf.grads_bf16;

@@ -113,8 +113,9 @@ typedef struct mg_plan_query {
      * true all-gather K/V first and reduce-scatter their gradients after (allgather;
      * Llama 3's context parallelism): the same bytes, waited for */
     bool cp_allgather;
-    /* MoE: --moe-shared-expert-intermediate-size (0: none) and --moe-shared-expert-overlap
-     * (the shared expert runs while the routed tokens travel) */
+    /* MoE: a shared expert of this width in each MoE layer when model.moe.shared_ffn (Megatron's
+     * --moe-shared-expert-intermediate-size) is 0 (0: none; priced from the graph, as the model's
+     * own), and --moe-shared-expert-overlap (the shared expert runs while the routed tokens travel) */
     int moe_shared_ffn;
     bool moe_shared_overlap;
     /* Megatron's --fp16 without --accumulate-allreduce-grads-in-fp32 (the 2021 papers'
@@ -144,6 +145,21 @@ typedef struct mg_group_cost {
 } mg_group_cost;
 
 #define MG_PLANNER_MAX_PP 1024
+/* One block of the model (the embedding, a layer kind, or the output layer with the loss
+ * and the multi-token prediction layers), per micro-batch on one rank, read off the
+ * probe's rank graph: [0] forward, [1] backward. */
+typedef struct mg_block_cost {
+    double flops[2];             /* every node's */
+    double gemm_flops[2];        /* of flops: matrix products (dense and grouped) */
+    double attention_flops[2];   /* of flops: attention (causal pairs only) */
+    double time_s[2];            /* the kernels' own time, collectives apart */
+    double params, expert_params; /* elements on this rank */
+    bool moe;                    /* a layer kind with routed experts */
+    int layers, first_layer;     /* layer kinds: how many of the model's layers, the first of them */
+} mg_block_cost;
+
+#define MG_PREDICTION_MAX_KINDS 64
+
 typedef struct mg_prediction {
     double step_time_s;
     double model_flops;          /* per step, Megatron's count (no recompute) */
@@ -175,6 +191,8 @@ typedef struct mg_prediction {
     int graph_nodes;             /* nodes of the probe's rank graph walked */
     int probe_layers;            /* layers of the probe model (one per layer kind) */
     double probe_seq_scale;      /* probe sequence / model sequence (1: at full length) */
+    mg_block_cost block_embedding, block_output, block_kind[MG_PREDICTION_MAX_KINDS];
+    int n_kinds;                 /* layer kinds priced (block_kind[0..n_kinds)) */
     char notes[512];
 } mg_prediction;
 
