@@ -156,6 +156,30 @@ static int drop_lower_stages(const mg_mesh *mesh, mg_ckpt_piece *v, int *n, mg_e
     return rc;
 }
 
+/* ---- fp8's delayed-scaling state ----------------------------------------------------------- */
+/* The recipe's scales and amax histories (mgraph/fp8.h) are the same on every rank and
+ * belong to no tensor of the graph: rank 0 saves them as two logical tensors of its own,
+ * as Transformer Engine keeps them in each module's _extra_state, and the index records
+ * the recipe they were made under ("fp8"). Any plan loads them whole: they are indexed by
+ * the logical graph's products, not by a rank's part of them. */
+static const char *const FP8_SCALE = "mgraph.fp8.scale", *const FP8_HISTORY = "mgraph.fp8.amax_history";
+static const char *const FP8_FORMATS[] = {"off", "e4m3", "hybrid"};
+
+static void fp8_pieces(mg_fp8_state *s, mg_ckpt_piece p[2]) {
+    memset(p, 0, 2 * sizeof *p);
+    p[0] = (mg_ckpt_piece){.name = FP8_SCALE, .dtype = MG_F32, .ndim = 1, .shape = {s->n_slots},
+                           .block = {s->n_slots}, .data = s->scale};
+    p[1] = (mg_ckpt_piece){.name = FP8_HISTORY, .dtype = MG_F32, .ndim = 2, .shape = {s->n_slots, s->o.amax_history_len},
+                           .block = {s->n_slots, s->o.amax_history_len}, .data = s->history};
+}
+
+static json_t *fp8_meta(const mg_fp8_state *s) {
+    return json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:I}", "format", FP8_FORMATS[s->o.format], "recipe",
+                     s->o.recipe == MG_FP8_TENSORWISE ? "tensorwise" : "delayed", "amax_history_len",
+                     s->o.amax_history_len, "amax_compute_algo", s->o.amax_algo == MG_FP8_AMAX_MAX ? "max" : "most_recent",
+                     "margin", s->o.margin, "slots", s->n_slots, "updates", (json_int_t)s->updates);
+}
+
 /* ---- run metadata ------------------------------------------------------------------------ */
 /* Merges the caller's object into m: objects key by key, other values replaced. */
 static void merge(json_t *m, json_t *extra) {
@@ -220,6 +244,8 @@ static char *meta_text(const mg_trainer *t, mg_error *err) {
         json_object_set_new(m, "grad_scaler",
                             json_pack("{s:f, s:i, s:i}", "scale", (double)t->scaler.scale, "growth_tracker",
                                       t->scaler.growth_tracker, "hysteresis_tracker", t->scaler.hysteresis_tracker));
+    /* fp8: the recipe the scaling state was made under (the state: FP8_SCALE, FP8_HISTORY) */
+    if (t->fp8.n_slots) json_object_set_new(m, "fp8", fp8_meta(&t->fp8));
     json_object_set_new(json_object_get(m, "plan"), "pipeline_model_parallel_size", json_integer(plan->pp));
     if (o->lr.wd_style != MG_WD_CONSTANT) { /* the weight-decay schedule (Megatron saves it too) */
         json_t *ls = json_object_get(m, "lr_schedule");
@@ -346,6 +372,14 @@ static int save_to(mg_trainer *t, const char *dir, int retain, bool async, mg_er
     mg_ckpt_piece *pieces = NULL, *all = NULL;
     int n = 0, n_all = 0;
     if (!rc) rc = collect(g, mesh, st, true, moments, false, &pieces, &n, err);
+    mg_ckpt_piece *grown = !rc && mesh->rank == 0 && t->fp8.n_slots ? realloc(pieces, ((size_t)n + 2) * sizeof *pieces) : NULL;
+    if (grown) {
+        pieces = grown;
+        fp8_pieces(&t->fp8, pieces + n);
+        n += 2;
+    } else if (!rc && mesh->rank == 0 && t->fp8.n_slots) {
+        rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    }
     /* everything this rank holds: mg_ckpt_finish checks that some rank wrote each */
     if (!rc) rc = collect(g, mesh, st, false, moments, false, &all, &n_all, err);
     const char **held = !rc ? calloc((size_t)n_all + 1, sizeof *held) : NULL;
@@ -596,6 +630,65 @@ int mg_trainer_load_open(mg_trainer *t, mg_error *err) {
     return MG_OK;
 }
 
+/* fp8's scaling state from the checkpoint into t->fp8 (a run with fp8 only; a run without
+ * it leaves the checkpoint's unread, as a module without fp8 ignores TE's extra state).
+ * A checkpoint that has none (saved without fp8, by mgraph-convert, or before mgraph saved
+ * it) cannot resume an fp8 run as the uninterrupted one would have gone on: that is an
+ * error where the optimizer state is loaded too (resuming training); where it is not
+ * (--finetune, --no-load-optim, a model-only checkpoint) the recipe starts afresh, as a
+ * new run's. The saved recipe must have this run's format and history length (the state
+ * means nothing under others); a changed margin, algorithm or recipe takes effect at the
+ * next update, as it would in Transformer Engine. */
+static int load_fp8(mg_trainer *t, mg_error *err) {
+    mg_fp8_state *s = &t->fp8;
+    const char *dir = mg_ckpt_dir(t->ck);
+    json_error_t je;
+    json_t *meta = json_loads(mg_ckpt_meta(t->ck), 0, &je), *f = json_object_get(meta, "fp8");
+    int rc = MG_OK;
+    const char *format = NULL, *recipe = NULL, *algo = NULL;
+    int len = 0, margin = 0, slots = 0;
+    json_int_t updates = 0;
+    if (!f) {
+        if (t->load_optim)
+            rc = mg_error_set(err, MG_ERR_INVALID,
+                              "--fp8-format: the checkpoint %s holds no fp8 scaling state (it was saved without "
+                              "--fp8-format, or before mgraph saved that state), so the run cannot resume as it would have "
+                              "gone on: load it without --fp8-format, or give --finetune or --no-load-optim to start the "
+                              "fp8 scales afresh",
+                              dir);
+        json_decref(meta);
+        return rc;
+    }
+    if (json_unpack(f, "{s:s, s:s, s:i, s:s, s:i, s:i, s:I}", "format", &format, "recipe", &recipe, "amax_history_len",
+                    &len, "amax_compute_algo", &algo, "margin", &margin, "slots", &slots, "updates", &updates) ||
+        (strcmp(format, "e4m3") && strcmp(format, "hybrid")) || len < 1 || len > 1 << 20 || slots < 0 || updates < 0)
+        rc = mg_error_set(err, MG_ERR_IO, "%s: the index's fp8 record is not {format e4m3|hybrid, recipe, "
+                                          "amax_history_len 1..2^20, amax_compute_algo, margin, slots, updates >= 0}", dir);
+    if (!rc && strcmp(format, FP8_FORMATS[s->o.format]))
+        rc = mg_error_set(err, MG_ERR_INVALID,
+                          "--fp8-format %s does not match the checkpoint %s: its fp8 scales were made for %s (load it with "
+                          "--fp8-format %s)",
+                          FP8_FORMATS[s->o.format], dir, format, format);
+    if (!rc && len != s->o.amax_history_len)
+        rc = mg_error_set(err, MG_ERR_INVALID,
+                          "--fp8-amax-history-len %d does not match the checkpoint %s: its amax histories hold %d entries",
+                          s->o.amax_history_len, dir, len);
+    if (!rc && slots != s->n_slots)
+        rc = mg_error_set(err, MG_ERR_INVALID,
+                          "the checkpoint %s holds fp8 state for %d products, this run's model has %d fp8 products", dir,
+                          slots / MG_FP8_SLOTS, s->n_slots / MG_FP8_SLOTS);
+    json_decref(meta);
+    mg_ckpt_piece p[2];
+    fp8_pieces(s, p);
+    if (!rc) rc = mg_ckpt_fill(t->ck, p, 2, err);
+    for (int i = 0; !rc && i < s->n_slots; i++)
+        if (!(s->scale[i] > 0) || !isfinite(s->scale[i]))
+            rc = mg_error_set(err, MG_ERR_IO, "%s: fp8 scale %d is %g (a scale is finite and > 0)", dir, i,
+                              (double)s->scale[i]);
+    if (!rc) s->updates = updates;
+    return rc;
+}
+
 int mg_trainer_load_fill(mg_trainer *t, mg_error *err) {
     if (!t->ck) return MG_OK;
     mg_mesh one = {0};
@@ -604,6 +697,7 @@ int mg_trainer_load_fill(mg_trainer *t, mg_error *err) {
     int rc = collect(t->train.rg.graph, &one, t->train.st, false, t->load_optim, true, &pieces, &n, err);
     if (!rc) rc = mg_ckpt_fill(t->ck, pieces, n, err);
     free(pieces);
+    if (!rc && t->fp8.n_slots) rc = load_fp8(t, err);
     return rc;
 }
 

@@ -301,7 +301,8 @@ const mg_rank_graph *mg_trainer_rank_graph(const mg_trainer *t, bool eval);
 mg_storage *mg_trainer_storage(const mg_trainer *t, bool eval);
 mg_engine *mg_trainer_engine(const mg_trainer *t);  /* training's (NULL: reference executor) */
 mg_comm *mg_trainer_comm(const mg_trainer *t);      /* NULL on one rank */
-/* fp8's recipe state (scales, amax histories), the same on every rank; NULL without fp8. */
+/* fp8's recipe state (scales, amax histories), the same on every rank and saved with checkpoints
+ * (restored by --load: docs/precision.md); NULL without fp8. */
 const mg_fp8_state *mg_trainer_fp8(const mg_trainer *t);
 int mg_trainer_split(const mg_trainer *t);           /* sub-batches per micro-batch */
 /* Micro-batches a rank with mesh m runs per step of gbs samples (global batch / (micro-batch x dp)). */

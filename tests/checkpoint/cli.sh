@@ -24,6 +24,12 @@
 #   convert_llama  the same for a LLaMA-family GPT (LlamaForCausalLM: GQA, untied, no
 #             biases): round trip bitwise, vocabulary padding dropped and restored, model
 #             flags checked on load, and what LlamaForCausalLM cannot be refused with exit 2
+#   fp8       fp8's delayed-scaling state (scales, amax histories) is saved and restored:
+#             resumed bitwise serially and under dp=2 with the distributed optimizer (the
+#             state bitwise the serial run's), a dp=2 checkpoint resumed serially (resharding:
+#             the state loads whole) within 1e-5; other --fp8-format / history length, a
+#             checkpoint without fp8 state, a corrupt one: exit 2; --finetune starts afresh;
+#             loaded without fp8 flags the state is left behind
 #   moe       a mixture-of-experts GPT (4 experts, top-2, aux and z losses, dropout on):
 #             resume bitwise; saved under dp=2, loaded under 1 rank within 1e-5; other
 #             --num-experts / --moe-ffn-hidden-size / --moe-layer-freq exit 2 naming the flag
@@ -414,6 +420,70 @@ convert_llama)
     bad "shape" 's/"intermediate_size": [0-9]*/"intermediate_size": 64/'
     bad "lm_head.weight" 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' # tied, but lm_head differs
     [ ! -e x ] || fail "a failed conversion left output"
+    ;;
+fp8)
+    F=(--fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max)
+    # fp8_state DIR: the checkpoint's fp8 scales and histories as text (from rank 0's file)
+    fp8_state() {
+        python3 - "$1" << 'EOF'
+import json, struct, sys
+f = open(sys.argv[1] + "/rank_00000.safetensors", "rb").read()
+n = struct.unpack("<Q", f[:8])[0]
+h = json.loads(f[8:8 + n])
+for name in ("mgraph.fp8.scale", "mgraph.fp8.amax_history"):
+    [(k, v)] = [(k, v) for k, v in h.items() if k.split("#")[0] == name]
+    a, b = v["data_offsets"]
+    print(name, v["shape"], f[8 + n + a:8 + n + b].hex())
+EOF
+    }
+    "$RUN" "${ARGS[@]}" "${F[@]}" --train-iters 6 --save s --save-interval 3 --metrics-file s.jsonl > s.txt 2>&1 ||
+        { cat s.txt; fail "serial fp8 run"; }
+    "$RUN" "${ARGS[@]}" "${F[@]}" --train-iters 6 --load s/iter_0000003 --metrics-file s3.jsonl > s3.txt 2>&1 ||
+        { cat s3.txt; fail "serial fp8 resume"; }
+    same_bits s.jsonl s3.jsonl 3
+    python3 -c "import json, sys; sys.exit(json.load(open('s/iter_0000003/index.json'))['meta'].get('fp8') != {
+        'format': 'hybrid', 'recipe': 'delayed', 'amax_history_len': 4, 'amax_compute_algo': 'max', 'margin': 0,
+        'slots': 24, 'updates': 3})" || fail "no fp8 record in the index"
+    D=(--use-distributed-optimizer)
+    mpirun -np 2 "$RUN" "${ARGS[@]}" "${F[@]}" "${D[@]}" --train-iters 6 --save d --save-interval 3 --metrics-file d.jsonl \
+        > d.txt 2>&1 || { cat d.txt; fail "dp=2 fp8 run"; }
+    mpirun -np 2 "$RUN" "${ARGS[@]}" "${F[@]}" "${D[@]}" --train-iters 6 --load d/iter_0000003 --metrics-file d3.jsonl \
+        > d3.txt 2>&1 || { cat d3.txt; fail "dp=2 fp8 resume"; }
+    same_bits d.jsonl d3.jsonl 3
+    [ "$(fp8_state s/iter_0000003)" = "$(fp8_state d/iter_0000003)" ] || fail "dp=2's fp8 state is not the serial run's"
+    # resharding: the state is the whole model's (every rank holds it all), loaded whole
+    "$RUN" "${ARGS[@]}" "${F[@]}" --train-iters 6 --load d/iter_0000003 --metrics-file ds.jsonl > ds.txt 2>&1 ||
+        { cat ds.txt; fail "dp=2 checkpoint resumed serially"; }
+    close_to d.jsonl ds.jsonl 3
+    expect2() { # $1 message part, rest: extra args
+        local want=$1
+        shift
+        "$RUN" "${ARGS[@]}" --train-iters 4 "$@" > out.txt 2> err.txt
+        local rc=$?
+        [ $rc -eq 2 ] || { cat err.txt; fail "'$*' exited $rc, want 2"; }
+        grep -qF -- "$want" err.txt || { cat err.txt; fail "'$*': message lacks '$want'"; }
+    }
+    expect2 "--fp8-format e4m3 does not match" --load s --fp8-format e4m3 --fp8-amax-history-len 4
+    expect2 "--fp8-amax-history-len 2 does not match" --load s --fp8-format hybrid --fp8-amax-history-len 2
+    # a checkpoint without fp8 state resumes no fp8 run; --finetune / --no-load-optim start afresh
+    "$RUN" "${ARGS[@]}" --train-iters 3 --save n > n.txt 2>&1 || { cat n.txt; fail "run without fp8"; }
+    expect2 "holds no fp8 scaling state" --load n "${F[@]}"
+    for f in --finetune --no-load-optim; do
+        "$RUN" "${ARGS[@]}" --train-iters 4 --load n "${F[@]}" $f > out.txt 2>&1 || { cat out.txt; fail "$f from no fp8 state"; }
+    done
+    # loaded without fp8 flags: the state stays behind (its next save has none)
+    "$RUN" "${ARGS[@]}" --train-iters 4 --load s/iter_0000003 --save p > p.txt 2>&1 || { cat p.txt; fail "fp8 state, no fp8"; }
+    grep -q '"fp8"\|mgraph.fp8' p/iter_0000004/index.json && fail "a run without fp8 saved fp8 state"
+    # corrupt: a flipped byte in the scales
+    cp -r s/iter_0000003 bad
+    off=$(python3 -c "
+import json, struct
+f = open('bad/rank_00000.safetensors', 'rb').read()
+n = struct.unpack('<Q', f[:8])[0]
+print([8 + n + v['data_offsets'][0] + 5 for k, v in json.loads(f[8:8 + n]).items() if k.startswith('mgraph.fp8.scale#')][0])")
+    printf '\x55' | dd of=bad/rank_00000.safetensors bs=1 seek="$off" conv=notrunc 2> /dev/null
+    expect2 "mgraph.fp8.scale" --load bad "${F[@]}"
+    echo "ok: fp8 state resumed bitwise (serial, dp=2 distopt), resharded dp=2 -> 1 within 1e-5, refusals exit 2"
     ;;
 moe)
     E=(--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 96 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3)
