@@ -32,11 +32,13 @@ static const ckey keys[] = {
     {"intra-latency-us", C(intra_latency_us), 0, 1e6, true, false},
     {"inter-gbps", C(inter_gbps), 1e-6, 1e6, true, false},
     {"inter-latency-us", C(inter_latency_us), 0, 1e6, true, false},
+    {"collective-base-latency-us", C(collective_base_latency_us), 0, 1e6, false, false},
     {"leaf-nodes", C(leaf_nodes), 0, 1 << 20, false, true},
     {"oversubscription", C(oversubscription), 1, 1024, false, false},
     {"gemm-efficiency", C(gemm_efficiency), 1e-3, 1, true, false},
     {"gemm-half-gflops", C(gemm_half_gflops), 0, 1e6, true, false},
     {"attention-efficiency", C(attention_efficiency), 1e-3, 1, false, false},
+    {"attention-backward-efficiency", C(attention_backward_efficiency), 1e-3, 1, false, false},
     {"memory-efficiency", C(memory_efficiency), 1e-3, 1, true, false},
     {"kernel-overhead-us", C(kernel_overhead_us), 0, 1e6, true, false},
     {"overlap-interference", C(overlap_interference), 0, 1, false, false},
@@ -59,25 +61,35 @@ static int *key_iptr(mg_cluster *c, const ckey *k) { return k->integer ? (int *)
  * tests/planner/published.tsv only (planner/fit.py; the held-out half is reported, never
  * fitted): A100 to Narayanan et al. 2021 Table 1, Hopper to three of NVIDIA's DGX Cloud
  * recipes. h100-roce is Meta's Llama 3 fabric: pods of 3,072 GPUs (384 nodes) at full
- * bisection, 1:7 oversubscribed above (Llama 3 paper, sec. 3.3.1). */
+ * bisection, 1:7 oversubscribed above (Llama 3 paper, sec. 3.3.1).
+ * Taken from their sources, not fitted: collective latencies from NCCL's own tuning
+ * model (src/graph/tuning.cc, NCCL 2.19, ring / Simple protocol, the one large messages
+ * use): 8.4 us once per collective, 3.4 us per step over NVLink, 14 us per step over
+ * the network; fused attention's backward at 0.86 of its forward's rate on A100
+ * (FlashAttention-2, Dao 2023: up to 63% of peak backward, 73% forward) and 0.9 on
+ * Hopper (FlashAttention-3, Shah et al. 2024, head size 128 at 16K tokens: 561 TFLOP/s
+ * backward, 621 forward). */
 #define HOPPER .gpus_per_node = 8, .peak_tflops = {67, 989}, .vector_tflops = 134, .intra_gbps = 370, \
-               .intra_latency_us = 6, .inter_gbps = 46, .inter_latency_us = 10, .gemm_efficiency = 0.718,   \
-               .gemm_half_gflops = 11, .attention_efficiency = 0.803, .kernel_overhead_us = 4,              \
+               .intra_latency_us = 3.4, .inter_gbps = 46, .inter_latency_us = 14,                           \
+               .collective_base_latency_us = 8.4, .gemm_efficiency = 0.718, .gemm_half_gflops = 11,         \
+               .attention_efficiency = 0.8686, .attention_backward_efficiency = 0.9, .kernel_overhead_us = 4, \
                .overlap_interference = 0.1, .step_overhead_us = 469, .reserved_gib = 3,                     \
                .precision = MG_PREC_BF16
 static const mg_cluster presets[] = {
     {.name = "dgx-a100-80gb", .gpus_per_node = 8, .peak_tflops = {19.5, 312}, .vector_tflops = 39,
-     .hbm_gib = 80, .hbm_gbps = 2039, .intra_gbps = 235, .intra_latency_us = 8, .inter_gbps = 23,
-     .inter_latency_us = 12, .oversubscription = 1, .gemm_efficiency = 0.773, .gemm_half_gflops = 2.22,
-     .attention_efficiency = 0.7, .memory_efficiency = 0.758, .kernel_overhead_us = 4, .overlap_interference = 0.215,
+     .hbm_gib = 80, .hbm_gbps = 2039, .intra_gbps = 235, .intra_latency_us = 3.4, .inter_gbps = 23,
+     .inter_latency_us = 14, .collective_base_latency_us = 8.4, .oversubscription = 1, .gemm_efficiency = 0.773,
+     .gemm_half_gflops = 4.6575, .attention_efficiency = 0.7, .attention_backward_efficiency = 0.86,
+     .memory_efficiency = 0.758, .kernel_overhead_us = 4, .overlap_interference = 0.2103,
      .reserved_gib = 3, .precision = MG_PREC_BF16},
     {.name = "dgx-h100", HOPPER, .hbm_gib = 80, .hbm_gbps = 3350, .memory_efficiency = 0.85, .oversubscription = 1},
     {.name = "h100-roce", HOPPER, .hbm_gib = 80, .hbm_gbps = 3350, .memory_efficiency = 0.85, .leaf_nodes = 384,
      .oversubscription = 7},
     {.name = "h200", HOPPER, .hbm_gib = 140, .hbm_gbps = 4800, .memory_efficiency = 0.9, .oversubscription = 1},
     {.name = "gb200-nvl72", .gpus_per_node = 72, .peak_tflops = {80, 2500}, .vector_tflops = 160, .hbm_gib = 173,
-     .hbm_gbps = 8000, .intra_gbps = 720, .intra_latency_us = 6, .inter_gbps = 46, .inter_latency_us = 10,
-     .oversubscription = 1, .gemm_efficiency = 0.718, .gemm_half_gflops = 28, .attention_efficiency = 0.803,
+     .hbm_gbps = 8000, .intra_gbps = 720, .intra_latency_us = 3.4, .inter_gbps = 46, .inter_latency_us = 14,
+     .collective_base_latency_us = 8.4, .oversubscription = 1, .gemm_efficiency = 0.718, .gemm_half_gflops = 28,
+     .attention_efficiency = 0.8686, .attention_backward_efficiency = 0.9,
      .memory_efficiency = 0.9, .kernel_overhead_us = 4, .overlap_interference = 0.1, .step_overhead_us = 469,
      .reserved_gib = 3,
      .precision = MG_PREC_BF16},
@@ -166,6 +178,7 @@ int mg_cluster_read(const char *path, mg_cluster *c, mg_error *err) {
     c->precision = MG_PREC_FP32;
     c->oversubscription = 1;
     c->attention_efficiency = 1;
+    c->attention_backward_efficiency = 1;
     FILE *f = NULL;
     int orc = mg_input_fopen(path, "cluster file", &f, err);
     if (orc) return orc;

@@ -6,6 +6,7 @@
 
 void mg_planner_link(const mg_cluster *c, long stride, int n, mg_planner_link_t *l) {
     int G = c->gpus_per_node;
+    l->base_s = c->collective_base_latency_us * 1e-6;
     l->inter = (long)(n - 1) * stride >= G;
     if (!l->inter) {
         l->gbps = c->intra_gbps;
@@ -25,21 +26,24 @@ void mg_planner_link(const mg_cluster *c, long stride, int n, mg_planner_link_t 
 }
 
 /* Alpha-beta time of one collective of `bytes` input payload over n ranks: ring, or a
- * (double binary) tree for all-reduce when that is faster (small messages). */
+ * (double binary) tree for all-reduce when that is faster (small messages). As NCCL's
+ * own tuning model (src/graph/tuning.cc: latency = baseLat + nsteps x hwLat, then
+ * bytes / bandwidth), a collective pays a base latency once besides its steps'; a
+ * point-to-point transfer pays one step. */
 double mg_planner_collective_s(mg_op op, int n, double bytes, const mg_planner_link_t *l) {
     if (n <= 1) return 0;
-    double a = l->latency_s, B = l->gbps * 1e9, N = n;
+    double a = l->latency_s, a0 = l->base_s, B = l->gbps * 1e9, N = n;
     switch (op) {
     case MG_OP_ALLREDUCE: {
         double ring = 2 * (N - 1) * a + 2 * (N - 1) / N * bytes / B;
         double tree = 2 * ceil(log2(N)) * a + 2 * bytes / B;
-        return ring < tree ? ring : tree;
+        return a0 + (ring < tree ? ring : tree);
     }
-    case MG_OP_ALLGATHER: return (N - 1) * a + (N - 1) * bytes / B;          /* input is one shard */
-    case MG_OP_REDUCE_SCATTER: return (N - 1) * a + (N - 1) / N * bytes / B; /* input is the whole */
-    case MG_OP_BROADCAST: return (N - 1) * a + bytes / B;                      /* pipelined ring */
+    case MG_OP_ALLGATHER: return a0 + (N - 1) * a + (N - 1) * bytes / B;          /* input is one shard */
+    case MG_OP_REDUCE_SCATTER: return a0 + (N - 1) * a + (N - 1) / N * bytes / B; /* input is the whole */
+    case MG_OP_BROADCAST: return a0 + (N - 1) * a + bytes / B;                      /* pipelined ring */
     case MG_OP_ALLTOALL:
-    case MG_OP_ALLTOALL_COUNTS: return (N - 1) * a + (N - 1) / N * bytes / B;
+    case MG_OP_ALLTOALL_COUNTS: return a0 + (N - 1) * a + (N - 1) / N * bytes / B;
     default: return a + bytes / B; /* send, ring shift and any other point-to-point transfer */
     }
 }
@@ -57,7 +61,9 @@ double mg_planner_kernel_s(const mg_cluster *c, mg_precision prec, mg_planner_ke
         t_flop = flops / (c->vector_tflops * 1e12);
     } else {
         double eff = mg_planner_gemm_efficiency(c, flops);
-        if (kind == MG_KERNEL_ATTENTION) eff *= c->attention_efficiency;
+        if (kind == MG_KERNEL_ATTENTION || kind == MG_KERNEL_ATTENTION_BWD) eff *= c->attention_efficiency;
+        /* 0 (a cluster built in code without it): the forward's rate */
+        if (kind == MG_KERNEL_ATTENTION_BWD && c->attention_backward_efficiency > 0) eff *= c->attention_backward_efficiency;
         t_flop = flops / (c->peak_tflops[prec] * 1e12 * eff);
     }
     return c->kernel_overhead_us * 1e-6 + (t_mem > t_flop ? t_mem : t_flop);

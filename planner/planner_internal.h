@@ -19,6 +19,7 @@ typedef struct mg_planner_link_t {
     bool inter;          /* spans nodes */
     double gbps;         /* bus bandwidth per rank, GB/s */
     double latency_s;    /* per step of the algorithm */
+    double base_s;       /* once per collective (not per point-to-point transfer) */
 } mg_planner_link_t;
 
 /* Rank 0's group of n ranks, consecutive members `stride` ranks apart. */
@@ -26,9 +27,9 @@ void mg_planner_link(const mg_cluster *c, long stride, int n, mg_planner_link_t 
 double mg_planner_collective_s(mg_op op, int n, double bytes, const mg_planner_link_t *l);
 double mg_planner_gemm_efficiency(const mg_cluster *c, double flops);
 /* A kernel of `flops` and `bytes` (already in the run's precision): matrix ops on the
- * tensor cores with the small-GEMM curve, attention at the attention efficiency, the
- * rest on the vector units, whichever of compute and memory is slower, plus the launch. */
-typedef enum { MG_KERNEL_VECTOR, MG_KERNEL_GEMM, MG_KERNEL_ATTENTION } mg_planner_kernel_kind;
+ * tensor cores with the small-GEMM curve, attention at the attention efficiency (its
+ * fused backward also at the backward's share of it), the rest on the vector units, whichever of compute and memory is slower, plus the launch. */
+typedef enum { MG_KERNEL_VECTOR, MG_KERNEL_GEMM, MG_KERNEL_ATTENTION, MG_KERNEL_ATTENTION_BWD } mg_planner_kernel_kind;
 double mg_planner_kernel_s(const mg_cluster *c, mg_precision prec, mg_planner_kernel_kind kind, double flops,
                            double bytes);
 /* Elements of the s x s score matrices an attention node (or its backward) covers. */

@@ -188,8 +188,12 @@ static int walk(const mg_cluster *c, const mg_plan_query *q, const mg_plan *plan
         if (n->phase != MG_PHASE_OPTIMIZER) bytes *= act_scale;
         double extra = 0;
         if (q->attention_unfused && attention) unfused_attention(c, prec, n, r_att, &flops, &extra);
-        double t = mg_planner_kernel_s(c, prec, attention ? MG_KERNEL_ATTENTION : gemm ? MG_KERNEL_GEMM : MG_KERNEL_VECTOR,
-                                       flops, bytes) + extra;
+        /* the fused kernel's backward runs at its own share of the forward's rate (Megatron's
+         * unfused attention of 2021-22 is matmuls and memory passes: priced above) */
+        mg_planner_kernel_kind kk = !attention ? (gemm ? MG_KERNEL_GEMM : MG_KERNEL_VECTOR)
+                                    : n->op == MG_OP_ATTENTION_BWD && !q->attention_unfused ? MG_KERNEL_ATTENTION_BWD
+                                                                                             : MG_KERNEL_ATTENTION;
+        double t = mg_planner_kernel_s(c, prec, kk, flops, bytes) + extra;
         if (!per_mb) {
             step_compute += t;
             continue;

@@ -72,8 +72,10 @@ static void usage(FILE *f) {
             "intra-latency-us, inter-gbps, inter-latency-us, gemm-efficiency, gemm-half-gflops, memory-efficiency,\n"
             "kernel-overhead-us, reserved-gib, pipeline-serial (0|1: 1 when the pipeline's stages take turns instead of\n"
             "working at once), leaf-nodes and oversubscription (a group spanning more than leaf-nodes nodes gets\n"
-            "inter-gbps / oversubscription), attention-efficiency, overlap-interference (a matrix op of F FLOPs runs\n"
-            "at peak x gemm-efficiency x F/(F + half)).\n\n"
+            "inter-gbps / oversubscription), attention-efficiency, attention-backward-efficiency (fused attention's\n"
+            "backward rate / its forward's, default 1), collective-base-latency-us (once per collective besides\n"
+            "each step's latency, default 0), overlap-interference (a matrix op of F FLOPs runs at\n"
+            "peak x gemm-efficiency x F/(F + half)).\n\n"
             "The model and plan flags are mgraph-run's (mgraph-run --help).\n"
             "Exit status: 0 success, 2 bad usage or input, 1 failure while running.\n",
             mg_cluster_preset_names());

@@ -49,6 +49,9 @@ typedef struct mg_cluster {
     double hbm_gbps;             /* memory bandwidth, GB/s */
     double intra_gbps, intra_latency_us; /* NVLink (or shared memory) per GPU */
     double inter_gbps, inter_latency_us; /* the scale-out fabric per GPU (its NIC): InfiniBand, RoCE */
+    /* A collective's fixed cost besides its steps' latencies (NCCL's tuning model: a ring
+     * collective costs a base latency + steps x the link's per-step latency) */
+    double collective_base_latency_us;
     /* The scale-out fabric's taper: a group spanning more than leaf_nodes nodes crosses
      * the spine, where each GPU gets inter_gbps / oversubscription (1: non-blocking;
      * leaf_nodes 0: every node on one leaf). */
@@ -58,6 +61,9 @@ typedef struct mg_cluster {
      * peak x gemm_efficiency x F / (F + gemm_half_gflops x 1e9). */
     double gemm_efficiency, gemm_half_gflops;
     double attention_efficiency; /* fused attention's FLOP rate / the GEMM curve's at the same FLOPs */
+    /* fused attention's backward FLOP rate / its forward's (FlashAttention's backward,
+     * 5 matmuls with dS's softmax-gradient between them, reaches less of the peak; 0 = 1) */
+    double attention_backward_efficiency;
     double memory_efficiency;    /* fraction of hbm_gbps memory-bound kernels reach */
     double kernel_overhead_us;   /* per node (launch or task submission) */
     /* per forward or backward of one model chunk on one micro-batch: the schedule's own

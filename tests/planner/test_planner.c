@@ -75,6 +75,7 @@ static int test_cluster(void) {
                      "intra-gbps 1\nintra-latency-us 1\ninter-gbps 1\ninter-latency-us 1\ngemm-efficiency 1\n"
                      "gemm-half-gflops 1\nmemory-efficiency 1\nkernel-overhead-us 1\n");
     TK_CHECK(mg_cluster_load(path, &c, &err) == MG_OK && c.oversubscription == 1 && c.attention_efficiency == 1 &&
+                 c.attention_backward_efficiency == 1 && c.collective_base_latency_us == 0 &&
                  c.overlap_interference == 0 && c.step_overhead_us == 0 && !strcmp(c.name, "minimal.cluster"),
              "defaults: %s", err.msg);
     struct {
@@ -89,6 +90,8 @@ static int test_cluster(void) {
         {"precision fp8\n", "precision must be bf16 or fp32"},
         {"oversubscription 0.5\n", "oversubscription must be a number in [1, 1024]"},
         {"attention-efficiency 2\n", "attention-efficiency must be a number"},
+        {"attention-backward-efficiency 0\n", "attention-backward-efficiency must be a number in [0.001, 1]"},
+        {"collective-base-latency-us -1\n", "collective-base-latency-us must be a number"},
         {"hbm-gib 80\nhbm-gib 80\n", ":2: hbm-gib given twice"},
         {"gpus-per-node 8\n", "missing key 'peak-tflops-fp32'"},
         {"", "missing key 'gpus-per-node'"},
@@ -115,26 +118,32 @@ static int test_models(void) {
     mg_cluster_preset("dgx-a100-80gb", &c, NULL);
     mg_planner_link_t l;
     mg_planner_link(&c, 1, 8, &l); /* tp 8: one node */
-    TK_CHECK(!l.inter && l.gbps == 235 && l.latency_s == 8e-6, "tp 8 is NVLink");
+    /* NCCL's tuning model (ring, Simple): 8.4 us a collective + 3.4 us a step on NVLink, 14 over the network */
+    TK_CHECK(!l.inter && l.gbps == 235 && fabs(l.latency_s - 3.4e-6) < 1e-15 && fabs(l.base_s - 8.4e-6) < 1e-15,
+             "tp 8 is NVLink");
     mg_planner_link(&c, 8, 4, &l); /* dp 4 over tp 8: one member per node */
-    TK_CHECK(l.inter && l.gbps == 23, "dp over nodes: one NIC per member (%g)", l.gbps);
+    TK_CHECK(l.inter && l.gbps == 23 && fabs(l.latency_s - 14e-6) < 1e-15 && fabs(l.base_s - 8.4e-6) < 1e-15,
+             "dp over nodes: one NIC per member (%g)", l.gbps);
     mg_planner_link(&c, 1, 32, &l); /* dp 32 at tp 1: 8 members per node, 8 NICs */
     TK_CHECK(l.inter && fabs(l.gbps - 184) < 1e-9, "8 members per node: 8 NICs (%g)", l.gbps);
     mg_planner_link(&c, 2, 8, &l); /* stride 2 x 8 members: spans 2 nodes, 4 per node */
     TK_CHECK(l.inter && fabs(l.gbps - 92) < 1e-9, "4 members per node (%g)", l.gbps);
-    /* ring all-reduce of 1 GB over 8 ranks: 2 (n-1)/n S/B + 2 (n-1) alpha */
+    /* ring all-reduce of 1 GB over 8 ranks: base + 2 (n-1)/n S/B + 2 (n-1) alpha */
     mg_planner_link(&c, 1, 8, &l);
     double t = mg_planner_collective_s(MG_OP_ALLREDUCE, 8, 1e9, &l);
-    double want = 2.0 * 7 / 8 * 1e9 / 235e9 + 14 * 8e-6;
+    double want = 8.4e-6 + 2.0 * 7 / 8 * 1e9 / 235e9 + 14 * 3.4e-6;
     TK_CHECK(fabs(t - want) < 1e-12, "ring all-reduce %g vs %g", t, want);
-    /* small messages take the tree: 2 log2(n) alpha + 2 S/B */
+    /* small messages take the tree: base + 2 log2(n) alpha + 2 S/B */
     t = mg_planner_collective_s(MG_OP_ALLREDUCE, 8, 1e3, &l);
-    want = 6 * 8e-6 + 2 * 1e3 / 235e9;
+    want = 8.4e-6 + 6 * 3.4e-6 + 2 * 1e3 / 235e9;
     TK_CHECK(fabs(t - want) < 1e-12, "tree all-reduce %g vs %g", t, want);
     t = mg_planner_collective_s(MG_OP_ALLGATHER, 8, 1e6, &l);
-    TK_CHECK(fabs(t - (7 * 8e-6 + 7e6 / 235e9)) < 1e-12, "all-gather %g", t);
+    TK_CHECK(fabs(t - (8.4e-6 + 7 * 3.4e-6 + 7e6 / 235e9)) < 1e-12, "all-gather %g", t);
     t = mg_planner_collective_s(MG_OP_REDUCE_SCATTER, 8, 8e6, &l);
-    TK_CHECK(fabs(t - (7 * 8e-6 + 7e6 / 235e9)) < 1e-12, "reduce-scatter %g", t);
+    TK_CHECK(fabs(t - (8.4e-6 + 7 * 3.4e-6 + 7e6 / 235e9)) < 1e-12, "reduce-scatter %g", t);
+    /* a point-to-point transfer pays one step, no collective's base */
+    t = mg_planner_collective_s(MG_OP_SEND, 2, 1e6, &l);
+    TK_CHECK(fabs(t - (3.4e-6 + 1e6 / 235e9)) < 1e-12, "send %g", t);
     TK_CHECK(mg_planner_collective_s(MG_OP_ALLREDUCE, 1, 1e9, &l) == 0, "one rank: free");
     /* the GEMM curve: half of the large-GEMM efficiency at gemm-half-gflops */
     double half = c.gemm_half_gflops * 1e9, top = c.gemm_efficiency;
@@ -147,6 +156,12 @@ static int test_models(void) {
     TK_CHECK(fabs(k - (4e-6 + half / (312e12 * top / 2))) < 1e-12, "gemm kernel %g", k);
     k = mg_planner_kernel_s(&c, MG_PREC_BF16, MG_KERNEL_ATTENTION, half, 0);
     TK_CHECK(fabs(k - (4e-6 + half / (312e12 * top / 2 * c.attention_efficiency))) < 1e-12, "attention kernel %g", k);
+    /* the fused backward at its share of the forward's rate */
+    double kb = mg_planner_kernel_s(&c, MG_PREC_BF16, MG_KERNEL_ATTENTION_BWD, half, 0);
+    TK_CHECK(c.attention_backward_efficiency < 1 &&
+                 fabs(kb - (4e-6 + half / (312e12 * top / 2 * c.attention_efficiency * c.attention_backward_efficiency))) <
+                     1e-12,
+             "attention backward kernel %g", kb);
     k = mg_planner_kernel_s(&c, MG_PREC_BF16, MG_KERNEL_VECTOR, 1e6, 1.6312e9);
     TK_CHECK(fabs(k - (4e-6 + 1.6312e9 / (2039e9 * c.memory_efficiency))) < 1e-12, "memory-bound kernel %g", k);
     /* a tapered fabric: past leaf-nodes nodes each GPU gets inter-gbps / oversubscription */
