@@ -5,7 +5,9 @@
  * host appended after earlier calls plus the new tokens' own, under a mask the host
  * writes, as four ops (scores, mask, softmax, weighted sum), so that the decode graph
  * needs no op of its own and stays an ordinary graph the executors and the partitioner
- * know. Batch 1: one sequence per call. */
+ * know. Multi-latent attention caches the keys and values its up projections expand for
+ * every head (not the compressed latent: simpler, and more memory); MoE layers route
+ * the call's tokens as training does. Batch 1: one sequence per call. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,15 +58,13 @@ static mg_tensor *keep(mg_tensor *t) {
 int mg_gpt_decode_build(mg_graph *g, const mg_gpt *m, int n_new, int cache_len, mg_gpt_decode *d, mg_error *err) {
     const mg_gpt_config *c = &m->cfg;
     memset(d, 0, sizeof *d);
-    if (c->mla.enabled)
-        return mg_error_set(err, MG_ERR_UNSUPPORTED, "decoding with a key/value cache: multi-latent attention is not supported");
-    if (c->moe.num_experts > 0)
-        return mg_error_set(err, MG_ERR_UNSUPPORTED, "decoding with a key/value cache: mixture-of-experts layers are not supported");
     if (n_new < 1 || cache_len < 0 || (int64_t)cache_len + n_new > c->max_position)
         return mg_error_set(err, MG_ERR_INVALID, "decode: %d new tokens after %d cached do not fit the %d positions", n_new,
                             cache_len, c->max_position);
     int L = c->num_layers;
-    int64_t n = n_new, h = c->hidden, G = mg_gpt_kv_groups(c), hd = mg_gpt_head_dim(c), hv = mg_gpt_value_head_dim(c);
+    /* multi-latent attention caches each head's expanded keys and values (not the latent) */
+    int64_t n = n_new, h = c->hidden, G = c->mla.enabled ? c->heads : mg_gpt_kv_groups(c), hd = mg_gpt_head_dim(c);
+    int64_t hv = mg_gpt_value_head_dim(c);
     d->n_new = n_new, d->cache_len = cache_len, d->n_layers = L;
     mg_tensor ***lists[4] = {&d->cache_k, &d->cache_v, &d->new_k, &d->new_v};
     for (int i = 0; i < 4; i++)
@@ -100,11 +100,14 @@ int mg_gpt_decode_build(mg_graph *g, const mg_gpt *m, int n_new, int cache_len, 
         mg_tensor *a = gpt_norm(g, c, x, l->ln1_w, l->ln1_b);
         mg_scope_push(g, l->qkv_w ? "attn" : "self_attn");
         mg_tensor *q = NULL, *k = NULL, *v = NULL;
-        if (a) gpt_attn_qkv(g, m, l, a, d->positions, &q, &k, &v);
+        if (a && c->mla.enabled) mg_mla_qkv(g, m, l, a, d->positions, &q, &k, &v);
+        else if (a) gpt_attn_qkv(g, m, l, a, d->positions, &q, &k, &v);
         d->new_k[i] = keep(k), d->new_v[i] = keep(v);
         mg_tensor *y;
         if (cache_len == 0) {
-            y = mg_reshape(g, mg_attention_masked(g, q, k, v, NULL, window, 0.0f), 3, (int64_t[]){n, 1, c->heads * hv});
+            y = c->mla.enabled ? mg_attention_scaled(g, q, k, v, NULL, window, 0.0f, mg_gpt_softmax_scale(c))
+                               : mg_attention_masked(g, q, k, v, NULL, window, 0.0f);
+            y = mg_reshape(g, y, 3, (int64_t[]){n, 1, c->heads * hv});
         } else {
             mg_tensor *keys = mg_concat(g, 2, (mg_tensor *[]){d->cache_k[i], k}, 0);
             mg_tensor *values = mg_concat(g, 2, (mg_tensor *[]){d->cache_v[i], v}, 0);
@@ -114,7 +117,8 @@ int mg_gpt_decode_build(mg_graph *g, const mg_gpt *m, int n_new, int cache_len, 
         mg_scope_pop(g);
         x = mg_add(g, x, y);
         mg_tensor *f = gpt_norm(g, c, x, l->ln2_w, l->ln2_b);
-        x = mg_add(g, x, gpt_mlp_block(g, m, l, f, false));
+        /* (MoE: the router sees only this call's tokens; mg_gpt_generate drops no token) */
+        x = mg_add(g, x, l->router_w ? mg_moe_block(g, m, l, f, false, NULL) : gpt_mlp_block(g, m, l, f, false));
         mg_scope_pop(g);
     }
     mg_graph_set_layer(g, MG_LAYER_POST);

@@ -121,7 +121,11 @@ static int graph_new(const mg_gpt_config *model, const mg_storage *weights, int 
     memset(x, 0, sizeof *x);
     x->g = mg_graph_new();
     int rc = x->g ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
-    if (!rc) rc = mg_gpt2_params(x->g, model, &x->m, err);
+    /* MoE: no expert capacity (a token's experts must not depend on what else the call
+     * holds: the prefill's prompt, or one token), as transformers' and Megatron's inference */
+    mg_gpt_config c = *model;
+    c.moe.capacity_factor = 0, c.moe.pad_to_capacity = false;
+    if (!rc) rc = mg_gpt2_params(x->g, &c, &x->m, err);
     if (!rc) rc = mg_gpt_decode_build(x->g, &x->m, n, cache_len, &x->d, err);
     if (!rc) rc = mg_memplan_build(x->g, true, &x->plan, err);
     mg_storage_options so = {.params_from = weights};

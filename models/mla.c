@@ -45,13 +45,15 @@ void mg_mla_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer *l, f
                       &l->proj_w, &l->proj_b);
 }
 
-mg_tensor *mg_mla_block(mg_graph *g, const mg_gpt *md, const mg_gpt_layer *l, mg_tensor *x, mg_tensor *positions,
-                        mg_tensor *doc_start, int64_t window, bool training) {
+/* q [s, b, nh, qk + rope], k [s, b, nh, qk + rope] and v [s, b, nh, v] of layer l for x
+ * [s, b, h], as attention reads them (and a key/value cache keeps them: the expanded
+ * keys, not the latent, models/gpt_decode.c). In the caller's attention scope. */
+void mg_mla_qkv(mg_graph *g, const mg_gpt *md, const mg_gpt_layer *l, mg_tensor *x, mg_tensor *positions,
+                mg_tensor **qo, mg_tensor **ko, mg_tensor **vo) {
     const mg_gpt_config *c = &md->cfg;
     const mg_mla_config *m = &c->mla;
     int64_t s = x->shape[0], b = x->shape[1], nh = c->heads, qk = m->qk_head_dim, rope = m->qk_pos_emb_head_dim;
     int64_t vd = m->v_head_dim;
-    mg_scope_push(g, "self_attn");
     mg_tensor *q;
     if (l->q_a_w) {
         mg_tensor *ql = mg_linear(g, x, l->q_a_w, NULL); /* [s, b, q_lora] */
@@ -74,10 +76,20 @@ mg_tensor *mg_mla_block(mg_graph *g, const mg_gpt *md, const mg_gpt_layer *l, mg
     mg_tensor *kpe = mg_reshape(g, kv_parts[1], 4, (int64_t[]){s, b, 1, rope});
     kpe = mg_rope_ex(g, kpe, positions, &ro); /* once per token, shared by the heads */
     kpe = mg_expand(g, kpe, 4, (int64_t[]){s, b, nh, rope});
-    mg_tensor *qq = mg_concat(g, 2, q_parts, 3);
-    mg_tensor *kk = mg_concat(g, 2, (mg_tensor *[]){k_parts[0], kpe}, 3);
+    *qo = mg_concat(g, 2, q_parts, 3);
+    *ko = mg_concat(g, 2, (mg_tensor *[]){k_parts[0], kpe}, 3);
+    *vo = k_parts[1];
+}
+
+mg_tensor *mg_mla_block(mg_graph *g, const mg_gpt *md, const mg_gpt_layer *l, mg_tensor *x, mg_tensor *positions,
+                        mg_tensor *doc_start, int64_t window, bool training) {
+    const mg_gpt_config *c = &md->cfg;
+    int64_t s = x->shape[0], b = x->shape[1], nh = c->heads, vd = c->mla.v_head_dim;
+    mg_scope_push(g, "self_attn");
+    mg_tensor *qq = NULL, *kk = NULL, *v = NULL;
+    mg_mla_qkv(g, md, l, x, positions, &qq, &kk, &v);
     float p = training ? c->attention_dropout : 0.0f;
-    mg_tensor *y = mg_attention_scaled(g, qq, kk, k_parts[1], doc_start, window, p, mg_gpt_softmax_scale(c));
+    mg_tensor *y = mg_attention_scaled(g, qq, kk, v, doc_start, window, p, mg_gpt_softmax_scale(c));
     y = mg_reshape(g, y, 3, (int64_t[]){s, b, nh * vd});
     y = mg_linear(g, y, l->proj_w, l->proj_b);
     y = mg_dropout(g, y, training ? c->hidden_dropout : 0.0f);

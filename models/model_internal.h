@@ -39,5 +39,9 @@ mg_tensor *gpt_transformer_layer(mg_graph *g, const mg_gpt *m, const mg_gpt_laye
 void mg_mla_layer_params(mg_graph *g, const mg_gpt_config *c, mg_gpt_layer *l, float std, float out_std);
 mg_tensor *mg_mla_block(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x, mg_tensor *positions,
                         mg_tensor *doc_start, int64_t window, bool training);
+/* The block's queries [s, b, nh, qk + rope], keys (the same size: the shared RoPE part
+ * broadcast to every head) and values [s, b, nh, v], in the caller's scope. */
+void mg_mla_qkv(mg_graph *g, const mg_gpt *m, const mg_gpt_layer *l, mg_tensor *x, mg_tensor *positions,
+                mg_tensor **q, mg_tensor **k, mg_tensor **v);
 
 #endif

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_flags.h"
 #include "mgraph/checkpoint.h"
 #include "mgraph/trainer.h"
 
@@ -104,18 +105,11 @@ static int model_flags(json_t *mm, const char *dir, argv_out *a, bool tokenizer_
         if (kind && !strcmp(kind, "llama3")) {
             bad |= push(a, "--use-rope-scaling") ||
                    pushf(a, "--rope-scaling-factor", "%.17g", json_number_value(json_object_get(rs, "factor")));
-        } else if (!kind || strcmp(kind, "default")) {
+        } else if (!kind || (strcmp(kind, "default") && strcmp(kind, "yarn"))) { /* (YaRN: read with the variants) */
             return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: RoPE scaling '%s' is not supported by mgraph-generate", dir,
                                 kind ? kind : "?");
         }
     }
-    if (json_object_get(mm, "multi_latent_attention"))
-        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: multi-latent attention models are not supported by mgraph-generate",
-                            dir);
-    json_t *ne = json_object_get(mm, "num_experts");
-    if (json_is_integer(ne) && json_integer_value(ne) > 0)
-        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: mixture-of-experts models (%lld experts) are not supported by "
-                            "mgraph-generate", dir, (long long)json_integer_value(ne));
     if (bad) return mg_error_set(err, MG_ERR_IO, "%s: the checkpoint's model flags are too long", dir);
     return MG_OK;
 }
@@ -144,18 +138,25 @@ int gen_model_open(const char *load, int tok_argc, char **tok_argv, gen_model *m
     if (!rc) rc = model_flags(mm, mg_ckpt_dir(ck), &a, tok_given, err);
     for (int i = 0; !rc && i < tok_argc; i++)
         if (push(&a, tok_argv[i])) rc = mg_error_set(err, MG_ERR_INVALID, "too many tokenizer flags");
-    json_decref(meta);
-    mg_ckpt_close(ck);
-    if (rc) return rc;
+    if (rc) {
+        json_decref(meta);
+        mg_ckpt_close(ck);
+        return rc;
+    }
     mg_run_notes *notes = calloc(1, sizeof *notes);
-    if (!notes) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    if (!notes) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     mg_run_config *c = &m->cfg;
     mg_run_config_defaults(c);
-    mg_run_config_parse(c, a.argc, a.argv, notes);
-    if (!notes->n_errors) mg_run_config_check(c, notes);
-    if (notes->n_errors) rc = first_line(notes, err);
+    if (!rc) mg_run_config_parse(c, a.argc, a.argv, notes);
+    if (!rc && !notes->n_errors) mg_run_config_check(c, notes);
+    if (!rc && notes->n_errors) rc = first_line(notes, err);
     free(notes);
     if (!rc) rc = mg_run_config_model(c, &m->model, err);
+    /* the options beside the flags above (YaRN, multi-latent attention, multi-token
+     * prediction, MoE) as mgraph-convert reads them, into the model the flags built */
+    if (!rc) rc = mg_model_flags_read_variants(mm, mg_ckpt_dir(ck), &m->model, err);
+    json_decref(meta);
+    mg_ckpt_close(ck);
     mg_tokenizer_config tc = mg_run_tokenizer_config(c);
     if (!rc) rc = mg_tokenizer_open(&tc, &m->tok, err);
     if (!rc) {

@@ -1439,9 +1439,6 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     if (c->tensorboard_log_interval < 1) mg_run_notes_error(n, "--tensorboard-log-interval must be >= 1");
     if (c->sample_interval < 0) mg_run_notes_error(n, "--sample-interval must be >= 0 (0: no samples)");
     if (c->sample_prompt && c->sample_interval <= 0) mg_run_notes_error(n, "--sample-prompt needs --sample-interval");
-    if (c->sample_interval > 0 && (c->num_experts > 0 || c->multi_latent_attention))
-        mg_run_notes_error(n, "--sample-interval: decoding %s models is not supported yet",
-                           c->num_experts > 0 ? "mixture-of-experts" : "multi-latent attention");
     if (c->eval_iters < 0) mg_run_notes_error(n, "--eval-iters must be >= 0");
     if (c->make_vocab_size_divisible_by < 1) mg_run_notes_error(n, "--make-vocab-size-divisible-by must be >= 1");
     if (c->cpu_workers < 0) mg_run_notes_error(n, "--cpu-workers must be >= 0");

@@ -13,6 +13,11 @@ NullTokenizer (the prompts are token ids).
          generate(do_sample=False)'s 32 new tokens for each of three prompts, and each
          token's log-probability within 1e-4 of transformers' (output_scores); at least 8
          distinct tokens, so that a degenerate model cannot pass by repeating one.
+  transformers_moe  the same for MixtralForCausalLM (GQA, 4 experts top-2) and
+         DeepseekV3ForCausalLM (multi-latent attention with a q latent and YaRN, a dense
+         layer then MoE layers of 8 experts, group-limited sigmoid routing with a random
+         correction bias, a shared expert), and their key/value cache against --no-kv-cache.
+         (mgraph-run's samples of a model with multi-token prediction: tools.megatron_logging.)
   cache  the key/value cache against recomputing the whole sequence for every token
          (--no-kv-cache): the same tokens, log-probabilities within 3e-5 (GPT-2 and
          LLaMA with GQA written without torch; greedy and sampled).
@@ -24,7 +29,7 @@ NullTokenizer (the prompts are token ids).
          a prompt too long for the positions, bad numbers, unknown flags, an id outside
          the vocabulary, a missing or empty prompt file; --prompt-file's prompts are
          --prompt's.
-Only `transformers` needs torch: it exits 77 (skipped), loudly, where the pinned torch/transformers are missing; under CI or
+Only `transformers` and `transformers_moe` need torch: it exits 77 (skipped), loudly, where the pinned torch/transformers are missing; under CI or
 tools/test.sh that is a failure (tests/support/reference.py).
 """
 import json
@@ -38,7 +43,7 @@ import reference  # noqa: E402  (tests/support/reference.py)
 
 GEN, CONVERT, WORK = (os.path.abspath(a) for a in sys.argv[1:4])
 CASE = sys.argv[4]
-if CASE == "transformers":
+if CASE in ("transformers", "transformers_moe"):
     reference.require("torch", "transformers")
     import torch
     torch.manual_seed(0)
@@ -144,6 +149,41 @@ def llama_model():
     return perturb(LlamaForCausalLM(cfg))
 
 
+MOE_COMMON = dict(vocab_size=V, hidden_size=64, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None,
+                  pad_token_id=None, rms_norm_eps=1e-6, max_position_embeddings=POS)
+
+
+def mixtral_model():
+    """MixtralForCausalLM: GQA (4 heads, 2 groups), 4 experts top-2 in both layers."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+    cfg = MixtralConfig(**MOE_COMMON, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+                        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+    return perturb(MixtralForCausalLM._from_config(cfg, attn_implementation="eager"))
+
+
+def deepseek_model():
+    """DeepseekV3ForCausalLM: multi-latent attention (q latent, YaRN factor 4, mscale 1), a
+    dense first layer, then 2 MoE layers of 8 experts in 4 groups (top-4 of 2 groups),
+    sigmoid scores with a random correction bias, scaling 2.5, a shared expert; and one
+    multi-token-prediction layer in mgraph's checkpoint, which sampling must ignore."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    cfg = DeepseekV3Config(**MOE_COMMON, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
+                           num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1, n_routed_experts=8,
+                           num_experts_per_tok=4, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+                           norm_topk_prob=True, first_k_dense_replace=1, q_lora_rank=24, kv_lora_rank=16,
+                           qk_nope_head_dim=12, qk_rope_head_dim=8, v_head_dim=10, rope_interleave=True,
+                           rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                            "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                                            "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})
+    model = perturb(DeepseekV3ForCausalLM._from_config(cfg, attn_implementation="eager"))
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(torch.rand_like(b) * 0.6)  # selects experts, does not weigh them
+    return model
+
+
 def imported(model, name):
     model.save_pretrained(f"hf_{name}", safe_serialization=True)
     run([CONVERT, "--from-hf", f"hf_{name}", "--save", f"ck_{name}", "--tokenizer-type", "NullTokenizer"],
@@ -168,10 +208,18 @@ def generate(ck, prompts, *flags, code=0):
     return out
 
 
-def against_transformers(model, name):
+def against_transformers(model, name, no_cache_too=False):
     ck = imported(model, name)
     # (the end-of-document token is NullTokenizer's default, the last id: transformers stops there too)
     out = generate(ck, PROMPTS, "--greedy")
+    if no_cache_too:  # the key/value cache against recomputing the whole sequence for every token
+        again = generate(ck, PROMPTS, "--greedy", "--no-kv-cache")
+        if [o["tokens"] for o in out] != [o["tokens"] for o in again]:
+            fail(f"{name}: cache {[o['tokens'] for o in out]} != recomputed {[o['tokens'] for o in again]}")
+        gap = max(abs(p - q) for x, y in zip(out, again) for p, q in zip(x["logprobs"], y["logprobs"]))
+        print(f"{name}: --no-kv-cache gives the same tokens, log-probabilities within {gap:.2e} (bound 3e-5)")
+        if not gap <= 3e-5:
+            fail(f"{name}: --no-kv-cache log-probabilities differ by {gap:.2e}")
     worst, distinct = 0.0, set()
     for o, pr in zip(out, PROMPTS):
         with torch.no_grad():
@@ -194,6 +242,9 @@ def against_transformers(model, name):
 if CASE == "transformers":
     against_transformers(gpt2_model(), "gpt2")
     against_transformers(llama_model(), "llama")
+elif CASE == "transformers_moe":
+    against_transformers(mixtral_model(), "mixtral", no_cache_too=True)
+    against_transformers(deepseek_model(), "deepseek_v3", no_cache_too=True)
 elif CASE == "cache":
     for name in ("gpt2", "llama"):
         ck = write_hf(name, 5)

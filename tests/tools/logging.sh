@@ -14,7 +14,8 @@
 #     mem-allocated-bytes is the report's allocated, num-zeros the metrics' count.
 #  4. --sample-interval: rank 0 prints a greedy sample at every Nth iteration, which is
 #     mgraph-generate's greedy text from the checkpoint saved at that iteration; bad
-#     uses exit 2 (tp 2, --sample-prompt alone, a negative interval, a MoE model).
+#     uses exit 2 (tp 2, --sample-prompt alone, a negative interval); a model with multi-latent
+#     attention, MoE and multi-token prediction samples mgraph-generate's text too.
 #   logging.sh MGRAPH_RUN MGRAPH_GENERATE MPIEXEC TEXT WORK_DIR
 set -u
 RUN=$1 GEN=$2 MPI=$3 TEXT=$4 WORK=$5
@@ -144,5 +145,16 @@ refused "which this plan shards (tp 2" 2 --sample-interval 2 --sample-prompt hi 
 refused "needs --sample-interval" 1 --sample-prompt hello
 refused "no end-of-document token to start from" 1 --sample-interval 2 # (the byte-level text tokenizer)
 refused "must be >= 0" 1 --sample-interval -1
-refused "mixture-of-experts" 1 --sample-interval 2 --sample-prompt hi --num-experts 4 --moe-router-topk 2
+# a DeepSeek-V3-style model (multi-latent attention, a dense layer then a MoE one, one
+# multi-token-prediction layer, which sampling ignores): the sample is mgraph-generate's text too
+timeout 120 "$RUN" "${BASE[@]}" --train-iters 2 --normalization RMSNorm --position-embedding-type rope --swiglu \
+    --disable-bias-linear --multi-latent-attention --q-lora-rank 16 --kv-lora-rank 12 --qk-head-dim 8 \
+    --qk-pos-emb-head-dim 4 --v-head-dim 8 --num-experts 4 --moe-router-topk 2 --moe-layer-freq "([0]+[1])" \
+    --mtp-num-layers 1 --sample-interval 2 --sample-prompt "ROMEO:" --save ck_moe --save-interval 2 > moe.txt 2>&1 ||
+    { cat moe.txt; fail "MLA + MoE + MTP run with samples"; }
+got=$(grep -a "^sample at iteration 2 " moe.txt | sed 's/^sample at iteration [0-9]* ([^)]*): //')
+want=$(timeout 120 "$GEN" --load ck_moe/iter_0000002 --prompt "ROMEO:" --max-new-tokens 10 --greedy 2>gen.err) ||
+    { cat gen.err; fail "mgraph-generate on the MLA + MoE + MTP checkpoint"; }
+echo "  MLA + MoE + MTP: sample '$got', mgraph-generate '$want'"
+[ -n "$got" ] && [ "$got" = "$want" ] || fail "the MLA + MoE + MTP sample is not mgraph-generate's greedy text"
 echo "PASS"
