@@ -35,6 +35,8 @@ typedef struct cv_cfg {
     mg_rope_config rope;     /* RoPE's scaling and pairing (Llama 3.1's, YaRN) */
     mg_mla_config mla;       /* DeepseekV3: multi-latent attention */
     mg_moe_config moe;       /* Mixtral, Qwen3-MoE, DeepseekV3: the experts (num_experts 0: a dense model) */
+    int mtp_layers;          /* DeepseekV3: multi-token prediction layers (num_nextn_predict_layers,
+                                --mtp-num-layers), stored as model.layers.<layers + k>.* */
     const char *tokenizer_type;
     double hidden_dropout, attention_dropout;
     int divisible_by;

@@ -12,8 +12,16 @@
  * renormalised (norm_topk_prob, Megatron's for k > 1) and scaled by routed_scaling_factor,
  * n_shared_experts x moe_intermediate_size shared experts. RoPE is YaRN with Megatron's MLA
  * defaults (4096 original positions, betas 32 and 1), or unscaled (YaRN of factor 1).
- * A checkpoint's multi-token-prediction layers (num_nextn_predict_layers, model.layers.<L>.*)
- * are not read, as transformers does not read them. */
+ *
+ * Multi-token prediction (num_nextn_predict_layers, mgraph's --mtp-num-layers): depth k's
+ * layer is model.layers.<L + k - 1>.* in DeepSeek-V3's checkpoints, as in mgraph's
+ * (models/mtp.c): enorm, hnorm, eh_proj [h, 2h] (the embedding's half first), a decoder
+ * layer of the last layer's kind, shared_head.norm. DeepSeek's files also hold a copy of
+ * the word embedding (embed_tokens) and of the output layer (shared_head.head) in each,
+ * which Megatron and mgraph share with the model's: the export writes them, the import
+ * reads them when present and refuses them when they differ from the model's. transformers'
+ * DeepseekV3ForCausalLM builds no MTP layer: it loads such a checkpoint leaving those
+ * tensors unused (its _keys_to_ignore_on_load_unexpected names them). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,34 +30,54 @@
 
 static bool is_moe(const cv_cfg *c, int l) { return mg_moe_is_layer(&(mg_gpt_config){.moe = c->moe}, l); }
 
-static int alloc(cv_model *m, mg_error *err) {
+/* Decoder layer l's tensors: multi-latent attention, then the dense MLP or the MoE. */
+static int alloc_layer(cv_model *m, int l, bool dense, mg_error *err) {
     const cv_cfg *c = &m->cfg;
     const mg_mla_config *a = &c->mla;
     int64_t h = c->hidden, f = c->ffn, nh = c->heads, qd = a->qk_head_dim + a->qk_pos_emb_head_dim;
-    int rc = cv_add(m, "model.embed_tokens.weight", c->padded, h, err);
+    bool ql = a->q_lora_rank > 0;
+    const struct { const char *s; int64_t r, cols; bool here; } p[] = {
+        {"input_layernorm", h, 0, true},
+        {"self_attn.q_a_proj", a->q_lora_rank, h, ql},
+        {"self_attn.q_a_layernorm", a->q_lora_rank, 0, ql},
+        {"self_attn.q_b_proj", nh * qd, a->q_lora_rank, ql},
+        {"self_attn.q_proj", nh * qd, h, !ql},
+        {"self_attn.kv_a_proj_with_mqa", a->kv_lora_rank + a->qk_pos_emb_head_dim, h, true},
+        {"self_attn.kv_a_layernorm", a->kv_lora_rank, 0, true},
+        {"self_attn.kv_b_proj", nh * (a->qk_head_dim + a->v_head_dim), a->kv_lora_rank, true},
+        {"self_attn.o_proj", h, nh * a->v_head_dim, true},
+        {"post_attention_layernorm", h, 0, true},
+        {"mlp.gate_proj", f, h, dense},
+        {"mlp.up_proj", f, h, dense},
+        {"mlp.down_proj", h, f, dense}};
     char nm[160];
-    for (int l = 0; l < c->layers && !rc; l++) {
-        bool ql = a->q_lora_rank > 0, dense = !is_moe(c, l);
-        const struct { const char *s; int64_t r, cols; bool here; } p[] = {
-            {"input_layernorm", h, 0, true},
-            {"self_attn.q_a_proj", a->q_lora_rank, h, ql},
-            {"self_attn.q_a_layernorm", a->q_lora_rank, 0, ql},
-            {"self_attn.q_b_proj", nh * qd, a->q_lora_rank, ql},
-            {"self_attn.q_proj", nh * qd, h, !ql},
-            {"self_attn.kv_a_proj_with_mqa", a->kv_lora_rank + a->qk_pos_emb_head_dim, h, true},
-            {"self_attn.kv_a_layernorm", a->kv_lora_rank, 0, true},
-            {"self_attn.kv_b_proj", nh * (a->qk_head_dim + a->v_head_dim), a->kv_lora_rank, true},
-            {"self_attn.o_proj", h, nh * a->v_head_dim, true},
-            {"post_attention_layernorm", h, 0, true},
-            {"mlp.gate_proj", f, h, dense},
-            {"mlp.up_proj", f, h, dense},
-            {"mlp.down_proj", h, f, dense}};
-        for (size_t k = 0; k < sizeof p / sizeof *p && !rc; k++) {
-            if (!p[k].here) continue;
-            snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, p[k].s);
-            rc = cv_add(m, nm, p[k].r, p[k].cols, err);
+    int rc = MG_OK;
+    for (size_t k = 0; k < sizeof p / sizeof *p && !rc; k++) {
+        if (!p[k].here) continue;
+        snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, p[k].s);
+        rc = cv_add(m, nm, p[k].r, p[k].cols, err);
+    }
+    if (!rc && !dense) rc = cv_moe_alloc_layer(m, l, err);
+    return rc;
+}
+
+static int alloc(cv_model *m, mg_error *err) {
+    const cv_cfg *c = &m->cfg;
+    int64_t h = c->hidden;
+    int rc = cv_add(m, "model.embed_tokens.weight", c->padded, h, err);
+    for (int l = 0; l < c->layers && !rc; l++) rc = alloc_layer(m, l, !is_moe(c, l), err);
+    /* the multi-token prediction layers (models/mtp.c's names) */
+    char nm[160];
+    for (int k = 0; k < c->mtp_layers && !rc; k++) {
+        int l = c->layers + k;
+        const struct { const char *s; int64_t r, cols; } p[] = {{"enorm", h, 0}, {"hnorm", h, 0}, {"eh_proj", h, 2 * h}};
+        for (size_t i = 0; i < sizeof p / sizeof *p && !rc; i++) {
+            snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, p[i].s);
+            rc = cv_add(m, nm, p[i].r, p[i].cols, err);
         }
-        if (!rc && !dense) rc = cv_moe_alloc_layer(m, l, err);
+        if (!rc) rc = alloc_layer(m, l, !is_moe(c, c->layers - 1), err);
+        snprintf(nm, sizeof nm, "model.layers.%d.shared_head.norm.weight", l);
+        if (!rc) rc = cv_add(m, nm, h, 0, err);
     }
     if (!rc) rc = cv_add(m, "model.norm.weight", h, 0, err);
     if (!rc && c->untied) rc = cv_add(m, "lm_head.weight", c->padded, h, err);
@@ -91,6 +119,16 @@ static int read_config(const cv_arch *a, json_t *cfg, const char *path, cv_cfg *
     if (!rc) rc = cv_cfg_int(cfg, "n_group", 1, &ng, path, err);
     if (!rc) rc = cv_cfg_int(cfg, "topk_group", 1, &tg, path, err);
     if (!rc) rc = cv_cfg_int(cfg, "moe_layer_freq", 1, &freq, path, err);
+    int64_t mtp = 0; /* (0 where mgraph-convert wrote a model without MTP layers) */
+    json_t *nx = json_object_get(cfg, "num_nextn_predict_layers");
+    if (!rc && nx && !json_is_null(nx)) {
+        if (!json_is_integer(nx) || json_integer_value(nx) < 0)
+            rc = mg_error_set(err, MG_ERR_INVALID, "%s: num_nextn_predict_layers is not an integer >= 0", path);
+        else mtp = json_integer_value(nx);
+    }
+    if (!rc && mtp > MG_MTP_MAX_LAYERS)
+        rc = mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: num_nextn_predict_layers %lld (mgraph's --mtp-num-layers is at most %d)",
+                          path, (long long)mtp, MG_MTP_MAX_LAYERS);
     json_t *fk = json_object_get(cfg, "first_k_dense_replace");
     if (!rc && fk && !json_is_null(fk)) {
         if (!json_is_integer(fk) || json_integer_value(fk) < 0)
@@ -134,6 +172,7 @@ static int read_config(const cv_arch *a, json_t *cfg, const char *path, cv_cfg *
     c->tokenizer_type = V == 256 ? "ByteLevelTokenizer" : "HuggingFaceTokenizer";
     c->head_dim = 0;
     c->mla = (mg_mla_config){true, (int)ql, (int)kvl, (int)qk, (int)rope, (int)vd};
+    c->mtp_layers = (int)mtp;
     if (!moe) return MG_OK;
     if (L > MG_MOE_MAX_LAYERS) return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: more than %d layers", path, MG_MOE_MAX_LAYERS);
     mg_moe_config *o = &c->moe;
@@ -183,6 +222,7 @@ static json_t *write_config(const cv_arch *a, const cv_cfg *c) {
     json_object_set_new(cfg, "routed_scaling_factor", json_real(o->topk_scaling > 0 ? cv_float_decimal(o->topk_scaling) : 1.0));
     json_object_set_new(cfg, "norm_topk_prob", json_boolean(o->topk > 1));
     json_object_set_new(cfg, "first_k_dense_replace", json_integer(o->num_experts ? dense : c->layers));
+    json_object_set_new(cfg, "num_nextn_predict_layers", json_integer(c->mtp_layers));
     return cfg;
 }
 

@@ -131,7 +131,7 @@ static mg_gpt_config gpt_of(const cv_cfg *c) {
     m.swiglu = llama, m.query_groups = c->groups, m.untie_embeddings = c->untied, m.disable_bias_linear = !c->bias;
     m.add_qkv_bias = c->qkv_bias && !c->bias, m.qk_layernorm = c->qk_norm, m.gelu_exact = c->gelu_exact;
     m.window = c->window, m.rotary_base = (float)c->rope_base, m.kv_channels = c->head_dim;
-    m.rope = c->rope, m.mla = c->mla, m.moe = c->moe;
+    m.rope = c->rope, m.mla = c->mla, m.moe = c->moe, m.mtp_num_layers = c->mtp_layers;
     return m;
 }
 
@@ -139,6 +139,10 @@ static mg_gpt_config gpt_of(const cv_cfg *c) {
  * in its read_config's converse, checked here on what the checkpoint says). */
 static int check_export(const cv_cfg *c, const char *path, mg_error *err) {
     const mg_moe_config *o = &c->moe;
+    if (c->mtp_layers > 0 && !c->mla.enabled)
+        return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: multi-token prediction (--mtp-num-layers) without multi-latent "
+                            "attention: DeepseekV3ForCausalLM is the only Hugging Face class mgraph-convert writes with "
+                            "MTP layers", path);
     if (c->rope.interleaved)
         return mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: --rotary-interleaved: no Hugging Face class mgraph-convert "
                             "writes pairs adjacent RoPE channels outside multi-latent attention", path);
@@ -255,7 +259,7 @@ static int model_arch(json_t *mm, const char *path, cv_cfg *c, mg_error *err) {
     mg_gpt_config v = mg_gpt_defaults();
     rc = mg_model_flags_read_variants(mm, path, &v, err);
     if (rc) return rc;
-    c->head_dim = v.kv_channels, c->rope = v.rope, c->mla = v.mla, c->moe = v.moe;
+    c->head_dim = v.kv_channels, c->rope = v.rope, c->mla = v.mla, c->moe = v.moe, c->mtp_layers = v.mtp_num_layers;
     return MG_OK;
 }
 
@@ -532,7 +536,7 @@ static int check_config_types(json_t *cfg, const char *path, mg_error *err) {
         {"num_local_experts", K_INT}, {"num_experts", K_INT}, {"num_experts_per_tok", K_INT},
         {"moe_intermediate_size", K_INT}, {"decoder_sparse_step", K_INT}, {"mlp_only_layers", K_ARR | K_NULL},
         {"router_jitter_noise", K_NUM | K_NULL}, {"norm_topk_prob", K_BOOL}, {"n_routed_experts", K_INT | K_NULL},
-        {"n_shared_experts", K_INT | K_NULL}, {"n_group", K_INT | K_NULL}, {"topk_group", K_INT | K_NULL},
+        {"n_shared_experts", K_INT | K_NULL}, {"num_nextn_predict_layers", K_INT | K_NULL}, {"n_group", K_INT | K_NULL}, {"topk_group", K_INT | K_NULL},
         {"moe_layer_freq", K_INT}, {"first_k_dense_replace", K_INT}, {"scoring_func", K_STR},
         {"topk_method", K_STR}, {"routed_scaling_factor", K_NUM},
         /* DeepseekV3's multi-latent attention */
@@ -608,9 +612,25 @@ static int load_hf(const opts *o, cv_model *m, mg_error *err) {
         return mg_error_set(err, MG_ERR_INVALID, "--tokenizer-type %s is not a tokenizer mgraph-run knows",
                             o->tokenizer_type);
     if (o->tokenizer_type) c->tokenizer_type = o->tokenizer_type;
-    rc = a->alloc(m, err);
     hf_files h = {0};
-    if (!rc) rc = hf_open(o->from_hf, &h, err);
+    rc = hf_open(o->from_hf, &h, err);
+    /* num_nextn_predict_layers counts DeepSeek-V3's multi-token prediction layers, which its
+     * own checkpoints hold; transformers writes the count (its default, 1) and no such layer:
+     * the layers the files hold are read, and a shortfall said */
+    for (int k = 0; !rc && k < c->mtp_layers; k++) {
+        char mk[96];
+        mg_st_file *f;
+        snprintf(mk, sizeof mk, "model.layers.%d.eh_proj.weight", c->layers + k);
+        const mg_st_entry *e = hf_find(&h, mk, &f, err);
+        if (err->code) rc = err->code;
+        if (e || rc) continue;
+        fprintf(stderr,
+                "mgraph-convert: note: %s: config.json's num_nextn_predict_layers is %d, the files hold %d multi-token "
+                "prediction layer%s (no %s): imported with --mtp-num-layers %d\n",
+                o->from_hf, c->mtp_layers, k, k == 1 ? "" : "s", mk, k);
+        c->mtp_layers = k;
+    }
+    if (!rc) rc = a->alloc(m, err);
     float *buf = NULL;
     char key[160], alt[160];
     int cap = 2 * c->moe.num_experts + 4, np = 0;
@@ -648,6 +668,28 @@ static int load_hf(const opts *o, cv_model *m, mg_error *err) {
             rc = mg_error_set(err, MG_ERR_UNSUPPORTED, "%s: lm_head.weight differs from %s, but config.json ties them",
                               o->from_hf, a->embedding);
     }
+    /* DeepSeek-V3's multi-token prediction layers hold copies of the word embedding and the
+     * output layer, which mgraph (as Megatron) shares with the model: read when present,
+     * refused when they differ */
+    cv_tensor *head = rc ? NULL : cv_find(m, c->untied ? "lm_head.weight" : a->embedding);
+    for (int k = 0; !rc && emb && head && k < c->mtp_layers; k++) {
+        const char *what[2] = {"embed_tokens", "shared_head.head"};
+        cv_tensor *same[2] = {emb, head};
+        for (int i = 0; i < 2 && !rc; i++) {
+            int64_t hs[2];
+            a->hf_shape(c, same[i], hs);
+            snprintf(alt, sizeof alt, "model.layers.%d.%s.weight", c->layers + k, what[i]);
+            free(buf);
+            buf = malloc((size_t)(hs[0] * hs[1]) * sizeof *buf);
+            bool found = false;
+            rc = buf ? hf_get(&h, alt, NULL, 2, hs, buf, true, &found, err) : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+            if (!rc && found && memcmp(buf, same[i]->data, (size_t)(hs[0] * hs[1]) * sizeof *buf))
+                rc = mg_error_set(err, MG_ERR_UNSUPPORTED,
+                                  "%s: %s differs from %s: mgraph's multi-token prediction shares the model's word "
+                                  "embedding and output layer",
+                                  o->from_hf, alt, same[i]->name);
+        }
+    }
     free(buf);
     if (!rc) rc = hf_check_all_used(&h, o->from_hf, err);
     free(parts);
@@ -659,7 +701,7 @@ static int save_hf_files(const char *dir, cv_model *m, mg_error *err) {
     const cv_cfg *c = &m->cfg;
     const cv_arch *a = arch_of(c);
     /* one output per whole tensor, or per part (pointing into the tensor's data) */
-    int cap = 2 * c->moe.num_experts + 4, n_out = 0, max_out = m->n * cap;
+    int cap = 2 * c->moe.num_experts + 4, n_out = 0, max_out = m->n * cap + 2 * c->mtp_layers;
     mg_st_out *out = calloc((size_t)max_out, sizeof *out);
     cv_part *parts = calloc((size_t)max_out, sizeof *parts); /* keys and shapes of every output */
     float **bufs = calloc((size_t)m->n, sizeof *bufs);
@@ -682,6 +724,26 @@ static int save_hf_files(const char *dir, cv_model *m, mg_error *err) {
         a->convert(c, t, bufs[i], false);
         a->hf_key(t, p->key, sizeof p->key);
         out[n_out++] = (mg_st_out){p->key, MG_F32, nd, p->shape, bufs[i]};
+    }
+    /* DeepSeek-V3's multi-token prediction layers: copies of the word embedding and the
+     * output layer in each, as its checkpoints hold them (the same data written again) */
+    for (int k = 0; !rc && k < c->mtp_layers; k++) {
+        const char *what[2] = {"embed_tokens", "shared_head.head"};
+        const char *src[2] = {a->embedding, c->untied ? "lm_head.weight" : a->embedding};
+        for (int i = 0; i < 2 && !rc; i++) {
+            int j = 0;
+            while (j < n_out && strcmp(out[j].key, src[i])) j++;
+            if (j == n_out) {
+                rc = mg_error_set(err, MG_ERR_INVALID, "no %s to copy into the multi-token prediction layer", src[i]);
+                break;
+            }
+            cv_part *p = &parts[n_out];
+            snprintf(p->key, sizeof p->key, "model.layers.%d.%s.weight", c->layers + k, what[i]);
+            p->ndim = out[j].ndim;
+            for (int d = 0; d < p->ndim; d++) p->shape[d] = out[j].shape[d];
+            out[n_out] = (mg_st_out){p->key, MG_F32, p->ndim, p->shape, out[j].data};
+            n_out++;
+        }
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -744,7 +806,8 @@ static void usage(FILE *f) {
                "Converts mgraph checkpoints of GPT-2 (GPT2LMHeadModel) and of the LLaMA family (RMSNorm,\n"
                "rope, swiglu; LlamaForCausalLM, with --add-qkv-bias Qwen2ForCausalLM, with --qk-layernorm\n"
                "Qwen3ForCausalLM, with a window MistralForCausalLM; with experts MixtralForCausalLM and\n"
-               "Qwen3MoeForCausalLM; with --multi-latent-attention DeepseekV3ForCausalLM) to and from\n"
+               "Qwen3MoeForCausalLM; with --multi-latent-attention DeepseekV3ForCausalLM, its multi-token\n"
+               "prediction layers (--mtp-num-layers) in DeepSeek-V3's layout) to and from\n"
                "Hugging Face directories (config.json +\n"
                "model.safetensors, or its shards with model.safetensors.index.json on import).\n"
                "--from-megatron reads a Megatron-LM checkpoint of Megatron-Core's GPTModel (--ckpt-format\n"

@@ -16,7 +16,8 @@ Variants (random tiny configs, no hub access):
   qwen3_headdim Qwen3ForCausalLM with head_dim 24 (--kv-channels 24)
   llama31       LlamaForCausalLM with Llama 3.1's rope_scaling (llama3, factor 8)
   llama_yarn    LlamaForCausalLM with YaRN (factor 4 over 8 positions, attention factor from mscale)
-For each:
+  deepseek_v3_mtp  deepseek_v3's model with one multi-token prediction layer (below)
+For each but deepseek_v3_mtp:
 1. A random model of the class (every weight, bias, norm and correction bias perturbed) is
    saved with save_pretrained (transformers writes each expert's matrices apart), imported
    with --from-hf, and `mgraph-run --skip-train` with the matching flags gives transformers'
@@ -24,6 +25,19 @@ For each:
 2. mgraph trains that checkpoint 3 iterations (the expert biases move), --to-hf exports it,
    the class's from_pretrained loads it with no missing or unexpected tensor and gives
    mgraph's loss (relative 1e-5); re-importing the export reproduces it bit for bit.
+deepseek_v3_mtp: multi-token prediction, DeepSeek-V3's layer model.layers.<L>.* (enorm, hnorm,
+eh_proj, a decoder layer of the last layer's kind, shared_head.norm, and copies of the word
+embedding and output layer). transformers' DeepseekV3ForCausalLM builds no MTP layer (it
+writes num_nextn_predict_layers 1 and no such tensor; it loads one leaving its tensors
+unused). So: transformers' own file imports with a note and no MTP layer; mgraph trains the
+model with --mtp-num-layers 1 (3 iterations), --to-hf exports it, transformers loads it with
+exactly the MTP tensors unexpected and gives mgraph's lm loss; DeepSeek-V3's MTP computed
+here from the exported tensors (the decoder layer built by transformers as layer L, the
+rest by hand: embedding of the tokens moved one place, enorm / hnorm, eh_proj over [e, h],
+the layer, shared_head.norm, the output layer, the labels moved one place) gives mgraph's
+mtp_1 loss of the next iteration (relative 1e-5); --from-hf of the export trains that
+iteration to the same losses bit for bit and re-exports the same file; an embedding copy
+that differs from the model's is refused by name.
 Exits 77 (skipped) with a loud message when torch or transformers cannot be imported.
 """
 import json
@@ -138,7 +152,8 @@ def variant(name):
     raise SystemExit(f"unknown variant {name}")
 
 
-VARIANTS = ["mixtral", "qwen3_moe", "qwen3_moe_pre", "deepseek_v3", "qwen3_headdim", "llama31", "llama_yarn"]
+VARIANTS = ["mixtral", "qwen3_moe", "qwen3_moe_pre", "deepseek_v3", "qwen3_headdim", "llama31", "llama_yarn",
+            "deepseek_v3_mtp"]
 
 
 def fail(msg):
@@ -186,7 +201,111 @@ def close(a, b, what):
         fail(f"{what}: relative difference {rel:.2e} > 1e-5")
 
 
+def metrics(path):
+    return [json.loads(l) for l in open(path) if l.strip()]
+
+
+def deepseek_v3_mtp():
+    n = "deepseek_v3_mtp"
+    hf, cls, flags = variant("deepseek_v3")
+    L = 3
+    # transformers' own file: num_nextn_predict_layers 1, no MTP tensor; imported without
+    hf.float().save_pretrained(f"{n}-hf0", safe_serialization=True)
+    if json.load(open(f"{n}-hf0/config.json")).get("num_nextn_predict_layers") != 1:
+        fail(f"{n}: transformers no longer writes num_nextn_predict_layers 1")
+    p = subprocess.run([CONVERT, "--from-hf", f"{n}-hf0", "--save", f"{n}-ck0"], capture_output=True, text=True)
+    if p.returncode != 0 or "the files hold 0 multi-token prediction layers" not in p.stderr:
+        fail(f"{n}: transformers' file: exit {p.returncode}, {p.stderr}")
+    if "mtp_num_layers" in open(f"{n}-ck0/iter_0000000/index.json").read():
+        fail(f"{n}: transformers' file imported with an MTP layer")
+    # every training sample the same window (a period of SEQ tokens), whatever the order
+    period = bytes(torch.randint(0, 256, (SEQ,), generator=torch.Generator().manual_seed(7)).tolist())
+    open("periodic.txt", "wb").write(period * 64)
+    mflags = flags + ["--mtp-num-layers", "1", "--mtp-loss-scaling-factor", "0.1", "--hidden-dropout", "0",
+                      "--attention-dropout", "0"]
+    args = [a if a != "data.txt" else "periodic.txt" for a in mgraph_args(mflags)]
+    run([RUN, *args, "--train-iters", "3", "--save", f"{n}-trained", "--lr", "1e-3", "--lr-warmup-iters", "0",
+         "--eval-iters", "0"], f"{n}: mgraph-run training with an MTP layer")
+    run([CONVERT, "--load", f"{n}-trained", "--to-hf", f"{n}-hf"], f"{n}: --to-hf")
+    sd = load_file(f"{n}-hf/model.safetensors")
+    mtp_keys = {k for k in sd if k.startswith(f"model.layers.{L}.")}
+    for k in ("enorm", "hnorm", "eh_proj", "shared_head.norm", "embed_tokens", "shared_head.head", "self_attn.kv_b_proj",
+              "mlp.gate.e_score_correction_bias", "mlp.experts.7.down_proj", "mlp.shared_experts.up_proj"):
+        if f"model.layers.{L}.{k}" not in mtp_keys and f"model.layers.{L}.{k}.weight" not in mtp_keys:
+            fail(f"{n}: the export lacks model.layers.{L}.{k}")
+    if not torch.equal(sd[f"model.layers.{L}.embed_tokens.weight"], sd["model.embed_tokens.weight"]) or \
+            not torch.equal(sd[f"model.layers.{L}.shared_head.head.weight"], sd["lm_head.weight"]):
+        fail(f"{n}: the MTP layer's embedding / head copies differ from the model's")
+    if json.load(open(f"{n}-hf/config.json")).get("num_nextn_predict_layers") != 1:
+        fail(f"{n}: config.json's num_nextn_predict_layers is not 1")
+    model, info = cls.from_pretrained(f"{n}-hf", output_loading_info=True, attn_implementation="eager")
+    unexpected = set(info.get("unexpected_keys") or ())  # (named after transformers' own conversions: fused experts)
+    if info.get("missing_keys") or info.get("mismatched_keys") or any(not k.startswith(f"model.layers.{L}.") for k in unexpected):
+        fail(f"{n}: transformers loaded the export with {info}")
+    print(f"{n}: transformers' DeepseekV3ForCausalLM loads the export leaving the {len(mtp_keys)} MTP tensors unused "
+          f"({len(unexpected)} reported unexpected)")
+    # the MTP layer's decoder layer as transformers builds layer L of an (L + 1)-layer model
+    shutil.copytree(f"{n}-hf", f"{n}-hf-big")
+    cfg = json.load(open(f"{n}-hf-big/config.json"))
+    json.dump({**cfg, "num_hidden_layers": L + 1, "num_nextn_predict_layers": 0}, open(f"{n}-hf-big/config.json", "w"))
+    big = cls.from_pretrained(f"{n}-hf-big", attn_implementation="eager").float().eval()
+    model = model.float().eval()
+    # the next iteration: mgraph's lm and mtp_1 losses on the loaded weights
+    run([RUN, *args, "--load", f"{n}-trained", "--train-iters", "4", "--lr", "1e-3", "--lr-warmup-iters", "0",
+         "--eval-iters", "0", "--override-opt-param-scheduler", "--metrics-file", f"{n}-next.jsonl"],
+        f"{n}: mgraph-run one more iteration")
+    last = metrics(f"{n}-next.jsonl")[-1]
+    window = torch.tensor([list(period) + [period[0]]] * MBS)
+    inp, labels = window[:, :-1], window[:, 1:]
+    captured = {}
+    hook = model.model.layers[L - 1].register_forward_pre_hook(lambda m, a, kw: captured.update(kw), with_kwargs=True)
+    with torch.no_grad():
+        out = model.model(inp, use_cache=False)
+        hook.remove()
+        lm = torch.nn.functional.cross_entropy(model.lm_head(out.last_hidden_state).double().reshape(-1, V),
+                                               labels.reshape(-1)).item()
+        close(last["lm_loss"], lm, f"{n}: lm loss of the iteration after the checkpoint")
+
+        def rms(x, w):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+        w = lambda k: sd[f"model.layers.{L}.{k}.weight"].float()  # noqa: E731
+        moved = torch.cat([inp[:, 1:], torch.zeros_like(inp[:, :1])], 1)  # tokens i + 1 at place i, 0 past the end
+        e = torch.nn.functional.embedding(moved, w("embed_tokens"))
+        x = torch.cat([rms(e, w("enorm")), rms(out.last_hidden_state, w("hnorm"))], -1) @ w("eh_proj").T
+        kw = {k: v for k, v in captured.items() if k != "hidden_states"}
+        x = big.model.layers[L](x, **kw)
+        x = x[0] if isinstance(x, tuple) else x
+        logits = rms(x, w("shared_head.norm")) @ w("shared_head.head").T
+        mtp = torch.nn.functional.cross_entropy(logits[:, :-1].double().reshape(-1, V), labels[:, 1:].reshape(-1)).item()
+    close(last["mtp_1_loss"], mtp, f"{n}: mtp_1 loss from DeepSeek-V3's MTP on the exported tensors")
+    # back: the import trains the same iteration to the same losses, and re-exports the same file
+    run([CONVERT, "--from-hf", f"{n}-hf", "--save", f"{n}-back"], f"{n}: --from-hf of the export")
+    run([RUN, *args, "--load", f"{n}-back", "--train-iters", "1", "--lr", "1e-3", "--lr-warmup-iters", "0",
+         "--eval-iters", "0", "--metrics-file", f"{n}-back.jsonl"], f"{n}: mgraph-run on the import")
+    back = metrics(f"{n}-back.jsonl")[-1]
+    if (back["lm_loss"], back["mtp_1_loss"]) != (last["lm_loss"], last["mtp_1_loss"]):
+        fail(f"{n}: the import's losses {back} differ from the checkpoint's {last}")
+    run([CONVERT, "--load", f"{n}-back", "--to-hf", f"{n}-hf3"], f"{n}: --to-hf of the import")
+    sd3 = load_file(f"{n}-hf3/model.safetensors")
+    if sd.keys() != sd3.keys() or any(not torch.equal(sd[k], sd3[k]) for k in sd):
+        fail(f"{n}: round trip --to-hf -> --from-hf -> --to-hf changed tensors")
+    print(f"{n}: round trip: the same {len(sd)} tensors, lm {back['lm_loss']:.9f} mtp_1 {back['mtp_1_loss']:.9f} bit-equal")
+    # an MTP layer's embedding copy that is not the model's cannot be mgraph's
+    shutil.copytree(f"{n}-hf", "bad-mtp-hf")
+    sd[f"model.layers.{L}.embed_tokens.weight"] = sd[f"model.layers.{L}.embed_tokens.weight"].clone() + 1
+    from safetensors.torch import save_file
+    save_file(sd, "bad-mtp-hf/model.safetensors", metadata={"format": "pt"})
+    p = subprocess.run([CONVERT, "--from-hf", "bad-mtp-hf", "--save", "bad-mtp-ck"], capture_output=True, text=True)
+    if p.returncode != 2 or f"model.layers.{L}.embed_tokens.weight differs" not in p.stderr or os.path.exists("bad-mtp-ck"):
+        fail(f"{n}: a differing MTP embedding copy: exit {p.returncode}, {p.stderr}")
+    print(f"{n}: a differing MTP embedding copy is refused")
+
+
 for n in ONLY or VARIANTS:
+    if n == "deepseek_v3_mtp":
+        deepseek_v3_mtp()
+        continue
     hf, cls, flags = variant(n)
     hf = hf.float()
     with torch.no_grad():
