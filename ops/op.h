@@ -65,13 +65,18 @@ int64_t mg_p2p_key(const mg_node *n, const mg_exec_info *info);
  * rank's share through such ops). */
 #define MG_SHARD_MAX_IO 16
 
-typedef struct mg_shard_ctx {
-    int size;                  /* ranks in the axis' group (> 1) */
-    /* An axis option (tensor parallelism's): a partial value an op needs whole may become
-     * SPLIT(0) instead of FULL when dim 0 divides (sequence parallelism: the reduce-
-     * scatter of Megatron's SP regions). */
-    bool seq_parallel;
-} mg_shard_ctx;
+typedef struct mg_shard_ctx mg_shard_ctx;
+/* How an axis resolves a partial value that an op needs whole: the state it becomes
+ * (FULL: an all-reduce; SPLIT(0): a reduce-scatter along the rows), given whether the op
+ * takes its rows (dim 0) split. The axis' own choice, not the op's: tensor parallelism
+ * under sequence parallelism splits the rows where they divide (the reduce-scatter of
+ * Megatron's SP regions, partitioners/tp.c); every other axis, and tp without SP, FULL. */
+typedef mg_sharding (*mg_shard_resolve_fn)(const mg_shard_ctx *c, const mg_tensor *t, bool allow_row_split);
+
+struct mg_shard_ctx {
+    int size;                   /* ranks in the axis' group (> 1) */
+    mg_shard_resolve_fn resolve; /* the axis' resolution of partial values (NULL: FULL) */
+};
 
 typedef struct mg_shard_io {
     mg_sharding in[MG_SHARD_MAX_IO];   /* the states the inputs have */

@@ -2,8 +2,7 @@
 #include "ops/shard.h"
 
 mg_sharding mg_shard_resolve(const mg_shard_ctx *c, const mg_tensor *t, bool allow_seq_split) {
-    if (c->seq_parallel && allow_seq_split && t->ndim >= 2 && t->shape[0] % c->size == 0) return mg_sh_split(0);
-    return mg_sh_full();
+    return c->resolve ? c->resolve(c, t, allow_seq_split) : mg_sh_full();
 }
 
 mg_sharding mg_shard_whole(const mg_shard_ctx *c, const mg_node *n, const mg_shard_io *io, int i, bool allow_seq) {

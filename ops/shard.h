@@ -12,8 +12,9 @@ static inline bool mg_sh_is_split(mg_sharding s) { return s.kind == MG_SHARD_SPL
 static inline bool mg_sh_is_partial(mg_sharding s) { return s.kind == MG_SHARD_PARTIAL; }
 static inline bool mg_sh_is_full(mg_sharding s) { return s.kind == MG_SHARD_FULL; }
 
-/* Target for a partial tensor that an op needs whole: split along the sequence (dim 0)
- * under sequence parallelism when the op allows it and dim 0 divides, else full. */
+/* Target for a partial tensor that an op needs whole, as the axis resolves it
+ * (mg_shard_ctx.resolve: tensor parallelism under sequence parallelism splits the rows
+ * when the op allows it and they divide), else full. */
 mg_sharding mg_shard_resolve(const mg_shard_ctx *c, const mg_tensor *t, bool allow_seq_split);
 /* Whole (non-partial) target for input i: its own state when it is not partial. */
 mg_sharding mg_shard_whole(const mg_shard_ctx *c, const mg_node *n, const mg_shard_io *io, int i, bool allow_seq);

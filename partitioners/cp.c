@@ -164,7 +164,7 @@ static int cp_dropout(part_ctx *c, const mg_node *n) {
     const mg_tensor *lx = n->in[0];
     mg_placement want = *part_placement(c, lx);
     int d = want.ax[MG_GROUP_CP].dim;
-    if (want.ax[MG_GROUP_TP].kind == MG_SHARD_PARTIAL) want.ax[MG_GROUP_TP] = part_resolve_target(c, lx, true);
+    if (want.ax[MG_GROUP_TP].kind == MG_SHARD_PARTIAL) want.ax[MG_GROUP_TP] = tp_resolve_partial(c, lx, true);
     mg_tensor *x = part_get_pl(c, lx, &want);
     if (!x) return built(c, x);
     cp_run runs[4];
@@ -232,7 +232,7 @@ static cp_ring *ring_find(part_ctx *c, int k_lid, int v_lid) {
  * whole), the sequence zigzag-split over cp; the lse [b, nh, s] follows. */
 static mg_sharding attn_tp_state(part_ctx *c, const mg_tensor *lq) {
     if (part_size(c, MG_GROUP_TP) == 1) return sh_full();
-    mg_sharding s = part_state(c, lq);
+    mg_sharding s = part_state(c, lq, MG_GROUP_TP);
     return s.kind == MG_SHARD_SPLIT && (s.dim == 1 || s.dim == 2) ? s : sh_full();
 }
 
@@ -479,7 +479,7 @@ static int cp_node(part_ctx *c, const mg_node *n) {
         io.want[0] = io.want[4] = mg_sh_full();
         io.want[1] = io.want[2] = io.want[3] = io.out[0] = io.in[1];
     } else { /* every other op by its own rule, over the sequence split */
-        rc = part_apply_rule(c, n, MG_GROUP_CP, in, false, &io);
+        rc = part_apply_rule(c, n, MG_GROUP_CP, in, NULL, &io);
         if (rc) return rc;
         if (io.expand || io.count_once)
             return part_fail(c, MG_ERR_UNSUPPORTED, "context parallelism: op %s (node '%s') cannot run on a sequence "

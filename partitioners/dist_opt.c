@@ -180,9 +180,9 @@ static int dopt_after(part_ctx *c, const mg_node *n) {
         if (k < 0) continue;
         part_enter_step_context(c); /* reduced once per step, after the last micro-batch */
         dparam *p = &d->params[k];
-        mg_sharding want = part_size(c, MG_GROUP_TP) > 1 ? part_state(c, p->p) : sh_full();
+        mg_sharding want = part_state(c, p->p, MG_GROUP_TP);
         /* whole over tp in the parameter's state; still a share over dp */
-        p->grad = part_get(c, lo, want);
+        p->grad = part_get(c, lo, MG_GROUP_TP, want);
         if (!p->grad) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
         dbucket *b = &d->buckets[p->bucket];
         if (++b->n_final == b->count) {
@@ -204,7 +204,7 @@ static int dopt_sumsq(part_ctx *c, const mg_node *n) {
     dbucket *b = &d->buckets[p->bucket];
     int64_t a, z;
     segment(c, d, p, &a, &z);
-    mg_sharding ps = part_size(c, MG_GROUP_TP) > 1 ? part_state(c, p->p) : sh_full();
+    mg_sharding ps = part_state(c, p->p, MG_GROUP_TP);
     /* a tensor-parallel replicated parameter is counted on tp rank 0 only */
     bool count = z > a && !(part_size(c, MG_GROUP_TP) > 1 && ps.kind == MG_SHARD_FULL && part_coord(c, MG_GROUP_TP) != 0);
     mg_tensor *out;
@@ -308,10 +308,12 @@ static int dopt_adamw(part_ctx *c, const mg_node *n) {
     dbucket *b = &d->buckets[p->bucket];
     int64_t a, z;
     segment(c, d, p, &a, &z);
-    mg_sharding ps = part_size(c, MG_GROUP_TP) > 1 ? part_state(c, p->p) : sh_full();
-    mg_tensor *pp = part_get(c, p->p, ps);
-    mg_tensor *lr = part_get_dp_full(c, n->in[4], sh_full()), *coef = part_get_dp_full(c, n->in[5], sh_full());
-    mg_tensor *wd = n->n_in > 6 ? part_get_dp_full(c, n->in[6], sh_full()) : NULL; /* a scheduled decay */
+    mg_sharding ps = part_state(c, p->p, MG_GROUP_TP);
+    mg_tensor *pp = part_get(c, p->p, MG_GROUP_TP, ps);
+    unsigned rep = dp_replica_axes();
+    mg_tensor *lr = part_get_summed(c, n->in[4], MG_GROUP_TP, sh_full(), rep);
+    mg_tensor *coef = part_get_summed(c, n->in[5], MG_GROUP_TP, sh_full(), rep);
+    mg_tensor *wd = n->n_in > 6 ? part_get_summed(c, n->in[6], MG_GROUP_TP, sh_full(), rep) : NULL; /* a scheduled decay */
     if (!pp || !lr || !coef || (n->n_in > 6 && !wd)) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
     if (z > a) {
         mg_tensor *in[7];

@@ -15,6 +15,8 @@
  */
 #include "partitioners/partition_internal.h"
 
+unsigned dp_replica_axes(void) { return 1u << MG_GROUP_DP | 1u << MG_GROUP_CP | 1u << MG_GROUP_EDP; }
+
 mg_group dp_grad_group(const part_ctx *c) {
     return part_size(c, MG_GROUP_CP) > 1 ? MG_GROUP_DP_CP : MG_GROUP_DP;
 }
@@ -42,7 +44,7 @@ static int reduce_share(part_ctx *c, const mg_tensor *lt) {
     int a = share_axis(c, &p->pl);
     if (a < 0) return MG_OK;
     p->pl.ax[a] = mg_place_partial((mg_group)a);
-    mg_tensor *t = part_get_dp_full(c, lt, p->pl.ax[MG_GROUP_TP]);
+    mg_tensor *t = part_get_summed(c, lt, MG_GROUP_TP, p->pl.ax[MG_GROUP_TP], dp_replica_axes());
     if (!t) return part_status(c);
     p->t = t;
     p->pl.ax[a] = mg_place_full((mg_group)a);

@@ -410,7 +410,7 @@ static int expert_node(part_ctx *c, const mg_node *n) {
     }
     if (c->err->code) return c->err->code;
     if (s->etp > 1) {
-        mg_shard_ctx sc = {s->etp, false};
+        mg_shard_ctx sc = {s->etp, NULL};
         int rc = mg_op_def_get(n->op)->shard(n, &sc, &io, c->err);
         if (rc) return rc;
         if (io.expand || io.count_once)

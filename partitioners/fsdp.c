@@ -164,7 +164,7 @@ static int fsdp_node(part_ctx *c, const mg_node *n) {
      * over dp; every sum of squares is a partial sum over dp, whole inputs counted by dp
      * rank 0, so the norm is one all-reduce whatever mix of shards it sums */
     mg_shard_io io;
-    int rc = part_apply_rule(c, n, MG_GROUP_DP, NULL, false, &io);
+    int rc = part_apply_rule(c, n, MG_GROUP_DP, NULL, NULL, &io);
     if (rc) return rc;
     if (io.expand) return part_fail(c, MG_ERR_UNSUPPORTED, "fsdp: op %s (node '%s') on parameter shards is not supported",
                                     mg_op_name(n->op), n->out[0]->name);

@@ -131,7 +131,8 @@ void part_out_all(part_ctx *c, const mg_node *n, int a, mg_sharding s) {
     for (int j = 0; j < n->n_out; j++) part_out(c, j, a, s);
 }
 
-int part_apply_rule(part_ctx *c, const mg_node *n, int a, const mg_sharding *in, bool seq_parallel, mg_shard_io *io) {
+int part_apply_rule(part_ctx *c, const mg_node *n, int a, const mg_sharding *in, mg_shard_resolve_fn resolve,
+                    mg_shard_io *io) {
     if (n->n_in > MAXIO || n->n_out > MAXIO)
         return part_fail(c, MG_ERR_UNSUPPORTED, "partitioning: %s has too many inputs", mg_op_name(n->op));
     memset(io, 0, sizeof *io);
@@ -145,7 +146,7 @@ int part_apply_rule(part_ctx *c, const mg_node *n, int a, const mg_sharding *in,
         return part_fail(c, MG_ERR_UNSUPPORTED,
                          "partitioning over %s: op %s (node '%s') has no sharding rule (mg_op_def.shard in ops/)",
                          mg_group_name((mg_group)a), mg_op_name(n->op), n->out[0]->name);
-    mg_shard_ctx sc = {part_size(c, (mg_group)a), seq_parallel};
+    mg_shard_ctx sc = {part_size(c, (mg_group)a), resolve};
     int rc = def->shard(n, &sc, io, c->err);
     if (rc) return rc;
     for (int i = 0; i < n->n_in; i++) part_want(c, i, a, io->want[i]);
@@ -160,7 +161,7 @@ bool part_op_linear(const mg_node *n) {
     mg_shard_io io;
     memset(&io, 0, sizeof io);
     for (int i = 0; i < n->n_in; i++) io.in[i] = mg_place_partial(MG_GROUP_NONE);
-    mg_shard_ctx sc = {2, false};
+    mg_shard_ctx sc = {2, NULL};
     mg_error e = {0};
     if (def->shard(n, &sc, &io, &e) || io.expand || io.count_once) return false;
     for (int i = 0; i < n->n_in; i++)
@@ -209,7 +210,10 @@ const mg_placement *part_placement(part_ctx *c, const mg_tensor *lt) {
     return &p->pl;
 }
 
-mg_sharding part_state(part_ctx *c, const mg_tensor *lt) { return part_placement(c, lt)->ax[MG_GROUP_TP]; }
+mg_sharding part_state(part_ctx *c, const mg_tensor *lt, int a) {
+    mg_sharding s = part_placement(c, lt)->ax[a];
+    return part_size(c, (mg_group)a) > 1 ? s : sh_full_on(a);
+}
 
 int part_state_leaf(part_ctx *c, const mg_tensor *leaf, const mg_tensor *like) {
     pt *p = &c->st[leaf->id];
@@ -269,16 +273,19 @@ mg_tensor *part_named(part_ctx *c, mg_tensor *t, const mg_tensor *lt, const char
     return t;
 }
 
-/* A combined mesh group (dp x cp) that spans axis a and only axes in `sums` (the sums a
- * conversion owes from a inwards): one all-reduce over it instead of one per axis. */
+/* A mesh group spanning several axes (the mesh's derived groups: dp x cp) that spans
+ * axis a and only axes in `sums` (the sums a conversion owes from a inwards): one
+ * all-reduce over it instead of one per axis. The widest such group wins. */
 static mg_group combined_group(int a, unsigned sums) {
-    static const mg_group combined[] = {MG_GROUP_DP_CP};
-    for (size_t i = 0; i < sizeof combined / sizeof combined[0]; i++) {
+    mg_group best = MG_GROUP_NONE;
+    int best_n = 1;
+    for (int g = 0; g < MG_GROUP_COUNT; g++) {
         bool expert;
-        unsigned m = mg_mesh_group_axes(combined[i], &expert); /* (dense axes number as placement axes) */
-        if (!expert && (m >> a & 1) && (m & sums) == m && (m & (m - 1))) return combined[i];
+        unsigned m = mg_mesh_group_axes((mg_group)g, &expert); /* (dense axes number as placement axes; WORLD: 0) */
+        int n = __builtin_popcount(m);
+        if (!expert && (m >> a & 1) && (m & sums) == m && n > best_n) best = (mg_group)g, best_n = n;
     }
-    return MG_GROUP_NONE;
+    return best;
 }
 
 mg_tensor *part_convert_on(part_ctx *c, const mg_tensor *lt, mg_tensor *x, mg_placement *cur, int a, mg_sharding to,
@@ -387,12 +394,6 @@ static mg_tensor *convert(part_ctx *c, const mg_tensor *lt, mg_tensor *x, const 
     return x;
 }
 
-mg_sharding part_resolve_target(part_ctx *c, const mg_tensor *lt, bool allow_seq_split) {
-    int tp = part_size(c, MG_GROUP_TP);
-    if (c->plan->sequence_parallel && allow_seq_split && lt->ndim >= 2 && lt->shape[0] % tp == 0) return sh_split(0);
-    return sh_full();
-}
-
 /* A reshaped copy of a split tensor is gathered by reshaping the gathered original:
  * the original's gather is usually needed anyway (a gradient feeds both the input-
  * gradient matmul and, reshaped to 2-D, the weight-gradient matmul), and the cache
@@ -407,7 +408,7 @@ static mg_tensor *gather_through_reshape(part_ctx *c, const mg_tensor *lt, const
     const mg_tensor *src = lt->src->in[0];
     const pt *q = &c->st[src->id];
     if (!q->t || pl_dp_partial(&q->pl) || q->pl.ax[MG_GROUP_TP].kind != MG_SHARD_SPLIT) return NULL;
-    mg_tensor *full = part_get(c, src, sh_full());
+    mg_tensor *full = part_get(c, src, MG_GROUP_TP, sh_full());
     if (!full) return NULL;
     int64_t shape[MG_MAX_DIMS]; /* whole over tp; other axes (cp) may still split it */
     part_local_shape(c, lt, want, shape);
@@ -433,20 +434,18 @@ mg_tensor *part_get_pl(part_ctx *c, const mg_tensor *lt, const mg_placement *wan
     return t;
 }
 
-mg_tensor *part_get(part_ctx *c, const mg_tensor *lt, mg_sharding want) {
+mg_tensor *part_get(part_ctx *c, const mg_tensor *lt, int a, mg_sharding want) {
     mg_placement w = *part_placement(c, lt);
-    w.ax[MG_GROUP_TP] = part_size(c, MG_GROUP_TP) > 1 ? want : sh_full();
+    w.ax[a] = part_size(c, (mg_group)a) > 1 ? want : sh_full_on(a);
     return part_get_pl(c, lt, &w);
 }
 
-mg_tensor *part_get_dp_full(part_ctx *c, const mg_tensor *lt, mg_sharding want) {
+mg_tensor *part_get_summed(part_ctx *c, const mg_tensor *lt, int a, mg_sharding want, unsigned sum_axes) {
     mg_placement w = *part_placement(c, lt);
-    w.ax[MG_GROUP_TP] = part_size(c, MG_GROUP_TP) > 1 ? want : sh_full();
-    /* a share over the replicas: dp (and cp under context parallelism: one all-reduce
-     * over dp x cp), or edp for an expert block */
-    const int sums[] = {MG_GROUP_DP, MG_GROUP_CP, MG_GROUP_EDP};
-    for (int k = 0; k < 3; k++)
-        if (w.ax[sums[k]].kind == MG_SHARD_PARTIAL) w.ax[sums[k]] = mg_place_full((mg_group)sums[k]);
+    w.ax[a] = part_size(c, (mg_group)a) > 1 ? want : sh_full_on(a);
+    /* (sums over axes that one mesh group spans, dp x cp, are one all-reduce: convert) */
+    for (int b = 0; b < MG_MESH_AXES; b++)
+        if ((sum_axes >> b & 1) && w.ax[b].kind == MG_SHARD_PARTIAL) w.ax[b] = sh_full_on(b);
     return part_get_pl(c, lt, &w);
 }
 

@@ -111,9 +111,11 @@ void part_out(part_ctx *c, int j, int a, mg_sharding s);
 void part_out_all(part_ctx *c, const mg_node *n, int a, mg_sharding s);
 /* Applies n's sharding rule (mg_op_def.shard) over mesh axis a with the inputs in states
  * `in` (NULL: as they are placed now), and records what it chose (part_want, part_out,
- * count_once). seq_parallel: a partial value needed whole may become a sequence split.
+ * count_once). resolve: how the axis resolves a partial value an op needs whole (the
+ * axis' own: NULL, FULL; tp.c's under sequence parallelism, a row split).
  * Returns the rule's io (expand: the caller expands), or an error. */
-int part_apply_rule(part_ctx *c, const mg_node *n, int a, const mg_sharding *in, bool seq_parallel, mg_shard_io *io);
+int part_apply_rule(part_ctx *c, const mg_node *n, int a, const mg_sharding *in, mg_shard_resolve_fn resolve,
+                    mg_shard_io *io);
 /* Whether op n is linear in all its inputs jointly, as its sharding rule says (given
  * partial sums for every input it gives partial sums): data and pipeline parallelism
  * carry shares through such ops. */
@@ -128,10 +130,12 @@ mg_tensor *part_convert_on(part_ctx *c, const mg_tensor *lt, mg_tensor *x, mg_pl
  * (converting if needed: collectives over the axes that differ; leaves are created
  * on first use). NULL on error (recorded). */
 mg_tensor *part_get_pl(part_ctx *c, const mg_tensor *lt, const mg_placement *want);
-/* `lt` in tp state `want`, its other axes as they are (a dp share stays one). */
-mg_tensor *part_get(part_ctx *c, const mg_tensor *lt, mg_sharding want);
-/* Same, additionally summed over the data-parallel group when it is a share there. */
-mg_tensor *part_get_dp_full(part_ctx *c, const mg_tensor *lt, mg_sharding want);
+/* `lt` in state `want` on mesh axis a (FULL where a has one rank), its other axes as
+ * they are (a dp share stays one). */
+mg_tensor *part_get(part_ctx *c, const mg_tensor *lt, int a, mg_sharding want);
+/* Same, additionally summed over the axes in sum_axes (bit per mesh axis) where it is a
+ * share (dp_replica_axes: a rank's contribution summed over the replicas). */
+mg_tensor *part_get_summed(part_ctx *c, const mg_tensor *lt, int a, mg_sharding want, unsigned sum_axes);
 /* Creates the physical leaf of logical leaf lt placed as p (not recorded). */
 mg_tensor *part_make_leaf(part_ctx *c, const mg_tensor *lt, const mg_placement *p);
 /* Materialises a state leaf (an accumulator, an Adam moment) not made yet in the
@@ -141,8 +145,9 @@ int part_state_leaf(part_ctx *c, const mg_tensor *leaf, const mg_tensor *like);
 /* The state leaves node n makes on first use: an accumulator (in[0] of accumulate) like
  * what it accumulates, Adam's moments (in[2], in[3] of adamw) like their parameter. */
 int part_state_leaves(part_ctx *c, const mg_node *n);
-/* The tp state logical tensor `lt` has now (materialising a leaf in its natural state). */
-mg_sharding part_state(part_ctx *c, const mg_tensor *lt);
+/* The state logical tensor `lt` has now on mesh axis a (materialising a leaf in its
+ * natural state; FULL where a has one rank). */
+mg_sharding part_state(part_ctx *c, const mg_tensor *lt, int a);
 /* Its whole placement (same materialisation). */
 const mg_placement *part_placement(part_ctx *c, const mg_tensor *lt);
 /* Emits node n as the axes chose it: inputs converted, per-rank attributes, outputs
@@ -179,14 +184,14 @@ void part_enter_node_context(part_ctx *c, const mg_node *n);
 /* Nodes emitted from now on belong to the once-per-step part (reductions of
  * accumulated gradients, the optimizer), whatever node is being partitioned. */
 void part_enter_step_context(part_ctx *c);
-/* Target for a partial tensor that an op needs whole: split along the sequence
- * (dim 0) under sequence parallelism when the op allows it and it divides, else full. */
-mg_sharding part_resolve_target(part_ctx *c, const mg_tensor *lt, bool allow_seq_split);
 
 /* ---- questions axes ask each other ---------------------------------------------------------- */
 /* dp.c: where gradients are summed and optimizer state sharded: dp, or dp x cp under
  * context parallelism (one collective over the combined group, as Megatron). */
 mg_group dp_grad_group(const part_ctx *c);
+/* dp.c: the axes a rank's contribution is a share over (a partial sum over the
+ * replicas): dp, cp (summed with dp over dp x cp) and edp for an expert block. */
+unsigned dp_replica_axes(void);
 /* dp.c: marks a finished parameter gradient out of the micro-batches as each rank's share
  * over dp (unless its bucket reduces it), so a conversion made before dp's after
  * hook (pp's sum over stages) keeps it a share. */
@@ -202,6 +207,10 @@ bool ep_places_experts(const part_ctx *c);
 bool pp_here(const part_ctx *c, const mg_tensor *lt);
 /* tp.c: the tensor-parallel state a parameter starts in (its layout role, or a plan rule). */
 mg_sharding tp_param_state(const part_ctx *c, const mg_tensor *lt);
+/* tp.c: the tp state a partial value lt that an op needs whole becomes, as tensor
+ * parallelism resolves it (tp_node's rule context): a row split under sequence
+ * parallelism when allow_row_split and the rows divide, else FULL. */
+mg_sharding tp_resolve_partial(const part_ctx *c, const mg_tensor *lt, bool allow_row_split);
 /* tile.c: emits matmul n (inputs converted) as plan->matmul_tiles tiles when it is large
  * and divides. 1 if it did, 0 to emit it whole, < 0 on error. */
 int tile_matmul(part_ctx *c, const mg_node *n, mg_tensor *const *in);

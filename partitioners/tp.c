@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "mgraph/precision.h"
+#include "ops/shard.h"
 #include "partitioners/partition_internal.h"
 
 mg_sharding tp_param_state(const part_ctx *c, const mg_tensor *lt) {
@@ -90,13 +91,31 @@ static int vocab_parallel_xent(part_ctx *c, const mg_node *n) {
     return part_emit(c, &tmp, lin, &at) ? PART_DONE : part_status(c);
 }
 
-/* Every node: its rule over tp (a partial value needed whole may become a sequence
- * split under sequence parallelism); the vocab-parallel loss expanded here. */
+/* Sequence parallelism is this axis' way of resolving partial values (the rule
+ * context's resolve): where an op needs a partial value whole and takes its rows
+ * split, the rows (the sequence) are split when they divide, a reduce-scatter instead
+ * of an all-reduce; the next op that needs them whole all-gathers them. */
+static mg_sharding sp_resolve(const mg_shard_ctx *sc, const mg_tensor *t, bool allow_row_split) {
+    if (allow_row_split && t->ndim >= 2 && t->shape[0] % sc->size == 0) return mg_sh_split(0);
+    return mg_sh_full();
+}
+
+static mg_shard_resolve_fn tp_resolver(const part_ctx *c) { return c->plan->sequence_parallel ? sp_resolve : NULL; }
+
+mg_sharding tp_resolve_partial(const part_ctx *c, const mg_tensor *lt, bool allow_row_split) {
+    mg_shard_ctx sc = {part_size(c, MG_GROUP_TP), tp_resolver(c)};
+    mg_sharding s = mg_shard_resolve(&sc, lt, allow_row_split);
+    s.group = MG_GROUP_TP;
+    return s;
+}
+
+/* Every node: its rule over tp (a partial value needed whole resolved as above); the
+ * vocab-parallel loss expanded here. */
 static int tp_node(part_ctx *c, const mg_node *n) {
     if (part_size(c, MG_GROUP_TP) == 1) return PART_NEXT; /* everything whole over tp */
     int rc = part_state_leaves(c, n);
     mg_shard_io io;
-    if (!rc) rc = part_apply_rule(c, n, MG_GROUP_TP, NULL, c->plan->sequence_parallel, &io);
+    if (!rc) rc = part_apply_rule(c, n, MG_GROUP_TP, NULL, tp_resolver(c), &io);
     if (rc) return rc;
     if (!io.expand) return PART_NEXT;
     if (n->op == MG_OP_CROSS_ENTROPY) return vocab_parallel_xent(c, n);
