@@ -302,10 +302,15 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
         if (rc) return rc;
     }
     if (p->fsdp != MG_FSDP_NONE && (p->cp > 1 || p->ep > 1 || (p->etp > 1 && p->etp != p->tp)))
+        /* (named by what the plan holds, not by a flag: --use-megatron-fsdp,
+         * --use-torch-fsdp2 and a plan file's data-parallel-sharding-strategy get here) */
         return mg_error_set(err, MG_ERR_UNSUPPORTED,
-                            "--use-megatron-fsdp (%s) with %s is not supported yet (fsdp shards over dp, with tensor "
-                            "and pipeline parallelism)",
-                            mg_fsdp_name(p->fsdp), p->cp > 1 ? "context parallelism" : "expert parallelism");
+                            "fully sharded data parallelism (FSDP, sharding strategy %s) with %s is not supported yet "
+                            "(FSDP shards over dp, with tensor and pipeline parallelism)",
+                            mg_fsdp_name(p->fsdp),
+                            p->cp > 1   ? "context parallelism"
+                            : p->ep > 1 ? "expert parallelism"
+                                        : "an expert tensor parallel size other than tp");
     if (p->sequence_parallel && p->tp == 1)
         return mg_error_set(err, MG_ERR_INVALID, "--sequence-parallel needs --tensor-model-parallel-size > 1");
     if (p->bucket_numel < 1) return mg_error_set(err, MG_ERR_INVALID, "bucket size must be >= 1");
