@@ -656,6 +656,56 @@ static int partition_node(part_ctx *c, const mg_node *n) {
     return rc ? rc : graph_failed(c);
 }
 
+/* The walk's order: the logical graph's topological order with the once-per-step
+ * optimizer nodes after every other node. The plain order takes the lowest-numbered
+ * ready node first; after a recompute rewrite (graph/recompute.c), whose clones are
+ * numbered after the optimizer's nodes, a gradient norm's sum of squares for the last
+ * layers' parameters is ready, and taken, before the first layers' backward: the
+ * distributed optimizer, which reduce-scatters a bucket once all its gradients are
+ * final (dist_opt.c), then met the sum of squares of a bucket not reduced yet. Within
+ * each part the order is the plain one, so a graph whose step part already came last
+ * walks as before. The step part depends on the micro-batches, never the reverse
+ * (parameters are updated in place: an update follows every reader); where that fails
+ * (a graph built by hand, or one holding collectives already) the plain order is kept.
+ * Returns ord itself, or a new array the caller frees (NULL: out of memory). */
+static mg_node **walk_order(const mg_graph *L, mg_node **ord, int n) {
+    int n_nodes = mg_graph_n_nodes(L), n_t = mg_graph_n_tensors(L), k = 0;
+    bool later = false, step = false;
+    for (int i = 0; i < n; i++) {
+        bool opt = ord[i]->phase == MG_PHASE_OPTIMIZER;
+        later |= step && !opt; /* a micro-batch node after a step node */
+        step |= opt;
+        if (mg_op_def_get(ord[i]->op)->flags & MG_OPF_COMM) return ord;
+    }
+    if (!later) return ord;
+    mg_node **w = malloc((size_t)n * sizeof *w);
+    int *pos = malloc(((size_t)n_nodes + 1) * sizeof *pos), *writer = malloc(((size_t)n_t + 1) * sizeof *writer);
+    if (!w || !pos || !writer) {
+        free(w), free(pos), free(writer);
+        return NULL;
+    }
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++)
+            if ((ord[i]->phase == MG_PHASE_OPTIMIZER) == (pass == 1)) w[k++] = ord[i];
+    for (int i = 0; i < n; i++) pos[w[i]->id] = i;
+    for (int t = 0; t < n_t; t++) writer[t] = -1;
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < w[i]->n_out; o++)
+            if (w[i]->out[o]->updates) writer[w[i]->out[o]->updates->id] = w[i]->id;
+    bool ok = true; /* every input made before its reader; every reader of a value before its update */
+    for (int i = 0; i < n && ok; i++)
+        for (int j = 0; j < w[i]->n_in && ok; j++) {
+            const mg_tensor *t = w[i]->in[j];
+            if (t->src && pos[t->src->id] >= i) ok = false;
+            if (writer[t->id] >= 0 && writer[t->id] != w[i]->id && pos[writer[t->id]] <= i) ok = false;
+        }
+    free(pos);
+    free(writer);
+    if (ok) return w;
+    free(w);
+    return ord;
+}
+
 int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg_rank_graph *out, mg_error *err) {
     memset(out, 0, sizeof *out);
     /* what would otherwise pass silently (a rule that does nothing, every data-parallel
@@ -670,6 +720,7 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
     c.mesh = mesh;
     c.err = err;
     int nt = mg_graph_n_tensors(L), rc = MG_OK;
+    mg_node **topo = NULL, **ord = NULL;
     c.cur_mb = -1;
     c.P = mg_graph_new();
     c.st = calloc((size_t)nt + 1, sizeof *c.st);
@@ -683,9 +734,12 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
         const mg_tensor *t = mg_graph_tensor(L, i);
         if (t->requires_grad && t->grad) c.final_grad_of[t->grad->id] = i;
     }
-    mg_node **ord;
     int n_ord;
-    if ((rc = mg_graph_topo((mg_graph *)L, &ord, &n_ord, err))) goto done;
+    if ((rc = mg_graph_topo((mg_graph *)L, &topo, &n_ord, err))) goto done;
+    if (!(ord = walk_order(L, topo, n_ord))) {
+        rc = mg_error_set(err, MG_ERR_NOMEM, "partitioning: out of memory");
+        goto done;
+    }
     for (int a = 0; a < PART_N_AXES && !rc; a++)
         if (axes[a]->init) rc = axes[a]->init(&c, ord, n_ord);
     if (rc) goto done;
@@ -703,6 +757,7 @@ int mg_partition(const mg_graph *L, const mg_plan *plan, const mg_mesh *mesh, mg
         rc = mg_error_set(err, MG_ERR_NOMEM, "partitioning: out of memory");
     for (int i = 0; i < nt && !rc; i++) out->local[i] = c.st[i].t;
 done:
+    if (ord != topo) free(ord); /* (the graph's own order is the graph's) */
     for (int a = PART_N_AXES - 1; a >= 0; a--)
         if (axes[a]->release) axes[a]->release(&c);
     free(c.st);
