@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "mgraph/generate.h"
+#include "mgraph/plan.h"
 #include "mgraph/rng.h"
 
 int mg_sampler_init(mg_sampler *s, int64_t v) {
@@ -99,9 +100,13 @@ int32_t mg_sample(mg_sampler *s, const mg_sampling *o, const float *logits, uint
 
 /* ---- the graphs --------------------------------------------------------------------------------- */
 typedef struct gen_graph {
-    mg_graph *g;
+    mg_graph *g;          /* the logical graph */
     mg_gpt m;
-    mg_gpt_decode d;
+    mg_gpt_decode d;      /* its tensors (logical) */
+    bool part;            /* tensor parallelism: R is this rank's graph, run in place of g */
+    mg_rank_graph R;
+    mg_tensor **whole;    /* [logical tensors]: the host-read outputs' whole values on this rank */
+    mg_comm *comm;
     mg_memplan *plan;
     mg_storage *st;
 } gen_graph;
@@ -111,13 +116,114 @@ static void graph_free(gen_graph *x) {
     mg_memplan_free(x->plan);
     mg_gpt_decode_release(&x->d);
     mg_gpt_release(&x->m);
+    if (x->part) mg_rank_graph_release(&x->R);
+    free(x->whole);
     mg_graph_free(x->g);
     memset(x, 0, sizeof *x);
 }
 
+static mg_graph *run_graph(const gen_graph *x) { return x->part ? x->R.graph : x->g; }
+
+/* The rank's tensor the host writes logical input lt through (its block) */
+static mg_tensor *rank_in(const gen_graph *x, mg_tensor *lt) { return x->part ? mg_rank_tensor(&x->R, lt) : lt; }
+
+/* The whole value of host-read output lt on this rank */
+static void *out_data(const gen_graph *x, mg_tensor *lt) {
+    return mg_storage_data(x->st, x->part ? x->whole[lt->id] : lt);
+}
+
+/* Copies the block rank tensor t holds of a logical tensor from `full` (the whole
+ * logical tensor, row-major) into dst, element size es. */
+static void copy_block(void *dst, const void *full, const mg_tensor *t, size_t es) {
+    int nd = t->ndim;
+    int64_t w = t->shape[nd - 1], rows = mg_numel(t) / (w > 0 ? w : 1);
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t rem = r, off = 0, stride = t->logical.shape[nd - 1];
+        for (int d = nd - 2; d >= 0; d--) {
+            int64_t i = rem % t->shape[d];
+            rem /= t->shape[d];
+            off += (i + t->logical.offset[d]) * stride;
+            stride *= t->logical.shape[d];
+        }
+        memcpy((char *)dst + (size_t)(r * w) * es, (const char *)full + (size_t)(off + t->logical.offset[nd - 1]) * es,
+               (size_t)w * es);
+    }
+}
+
+/* Writes logical input lt's value `full` (whole) into this rank's block of it. */
+static void put_input(gen_graph *x, mg_tensor *lt, const void *full) {
+    mg_tensor *t = rank_in(x, lt);
+    size_t es = lt->dtype == MG_I32 ? sizeof(int32_t) : sizeof(float);
+    if (t == lt) memcpy(mg_storage_data(x->st, t), full, (size_t)mg_numel(lt) * es);
+    else copy_block(mg_storage_data(x->st, t), full, t, es);
+}
+
+static bool block_is_whole(const mg_tensor *t) {
+    if (t->ndim != t->logical.ndim) return false;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] != t->logical.shape[d] || t->logical.offset[d]) return false;
+    return true;
+}
+
+/* Tensor parallelism: partitions x->g for this rank, gathers the host-read outputs that
+ * the rank holds a tensor-parallel block of (the logits' vocabulary, the new keys' and
+ * values' heads) with all-gathers after the rank's own collectives. */
+static int partition(gen_graph *x, const mg_generate_parallel *par, mg_error *err) {
+    int rc = mg_partition(x->g, par->plan, par->mesh, &x->R, err);
+    if (rc) return rc;
+    x->part = true;
+    x->comm = par->comm;
+    int nl = mg_graph_n_tensors(x->g);
+    if (!(x->whole = calloc((size_t)nl, sizeof *x->whole))) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    mg_graph *P = x->R.graph;
+    int64_t seq = 0;
+    for (int i = 0; i < mg_graph_n_nodes(P); i++) {
+        const mg_node *n = mg_graph_node(P, i);
+        if (n->op >= MG_OP_ALLREDUCE && n->op <= MG_OP_RECV && n->attrs.comm.seq >= seq) seq = n->attrs.comm.seq + 1;
+        if (n->op == MG_OP_RING_SHIFT && n->attrs.comm.seq >= seq) seq = n->attrs.comm.seq + 1;
+    }
+    int tp = par->plan->tp;
+    for (int i = 0; i < nl && !rc; i++) {
+        mg_tensor *lt = mg_graph_tensor(x->g, i), *t = mg_rank_tensor(&x->R, lt);
+        if (!lt->persistent || !t) continue;
+        if (block_is_whole(t)) {
+            x->whole[i] = t;
+            continue;
+        }
+        const mg_sharding *sh = &t->place.ax[MG_GROUP_TP];
+        for (int a = 0; a < MG_MESH_AXES; a++)
+            if (a != MG_GROUP_TP && t->place.ax[a].kind != MG_SHARD_FULL)
+                return mg_error_set(err, MG_ERR_UNSUPPORTED, "generate: %s is split on an axis other than tp", lt->name);
+        if (sh->kind != MG_SHARD_SPLIT)
+            return mg_error_set(err, MG_ERR_UNSUPPORTED, "generate: %s is not whole on this rank", lt->name);
+        t->persistent = false;
+        mg_tensor *y = mg_allgather(P, t, MG_GROUP_TP, tp, sh->dim, seq++);
+        if (!y) break;
+        y->persistent = true;
+        y->logical = lt->logical; /* (the whole) */
+        x->whole[i] = y;
+    }
+    if (mg_graph_error(P)->code) return mg_error_set(err, mg_graph_error(P)->code, "generate: %s", mg_graph_error(P)->msg);
+    return rc;
+}
+
+/* The parameters' blocks of this rank, from the whole weights. */
+static int fill_params(gen_graph *x, const mg_generate_parallel *par, const mg_storage *weights, mg_error *err) {
+    for (int i = 0; i < mg_graph_n_tensors(x->g); i++) {
+        mg_tensor *lt = mg_graph_tensor(x->g, i), *t = mg_rank_tensor(&x->R, lt);
+        if (lt->role != MG_ROLE_PARAM || lt->src || !t) continue;
+        const mg_tensor *w = mg_graph_find(par->weights_graph, lt->name);
+        if (!w || w->dtype != MG_F32 || lt->dtype != MG_F32 || mg_numel(w) != mg_numel(lt) || t->ndim != t->logical.ndim)
+            return mg_error_set(err, MG_ERR_INVALID, "generate: the weights have no f32 %s of %lld elements", lt->name,
+                                (long long)mg_numel(lt));
+        copy_block(mg_storage_data(x->st, t), mg_storage_data(weights, w), t, sizeof(float));
+    }
+    return MG_OK;
+}
+
 /* A forward over n new tokens after cache_len cached ones, on the loaded weights. */
-static int graph_new(const mg_gpt_config *model, const mg_storage *weights, int n, int cache_len, gen_graph *x,
-                     mg_error *err) {
+static int graph_new(const mg_gpt_config *model, const mg_storage *weights, const mg_generate_parallel *par, int n,
+                     int cache_len, gen_graph *x, mg_error *err) {
     memset(x, 0, sizeof *x);
     x->g = mg_graph_new();
     int rc = x->g ? MG_OK : mg_error_set(err, MG_ERR_NOMEM, "out of memory");
@@ -127,18 +233,21 @@ static int graph_new(const mg_gpt_config *model, const mg_storage *weights, int 
     c.moe.capacity_factor = 0, c.moe.pad_to_capacity = false;
     if (!rc) rc = mg_gpt2_params(x->g, &c, &x->m, err);
     if (!rc) rc = mg_gpt_decode_build(x->g, &x->m, n, cache_len, &x->d, err);
-    if (!rc) rc = mg_memplan_build(x->g, true, &x->plan, err);
-    mg_storage_options so = {.params_from = weights};
-    if (!rc) rc = mg_storage_new_ex(x->g, x->plan, &so, &x->st, err);
+    if (!rc && par) rc = partition(x, par, err);
+    if (!rc) rc = mg_memplan_build(run_graph(x), true, &x->plan, err);
+    /* one rank: the weights borrowed; tensor parallelism: this rank's blocks copied */
+    mg_storage_options so = {.params_from = par ? NULL : weights};
+    if (!rc) rc = mg_storage_new_ex(run_graph(x), x->plan, &so, &x->st, err);
     if (!rc) rc = mg_storage_init(x->st, 0, err); /* (inputs with an init: --qk-l2-norm's ones) */
+    if (!rc && par) rc = fill_params(x, par, weights, err);
     if (rc) graph_free(x);
     return rc;
 }
 
 static int graph_run(gen_graph *x, mg_error *err) {
-    mg_exec_info info = {0};
+    mg_exec_info info = {.comm = x->comm};
     mg_storage_refresh_borrowed(x->st); /* (a device engine may hold newer copies of the weights) */
-    return mg_exec_reference(x->g, x->st, &info, err);
+    return mg_exec_reference(run_graph(x), x->st, &info, err);
 }
 
 static double now_s(void) {
@@ -149,20 +258,36 @@ static double now_s(void) {
 
 /* ---- one prompt ---------------------------------------------------------------------------------- */
 
-static void write_tokens(gen_graph *x, const int32_t *ids, int64_t n, int64_t p0) {
-    int32_t *t = mg_storage_data(x->st, x->d.tokens), *pos = mg_storage_data(x->st, x->d.positions);
-    for (int64_t i = 0; i < n; i++) t[i] = ids[i], pos[i] = (int32_t)(p0 + i);
+static int write_tokens(gen_graph *x, const int32_t *ids, int64_t n, int64_t p0, mg_error *err) {
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
+    if (!pos) return mg_error_set(err, MG_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < n; i++) pos[i] = (int32_t)(p0 + i);
+    put_input(x, x->d.tokens, ids);
+    put_input(x, x->d.positions, pos);
+    free(pos);
+    return MG_OK;
 }
 
-/* Appends the graph's new keys and values (rows 0..n) to the decode graph's cache at row p. */
+/* Appends the graph's new keys and values (rows 0..n) to the decode graph's cache at row
+ * p: the whole rows into this rank's block of them (the cache is not split by rows). */
 static void append_cache(const gen_graph *from, gen_graph *dec, int64_t p) {
     for (int i = 0; i < from->d.n_layers; i++) {
-        mg_tensor *nk = from->d.new_k[i], *nv = from->d.new_v[i], *ck = dec->d.cache_k[i], *cv = dec->d.cache_v[i];
-        size_t rk = (size_t)(mg_numel(nk) / nk->shape[0]), rv = (size_t)(mg_numel(nv) / nv->shape[0]);
-        memcpy((float *)mg_storage_data(dec->st, ck) + (size_t)p * rk, mg_storage_data(from->st, nk),
-               (size_t)mg_numel(nk) * sizeof(float));
-        memcpy((float *)mg_storage_data(dec->st, cv) + (size_t)p * rv, mg_storage_data(from->st, nv),
-               (size_t)mg_numel(nv) * sizeof(float));
+        mg_tensor *nk[2] = {from->d.new_k[i], from->d.new_v[i]}, *ck[2] = {dec->d.cache_k[i], dec->d.cache_v[i]};
+        for (int j = 0; j < 2; j++) {
+            const float *src = out_data(from, nk[j]);
+            mg_tensor *t = rank_in(dec, ck[j]);
+            int64_t rows = nk[j]->shape[0], row = mg_numel(t) / t->shape[0];
+            float *dst = (float *)mg_storage_data(dec->st, t) + (size_t)p * (size_t)row;
+            if (t == ck[j]) {
+                memcpy(dst, src, (size_t)mg_numel(nk[j]) * sizeof(float));
+                continue;
+            }
+            /* the block of the rows' other dimensions: a tensor of the rows' shape, t's offsets */
+            mg_tensor blk = *t;
+            blk.shape[0] = rows;
+            blk.logical.shape[0] = rows;
+            copy_block(dst, src, &blk, sizeof(float));
+        }
     }
 }
 
@@ -185,21 +310,21 @@ int mg_gpt_generate(const mg_gpt_config *model, const mg_storage *weights, const
 
     res->stop = "length";
     gen_graph pre = {0}, dec = {0};
+    float *mask = malloc((size_t)(P + N) * sizeof *mask); /* (one row: [1, cache_len + 1]) */
+    if (!mask) rc = mg_error_set(err, MG_ERR_NOMEM, "out of memory");
     double t0 = now_s();
     /* the prompt at once (or, --no-kv-cache, the whole sequence for every token) */
-    rc = graph_new(model, weights, (int)P, 0, &pre, err);
-    if (!rc && !o->no_cache && N > 1) rc = graph_new(model, weights, 1, (int)(P + N - 2), &dec, err);
-    if (!rc) {
-        write_tokens(&pre, prompt, P, 0);
-        rc = graph_run(&pre, err);
-    }
+    if (!rc) rc = graph_new(model, weights, o->parallel, (int)P, 0, &pre, err);
+    if (!rc && !o->no_cache && N > 1) rc = graph_new(model, weights, o->parallel, 1, (int)(P + N - 2), &dec, err);
+    if (!rc) rc = write_tokens(&pre, prompt, P, 0, err);
+    if (!rc) rc = graph_run(&pre, err);
     if (!rc && dec.g) append_cache(&pre, &dec, 0);
     res->prefilled = P;
     double t1 = now_s();
     res->prefill_s = t1 - t0;
     gen_graph *last = &pre;
     for (int64_t k = 0; !rc && k < N; k++) {
-        int32_t tok = mg_sample(smp, &o->sampling, mg_storage_data(last->st, last->d.logits), seq, (uint64_t)k, &res->logprobs[k]);
+        int32_t tok = mg_sample(smp, &o->sampling, out_data(last, last->d.logits), seq, (uint64_t)k, &res->logprobs[k]);
         rc = mg_ids_push(&res->ids, tok, err);
         if (rc || tok == eod) {
             if (tok == eod) res->stop = "eos";
@@ -209,13 +334,16 @@ int mg_gpt_generate(const mg_gpt_config *model, const mg_storage *weights, const
         int64_t p = P + k; /* the new token's position */
         if (o->no_cache) {
             graph_free(&pre);
-            rc = graph_new(model, weights, (int)(p + 1), 0, &pre, err);
-            if (!rc) write_tokens(&pre, res->ids.data, p + 1, 0);
+            rc = graph_new(model, weights, o->parallel, (int)(p + 1), 0, &pre, err);
+            if (!rc) rc = write_tokens(&pre, res->ids.data, p + 1, 0, err);
         } else {
-            write_tokens(&dec, &tok, 1, p);
-            mg_gpt_decode_fill_mask(1, dec.d.cache_len, p, 0, mg_storage_data(dec.st, dec.d.mask));
-            if (dec.d.mask_window)
-                mg_gpt_decode_fill_mask(1, dec.d.cache_len, p, model->window, mg_storage_data(dec.st, dec.d.mask_window));
+            rc = write_tokens(&dec, &tok, 1, p, err);
+            mg_gpt_decode_fill_mask(1, dec.d.cache_len, p, 0, mask);
+            put_input(&dec, dec.d.mask, mask);
+            if (dec.d.mask_window) {
+                mg_gpt_decode_fill_mask(1, dec.d.cache_len, p, model->window, mask);
+                put_input(&dec, dec.d.mask_window, mask);
+            }
             last = &dec;
         }
         if (!rc) rc = graph_run(last, err);
@@ -225,6 +353,7 @@ int mg_gpt_generate(const mg_gpt_config *model, const mg_storage *weights, const
     res->decode_s = now_s() - t1;
     graph_free(&pre);
     graph_free(&dec);
+    free(mask);
     if (rc) mg_generation_free(res);
     return rc;
 }

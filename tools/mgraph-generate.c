@@ -7,7 +7,8 @@
  * The model is the one the checkpoint's flags describe (tools/generate_model.c); each
  * prompt is run once through a prefill graph, then one token at a time through a decode
  * graph that reads the keys and values of the earlier tokens from a cache
- * (models/gpt_decode.c). The reference executor runs both on one rank. Every input is
+ * (models/gpt_decode.c). The reference executor runs both, on one rank or, under mpirun
+ * with --tensor-model-parallel-size, each rank its block of them. Every input is
  * checked (the checkpoint, the flags, every prompt tokenized and fitting the model's
  * positions) before anything is printed: usage and input errors exit 2, run-time
  * failures 1.
@@ -24,12 +25,15 @@
 #include "generate_model.h"
 #include "mgraph/generate.h"
 #include "mgraph/infile.h"
+#include "mgraph/plan.h"
+#include "mgraph/trainer.h"
 
 typedef struct gen_opts {
     const char *load, *prompt_file;
     const char *prompts[64];
     int n_prompts;
     int64_t max_new;
+    int tp;
     mg_sampling s;
     bool ignore_eos, no_cache, json, help;
     int tok_argc;
@@ -40,7 +44,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: mgraph-generate --load CKPT (--prompt TEXT ... | --prompt-file FILE) [options] [tokenizer flags]\n\n"
             "Samples text from an mgraph checkpoint (mgraph-run --save, mgraph-convert --from-hf / --from-megatron):\n"
-            "the model its flags describe, a key/value cache (prefill the prompt, then one token per step), one rank.\n\n"
+            "the model its flags describe, a key/value cache (prefill the prompt, then one token per step), one rank\n"
+            "or, under mpirun, tensor parallelism over every rank (the same tokens as one rank).\n\n"
             "  --load CKPT               checkpoint directory (its tracker) or an iteration directory\n"
             "  --prompt TEXT             a prompt (repeatable, up to 64)\n"
             "  --prompt-file FILE        prompts, one per line (blank lines skipped)\n"
@@ -52,6 +57,7 @@ static void usage(FILE *f) {
             "  --seed S                  the draws' seed (default 1234): same seed, same text\n"
             "  --ignore-eos              do not stop at the tokenizer's end-of-document token\n"
             "  --no-kv-cache             recompute the whole sequence for every token (slow; for checking)\n"
+            "  --tensor-model-parallel-size N  split the model over the N ranks mpirun started (default 1)\n"
             "  --json                    one JSON object per prompt: prompt, prompt_tokens, tokens, logprobs, text, stop\n"
             "tokenizer flags, as mgraph-run takes them (default: the checkpoint's --tokenizer-type):\n"
             "  --tokenizer-type T --vocab-file F --merge-file F --tokenizer-model F --vocab-size N\n"
@@ -84,6 +90,7 @@ static int parse_num(const char *flag, const char *v, double lo, double hi, bool
 static int parse(int argc, char **argv, gen_opts *o, mg_error *err) {
     memset(o, 0, sizeof *o);
     o->max_new = 32;
+    o->tp = 1;
     o->s.temperature = 1.0f;
     o->s.seed = 1234; /* Megatron's --seed default */
     bool greedy = false;
@@ -110,7 +117,8 @@ static int parse(int argc, char **argv, gen_opts *o, mg_error *err) {
         if (!strcmp(a, "--no-kv-cache")) { o->no_cache = true; continue; }
         if (!strcmp(a, "--json")) { o->json = true; continue; }
         const char *valued[] = {"--load", "--prompt", "--prompt-file", "--max-new-tokens", "--num-tokens-to-generate",
-                                "--temperature", "--top-k", "--top_k", "--top-p", "--top_p", "--seed"};
+                                "--temperature", "--top-k", "--top_k", "--top-p", "--top_p", "--seed",
+                                "--tensor-model-parallel-size"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) known |= !strcmp(a, valued[k]);
         if (!known)
@@ -132,6 +140,8 @@ static int parse(int argc, char **argv, gen_opts *o, mg_error *err) {
             if (!(rc = parse_num(a, v, 0, 1e9, true, &x, err))) o->s.top_k = (int)x;
         } else if (!strcmp(a, "--top-p") || !strcmp(a, "--top_p")) {
             if (!(rc = parse_num(a, v, 0, 1, false, &x, err))) o->s.top_p = (float)x;
+        } else if (!strcmp(a, "--tensor-model-parallel-size")) {
+            if (!(rc = parse_num(a, v, 1, 4096, true, &x, err))) o->tp = (int)x;
         } else if (!strcmp(a, "--seed")) {
             if (!(rc = parse_num(a, v, 0, 9007199254740992.0, true, &x, err))) o->s.seed = (uint64_t)x;
         }
@@ -265,11 +275,35 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    /* tensor parallelism over every rank mpirun started (no other parallelism) */
     const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
-    if (ws && atoi(ws) > 1) {
-        fprintf(stderr, "mgraph-generate: error: runs on one rank (launched on %s): tensor-parallel decoding is not "
-                        "supported yet\n", ws);
+    int world = ws && atoi(ws) > 1 ? atoi(ws) : 1, rank = 0;
+    if (world != o.tp) {
+        fprintf(stderr, "mgraph-generate: error: --tensor-model-parallel-size %d on %d rank%s: tensor parallelism over "
+                        "every rank only (no data or pipeline parallelism)\n", o.tp, world, world == 1 ? "" : "s");
         return 2;
+    }
+    mg_plan plan;
+    mg_mesh mesh;
+    mg_comm *comm = NULL;
+    mg_generate_parallel par = {0};
+    if (world > 1) {
+        mg_plan_defaults(&plan);
+        plan.tp = o.tp;
+        int wrc = mg_world_init(&argc, &argv, &err);
+        rank = mg_world_rank();
+        if (!wrc) wrc = mg_plan_check(&plan, world, &err);
+        if (!wrc) wrc = mg_plan_mesh(&plan, world, rank, &mesh, &err);
+        if (!wrc) wrc = mg_comm_new(&mesh, &comm, &err);
+        if (wrc) {
+            fprintf(stderr, "mgraph-generate: error: %s\n", err.msg);
+            return 1;
+        }
+        par = (mg_generate_parallel){.plan = &plan, .mesh = &mesh, .comm = comm};
+        if (rank != 0 && !freopen("/dev/null", "w", stdout)) { /* (rank 0 prints the text) */
+            fprintf(stderr, "mgraph-generate: error: rank %d: /dev/null: %s\n", rank, strerror(errno));
+            return 1;
+        }
     }
     gen_model gm;
     prompt *ps = NULL;
@@ -278,10 +312,12 @@ int main(int argc, char **argv) {
     double tl = now_s();
     if (!rc) rc = gen_model_open(o.load, o.tok_argc, o.tok_argv, &gm, &err);
     if (rc) {
-        fprintf(stderr, "mgraph-generate: error: %s\n", err.msg);
+        if (rank == 0) fprintf(stderr, "mgraph-generate: error: %s\n", err.msg); /* (every rank read the same input) */
         free_prompts(ps, np);
+        mg_comm_free(comm);
         return rc == MG_ERR_NOMEM ? 1 : 2;
     }
+    par.weights_graph = gm.g;
     tl = now_s() - tl;
     /* every prompt tokenized and checked before anything is printed */
     int64_t maxpos = gm.model.max_position;
@@ -297,10 +333,11 @@ int main(int argc, char **argv) {
     mg_sampler smp = {0};
     if (!rc && mg_sampler_init(&smp, gm.vocab)) rc = mg_error_set(&err, MG_ERR_NOMEM, "out of memory");
     if (rc) {
-        fprintf(stderr, "mgraph-generate: error: %s\n", err.msg);
+        if (rank == 0) fprintf(stderr, "mgraph-generate: error: %s\n", err.msg);
         mg_sampler_free(&smp);
         gen_model_close(&gm);
         free_prompts(ps, np);
+        mg_comm_free(comm);
         return rc == MG_ERR_NOMEM ? 1 : 2;
     }
     double prefill_s = 0, decode_s = 0;
@@ -308,7 +345,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < np && !rc; i++) {
         mg_generation r = {0};
         mg_generate_options go = {.sampling = o.s, .max_new = o.max_new,
-                                  .eod = o.ignore_eos ? -1 : mg_tokenizer_eod(gm.tok), .no_cache = o.no_cache};
+                                  .eod = o.ignore_eos ? -1 : mg_tokenizer_eod(gm.tok), .no_cache = o.no_cache,
+                                  .parallel = comm ? &par : NULL};
         rc = mg_gpt_generate(&gm.model, gm.st, ps[i].ids, (int64_t)ps[i].n, &go, (uint64_t)i, &smp, &r, &err);
         if (!rc) rc = print_result(&gm, &o, &ps[i], &r, &err);
         prefill_s += r.prefill_s, decode_s += r.decode_s, prefilled += r.prefilled;
@@ -319,7 +357,8 @@ int main(int argc, char **argv) {
     }
     if (rc) {
         fprintf(stderr, "mgraph-generate: error: %s\n", err.msg);
-    } else {
+        if (world > 1) mg_world_abort(1); /* (the other ranks may wait in a collective) */
+    } else if (rank == 0) {
         fprintf(stderr,
                 "mgraph-generate: %d prompt%s, %lld tokens generated in %.3f s: %.2f tokens/s (load %.2f s; prefill %lld "
                 "tokens in %.3f s, %.1f tokens/s; decode %lld tokens in %.3f s, %.2f tokens/s%s)\n",
@@ -331,5 +370,6 @@ int main(int argc, char **argv) {
     mg_sampler_free(&smp);
     gen_model_close(&gm);
     free_prompts(ps, np);
+    mg_comm_free(comm);
     return rc ? 1 : 0;
 }

@@ -17,6 +17,7 @@
 
 #include "mgraph/engine.h"
 #include "mgraph/model.h"
+#include "mgraph/plan.h"
 #include "mgraph/tokenizer.h"
 
 #ifdef __cplusplus
@@ -47,11 +48,23 @@ void mg_sampler_free(mg_sampler *s);
 int32_t mg_sample(mg_sampler *s, const mg_sampling *o, const float *logits, uint64_t seq, uint64_t step,
                   double *logprob);
 
+/* Tensor parallelism: every rank of the plan's tp group calls mg_gpt_generate with the
+ * same arguments; each runs its block of the model (partitioned by mg_partition, the
+ * blocks copied from the whole weights it holds), the collectives over comm. The
+ * tokens are the one-rank run's. */
+typedef struct mg_generate_parallel {
+    const mg_plan *plan;          /* tp ranks; no other parallelism */
+    const mg_mesh *mesh;          /* this rank's place */
+    mg_comm *comm;
+    const mg_graph *weights_graph;/* the graph of `weights` (its parameters found by name) */
+} mg_generate_parallel;
+
 typedef struct mg_generate_options {
     mg_sampling sampling;
     int64_t max_new;      /* new tokens at most (>= 1) */
     int32_t eod;          /* stop after generating this token; -1: never */
     bool no_cache;        /* recompute the whole sequence for every token (to check the cache) */
+    const mg_generate_parallel *parallel; /* NULL: this process alone */
 } mg_generate_options;
 
 typedef struct mg_generation {

@@ -16,8 +16,13 @@ NullTokenizer (the prompts are token ids).
   transformers_moe  the same for MixtralForCausalLM (GQA, 4 experts top-2) and
          DeepseekV3ForCausalLM (multi-latent attention with a q latent and YaRN, a dense
          layer then MoE layers of 8 experts, group-limited sigmoid routing with a random
-         correction bias, a shared expert), and their key/value cache against --no-kv-cache.
+         correction bias, a shared expert), their key/value cache against --no-kv-cache, and
+         tensor parallelism 2 against one rank.
          (mgraph-run's samples of a model with multi-token prediction: tools.megatron_logging.)
+  tp     under mpirun, --tensor-model-parallel-size 2 gives the one-rank run's tokens and
+         log-probabilities within 1e-5 (GPT-2 and LLaMA with GQA written without torch;
+         greedy, sampled, --no-kv-cache; Mixtral and DeepseekV3 in transformers_moe); a
+         size other than the launch's exits 2.
   cache  the key/value cache against recomputing the whole sequence for every token
          (--no-kv-cache): the same tokens, log-probabilities within 3e-5 (GPT-2 and
          LLaMA with GQA written without torch; greedy and sampled).
@@ -208,6 +213,29 @@ def generate(ck, prompts, *flags, code=0):
     return out
 
 
+def mpirun(np_):
+    """mpirun's argv for np_ ranks (tests/tools/CMakeLists.txt passes MPIEXEC and the environment)."""
+    return [os.environ.get("MG_MPIEXEC", "mpirun"), "-np", str(np_)]
+
+
+def tp_equals_serial(ck, name, serial, *flags):
+    """mgraph-generate --tensor-model-parallel-size 2 under mpirun: the serial run's tokens,
+    log-probabilities within 1e-5."""
+    argv = [*mpirun(2), GEN, "--load", ck, "--vocab-size", str(V), "--json", "--max-new-tokens", str(NEW),
+            "--tensor-model-parallel-size", "2", *flags]
+    for p in PROMPTS:
+        argv += ["--prompt", " ".join(map(str, p))]
+    p = run(argv, f"{name}: mpirun -np 2 mgraph-generate --tensor-model-parallel-size 2 {' '.join(flags)}")
+    out = [json.loads(line) for line in p.stdout.splitlines()]
+    if [o["tokens"] for o in out] != [o["tokens"] for o in serial]:
+        fail(f"{name} tp 2 {flags}: {[o['tokens'] for o in out]} != serial {[o['tokens'] for o in serial]}")
+    gap = max(abs(a - b) for x, y in zip(out, serial) for a, b in zip(x["logprobs"], y["logprobs"]))
+    print(f"{name} tp 2 {list(flags)}: the serial run's {sum(len(o['tokens']) for o in out)} tokens, "
+          f"log-probabilities within {gap:.2e} (bound 1e-5); {p.stderr.strip().splitlines()[-1]}")
+    if not gap <= 1e-5:
+        fail(f"{name} tp 2: log-probabilities differ by {gap:.2e}")
+
+
 def against_transformers(model, name, no_cache_too=False):
     ck = imported(model, name)
     # (the end-of-document token is NullTokenizer's default, the last id: transformers stops there too)
@@ -220,6 +248,7 @@ def against_transformers(model, name, no_cache_too=False):
         print(f"{name}: --no-kv-cache gives the same tokens, log-probabilities within {gap:.2e} (bound 3e-5)")
         if not gap <= 3e-5:
             fail(f"{name}: --no-kv-cache log-probabilities differ by {gap:.2e}")
+        tp_equals_serial(ck, name, out, "--greedy")
     worst, distinct = 0.0, set()
     for o, pr in zip(out, PROMPTS):
         with torch.no_grad():
@@ -262,6 +291,19 @@ elif CASE == "cache":
                 fail(f"{name} {flags}: log-probabilities differ by {worst:.2e}")
             if n < 60:
                 fail(f"{name} {flags}: only {n} tokens generated")
+elif CASE == "tp":
+    for name in ("gpt2", "llama"):
+        ck = write_hf(name, 9)
+        for flags in (["--greedy"], ["--temperature", "1.5", "--seed", "7"]):
+            tp_equals_serial(ck, name, generate(ck, PROMPTS, *flags), *flags)
+        tp_equals_serial(ck, name, generate(ck, PROMPTS, "--greedy"), "--greedy", "--no-kv-cache")
+    # the plan must be the launch's: exit 2 before anything is read
+    for argv, want in (([GEN, "--tensor-model-parallel-size", "2"], "on 1 rank"),
+                       ([*mpirun(2), GEN, "--tensor-model-parallel-size", "1"], "on 2 ranks")):
+        p = run([*argv, "--load", ck, "--vocab-size", str(V), "--prompt", "1 2"], " ".join(argv[-3:]), 2)
+        if p.stdout or want not in p.stderr:
+            fail(f"{argv}: {p.stdout!r} / {p.stderr!r}: want exit 2 naming '{want}'")
+        print(f"{' '.join(argv[-3:])}: exit 2, {p.stderr.strip().splitlines()[-1]}")
 elif CASE == "seed":
     ck = write_hf("gpt2", 3)
     s = ["--temperature", "0.8", "--top-k", "20", "--top-p", "0.9"]
