@@ -21,7 +21,14 @@
  * Every node is marked MG_LAYER_POST, so pipeline parallelism places the MTP layers with
  * the output layer on the last stage (Megatron's default without a custom layout); the
  * word embedding, used on the first stage and here, gets its gradient summed over the
- * two as a tied embedding's. */
+ * two as a tied embedding's.
+ *
+ * Context parallelism: Megatron cuts the batch into each cp rank's zigzag chunks before
+ * the model, so its roll_tensor exchanges the chunks' ends between ranks. Here the token
+ * ids, labels and positions are whole on every rank (replicated leaves, partitioners/cp.c)
+ * and the shifts run on them whole; the embedding and cross-entropy rules then take the
+ * rank's two chunks of the moved tensors, so nothing needs exchanging and every rank sees
+ * the serial moves (models.deepseek_plan_mtp_cp2, _ep2_cp2). */
 #include <stdio.h>
 #include <stdlib.h>
 

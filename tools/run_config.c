@@ -1442,9 +1442,6 @@ void mg_run_config_check(mg_run_config *c, mg_run_notes *n) {
     if (c->eval_iters < 0) mg_run_notes_error(n, "--eval-iters must be >= 0");
     if (c->make_vocab_size_divisible_by < 1) mg_run_notes_error(n, "--make-vocab-size-divisible-by must be >= 1");
     if (c->cpu_workers < 0) mg_run_notes_error(n, "--cpu-workers must be >= 0");
-    if (c->mtp_num_layers > 0 && c->context_parallel_size > 1) /* (Megatron's roll exchanges the chunks' ends) */
-        mg_run_notes_error(n, "--mtp-num-layers with --context-parallel-size %d: multi-token prediction's roll across "
-                              "context-parallel chunks is not implemented yet", c->context_parallel_size);
     if (c->dot_summary_depth < 0) mg_run_notes_error(n, "--dot-summary-depth must be >= 1");
     unsigned phases;
     mg_error pe = {0};
