@@ -438,6 +438,7 @@ static int expert_node(part_ctx *c, const mg_node *n) {
         mg_placement w = *pl;
         w.ax[MG_GROUP_TP] = sh_full(); /* (the experts' own tensor parallelism is etp's) */
         w.ax[MG_GROUP_ETP] = want;
+        w.ax[MG_GROUP_EDP] = mg_place_full(MG_GROUP_EDP); /* an FSDP shard over edp gathered (fsdp.c) */
         if (!(in[i] = part_get_pl(c, lt, &w))) return part_status(c);
     }
     mg_node *nd = part_emit_aux(c, n, n->op, &n->attrs, n->n_in, in, n->out[0]->name);
@@ -464,7 +465,7 @@ static int expert_node(part_ctx *c, const mg_node *n) {
  * index 0). */
 static int ep_sumsq(part_ctx *c, const mg_node *n) {
     mg_tensor *dense[MG_SHARD_MAX_IO], *expert[MG_SHARD_MAX_IO];
-    int nd = 0, ne = 0, tp = part_size(c, MG_GROUP_TP);
+    int nd = 0, ne = 0, n_edp = 0, tp = part_size(c, MG_GROUP_TP);
     if (n->n_in > MG_SHARD_MAX_IO) return part_fail(c, MG_ERR_UNSUPPORTED, "partitioning: sumsq has too many inputs");
     for (int i = 0; i < n->n_in; i++) {
         const mg_tensor *lt = n->in[i];
@@ -479,7 +480,7 @@ static int ep_sumsq(part_ctx *c, const mg_node *n) {
         if (!ex) w.ax[MG_GROUP_EP] = mg_place_full(MG_GROUP_EP);
         mg_tensor *t = part_get_pl(c, lt, &w);
         if (!t) return c->err->code ? c->err->code : MG_ERR_RUNTIME;
-        if (ex) expert[ne++] = t;
+        if (ex) expert[ne++] = t, n_edp += w.ax[MG_GROUP_EDP].kind == MG_SHARD_SPLIT;
         else dense[nd++] = t;
     }
     char nm[512];
@@ -494,7 +495,12 @@ static int ep_sumsq(part_ctx *c, const mg_node *n) {
         snprintf(nm, sizeof nm, "%s@experts", n->out[0]->name);
         mg_node *b = part_emit_aux(c, n, MG_OP_SUMSQ, &n->attrs, ne, expert, nm);
         se = b ? b->out[0] : NULL;
+        if (n_edp && n_edp != ne)
+            return part_fail(c, MG_ERR_UNSUPPORTED, "expert parallelism: sum of squares '%s' mixes whole expert blocks "
+                             "with FSDP shards", n->out[0]->name);
         if (se && eps(c)->ep > 1) se = mg_allreduce(c->P, se, MG_GROUP_EP, eps(c)->ep, MG_REDUCE_SUM, c->seq++);
+        /* (FSDP shards of the blocks over edp: fsdp.c) */
+        if (se && n_edp) se = mg_allreduce(c->P, se, MG_GROUP_EDP, eps(c)->edp, MG_REDUCE_SUM, c->seq++);
         /* (an expert tensor group of its own: its slices summed over it; else tp's sum does) */
         if (se && eps(c)->gather) se = mg_allreduce(c->P, se, MG_GROUP_ETP, eps(c)->etp, MG_REDUCE_SUM, c->seq++);
         if (!se) return c->err->code ? c->err->code : part_graph_error(c);
@@ -505,6 +511,7 @@ static int ep_sumsq(part_ctx *c, const mg_node *n) {
     mg_placement pl = c->out[0];
     pl.ax[MG_GROUP_TP] = tp > 1 ? sh_partial() : sh_full();
     pl.ax[MG_GROUP_EP] = mg_place_full(MG_GROUP_EP);
+    pl.ax[MG_GROUP_EDP] = mg_place_full(MG_GROUP_EDP);
     return part_bind(c, n, n->out[0], sum, &pl);
 }
 

@@ -29,8 +29,14 @@
  * Pipeline stages: each stage shards the parameters it holds over its own dp group;
  * nothing here changes (pp.c sends activations; its sum of a tied embedding's gradient
  * over the embedding group adds shards of one dp index: the first and last stages'
- * members agree on every other axis). Context parallelism would shard over dp x cp, as
- * Megatron-FSDP does: not yet (plan.c refuses it).
+ * members agree on every other axis).
+ * Expert parallelism: an expert weight (its block of experts over ep) is sharded over its
+ * own replicas, the expert-data-parallel group edp (Megatron-FSDP's expert data-parallel
+ * sharding), along a dimension past the experts' (dim 0 is ep's); its per-micro-batch
+ * gradient is a share over edp (the dispatch brought the ep group's tokens), reduce-
+ * scattered over edp; ep.c's expert ops read the weight gathered over edp, and its gradient
+ * norm sums a sharded block's squares over edp. With experts split over an expert tensor
+ * group, or context parallelism (Megatron-FSDP shards over dp x cp): not yet (plan.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,26 +45,35 @@
 #include "partitioners/partition_internal.h"
 
 struct fsdp_state {
-    int dp;
     bool params;   /* optim_grads_params: the parameters are sharded too */
     int *dim;      /* [n logical tensors]: the dimension parameter i is sharded along, -1: whole */
 };
 
 static struct fsdp_state *fs(const part_ctx *c) { return c->axis[PART_FSDP]; }
 
+/* Whether the expert axes place parameter p (an expert weight under expert parallelism). */
+static bool on_expert_axes(const part_ctx *c, const mg_tensor *p) { return ep_places_experts(c) && ep_is_expert_param(p); }
+
+/* The mesh axis parameter p is sharded over: its replicas' (edp for an expert weight
+ * placed on the expert axes, else dp). */
+static int shard_axis(const part_ctx *c, const mg_tensor *p) { return on_expert_axes(c, p) ? MG_GROUP_EDP : MG_GROUP_DP; }
+
 /* The dimension a parameter is sharded along: the first that tensor and expert
- * parallelism leave whole and dp divides (-1: none). */
-static int shard_dim(const part_ctx *c, const mg_tensor *p, int dp) {
+ * parallelism leave whole (dim 0 of an expert weight is ep's) and its replicas divide
+ * (-1: none, or one replica). */
+static int shard_dim(const part_ctx *c, const mg_tensor *p) {
+    int n = part_size(c, (mg_group)shard_axis(c, p));
+    if (n == 1) return -1;
     mg_sharding t = part_size(c, MG_GROUP_TP) > 1 ? tp_param_state(c, p) : sh_full();
-    for (int d = 0; d < p->ndim; d++)
-        if (!(t.kind == MG_SHARD_SPLIT && t.dim == d) && p->shape[d] % dp == 0 && p->shape[d] >= dp) return d;
+    for (int d = on_expert_axes(c, p) ? 1 : 0; d < p->ndim; d++)
+        if (!(t.kind == MG_SHARD_SPLIT && t.dim == d) && p->shape[d] % n == 0 && p->shape[d] >= n) return d;
     return -1;
 }
 
 static int fsdp_init(part_ctx *c, mg_node *const *ord, int n_ord) {
     (void)ord, (void)n_ord;
-    int dp = part_size(c, MG_GROUP_DP);
-    if (c->plan->fsdp == MG_FSDP_NONE || dp == 1) return MG_OK;
+    bool edp = ep_places_experts(c) && part_size(c, MG_GROUP_EDP) > 1;
+    if (c->plan->fsdp == MG_FSDP_NONE || (part_size(c, MG_GROUP_DP) == 1 && !edp)) return MG_OK;
     struct fsdp_state *s = calloc(1, sizeof *s);
     int nt = mg_graph_n_tensors(c->L);
     if (s) s->dim = malloc(((size_t)nt + 1) * sizeof *s->dim);
@@ -68,11 +83,10 @@ static int fsdp_init(part_ctx *c, mg_node *const *ord, int n_ord) {
         return part_fail(c, MG_ERR_NOMEM, "fsdp: out of memory");
     }
     c->axis[PART_FSDP] = s;
-    s->dp = dp;
     s->params = c->plan->fsdp == MG_FSDP_OPTIM_GRADS_PARAMS;
     for (int i = 0; i < nt; i++) {
         const mg_tensor *t = mg_graph_tensor(c->L, i);
-        s->dim[i] = t->role == MG_ROLE_PARAM && t->requires_grad && t->grad ? shard_dim(c, t, dp) : -1;
+        s->dim[i] = t->role == MG_ROLE_PARAM && t->requires_grad && t->grad ? shard_dim(c, t) : -1;
     }
     return MG_OK;
 }
@@ -95,25 +109,29 @@ static int dim_of(const part_ctx *c, const mg_tensor *p) {
 static void fsdp_leaf(const part_ctx *c, const mg_tensor *lt, mg_placement *p) {
     const struct fsdp_state *s = fs(c);
     if (!s) return;
-    int d = lt->role == MG_ROLE_PARAM ? (s->params ? dim_of(c, lt) : -1) : dim_of(c, lt->state_of);
-    if (d >= 0) p->ax[MG_GROUP_DP] = mg_place_split(MG_GROUP_DP, d);
+    const mg_tensor *w = lt->role == MG_ROLE_PARAM ? (s->params ? lt : NULL) : lt->state_of;
+    int d = dim_of(c, w), a = d >= 0 ? shard_axis(c, w) : -1;
+    if (d >= 0) p->ax[a] = mg_place_split((mg_group)a, d);
 }
 
-static bool dp_split(part_ctx *c, const mg_tensor *lt) {
+/* The axis input lt is an FSDP shard over (dp, or edp), -1: none. */
+static int split_axis(part_ctx *c, const mg_tensor *lt) {
     /* (a parameter not made yet is made here, in its shard; state leaves are made by
      * part_state_leaves, like what they hold state for) */
-    return (c->st[lt->id].t || lt->role == MG_ROLE_PARAM) && part_placement(c, lt)->ax[MG_GROUP_DP].kind == MG_SHARD_SPLIT;
+    if (!c->st[lt->id].t && lt->role != MG_ROLE_PARAM) return -1;
+    const mg_placement *p = part_placement(c, lt);
+    return p->ax[MG_GROUP_DP].kind == MG_SHARD_SPLIT ? MG_GROUP_DP : p->ax[MG_GROUP_EDP].kind == MG_SHARD_SPLIT ? MG_GROUP_EDP : -1;
 }
 
 /* ZeRO-2's AdamW, once emitted on the rank's slice of the parameter with its gradient and
  * moment shards: the new slices all-gathered into the parameter (written in its place). */
-static int gather_slices(part_ctx *c, const mg_node *n, int d) {
+static int gather_slices(part_ctx *c, const mg_node *n, int a, int d) {
     const mg_tensor *lo = n->out[0];
     pt *q = &c->st[lo->id];
     mg_tensor *param = c->st[n->in[0]->id].t, *slice = q->t;
     mg_placement whole = q->pl;
-    whole.ax[MG_GROUP_DP] = mg_place_full(MG_GROUP_DP);
-    mg_tensor *g = mg_allgather(c->P, slice, MG_GROUP_DP, fs(c)->dp, d, c->seq++);
+    whole.ax[a] = mg_place_full((mg_group)a);
+    mg_tensor *g = mg_allgather(c->P, slice, (mg_group)a, part_size(c, (mg_group)a), d, c->seq++);
     if (!g) return part_graph_error(c);
     slice->updates = NULL; /* the gathered parameter is what is written back */
     char nm[512];
@@ -135,36 +153,55 @@ static int fsdp_node(part_ctx *c, const mg_node *n) {
          * reduce-scattered */
         int rc = part_state_leaves(c, n);
         if (rc) return rc;
-        mg_sharding sp = c->st[n->in[0]->id].pl.ax[MG_GROUP_DP];
-        c->st[n->in[1]->id].pl.ax[MG_GROUP_DP] = mg_place_partial(MG_GROUP_DP);
-        part_want(c, 0, MG_GROUP_DP, sp);
-        part_want(c, 1, MG_GROUP_DP, sp);
-        part_out(c, 0, MG_GROUP_DP, sp);
+        int a = shard_axis(c, n->in[0]->state_of);
+        mg_sharding sp = c->st[n->in[0]->id].pl.ax[a];
+        c->st[n->in[1]->id].pl.ax[a] = mg_place_partial((mg_group)a);
+        part_want(c, 0, a, sp);
+        part_want(c, 1, a, sp);
+        part_out(c, 0, a, sp);
         return PART_NEXT;
     }
     if (n->mb >= 0) { /* compute reads whole parameters: gathered right before */
-        for (int i = 0; i < n->n_in; i++)
-            if (dp_split(c, n->in[i])) part_want(c, i, MG_GROUP_DP, mg_place_full(MG_GROUP_DP));
+        for (int i = 0; i < n->n_in; i++) {
+            int a = split_axis(c, n->in[i]);
+            if (a >= 0) part_want(c, i, a, mg_place_full((mg_group)a));
+        }
         return PART_NEXT;
     }
     if (n->op == MG_OP_ADAMW && dim_of(c, n->in[0]) >= 0) {
         int rc = part_state_leaves(c, n);
         if (rc) return rc;
         if (!s->params) { /* ZeRO-2: the rank's slice of the whole parameter */
-            mg_sharding sp = mg_place_split(MG_GROUP_DP, dim_of(c, n->in[0]));
-            for (int i = 0; i < 4; i++) part_want(c, i, MG_GROUP_DP, sp);
-            part_out_all(c, n, MG_GROUP_DP, sp);
+            int a = shard_axis(c, n->in[0]);
+            mg_sharding sp = mg_place_split((mg_group)a, dim_of(c, n->in[0]));
+            for (int i = 0; i < 4; i++) part_want(c, i, a, sp);
+            part_out_all(c, n, a, sp);
             return PART_NEXT;
         }
     }
-    bool split = false;
-    for (int i = 0; i < n->n_in; i++) split |= dp_split(c, n->in[i]);
-    if (!split && n->op != MG_OP_SUMSQ) return PART_NEXT;
+    int a = -1;
+    bool expert = false;
+    for (int i = 0; i < n->n_in; i++) {
+        int ai = split_axis(c, n->in[i]);
+        if (ai >= 0 && a >= 0 && ai != a)
+            return part_fail(c, MG_ERR_UNSUPPORTED, "fsdp: op %s (node '%s') mixes dense and expert parameter shards",
+                             mg_op_name(n->op), n->out[0]->name);
+        if (ai >= 0) a = ai;
+        /* (as placed now: asking part_placement would make a state leaf here, not like its parameter) */
+        const pt *q = &c->st[n->in[i]->id];
+        expert |= q->t && mg_placement_expert(&q->pl);
+    }
+    if (c->err->code) return c->err->code;
+    /* an expert block's sum of squares is ep.c's (summed over ep, and over edp where the
+     * block is a shard) */
+    if (n->op == MG_OP_SUMSQ && expert) return PART_NEXT;
+    if (a < 0 && n->op != MG_OP_SUMSQ) return PART_NEXT;
     /* the step part on shards (AdamW, the norms' sums of squares): each op by its own rule
-     * over dp; every sum of squares is a partial sum over dp, whole inputs counted by dp
-     * rank 0, so the norm is one all-reduce whatever mix of shards it sums */
+     * over dp (edp for expert shards); every dense sum of squares is a partial sum over dp,
+     * whole inputs counted by dp rank 0, so the norm is one all-reduce whatever mix of
+     * shards it sums */
     mg_shard_io io;
-    int rc = part_apply_rule(c, n, MG_GROUP_DP, NULL, NULL, &io);
+    int rc = part_apply_rule(c, n, a < 0 ? MG_GROUP_DP : a, NULL, NULL, &io);
     if (rc) return rc;
     if (io.expand) return part_fail(c, MG_ERR_UNSUPPORTED, "fsdp: op %s (node '%s') on parameter shards is not supported",
                                     mg_op_name(n->op), n->out[0]->name);
@@ -174,7 +211,7 @@ static int fsdp_node(part_ctx *c, const mg_node *n) {
 static int fsdp_after(part_ctx *c, const mg_node *n) {
     const struct fsdp_state *s = fs(c);
     if (!s || s->params || n->op != MG_OP_ADAMW || dim_of(c, n->in[0]) < 0 || !c->st[n->out[0]->id].t) return MG_OK;
-    return gather_slices(c, n, dim_of(c, n->in[0]));
+    return gather_slices(c, n, shard_axis(c, n->in[0]), dim_of(c, n->in[0]));
 }
 
 const part_axis part_axis_fsdp = {.name = "fsdp",

@@ -95,6 +95,12 @@ ep2_dp2_distopt)
     train_vs_serial 4 --expert-model-parallel-size 2 --use-distributed-optimizer
     grep -q "distributed optimizer" parallel.txt || fail "distributed optimizer not on"
     echo "ok $CASE" ;;
+fsdp_ep2)
+    # Megatron-FSDP (ZeRO-3) with expert parallelism: dense weights sharded over dp 4,
+    # expert weights over edp 2; the checkpoints (saved from the shards) as the serial run's
+    train_vs_serial 4 --expert-model-parallel-size 2 --use-megatron-fsdp
+    grep -q "fsdp optim_grads_params" parallel.txt || { cat parallel.txt; fail "fsdp not applied"; }
+    echo "ok $CASE" ;;
 pp2)
     # MoE layers on pipeline stages: the auxiliary losses' running sum crosses the stages
     # like the activations (and its gradient back)

@@ -272,12 +272,20 @@ int main(int argc, char **argv) {
      * --context-parallel-size N (each cp rank dispatches its block of the sequence) */
     if (getenv("MG_TEST_ETP_SIZE")) plan.etp = atoi(getenv("MG_TEST_ETP_SIZE"));
     if (getenv("MG_TEST_CP")) plan.cp = atoi(getenv("MG_TEST_CP"));
+    /* MG_TEST_FSDP=optim_grads_params | optim_grads: Megatron-FSDP (partitioners/fsdp.c),
+     * the expert weights sharded over their own replicas, edp */
+    if (getenv("MG_TEST_FSDP") && *getenv("MG_TEST_FSDP") && mg_plan_set_fsdp(&plan, getenv("MG_TEST_FSDP"))) {
+        fprintf(stderr, "test_ep_equivalence: unknown MG_TEST_FSDP %s\n", getenv("MG_TEST_FSDP"));
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     bool etp_own = plan.etp > 1 && plan.etp != plan.tp;
     int etp = mg_plan_expert_tp(&plan) ? plan.tp : etp_own ? plan.etp : 1;
     mg_error err = {0};
     mg_mesh mesh;
     if (mg_plan_mesh(&plan, world, rank_, &mesh, &err)) die("mesh", &err);
     int dp = mesh.size[MG_GROUP_DP], ep = plan.ep;
+    /* ZeRO-3 shards every expert weight over edp too (these sizes divide) */
+    int edp_shard = plan.fsdp == MG_FSDP_OPTIM_GRADS_PARAMS ? mesh.size[MG_GROUP_EDP] : 1;
     mg_step_config sc;
     model(&sc, plan.tp, dp, act, capacity, 2);
     mg_plan_model pm = {sc.model.hidden, sc.model.heads, sc.model.ffn_hidden, sc.model.seq_length,
@@ -311,9 +319,10 @@ int main(int argc, char **argv) {
         if (s->role != MG_ROLE_PARAM || !is_expert(s->name)) continue;
         const mg_tensor *p = mg_rank_tensor(R, s);
         n_expert_params++;
-        CHECK(p && p->shape[0] == s->shape[0] / ep && mg_numel(p) == mg_numel(s) / ep / etp,
-              "expert parameter %s: %lld experts, %lld elements on this rank, want %lld / ep %d (and / etp %d)", s->name,
-              p ? (long long)p->shape[0] : -1LL, p ? (long long)mg_numel(p) : -1LL, (long long)s->shape[0], ep, etp);
+        CHECK(p && p->shape[0] == s->shape[0] / ep && mg_numel(p) == mg_numel(s) / ep / etp / edp_shard,
+              "expert parameter %s: %lld experts, %lld elements on this rank, want %lld / ep %d (and / etp %d, / edp %d)",
+              s->name, p ? (long long)p->shape[0] : -1LL, p ? (long long)mg_numel(p) : -1LL, (long long)s->shape[0], ep,
+              etp, edp_shard);
     }
     CHECK(n_expert_params == 2 * sc.model.num_layers, "%d expert parameters, want 2 per layer", n_expert_params);
     int64_t ng, ngs, eg = gmm_experts(R->graph, &ng), egs = gmm_experts(SL, &ngs);
@@ -323,8 +332,16 @@ int main(int argc, char **argv) {
     for (int i = 0; i < mg_graph_n_nodes(R->graph); i++)
         n_rs += mg_graph_node(R->graph, i)->op == MG_OP_REDUCE_SCATTER &&
                 mg_graph_node(R->graph, i)->attrs.comm.group == (plan.cp > 1 ? MG_GROUP_DP_CP : MG_GROUP_DP);
-    CHECK((n_rs > 0) == (plan.distributed_optimizer && dp * plan.cp > 1), "%d gradient-bucket reduce-scatters over dp (x cp) with distopt %d", n_rs,
-          plan.distributed_optimizer);
+    CHECK((n_rs > 0) == ((plan.distributed_optimizer || plan.fsdp != MG_FSDP_NONE) && dp * plan.cp > 1),
+          "%d gradient reduce-scatters over dp (x cp) with distopt %d, fsdp %s", n_rs, plan.distributed_optimizer,
+          mg_fsdp_name(plan.fsdp));
+    if (plan.fsdp != MG_FSDP_NONE && mesh.size[MG_GROUP_EDP] > 1) { /* expert gradients reduce-scattered over edp */
+        int n_ers = 0;
+        for (int i = 0; i < mg_graph_n_nodes(R->graph); i++)
+            n_ers += mg_graph_node(R->graph, i)->op == MG_OP_REDUCE_SCATTER &&
+                     mg_graph_node(R->graph, i)->attrs.comm.group == MG_GROUP_EDP;
+        CHECK(n_ers > 0, "fsdp: no expert gradient reduce-scattered over edp");
+    }
     const mg_train_step *pst = mg_trainer_train_step(par);
     CHECK(mg_rank_tensor(R, pst->loss) && mg_rank_tensor(R, pst->opt.grad_norm) && mg_rank_tensor(R, pst->metrics[0]),
           "the rank graph binds lm loss, grad norm and load-balancing loss");
@@ -371,10 +388,10 @@ int main(int argc, char **argv) {
     int total_fail;
     MPI_Allreduce(&failures, &total_fail, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank_ == 0)
-        printf("moe %s plan tp=%d ep=%d etp=%d cp=%d dp=%d capacity=%g distopt=%d sp=%d: %d iterations, worst relative error: lm loss %.3g, grad norm %.3g, "
+        printf("moe %s plan tp=%d ep=%d etp=%d cp=%d dp=%d capacity=%g distopt=%d sp=%d fsdp=%s: %d iterations, worst relative error: lm loss %.3g, grad norm %.3g, "
                "load-balancing loss %.3g; worst parameter error %.3g of tolerance; all-to-all bytes per step (all ranks) "
                "%.0f measured, %.0f balanced-routing estimate: %s\n",
-               act, plan.tp, ep, etp, plan.cp, dp, capacity, plan.distributed_optimizer, plan.sequence_parallel, iters, red[0], red[1], red[2], red[3], red[4], red[5],
+               act, plan.tp, ep, etp, plan.cp, dp, capacity, plan.distributed_optimizer, plan.sequence_parallel, mg_fsdp_name(plan.fsdp), iters, red[0], red[1], red[2], red[3], red[4], red[5],
                total_fail ? "FAILED" : "ok");
     mg_trainer_free(par);
     mg_trainer_free(ser);
