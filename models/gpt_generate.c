@@ -207,16 +207,29 @@ static int partition(gen_graph *x, const mg_generate_parallel *par, mg_error *er
     return rc;
 }
 
-/* The parameters' blocks of this rank, from the whole weights. */
+static bool same_block(const mg_tensor *a, const mg_tensor *b) {
+    if (a->ndim != b->ndim || a->logical.ndim != b->logical.ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || a->logical.offset[d] != b->logical.offset[d]) return false;
+    return true;
+}
+
+/* The parameters' blocks of this rank, from the weights: whole (a checkpoint loaded
+ * on every rank), or this rank's same blocks (a training rank graph of the same
+ * tensor parallelism: mgraph-run's samples). */
 static int fill_params(gen_graph *x, const mg_generate_parallel *par, const mg_storage *weights, mg_error *err) {
     for (int i = 0; i < mg_graph_n_tensors(x->g); i++) {
         mg_tensor *lt = mg_graph_tensor(x->g, i), *t = mg_rank_tensor(&x->R, lt);
         if (lt->role != MG_ROLE_PARAM || lt->src || !t) continue;
         const mg_tensor *w = mg_graph_find(par->weights_graph, lt->name);
-        if (!w || w->dtype != MG_F32 || lt->dtype != MG_F32 || mg_numel(w) != mg_numel(lt) || t->ndim != t->logical.ndim)
-            return mg_error_set(err, MG_ERR_INVALID, "generate: the weights have no f32 %s of %lld elements", lt->name,
-                                (long long)mg_numel(lt));
-        copy_block(mg_storage_data(x->st, t), mg_storage_data(weights, w), t, sizeof(float));
+        bool ok = w && w->dtype == MG_F32 && lt->dtype == MG_F32 && t->ndim == t->logical.ndim;
+        if (ok && same_block(w, t))
+            memcpy(mg_storage_data(x->st, t), mg_storage_data(weights, w), (size_t)mg_numel(t) * sizeof(float));
+        else if (ok && mg_numel(w) == mg_numel(lt) && block_is_whole(w))
+            copy_block(mg_storage_data(x->st, t), mg_storage_data(weights, w), t, sizeof(float));
+        else
+            return mg_error_set(err, MG_ERR_INVALID, "generate: the weights hold no f32 %s, whole or this rank's block",
+                                lt->name);
     }
     return MG_OK;
 }

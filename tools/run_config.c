@@ -285,8 +285,8 @@ static const flag flags[] = {
     {"--log-num-zeros-in-grad", F_BOOL, O(log_num_zeros_in_grad), USE, NULL,
      "count the zero elements of the gradients the optimizer sees (log line, metrics, TensorBoard num-zeros)"},
     {"--sample-interval", F_I64, O(sample_interval), USE, NULL,
-     "print a greedy sample of up to 32 tokens from the current weights every N iterations, on rank 0 (llm.c; dp and "
-     "distributed-optimizer plans)"},
+     "print a greedy sample of up to 32 tokens from the current weights every N iterations, on rank 0 (llm.c; dp, "
+     "distributed-optimizer and tensor-parallel-only plans)"},
     {"--sample-prompt", F_STR, O(sample_prompt), USE, NULL,
      "the samples' prompt (default: the end-of-document token alone)"},
     {"--log-validation-ppl-to-tensorboard", F_BOOL, O(log_validation_ppl_to_tensorboard), USE, NULL,

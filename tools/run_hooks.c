@@ -123,11 +123,19 @@ int mg_run_hooks_sampling(mg_run_hooks *h, mg_tokenizer *tok, const mg_gpt_confi
                           mg_error *err) {
     h->tok = tok;
     h->model = model;
-    if (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1 || p->fsdp == MG_FSDP_OPTIM_GRADS_PARAMS)
+    int world = mg_world_size();
+    if ((p->tp > 1 && world != p->tp) || p->pp > 1 || p->cp > 1 || p->ep > 1 || p->fsdp == MG_FSDP_OPTIM_GRADS_PARAMS)
         return mg_error_set(err, MG_ERR_INVALID,
-                            "--sample-interval decodes on rank 0's weights, which this plan shards (tp %d, pp %d, cp %d, "
-                            "ep %d%s): data-parallel plans only, for now",
-                            p->tp, p->pp, p->cp, p->ep, p->fsdp == MG_FSDP_OPTIM_GRADS_PARAMS ? ", fsdp" : "");
+                            "--sample-interval decodes on rank 0's weights, or on a tensor-parallel group's spanning "
+                            "every rank, which this plan shards otherwise (tp %d, pp %d, cp %d, ep %d, %d ranks%s): "
+                            "data-parallel or tensor-parallel plans only, for now",
+                            p->tp, p->pp, p->cp, p->ep, world, p->fsdp == MG_FSDP_OPTIM_GRADS_PARAMS ? ", fsdp" : "");
+    h->gen_tp = p->tp > 1;
+    if (h->gen_tp) { /* the decode graphs' plan: the training's tensor parallelism (no sequence parallelism: one token) */
+        mg_plan_defaults(&h->gen_plan);
+        h->gen_plan.tp = p->tp;
+        h->gen_plan.etp = p->etp;
+    }
     const char *text = h->cfg->sample_prompt;
     if (text) {
         int rc = mg_tokenizer_encode(tok, text, strlen(text), &h->gen_prompt, &h->gen_n, err);
@@ -151,15 +159,17 @@ int mg_run_hooks_sampling(mg_run_hooks *h, mg_tokenizer *tok, const mg_gpt_confi
 }
 
 /* Rank 0: SAMPLE_TOKENS greedy tokens after the prompt (fewer when the positions end),
- * from the weights as this iteration left them (borrowed from the training storage),
+ * from the weights as this iteration left them (borrowed from the training storage;
+ * under tensor parallelism copied from each rank's blocks, every rank decoding),
  * stopping at the end-of-document token; the other ranks go on. */
 static int sample_print(mg_run_hooks *h, mg_trainer *t, int64_t iteration, mg_error *err) {
-    if (h->rank != 0) return MG_OK;
+    if (h->rank != 0 && !h->gen_tp) return MG_OK;
     mg_sampler smp = {0};
     mg_generation out = {0};
     int64_t left = h->model->max_position - (int64_t)h->gen_n; /* (>= 1: mg_run_hooks_sampling) */
+    mg_generate_parallel par = {&h->gen_plan, mg_trainer_mesh(t), mg_trainer_comm(t), mg_trainer_rank_graph(t, false)->graph};
     mg_generate_options o = {.sampling = {.greedy = true}, .max_new = left < SAMPLE_TOKENS ? left : SAMPLE_TOKENS,
-                             .eod = mg_tokenizer_eod(h->tok)};
+                             .eod = mg_tokenizer_eod(h->tok), .parallel = h->gen_tp ? &par : NULL};
     int64_t v = mg_tokenizer_vocab_size(h->tok);
     int rc = mg_sampler_init(&smp, v < h->model->vocab ? v : h->model->vocab);
     if (rc) return mg_error_set(err, rc, "out of memory");
@@ -171,7 +181,7 @@ static int sample_print(mg_run_hooks *h, mg_trainer *t, int64_t iteration, mg_er
         size_t n = out.ids.len - h->gen_n - (!strcmp(out.stop, "eos") ? 1 : 0);
         rc = mg_tokenizer_decode(h->tok, out.ids.data + h->gen_n, n, &text, &len, err);
     }
-    if (!rc) {
+    if (!rc && h->rank == 0) {
         printf("sample at iteration %lld (greedy, %zu tokens, %.2f s): %s%.*s\n", (long long)iteration,
                out.ids.len - h->gen_n, out.prefill_s + out.decode_s, h->cfg->sample_prompt ? h->cfg->sample_prompt : "",
                (int)len, text);

@@ -32,6 +32,8 @@ typedef struct mg_run_hooks {
     const mg_gpt_config *model;
     int32_t *gen_prompt;
     size_t gen_n;
+    bool gen_tp;                /* tensor parallelism: the tp group decodes together */
+    mg_plan gen_plan;           /* (its tp alone) */
 } mg_run_hooks;
 
 /* The metrics file and the TensorBoard writer of the logging rank (usage errors:
@@ -43,7 +45,8 @@ int mg_run_hooks_attach(mg_run_hooks *h, mg_trainer *t, mg_error *err);
 /* --sample-interval (after open, before training; input errors, every rank alike): the
  * prompt's tokens (the end-of-document token without --sample-prompt, as llm.c), and a
  * plan whose rank 0 holds the whole model (the decoder reads one rank's unsharded
- * weights). tok and model must outlive the hooks. */
+ * weights) or one of tensor parallelism alone (the ranks decode together on their
+ * blocks). tok and model must outlive the hooks. */
 int mg_run_hooks_sampling(mg_run_hooks *h, mg_tokenizer *tok, const mg_gpt_config *model, const mg_plan *plan,
                           mg_error *err);
 /* Ends the run's files: the metrics file is put in place when the run succeeded, or

@@ -50,8 +50,9 @@ int32_t mg_sample(mg_sampler *s, const mg_sampling *o, const float *logits, uint
 
 /* Tensor parallelism: every rank of the plan's tp group calls mg_gpt_generate with the
  * same arguments; each runs its block of the model (partitioned by mg_partition, the
- * blocks copied from the whole weights it holds), the collectives over comm. The
- * tokens are the one-rank run's. */
+ * blocks copied from the weights it holds: whole, or its own blocks of a rank graph
+ * partitioned with the same tensor parallelism), the collectives over comm. The tokens
+ * are the one-rank run's. */
 typedef struct mg_generate_parallel {
     const mg_plan *plan;          /* tp ranks; no other parallelism */
     const mg_mesh *mesh;          /* this rank's place */

@@ -14,7 +14,8 @@
 #     mem-allocated-bytes is the report's allocated, num-zeros the metrics' count.
 #  4. --sample-interval: rank 0 prints a greedy sample at every Nth iteration, which is
 #     mgraph-generate's greedy text from the checkpoint saved at that iteration; bad
-#     uses exit 2 (tp 2, --sample-prompt alone, a negative interval); a model with multi-latent
+#     uses exit 2 (pp 2, tp 2 x dp 2, --sample-prompt alone, a negative interval); under tp 2 + SP
+#     the samples are the serial run's, byte for byte; a model with multi-latent
 #     attention, MoE and multi-token prediction samples mgraph-generate's text too.
 #   logging.sh MGRAPH_RUN MGRAPH_GENERATE MPIEXEC TEXT WORK_DIR
 set -u
@@ -141,7 +142,19 @@ refused() { # MESSAGE NP ARGS...: exit 2 naming MESSAGE, nothing trained
     [ $rc = 2 ] && grep -q -- "$msg" bad.txt && ! grep -q "iteration  *1/" bad.txt ||
         { cat bad.txt; fail "'$*' (exit $rc): want exit 2 naming '$msg'"; }
 }
-refused "which this plan shards (tp 2" 2 --sample-interval 2 --sample-prompt hi --tensor-model-parallel-size 2
+# tensor parallelism (+ SP): the ranks decode together on their blocks; the samples are the serial run's, byte for byte
+timeout 300 $MPI -np 2 "$RUN" "${BASE[@]}" --tensor-model-parallel-size 2 --sequence-parallel --sample-interval 2 \
+    --sample-prompt "ROMEO:" > tp.txt 2>&1 || { cat tp.txt; fail "tp 2 with samples"; }
+[ "$(grep -ac '^sample at iteration' tp.txt)" = 2 ] || { cat tp.txt; fail "tp 2: want 2 samples, from rank 0 only"; }
+for it in 2 4; do
+    a=$(grep -a "^sample at iteration $it " tp.txt | sed 's/^sample at iteration [0-9]* ([^)]*): //')
+    b=$(grep -a "^sample at iteration $it " sample.txt | sed 's/^sample at iteration [0-9]* ([^)]*): //')
+    echo "  tp 2 + SP iteration $it: sample '$a', serial '$b'"
+    [ -n "$a" ] && [ "$a" = "$b" ] || fail "tp 2: the sample at iteration $it is not the serial run's"
+done
+refused "which this plan shards otherwise (tp 1, pp 2" 2 --sample-interval 2 --sample-prompt hi --pipeline-model-parallel-size 2
+refused "which this plan shards otherwise (tp 2, pp 1, cp 1, ep 1, 4 ranks" 4 --sample-interval 2 --sample-prompt hi \
+    --tensor-model-parallel-size 2
 refused "needs --sample-interval" 1 --sample-prompt hello
 refused "no end-of-document token to start from" 1 --sample-interval 2 # (the byte-level text tokenizer)
 refused "must be >= 0" 1 --sample-interval -1
