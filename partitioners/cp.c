@@ -439,9 +439,12 @@ static int cp_node(part_ctx *c, const mg_node *n) {
     mg_sharding in[MG_SHARD_MAX_IO];
     bool any = false;
     for (int i = 0; i < n->n_in; i++) {
-        /* a leaf not made yet is replicated over cp (parameters, inputs) */
+        /* a leaf not made yet is replicated over cp (parameters, inputs); an input an
+         * earlier axis already chose its cp state for (fsdp.c's gathered shards) in that state */
         const pt *q = &c->st[n->in[i]->id];
-        in[i] = io.in[i] = q->t ? q->pl.ax[MG_GROUP_CP] : mg_place_full(MG_GROUP_CP);
+        in[i] = io.in[i] = c->want_set[i] >> MG_GROUP_CP & 1 ? c->want[i].ax[MG_GROUP_CP]
+                           : q->t                           ? q->pl.ax[MG_GROUP_CP]
+                                                            : mg_place_full(MG_GROUP_CP);
         io.in[i].group = MG_GROUP_NONE;
         any |= io.in[i].kind != MG_SHARD_FULL;
     }

@@ -36,7 +36,15 @@
  * gradient is a share over edp (the dispatch brought the ep group's tokens), reduce-
  * scattered over edp; ep.c's expert ops read the weight gathered over edp, and its gradient
  * norm sums a sharded block's squares over edp. With experts split over an expert tensor
- * group, or context parallelism (Megatron-FSDP shards over dp x cp): not yet (plan.c).
+ * group: not yet (plan.c).
+ * Context parallelism: dense parameters are sharded over dp x cp, as Megatron-FSDP shards
+ * over its data-parallel group with cp: dp's block cut again over cp (placement.h's
+ * nesting). A cp SPLIT elsewhere means cp.c's zigzag chunks of the sequence; an FSDP
+ * shard is a plain block of its dimension, so this file converts its shards over cp
+ * itself (fsdp_convert: the plain collective over the cp group). The micro-batch's weight
+ * gradient is a partial sum over dp and cp (the op rules make it one over cp), reduce-
+ * scattered over dp, then over cp; a parameter is gathered over cp, then dp. With
+ * pipeline or expert parallelism as well: not yet (plan.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,9 +55,15 @@
 struct fsdp_state {
     bool params;   /* optim_grads_params: the parameters are sharded too */
     int *dim;      /* [n logical tensors]: the dimension parameter i is sharded along, -1: whole */
+    unsigned char *contig; /* [n logical tensors]: a gradient term or sum converted on cp as plain blocks */
 };
 
 static struct fsdp_state *fs(const part_ctx *c) { return c->axis[PART_FSDP]; }
+
+/* Dense shards are cut over dp x cp (Megatron-FSDP's data-parallel group with context
+ * parallelism): dp's blocks, each cut over cp (placement.h's nesting, cp inner, as the
+ * dp_cp group numbers its ranks). */
+static bool cp_split(const part_ctx *c) { return part_size(c, MG_GROUP_CP) > 1; }
 
 /* Whether the expert axes place parameter p (an expert weight under expert parallelism). */
 static bool on_expert_axes(const part_ctx *c, const mg_tensor *p) { return ep_places_experts(c) && ep_is_expert_param(p); }
@@ -63,6 +77,7 @@ static int shard_axis(const part_ctx *c, const mg_tensor *p) { return on_expert_
  * (-1: none, or one replica). */
 static int shard_dim(const part_ctx *c, const mg_tensor *p) {
     int n = part_size(c, (mg_group)shard_axis(c, p));
+    if (!on_expert_axes(c, p)) n *= part_size(c, MG_GROUP_CP); /* dense: over dp x cp */
     if (n == 1) return -1;
     mg_sharding t = part_size(c, MG_GROUP_TP) > 1 ? tp_param_state(c, p) : sh_full();
     for (int d = on_expert_axes(c, p) ? 1 : 0; d < p->ndim; d++)
@@ -73,12 +88,13 @@ static int shard_dim(const part_ctx *c, const mg_tensor *p) {
 static int fsdp_init(part_ctx *c, mg_node *const *ord, int n_ord) {
     (void)ord, (void)n_ord;
     bool edp = ep_places_experts(c) && part_size(c, MG_GROUP_EDP) > 1;
-    if (c->plan->fsdp == MG_FSDP_NONE || (part_size(c, MG_GROUP_DP) == 1 && !edp)) return MG_OK;
+    if (c->plan->fsdp == MG_FSDP_NONE || (part_size(c, MG_GROUP_DP) * part_size(c, MG_GROUP_CP) == 1 && !edp))
+        return MG_OK;
     struct fsdp_state *s = calloc(1, sizeof *s);
     int nt = mg_graph_n_tensors(c->L);
-    if (s) s->dim = malloc(((size_t)nt + 1) * sizeof *s->dim);
-    if (!s || !s->dim) {
-        if (s) free(s->dim);
+    if (s) s->dim = malloc(((size_t)nt + 1) * sizeof *s->dim), s->contig = calloc((size_t)nt + 1, 1);
+    if (!s || !s->dim || !s->contig) {
+        if (s) free(s->dim), free(s->contig);
         free(s);
         return part_fail(c, MG_ERR_NOMEM, "fsdp: out of memory");
     }
@@ -95,6 +111,7 @@ static void fsdp_release(part_ctx *c) {
     struct fsdp_state *s = fs(c);
     if (!s) return;
     free(s->dim);
+    free(s->contig);
     free(s);
     c->axis[PART_FSDP] = NULL;
 }
@@ -111,7 +128,26 @@ static void fsdp_leaf(const part_ctx *c, const mg_tensor *lt, mg_placement *p) {
     if (!s) return;
     const mg_tensor *w = lt->role == MG_ROLE_PARAM ? (s->params ? lt : NULL) : lt->state_of;
     int d = dim_of(c, w), a = d >= 0 ? shard_axis(c, w) : -1;
-    if (d >= 0) p->ax[a] = mg_place_split((mg_group)a, d);
+    if (d < 0) return;
+    if (part_size(c, (mg_group)a) > 1) p->ax[a] = mg_place_split((mg_group)a, d);
+    if (a == MG_GROUP_DP && cp_split(c)) p->ax[MG_GROUP_CP] = mg_place_split(MG_GROUP_CP, d); /* (nested inside dp's) */
+}
+
+/* Whether FSDP tensor lt (a sharded parameter, its state, a gradient term or sum of one)
+ * is converted on cp as plain blocks of its dimension, not as cp.c's zigzag blocks of the
+ * sequence. */
+static bool contiguous(const part_ctx *c, const mg_tensor *lt) {
+    const struct fsdp_state *s = fs(c);
+    return s && (s->contig[lt->id] || (lt->role == MG_ROLE_PARAM && dim_of(c, lt) >= 0) || dim_of(c, lt->state_of) >= 0);
+}
+
+/* Conversions of FSDP shards over cp: the collective over the cp group on plain blocks
+ * (cp.c's own conversion reorders zigzag chunks of the sequence). */
+static mg_tensor *fsdp_convert(part_ctx *c, const mg_tensor *lt, mg_tensor *x, mg_placement *cur, int a, mg_sharding to,
+                               bool *handled) {
+    if (a != MG_GROUP_CP || !cp_split(c) || !contiguous(c, lt)) return NULL;
+    *handled = true;
+    return part_convert_on(c, lt, x, cur, a, to, MG_GROUP_CP, part_size(c, MG_GROUP_CP));
 }
 
 /* The axis input lt is an FSDP shard over (dp, or edp), -1: none. */
@@ -131,7 +167,12 @@ static int gather_slices(part_ctx *c, const mg_node *n, int a, int d) {
     mg_tensor *param = c->st[n->in[0]->id].t, *slice = q->t;
     mg_placement whole = q->pl;
     whole.ax[a] = mg_place_full((mg_group)a);
-    mg_tensor *g = mg_allgather(c->P, slice, (mg_group)a, part_size(c, (mg_group)a), d, c->seq++);
+    mg_tensor *g = slice;
+    if (a == MG_GROUP_DP && cp_split(c)) { /* the inner blocks first */
+        whole.ax[MG_GROUP_CP] = mg_place_full(MG_GROUP_CP);
+        g = mg_allgather(c->P, g, MG_GROUP_CP, part_size(c, MG_GROUP_CP), d, c->seq++);
+    }
+    if (g && part_size(c, (mg_group)a) > 1) g = mg_allgather(c->P, g, (mg_group)a, part_size(c, (mg_group)a), d, c->seq++);
     if (!g) return part_graph_error(c);
     slice->updates = NULL; /* the gathered parameter is what is written back */
     char nm[512];
@@ -155,16 +196,28 @@ static int fsdp_node(part_ctx *c, const mg_node *n) {
         if (rc) return rc;
         int a = shard_axis(c, n->in[0]->state_of);
         mg_sharding sp = c->st[n->in[0]->id].pl.ax[a];
-        c->st[n->in[1]->id].pl.ax[a] = mg_place_partial((mg_group)a);
-        part_want(c, 0, a, sp);
-        part_want(c, 1, a, sp);
-        part_out(c, 0, a, sp);
+        if (part_size(c, (mg_group)a) > 1) {
+            c->st[n->in[1]->id].pl.ax[a] = mg_place_partial((mg_group)a);
+            part_want(c, 0, a, sp);
+            part_want(c, 1, a, sp);
+            part_out(c, 0, a, sp);
+        }
+        if (a == MG_GROUP_DP && cp_split(c)) { /* a partial sum over cp too (the rules say so): reduce-scattered */
+            mg_sharding sc = c->st[n->in[0]->id].pl.ax[MG_GROUP_CP];
+            fs(c)->contig[n->in[1]->id] = fs(c)->contig[n->out[0]->id] = 1;
+            part_want(c, 0, MG_GROUP_CP, sc);
+            part_want(c, 1, MG_GROUP_CP, sc);
+            part_out(c, 0, MG_GROUP_CP, sc);
+        }
         return PART_NEXT;
     }
     if (n->mb >= 0) { /* compute reads whole parameters: gathered right before */
         for (int i = 0; i < n->n_in; i++) {
             int a = split_axis(c, n->in[i]);
             if (a >= 0) part_want(c, i, a, mg_place_full((mg_group)a));
+            if (cp_split(c) && contiguous(c, n->in[i]) && (c->st[n->in[i]->id].t || n->in[i]->role == MG_ROLE_PARAM) &&
+                part_placement(c, n->in[i])->ax[MG_GROUP_CP].kind == MG_SHARD_SPLIT)
+                part_want(c, i, MG_GROUP_CP, mg_place_full(MG_GROUP_CP));
         }
         return PART_NEXT;
     }
@@ -172,10 +225,17 @@ static int fsdp_node(part_ctx *c, const mg_node *n) {
         int rc = part_state_leaves(c, n);
         if (rc) return rc;
         if (!s->params) { /* ZeRO-2: the rank's slice of the whole parameter */
-            int a = shard_axis(c, n->in[0]);
-            mg_sharding sp = mg_place_split((mg_group)a, dim_of(c, n->in[0]));
-            for (int i = 0; i < 4; i++) part_want(c, i, a, sp);
-            part_out_all(c, n, a, sp);
+            int a = shard_axis(c, n->in[0]), d = dim_of(c, n->in[0]);
+            mg_sharding sp = mg_place_split((mg_group)a, d);
+            if (part_size(c, (mg_group)a) > 1) {
+                for (int i = 0; i < 4; i++) part_want(c, i, a, sp);
+                part_out_all(c, n, a, sp);
+            }
+            if (a == MG_GROUP_DP && cp_split(c)) {
+                for (int i = 0; i < 4; i++) part_want(c, i, MG_GROUP_CP, mg_place_split(MG_GROUP_CP, d));
+                part_out_all(c, n, MG_GROUP_CP, mg_place_split(MG_GROUP_CP, d));
+                fs(c)->contig[n->out[0]->id] = 1;
+            }
             return PART_NEXT;
         }
     }
@@ -196,6 +256,7 @@ static int fsdp_node(part_ctx *c, const mg_node *n) {
      * block is a shard) */
     if (n->op == MG_OP_SUMSQ && expert) return PART_NEXT;
     if (a < 0 && n->op != MG_OP_SUMSQ) return PART_NEXT;
+    if (a < 0 && part_size(c, MG_GROUP_DP) == 1) return PART_NEXT; /* (shards over cp only: cp.c's rules) */
     /* the step part on shards (AdamW, the norms' sums of squares): each op by its own rule
      * over dp (edp for expert shards); every dense sum of squares is a partial sum over dp,
      * whole inputs counted by dp rank 0, so the norm is one all-reduce whatever mix of
@@ -219,4 +280,5 @@ const part_axis part_axis_fsdp = {.name = "fsdp",
                                   .release = fsdp_release,
                                   .leaf = fsdp_leaf,
                                   .node = fsdp_node,
+                                  .convert = fsdp_convert,
                                   .after = fsdp_after};

@@ -319,12 +319,22 @@ fsdp_train_matches_serial)
         fail "fsdp dp 4: rank 3 holds $f MiB of parameters, serial $s MiB: want about a quarter"
     grep -q "parameters $f MiB (sharded over dp: fsdp)" f.txt || fail "the memory line does not say the parameters are sharded"
     echo "ok $CASE: parameters per rank $f MiB, serial $s MiB" ;;
+fsdp_cp_matches_serial)
+    needs_text
+    # Megatron-FSDP with context parallelism through the CLI: parameters sharded over
+    # dp 2 x cp 2, against the serial run (losses, grad norms, final checkpoints)
+    timeout 120 "$RUN" "${SMALL[@]}" --train-iters 5 --metrics-file serial.jsonl --save serial.ck > serial.txt 2>&1 || fail "serial run"
+    timeout 240 $MPI -np 4 "$RUN" "${SMALL[@]}" --train-iters 5 --use-megatron-fsdp --context-parallel-size 2 \
+        --metrics-file cp2.jsonl --save cp2.ck > cp2.txt 2>&1 || { cat cp2.txt; fail "fsdp cp 2 dp 2 run"; }
+    grep -q "cp 2.*dp 2.*fsdp optim_grads_params" cp2.txt || { cat cp2.txt; fail "fsdp or cp not applied"; }
+    same_losses cp2.jsonl serial.jsonl 1e-5 || fail "fsdp cp 2 x dp 2: losses, grad norms or checkpoints differ"
+    echo "ok $CASE" ;;
 fsdp_refused)
     # what FSDP does not do yet is refused with exit 2, named by the plan's sharding, not by a
     # flag the user may not have given (--use-torch-fsdp2, a plan file)
     for f in --use-torch-fsdp2 --use-megatron-fsdp; do
-        expect_usage "$CASE $f" "error: fully sharded data parallelism \(FSDP, sharding strategy optim_grads_params\) with context parallelism is not supported yet" \
-            "$RUN" "${SMALL[@]}" --dry-run --world-size 4 --context-parallel-size 2 $f
+        expect_usage "$CASE $f" "error: fully sharded data parallelism \(FSDP, sharding strategy optim_grads_params\) with context and pipeline parallelism is not supported yet" \
+            "$RUN" "${SMALL[@]}" --num-layers 4 --dry-run --world-size 4 --context-parallel-size 2 --pipeline-model-parallel-size 2 $f
         grep -q -- "--use-megatron-fsdp" err.txt && { cat err.txt; fail "$CASE $f: names --use-megatron-fsdp"; }
     done
     echo "ok $CASE" ;;

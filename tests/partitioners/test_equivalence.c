@@ -310,7 +310,8 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
                 const mg_tensor *a = mg_graph_tensor(R->graph, k);
                 if (a->state_of == p && a->role == MG_ROLE_GRAD && !a->src) acc = a;
             }
-            bool sharded = acc && acc->place.ax[MG_GROUP_DP].kind == MG_SHARD_SPLIT;
+            bool sharded = acc && (acc->place.ax[MG_GROUP_DP].kind == MG_SHARD_SPLIT ||
+                                   acc->place.ax[MG_GROUP_CP].kind == MG_SHARD_SPLIT); /* (over dp x cp) */
             int shards = g_fsdp == MG_FSDP_OPTIM_GRADS_PARAMS && sharded ? dp : 1; /* of the parameter itself */
             double whole = (double)want * 4;
             want /= shards;
@@ -367,14 +368,22 @@ static void check_partitioned(const mg_graph *S, const mg_rank_graph *R, const m
         if (getenv("MG_TEST_RECOMPUTE") && !strcmp(getenv("MG_TEST_RECOMPUTE"), "1")) /* and their forward again */
             ring += 2.0 * (cp - 1) * block * (m->num_layers / pp) * n_local;
         double ring_only = bytes[MG_GROUP_CP] - (gb == MG_GROUP_CP ? want_dp : 0);
-        CHECK(ring_only >= ring && ring_only <= ring + 64,
+        CHECK((g_fsdp && ring_only >= ring) || (ring_only >= ring && ring_only <= ring + 64),
               "cp bytes per step %.0f, want the K/V ring's %.0f (4 x (cp-1) x %.0f-byte blocks x %d layers x %d "
               "micro-batches)%s (+ scalars)",
               bytes[MG_GROUP_CP], ring + (gb == MG_GROUP_CP ? want_dp : 0), block, m->num_layers / pp, n_local,
               gb == MG_GROUP_CP ? " + the gradients' all-reduce" : "");
     }
-    CHECK(bytes[gb] - (gb == MG_GROUP_CP ? ring : 0) >= want_dp && bytes[gb] - (gb == MG_GROUP_CP ? ring : 0) <= want_dp + 64,
-          "%s bytes per step %.0f, want the gradients' %.0f (+ scalars)", mg_group_name(gb), bytes[gb], want_dp);
+    if (g_fsdp && cp > 1) { /* shards of dp x cp: fsdp's collectives over dp then cp (gathers: cp then dp), whole
+                             * parameters' all-reduce over dp x cp; the cp group's bytes beyond the ring are fsdp's */
+        double fsdp_sum = bytes[MG_GROUP_DP] + bytes[MG_GROUP_CP] - ring + bytes[MG_GROUP_DP_CP];
+        CHECK(fsdp_sum >= want_dp && fsdp_sum <= want_dp + 128,
+              "fsdp bytes per step over dp, cp (beyond the ring) and dp x cp %.0f + %.0f + %.0f, want %.0f (+ scalars)",
+              bytes[MG_GROUP_DP], bytes[MG_GROUP_CP] - ring, bytes[MG_GROUP_DP_CP], want_dp);
+    } else {
+        CHECK(bytes[gb] - (gb == MG_GROUP_CP ? ring : 0) >= want_dp && bytes[gb] - (gb == MG_GROUP_CP ? ring : 0) <= want_dp + 64,
+              "%s bytes per step %.0f, want the gradients' %.0f (+ scalars)", mg_group_name(gb), bytes[gb], want_dp);
+    }
     CHECK((bytes[MG_GROUP_TP] > 0) == (tp > 1), "tp bytes per step %.0f with tp %d", bytes[MG_GROUP_TP], tp);
     /* at least Megatron's activation collectives of tensor parallelism, per micro-batch: per
      * layer two all-reduces forward (attention's and the MLP's row-parallel outputs) and two
