@@ -43,8 +43,9 @@
  * shard is a plain block of its dimension, so this file converts its shards over cp
  * itself (fsdp_convert: the plain collective over the cp group). The micro-batch's weight
  * gradient is a partial sum over dp and cp (the op rules make it one over cp), reduce-
- * scattered over dp, then over cp; a parameter is gathered over cp, then dp. With
- * pipeline or expert parallelism as well: not yet (plan.c).
+ * scattered over dp, then over cp; a parameter is gathered over cp, then dp. Pipeline
+ * stages shard over their own dp x cp group as over dp. With expert parallelism as well:
+ * not yet (plan.c).
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -302,7 +302,7 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
         if (rc) return rc;
     }
     if (p->fsdp != MG_FSDP_NONE &&
-        ((p->cp > 1 && (p->ep > 1 || p->pp > 1)) || (p->ep > 1 && p->etp > 1) || (p->etp > 1 && p->etp != p->tp)))
+        ((p->cp > 1 && p->ep > 1) || (p->ep > 1 && p->etp > 1) || (p->etp > 1 && p->etp != p->tp)))
         /* (named by what the plan holds, not by a flag: --use-megatron-fsdp,
          * --use-torch-fsdp2 and a plan file's data-parallel-sharding-strategy get here) */
         return mg_error_set(err, MG_ERR_UNSUPPORTED,
@@ -310,7 +310,7 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
                             "(FSDP shards over dp, and expert weights over edp, with tensor, pipeline and expert "
                             "parallelism)",
                             mg_fsdp_name(p->fsdp),
-                            p->cp > 1   ? (p->ep > 1 ? "context and expert parallelism" : "context and pipeline parallelism")
+                            p->cp > 1   ? "context and expert parallelism"
                             : p->ep > 1 ? "expert parallelism and expert tensor parallelism"
                                         : "an expert tensor parallel size other than tp");
     if (p->sequence_parallel && p->tp == 1)

@@ -71,7 +71,7 @@ EQUIV='equivalence|bitwise|starpu_equals_reference|memplan_reuse_equal|scheduler
 # tests (the same kernels, engine, partitioners and planner on smaller models).
 # models.reference_regenerate is Python (torch recomputing tests/data/reference, ~35 s):
 # the sanitizers would not see it.
-LONG='^(models\.(llama_train_loss_falls|moe_train|deepseek_train|reference_regenerate)|tools\.train_loss_falls|tools\.model_lib|tools\.(bf16|fp16|fp8)_parallel|tools\.precision_curves|partitioners\.cli_dry_run_(70b_memory|70b_pipeline|405b_pp_cp)|partitioners\.cli_fsdp_pp_matches_serial|partitioners\.equivalence_(fsdp_zero2_pp2_dp2|llama_fsdp_pp2_dp2|fsdp_pp2_vpp2_dp2)|ep\.cli_mixtral_dry_run|io\.hf_tokenizers|checkpoint\.megatron_(llama|gpt2|dist)|models\.hf_convert_.*|models\.deepseek_plan_.*)$'
+LONG='^(models\.(llama_train_loss_falls|moe_train|deepseek_train|reference_regenerate)|tools\.train_loss_falls|tools\.model_lib|tools\.(bf16|fp16|fp8)_parallel|tools\.precision_curves|partitioners\.cli_dry_run_(70b_memory|70b_pipeline|405b_pp_cp)|partitioners\.cli_fsdp_pp_matches_serial|partitioners\.equivalence_(fsdp_zero2_pp2_dp2|llama_fsdp_pp2_dp2|fsdp_pp2_vpp2_dp2|fsdp_pp2_cp2|llama_fsdp_zero2_pp2_cp2)|ep\.cli_mixtral_dry_run|io\.hf_tokenizers|checkpoint\.megatron_(llama|gpt2|dist)|models\.hf_convert_.*|models\.deepseek_plan_.*)$'
 # a kernel other than the one mgraph-run picks by itself on AVX-512 machines
 if grep -qw avx2 /proc/cpuinfo; then forced=Haswell; else forced=Prescott; fi
 

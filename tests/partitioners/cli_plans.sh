@@ -332,9 +332,11 @@ fsdp_cp_matches_serial)
 fsdp_refused)
     # what FSDP does not do yet is refused with exit 2, named by the plan's sharding, not by a
     # flag the user may not have given (--use-torch-fsdp2, a plan file)
+    MOE=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear --num-experts 4
+         --moe-router-topk 2 --moe-ffn-hidden-size 48)
     for f in --use-torch-fsdp2 --use-megatron-fsdp; do
-        expect_usage "$CASE $f" "error: fully sharded data parallelism \(FSDP, sharding strategy optim_grads_params\) with context and pipeline parallelism is not supported yet" \
-            "$RUN" "${SMALL[@]}" --num-layers 4 --dry-run --world-size 4 --context-parallel-size 2 --pipeline-model-parallel-size 2 $f
+        expect_usage "$CASE $f" "error: fully sharded data parallelism \(FSDP, sharding strategy optim_grads_params\) with context and expert parallelism is not supported yet" \
+            "$RUN" "${SMALL[@]}" "${MOE[@]}" --dry-run --world-size 4 --context-parallel-size 2 --expert-model-parallel-size 2 $f
         grep -q -- "--use-megatron-fsdp" err.txt && { cat err.txt; fail "$CASE $f: names --use-megatron-fsdp"; }
     done
     echo "ok $CASE" ;;
