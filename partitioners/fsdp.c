@@ -44,8 +44,8 @@
  * itself (fsdp_convert: the plain collective over the cp group). The micro-batch's weight
  * gradient is a partial sum over dp and cp (the op rules make it one over cp), reduce-
  * scattered over dp, then over cp; a parameter is gathered over cp, then dp. Pipeline
- * stages shard over their own dp x cp group as over dp. With expert parallelism as well:
- * not yet (plan.c).
+ * stages shard over their own dp x cp group as over dp; with expert parallelism the
+ * expert weights are over edp (which spans dp x cp / ep ranks) as above.
  */
 #include <stdio.h>
 #include <stdlib.h>

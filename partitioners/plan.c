@@ -301,18 +301,16 @@ int mg_plan_check(const mg_plan *p, int world, mg_error *err) {
         int rc = mg_plan_mesh(p, world, 0, &m, err);
         if (rc) return rc;
     }
-    if (p->fsdp != MG_FSDP_NONE &&
-        ((p->cp > 1 && p->ep > 1) || (p->ep > 1 && p->etp > 1) || (p->etp > 1 && p->etp != p->tp)))
+    if (p->fsdp != MG_FSDP_NONE && ((p->ep > 1 && p->etp > 1) || (p->etp > 1 && p->etp != p->tp)))
         /* (named by what the plan holds, not by a flag: --use-megatron-fsdp,
          * --use-torch-fsdp2 and a plan file's data-parallel-sharding-strategy get here) */
         return mg_error_set(err, MG_ERR_UNSUPPORTED,
                             "fully sharded data parallelism (FSDP, sharding strategy %s) with %s is not supported yet "
-                            "(FSDP shards over dp, and expert weights over edp, with tensor, pipeline and expert "
-                            "parallelism)",
+                            "(FSDP shards over dp x cp, and expert weights over edp, with tensor, context, pipeline "
+                            "and expert parallelism)",
                             mg_fsdp_name(p->fsdp),
-                            p->cp > 1   ? "context and expert parallelism"
-                            : p->ep > 1 ? "expert parallelism and expert tensor parallelism"
-                                        : "an expert tensor parallel size other than tp");
+                            p->ep > 1 ? "expert parallelism and expert tensor parallelism"
+                                      : "an expert tensor parallel size other than tp");
     if (p->sequence_parallel && p->tp == 1)
         return mg_error_set(err, MG_ERR_INVALID, "--sequence-parallel needs --tensor-model-parallel-size > 1");
     if (p->bucket_numel < 1) return mg_error_set(err, MG_ERR_INVALID, "bucket size must be >= 1");

@@ -160,6 +160,17 @@ void mg_run_print_plan(const mg_run_config *c, const mg_trainer *t, const char *
                  mg_pp_schedule_name(p->pp_schedule == MG_PP_SCHEDULE_AUTO
                                          ? (p->vpp > 1 ? MG_PP_SCHEDULE_INTERLEAVED : MG_PP_SCHEDULE_1F1B)
                                          : p->pp_schedule));
+    char fsdp_over[48]; /* what FSDP shards over (partitioners/fsdp.c) */
+    snprintf(fsdp_over, sizeof fsdp_over, "dp%s%s", p->cp > 1 ? " x cp" : "", p->ep > 1 ? ", experts over edp" : "");
+    char fsdp_desc[160] = "";
+    if (p->fsdp == MG_FSDP_OPTIM_GRADS_PARAMS)
+        snprintf(fsdp_desc, sizeof fsdp_desc,
+                 ", fsdp optim_grads_params (parameters, gradients and optimizer state sharded over %s)", fsdp_over);
+    else if (p->fsdp == MG_FSDP_OPTIM_GRADS)
+        snprintf(fsdp_desc, sizeof fsdp_desc, ", fsdp optim_grads (gradients and optimizer state sharded over %s)",
+                 fsdp_over);
+    else if (p->distributed_optimizer)
+        snprintf(fsdp_desc, sizeof fsdp_desc, ", distributed optimizer");
     char split_desc[96] = "";
     if (split > 1)
         snprintf(split_desc, sizeof split_desc, ", each run as %d sub-batches of %d (--micro-batch-split)", split,
@@ -168,12 +179,7 @@ void mg_run_print_plan(const mg_run_config *c, const mg_trainer *t, const char *
            "%d micro-batch%s per rank per step%s\n",
            model, c->micro_batch_size, c->global_batch_size, c->global_batch_size / c->micro_batch_size, world, p->tp,
            cpdesc, world / (p->tp * p->pp * p->cp), ep_desc, p->sequence_parallel ? ", sequence parallel" : "",
-           p->fsdp == MG_FSDP_OPTIM_GRADS_PARAMS ? ", fsdp optim_grads_params (parameters, gradients and optimizer "
-                                                   "state sharded over dp)"
-           : p->fsdp == MG_FSDP_OPTIM_GRADS ? ", fsdp optim_grads (gradients and optimizer state sharded over dp)"
-           : p->distributed_optimizer       ? ", distributed optimizer"
-                                            : "",
-           pp_desc, local, local == 1 ? "" : "es", split_desc);
+           fsdp_desc, pp_desc, local, local == 1 ? "" : "es", split_desc);
 }
 
 /* --recompute-*: Megatron's checks (the rewrite is the trainer's, on the logical graph

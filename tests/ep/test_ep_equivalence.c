@@ -329,9 +329,13 @@ int main(int argc, char **argv) {
     CHECK(ng == ngs && eg * ep == egs, "grouped matmuls over %lld experts (%lld of them), serial %lld (%lld)", (long long)eg,
           (long long)ng, (long long)egs, (long long)ngs);
     int n_rs = 0;
-    for (int i = 0; i < mg_graph_n_nodes(R->graph); i++)
+    for (int i = 0; i < mg_graph_n_nodes(R->graph); i++) {
+        /* (fsdp's over dp, then cp: its shards are of dp x cp) */
+        mg_group gq = mg_graph_node(R->graph, i)->attrs.comm.group;
         n_rs += mg_graph_node(R->graph, i)->op == MG_OP_REDUCE_SCATTER &&
-                mg_graph_node(R->graph, i)->attrs.comm.group == (plan.cp > 1 ? MG_GROUP_DP_CP : MG_GROUP_DP);
+                (gq == (plan.cp > 1 ? MG_GROUP_DP_CP : MG_GROUP_DP) ||
+                 (plan.fsdp != MG_FSDP_NONE && (gq == MG_GROUP_DP || gq == MG_GROUP_CP)));
+    }
     CHECK((n_rs > 0) == ((plan.distributed_optimizer || plan.fsdp != MG_FSDP_NONE) && dp * plan.cp > 1),
           "%d gradient reduce-scatters over dp (x cp) with distopt %d, fsdp %s", n_rs, plan.distributed_optimizer,
           mg_fsdp_name(plan.fsdp));

@@ -335,8 +335,8 @@ fsdp_refused)
     MOE=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear --num-experts 4
          --moe-router-topk 2 --moe-ffn-hidden-size 48)
     for f in --use-torch-fsdp2 --use-megatron-fsdp; do
-        expect_usage "$CASE $f" "error: fully sharded data parallelism \(FSDP, sharding strategy optim_grads_params\) with context and expert parallelism is not supported yet" \
-            "$RUN" "${SMALL[@]}" "${MOE[@]}" --dry-run --world-size 4 --context-parallel-size 2 --expert-model-parallel-size 2 $f
+        expect_usage "$CASE $f" "error: fully sharded data parallelism \(FSDP, sharding strategy optim_grads_params\) with expert parallelism and expert tensor parallelism is not supported yet" \
+            "$RUN" "${SMALL[@]}" "${MOE[@]}" --dry-run --world-size 4 --expert-model-parallel-size 2 --expert-tensor-parallel-size 2 $f
         grep -q -- "--use-megatron-fsdp" err.txt && { cat err.txt; fail "$CASE $f: names --use-megatron-fsdp"; }
     done
     echo "ok $CASE" ;;
